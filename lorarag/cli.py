@@ -1,0 +1,106 @@
+"""The `lorarag` console script: one typer app; each package registers its own subcommands.
+
+Sub-command modules (`rag/cli.py`, `train/cli.py`, `eval/cli.py`, `fallback/cli.py`,
+`bench/cli.py`) must import only light modules at top level so `lorarag --help` stays fast.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import os
+import sys
+from pathlib import Path
+
+import typer
+
+from rag.config import ConfigError, load_config
+
+# Offline by design: no hub downloads, here or in CI.
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("MODELSCOPE_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+app = typer.Typer(
+    name="lorarag",
+    help="RAG with a LoRA-fine-tuned fallback: index, ask, train, evaluate, compare.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+bench_app = typer.Typer(help="Benchmarks: speed ratios against slow baselines, retrieval quality.",
+                        no_args_is_help=True)
+app.add_typer(bench_app, name="bench")
+
+# Which schema validates which folder of configs/ ("module:Class", imported lazily).
+CONFIG_SCHEMAS: dict[str, str] = {
+    "rag": "rag.config:RAGConfig",
+    "train": "train.config:TrainConfig",
+    "eval": "eval.config:EvalConfig",
+    "run": "fallback.config:RunConfig",
+}
+
+_SUBCOMMAND_MODULES = ("rag.cli", "train.cli", "eval.cli", "fallback.cli", "bench.cli")
+
+
+def schema_for(path: Path) -> type:
+    """The config model for a YAML file, chosen by its folder under configs/."""
+    folder = path.parent.name
+    if folder not in CONFIG_SCHEMAS:
+        raise ConfigError(f"{path}: no schema for configs folder '{folder}' "
+                          f"(known: {', '.join(sorted(CONFIG_SCHEMAS))})")
+    module, cls = CONFIG_SCHEMAS[folder].split(":")
+    return getattr(importlib.import_module(module), cls)
+
+
+@app.command()
+def validate(paths: list[Path] = typer.Argument(None, help="YAML files or folders (default: configs/)")) -> None:
+    """Validate every YAML config (unknown keys are errors)."""
+    targets = paths or [Path("configs")]
+    files: list[Path] = []
+    for t in targets:
+        files.extend(sorted(t.rglob("*.yaml")) if t.is_dir() else [t])
+    if not files:
+        raise ConfigError("no YAML files found under " + ", ".join(map(str, targets)))
+    bad = 0
+    for f in files:
+        try:
+            load_config(f, schema_for(f))
+            typer.echo(f"ok    {f}")
+        except ConfigError as exc:
+            bad += 1
+            typer.echo(f"error {exc}")
+    typer.echo(f"{len(files) - bad} valid, {bad} invalid")
+    if bad:
+        raise typer.Exit(1)
+
+
+for _mod in _SUBCOMMAND_MODULES:
+    try:
+        _m = importlib.import_module(_mod)
+    except ModuleNotFoundError as exc:
+        if exc.name != _mod:  # a real missing dependency inside the module: fail loudly
+            raise
+        continue
+    _m.register(app, bench_app)
+
+
+class UserError(Exception):
+    """An error caused by the user's input: printed as one line, no traceback."""
+
+
+def main() -> None:
+    """Entry point: run the app, turning user errors into one-line messages and exit 2."""
+    logging.basicConfig(level=os.environ.get("LORARAG_LOG", "INFO"),
+                        format="%(levelname)s %(name)s: %(message)s")
+    from rag.records import RecordError
+
+    try:
+        app()
+    except (ConfigError, RecordError, UserError, FileNotFoundError) as exc:
+        typer.echo(f"error: {exc}", err=True)
+        sys.exit(2)
+
+
+if __name__ == "__main__":
+    main()

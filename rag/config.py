@@ -1,0 +1,234 @@
+"""Config loading: YAML -> pydantic models with `extra="forbid"`, validated once at the edge.
+
+Every config model in the project derives from `Strict`. `load_config(path, Model)` turns
+any YAML or validation problem into a one-line `ConfigError` naming the file and the key,
+e.g. `configs/rag/cpu.yaml: chunker.chunk_szie: unknown key`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal, TypeVar
+
+import yaml
+from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
+
+M = TypeVar("M", bound=BaseModel)
+
+
+class ConfigError(ValueError):
+    """A config file that cannot be used; the message is one line naming file and key."""
+
+
+class Strict(BaseModel):
+    """Base for all config models: unknown keys are errors, instances are immutable."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, protected_namespaces=())
+
+
+def _describe(err: dict[str, Any]) -> str:
+    loc = ".".join(str(p) for p in err.get("loc", ()))
+    kind = err.get("type", "")
+    if kind == "extra_forbidden":
+        return f"{loc}: unknown key"
+    if kind == "missing":
+        return f"{loc}: required key missing"
+    return f"{loc}: {err.get('msg', 'invalid')}" if loc else err.get("msg", "invalid")
+
+
+def validate_data(data: Any, model: type[M], source: str) -> M:
+    """Validate already-parsed data against `model`; ConfigError with one line per call."""
+    try:
+        return model.model_validate(data if data is not None else {})
+    except ValidationError as exc:
+        errs = exc.errors()
+        first = _describe(errs[0])
+        more = f" (+{len(errs) - 1} more)" if len(errs) > 1 else ""
+        raise ConfigError(f"{source}: {first}{more}") from None
+
+
+def read_yaml(path: str | Path) -> Any:
+    """Parse a YAML file; ConfigError (one line) if it cannot be read or parsed."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: no such config file") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"{path}: not UTF-8 text") from None
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read ({exc.strerror})") from None
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" line {mark.line + 1}" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or "invalid YAML"
+        raise ConfigError(f"{path}:{where}: {problem}") from None
+
+
+def load_config(path: str | Path, model: type[M]) -> M:
+    """Read and validate a YAML config file into `model`."""
+    data = read_yaml(path)
+    if data is not None and not isinstance(data, dict):
+        raise ConfigError(f"{path}: top level must be a mapping")
+    return validate_data(data, model, str(path))
+
+
+def dump_config(cfg: BaseModel) -> str:
+    """The resolved config as YAML text (for run directories)."""
+    return yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False, allow_unicode=True)
+
+
+# ---------------------------------------------------------------------------------------
+# Sub-configs of the rag stages. Each stage receives only its own model.
+# ---------------------------------------------------------------------------------------
+
+
+class CorpusConfig(Strict):
+    """Where documents come from and how PDFs are parsed."""
+
+    paths: list[str]
+    pdf_parser: Literal["auto", "pypdf", "mineru"] = "auto"
+    strict: bool = False  # fail the whole ingest on any bad file
+
+
+class ChunkerConfig(Strict):
+    """How documents are cut into chunks (characters, not tokens)."""
+
+    kind: Literal["paragraph", "heading"] = "paragraph"
+    chunk_size: int = 500
+    chunk_overlap: int = 50
+
+    @model_validator(mode="after")
+    def _check(self) -> "ChunkerConfig":
+        if self.chunk_size <= 0:
+            raise ValueError("chunk_size must be positive")
+        if not 0 <= self.chunk_overlap < self.chunk_size:
+            raise ValueError("chunk_overlap must be >= 0 and < chunk_size")
+        return self
+
+
+class BM25Config(Strict):
+    """Sparse retrieval with bm25s; `auto` picks char bigrams for CJK text, words otherwise."""
+
+    tokenizer: Literal["auto", "char_bigram", "word"] = "auto"
+    k1: float = 1.5
+    b: float = 0.75
+
+
+class DenseIndexConfig(Strict):
+    """FAISS index over normalised embeddings (inner product = cosine)."""
+
+    kind: Literal["flat", "hnsw", "ivf"] = "flat"
+    hnsw_m: int = 32
+    hnsw_ef_search: int = 64
+    ivf_nlist: int = 100
+    ivf_nprobe: int = 8
+    gpu: Literal["auto", "never", "always"] = "auto"  # GPU index when faiss-gpu and a GPU exist
+
+
+class EmbedderConfig(Strict):
+    """Dense encoder. `transformers` follows the Qwen3-Embedding recipe (last-token pooling,
+    instruction on queries only, L2-normalised); `openai` calls a /v1/embeddings endpoint."""
+
+    kind: Literal["transformers", "sentence_transformers", "openai"]
+    model: str  # local path or hub id (transformers/ST) or served model name (openai)
+    query_instruction: str | None = (
+        "Given a web search query, retrieve relevant passages that answer the query")
+    batch_size: int = 32
+    max_length: int = 512  # tokens
+    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    device: str = "cpu"
+    base_url: str | None = None  # openai kind: e.g. http://127.0.0.1:8000/v1
+    api_key_env: str | None = None  # name of the env var holding the key, never the key
+    timeout_s: float = 60.0
+    max_retries: int = 3
+
+
+class IndexConfig(Strict):
+    """Where the index lives and which parts it has."""
+
+    dir: str
+    bm25: BM25Config | None = BM25Config()
+    dense: DenseIndexConfig | None = None  # needs `embedder`
+    rrf_k: int = 60  # reciprocal-rank fusion constant
+
+
+class RetrievalConfig(Strict):
+    """Two-stage retrieval: top_n candidates from the index, reranked to top_k."""
+
+    mode: Literal["bm25", "dense", "hybrid"] = "bm25"
+    top_n: int = 20
+    top_k: int = 5
+    min_score: float | None = None  # reranker relevance threshold (probability of "yes")
+
+
+class RerankerConfig(Strict):
+    """Cross-encoder reranking. `qwen3`: P(yes) at the last position, as Qwen3-Reranker."""
+
+    kind: Literal["qwen3", "cross_encoder"] = "qwen3"
+    backend: Literal["transformers", "vllm", "http"] = "transformers"
+    model: str
+    instruction: str = "Given a web search query, retrieve relevant passages that answer the query"
+    batch_size: int = 16
+    max_length: int = 1024  # tokens of the whole pair prompt
+    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    device: str = "cpu"
+    base_url: str | None = None
+    api_key_env: str | None = None
+    timeout_s: float = 60.0
+    max_retries: int = 3
+
+
+class GeneratorConfig(Strict):
+    """A chat LM. The adapter (LoRA) is chosen per request by name from `adapters`."""
+
+    kind: Literal["transformers", "vllm", "openai"]
+    model: str  # local path / hub id, or the served base-model name (openai)
+    adapters: dict[str, str] = {}  # name -> adapter path (transformers/vllm) or served name
+    max_new_tokens: int = 64
+    temperature: float = 0.0  # 0 = greedy
+    max_model_len: int = 2048  # tokens; prompts longer than this are truncated (see generate.py)
+    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    device: str = "cpu"
+    batch_size: int = 16
+    max_lora_rank: int = 64
+    chat_template_kwargs: dict[str, bool] = {"enable_thinking": False}
+    base_url: str | None = None
+    api_key_env: str | None = None
+    timeout_s: float = 120.0
+    max_retries: int = 3
+    gpu_memory_utilization: float = 0.85  # vllm only
+    extra_engine_args: dict[str, str | int | float | bool] = {}  # vllm only, passed to LLM()
+
+
+class PromptConfig(Strict):
+    """Grounded-prompt wording; `auto` picks zh/fr/en from the question's script."""
+
+    language: Literal["auto", "zh", "en", "fr"] = "auto"
+    system: dict[str, str] = {}  # per-language override of the system prompt
+    max_context_chars: int | None = None  # extra cap on the sources block
+
+
+class RAGConfig(Strict):
+    """The whole base pipeline: corpus -> chunks -> index -> retrieve -> rerank -> generate."""
+
+    corpus: CorpusConfig
+    chunker: ChunkerConfig = ChunkerConfig()
+    index: IndexConfig
+    embedder: EmbedderConfig | None = None
+    retrieval: RetrievalConfig = RetrievalConfig()
+    reranker: RerankerConfig | None = None
+    generator: GeneratorConfig | None = None
+    prompt: PromptConfig = PromptConfig()
+
+    @model_validator(mode="after")
+    def _check(self) -> "RAGConfig":
+        if (self.index.dense is not None or self.retrieval.mode != "bm25") and self.embedder is None:
+            raise ValueError("dense or hybrid retrieval needs an `embedder`")
+        if self.retrieval.mode in ("dense", "hybrid") and self.index.dense is None:
+            raise ValueError(f"retrieval.mode={self.retrieval.mode} needs `index.dense`")
+        if self.retrieval.mode in ("bm25", "hybrid") and self.index.bm25 is None:
+            raise ValueError(f"retrieval.mode={self.retrieval.mode} needs `index.bm25`")
+        return self
