@@ -40,7 +40,7 @@ CONFIG_SCHEMAS: dict[str, str] = {
     "run": "fallback.config:RunConfig",
 }
 
-_SUBCOMMAND_MODULES = ("rag.cli", "train.cli", "eval.cli", "fallback.cli", "bench.cli")
+_SUBCOMMAND_MODULES = ("rag.cli", "rag.cli_generate", "train.cli", "eval.cli", "fallback.cli")
 
 
 def schema_for(path: Path) -> type:

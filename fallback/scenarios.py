@@ -1,0 +1,123 @@
+"""Conflict scenarios: one record per (question, presented context), and their validation.
+
+The record format is our own, stored as JSONL and loadable with `datasets`
+(`datasets.load_dataset("json", data_files=...)`). Generators (demo world, perturbation,
+importers) live in `train/`; the fallback system and `eval/` read these records.
+
+How a scenario meets retrieval: the knowledge base is the clean corpus. A scenario says what
+the context looks like in its world:
+- `presented`: the chunks as the model should see them (oracle/presented-context mode);
+- each presented chunk's `replaces`: the KB chunk id it stands in for (a perturbed copy of the
+  gold chunk: in retrieved-context mode it takes that chunk's place and rank);
+- `removes`: KB chunk ids absent from this scenario's world (the current fact for `outdated`,
+  all relevant chunks for `irrelevant`/`unanswerable`).
+So one clean index serves every scenario type (see `poison`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Iterable
+
+from rag.records import Chunk, RecordError, Retrieved, read_jsonl, register_nested, write_jsonl
+
+SCENARIO_TYPES = ("consistent", "factual_error", "outdated", "irrelevant", "unanswerable")
+KNOWLEDGE_SPLITS = ("known", "unknown")
+
+
+@dataclass(frozen=True)
+class PresentedChunk:
+    """A chunk as presented to the model in one scenario."""
+
+    chunk_id: str  # KB id, or a derived id like "<kb id>~fe" for a perturbed copy
+    text: str
+    source: str = ""
+    date: str | None = None  # date/version the chunk states, if any
+    replaces: str | None = None  # KB chunk id this perturbed chunk stands in for
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """One evaluation or training item: a question with a (possibly wrong) context."""
+
+    qid: str
+    fact_id: str  # the fact asked about; splits are by fact
+    question: str
+    gold_answers: tuple[str, ...]  # empty for `unanswerable`
+    relevant_ids: tuple[str, ...]  # KB chunk ids holding the true, current answer
+    scenario: str  # one of SCENARIO_TYPES
+    presented: tuple[PresentedChunk, ...]
+    context_answer: str | None  # the answer the presented context asserts (None: none)
+    knowledge: str = "known"  # "known": the LoRA was taught the fact; "unknown": never seen
+    language: str = "en"
+    phrasing: int = 0  # index of the question phrasing (held-out phrasings for eval)
+    removes: tuple[str, ...] = ()  # KB chunk ids absent from this scenario's world
+    source_set: str = "demo"  # "demo", "conflictnq", "conflictqa", or a perturbed corpus name
+
+    def __post_init__(self) -> None:
+        if self.scenario not in SCENARIO_TYPES:
+            raise RecordError(f"{self.qid}: unknown scenario type {self.scenario!r} "
+                              f"(expected one of {', '.join(SCENARIO_TYPES)})")
+        if self.knowledge not in KNOWLEDGE_SPLITS:
+            raise RecordError(f"{self.qid}: unknown knowledge split {self.knowledge!r}")
+        if self.scenario != "unanswerable" and not self.gold_answers:
+            raise RecordError(f"{self.qid}: no gold answer for a {self.scenario} scenario")
+
+
+register_nested(Scenario, {"presented": (PresentedChunk, True)})
+
+
+def load_scenarios(path: str | Path) -> list[Scenario]:
+    """Read scenario JSONL; RecordError names the file, line and problem."""
+    return read_jsonl(path, Scenario)
+
+
+def save_scenarios(path: str | Path, items: Iterable[Scenario]) -> int:
+    """Write scenarios as JSONL atomically; returns the count."""
+    return write_jsonl(path, items)
+
+
+def validate_against_kb(items: Iterable[Scenario], kb_ids: set[str]) -> None:
+    """Raise RecordError listing every record whose chunk ids are not in the knowledge base.
+
+    Checked: relevant_ids, removes, each presented chunk's `replaces`, and presented chunk ids
+    that are not derived copies (a chunk with `replaces` set may carry a new id).
+    """
+    problems: list[str] = []
+    for s in items:
+        ids = list(s.relevant_ids) + list(s.removes)
+        ids += [p.replaces for p in s.presented if p.replaces]
+        ids += [p.chunk_id for p in s.presented if not p.replaces]
+        missing = sorted({i for i in ids if i not in kb_ids})
+        if missing:
+            problems.append(f"{s.qid}: {', '.join(missing)}")
+    if problems:
+        head = "; ".join(problems[:5]) + (f"; … {len(problems) - 5} more" if len(problems) > 5 else "")
+        raise RecordError(f"{len(problems)} scenario(s) name chunk ids not in the knowledge base: {head}")
+
+
+def poison(retrieved: list[Retrieved], scenario: Scenario) -> list[Retrieved]:
+    """Turn a clean retrieval list into the scenario's world: swap replaced chunks, drop removed.
+
+    Ranks are renumbered 1..n after removal; scores are kept.
+    """
+    swaps = {p.replaces: p for p in scenario.presented if p.replaces}
+    out: list[Retrieved] = []
+    for r in retrieved:
+        cid = r.chunk.chunk_id
+        if cid in scenario.removes:
+            continue
+        if cid in swaps:
+            p = swaps[cid]
+            chunk = replace(r.chunk, chunk_id=p.chunk_id, text=p.text, date=p.date)
+            r = replace(r, chunk=chunk)
+        out.append(replace(r, rank=len(out) + 1))
+    return out
+
+
+def presented_as_retrieved(scenario: Scenario) -> list[Retrieved]:
+    """The presented chunks as a ranked list (presented-context / oracle mode)."""
+    return [Retrieved(Chunk(p.chunk_id, p.source or p.chunk_id, p.source, p.text, 0, len(p.text),
+                            date=p.date), score=1.0, rank=i, stage="presented")
+            for i, p in enumerate(scenario.presented, 1)]
