@@ -73,7 +73,9 @@ class Trace:
     timings_s: tuple[tuple[str, float], ...] = ()  # (stage, seconds)
     # Fallback decisions (empty for the base RAGSystem).
     verdict: str | None = None
-    verdict_score: float | None = None
+    verdict_score: float | None = None  # probability of the chosen verdict
+    # Probability of each verdict label at the verdict position (for thresholds and ROC).
+    verdict_probs: tuple[tuple[str, float], ...] = ()
     route: str | None = None
     context_answer: str | None = None
     memory_answer: str | None = None
