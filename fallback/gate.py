@@ -1,0 +1,102 @@
+"""The calibrated self-knowledge gate: does the model's "memory" count?
+
+The memory-first LoRA sometimes "remembers" values for organisations it never learned (measured:
+37 % over-fallback on unknown facts). The gate reads P(" unknown") at the first token of the
+memory field of the SAME scored pass (fallback/verdict.py); above a threshold the memory counts
+as unknown and the reply is regenerated with the forced prefix `memory: unknown |`.
+
+The threshold is tuned on a DEV split only — a held-out dev phrasing of known facts (should keep
+their memory) plus never-learned organisations (should be rejected) — and saved next to the
+adapter as `gate.json`, so evaluation never sees test items while tuning.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Sequence
+
+from rag.config import ConfigError
+
+GATE_FILE = "gate.json"
+
+
+@dataclass(frozen=True)
+class GateCalibration:
+    """A tuned threshold on P(" unknown") and how it did on the dev split."""
+
+    threshold: float  # memory counts as unknown when P(" unknown") > threshold
+    rule: str  # how it was chosen ("youden" or "unknown_recall")
+    n_known: int
+    n_unseen: int
+    known_kept: float  # share of dev known-fact items whose memory is kept
+    unseen_rejected: float  # share of dev never-learned items gated to unknown
+    auroc: float  # P(" unknown") as a detector of never-learned items, on dev
+
+    def save(self, folder: str | Path) -> Path:
+        """Write `gate.json` into `folder` (normally the adapter's folder)."""
+        path = Path(folder) / GATE_FILE
+        path.write_text(json.dumps(asdict(self), indent=2) + "\n", encoding="utf-8")
+        return path
+
+
+def load_gate(folder: str | Path) -> GateCalibration:
+    """Read `gate.json` from `folder`; ConfigError when missing or malformed."""
+    path = Path(folder) / GATE_FILE
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        return GateCalibration(**data)
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: no gate calibration (run `lorarag calibrate` first)") from None
+    except (json.JSONDecodeError, TypeError) as exc:
+        raise ConfigError(f"{path}: malformed gate calibration ({exc})") from None
+
+
+def gate_fires(p_unknown: float | None, threshold: float) -> bool:
+    """True when the memory should count as unknown (None: no reading, the gate stays shut)."""
+    return p_unknown is not None and p_unknown > threshold
+
+
+def _auroc(neg: Sequence[float], pos: Sequence[float]) -> float:
+    """Mann–Whitney AUROC of `pos` scoring above `neg` (ties count one half)."""
+    if not neg or not pos:
+        return float("nan")
+    from scipy.stats import mannwhitneyu
+
+    return float(mannwhitneyu(pos, neg, alternative="two-sided").statistic) / (len(pos) * len(neg))
+
+
+def calibrate(p_known: Sequence[float], p_unseen: Sequence[float], *, rule: str = "youden",
+              target: float = 0.95) -> GateCalibration:
+    """Choose the threshold from dev P(" unknown") of known-fact items and never-learned items.
+
+    - `youden`: maximise known_kept + unseen_rejected − 1 (ties: the highest threshold, which
+      keeps more memories);
+    - `unknown_recall`: the highest threshold that still rejects ≥ `target` of never-learned items.
+    Candidate thresholds lie midway between consecutive distinct scores (plus both ends).
+    """
+    if not p_known or not p_unseen:
+        raise ValueError("gate calibration needs dev items of both known and never-learned facts")
+    known = [float(x) for x in p_known]
+    unseen = [float(x) for x in p_unseen]
+    values = sorted(set(known + unseen))
+    cands = [values[0] - 1e-6] + [(a + b) / 2 for a, b in zip(values, values[1:])] + [values[-1]]
+
+    def rates(t: float) -> tuple[float, float]:
+        kept = sum(x <= t for x in known) / len(known)
+        rejected = sum(x > t for x in unseen) / len(unseen)
+        return kept, rejected
+
+    if rule == "youden":
+        best = max(cands, key=lambda t: (sum(rates(t)), t))
+    elif rule == "unknown_recall":
+        ok = [t for t in cands if rates(t)[1] >= target]
+        best = max(ok) if ok else min(cands)
+    else:
+        raise ValueError(f"unknown gate rule {rule!r} (youden | unknown_recall)")
+    kept, rejected = rates(best)
+    auc = _auroc(known, unseen)
+    return GateCalibration(best, rule, len(known), len(unseen), kept, rejected,
+                           auc if not math.isnan(auc) else float("nan"))

@@ -1,0 +1,51 @@
+"""Routing policy: a pure function from the model's verdict to where the final answer comes from.
+
+Routes:
+- `context`: answer from the sources (the reply's `source` field);
+- `fallback`: answer from the LoRA's own knowledge (the reply's `memory` field);
+- `abstain`: no answer.
+
+Rules (thresholds come from `PolicyConfig`):
+1. invalid reply → `on_invalid` (default abstain): we cannot tell what the model meant.
+2. supported → context.
+3. conflicting / outdated: the detector score (1 − P(supported)) must reach `flag_threshold`,
+   else the doubt is too weak and the sources win. With a known memory → fallback; with no
+   memory (the gate said unknown) the sources are the only answer → `unknown_conflict`
+   (default context).
+4. irrelevant / insufficient: nothing usable in the sources → fallback if the memory is known,
+   else abstain.
+"""
+
+from __future__ import annotations
+
+from fallback.config import PolicyConfig
+
+ROUTES = ("context", "fallback", "abstain")
+_DOUBT = ("conflicting", "outdated")
+_EMPTY = ("irrelevant", "insufficient")
+
+
+def decide_route(verdict: str, flag_score: float, memory_known: bool, cfg: PolicyConfig) -> str:
+    """The route for one reply: `context`, `fallback` or `abstain` (pure, no side effects)."""
+    if verdict == "invalid":
+        return cfg.on_invalid
+    if verdict == "supported":
+        return "context"
+    if verdict in _DOUBT:
+        if not flag_score >= cfg.flag_threshold:  # NaN counts as no doubt
+            return "context"
+        return "fallback" if memory_known else cfg.unknown_conflict
+    if verdict in _EMPTY:
+        return "fallback" if memory_known else "abstain"
+    raise ValueError(f"unknown verdict {verdict!r}")
+
+
+def route_answer(route: str, memory: str, source: str) -> str:
+    """The final answer text for a route: the source value, the memory value, or ""."""
+    if route == "context":
+        return source
+    if route == "fallback":
+        return memory
+    if route == "abstain":
+        return ""
+    raise ValueError(f"unknown route {route!r}")

@@ -1,0 +1,74 @@
+"""Routing policy (pure) and the gate's threshold calibration, against hand-computed cases."""
+
+from __future__ import annotations
+
+import pytest
+from sklearn.metrics import roc_auc_score
+
+from fallback.config import PolicyConfig
+from fallback.gate import calibrate, gate_fires, load_gate
+from fallback.policy import decide_route, route_answer
+from rag.config import ConfigError
+
+CFG = PolicyConfig(flag_threshold=0.6)
+
+
+@pytest.mark.parametrize("verdict,score,known,route", [
+    ("supported", 0.9, True, "context"),
+    ("supported", 0.9, False, "context"),
+    ("conflicting", 0.7, True, "fallback"),
+    ("conflicting", 0.5, True, "context"),  # doubt below the threshold: sources win
+    ("outdated", 0.6, True, "fallback"),  # threshold is inclusive
+    ("outdated", 0.9, False, "context"),  # no memory to fall back on
+    ("conflicting", float("nan"), True, "context"),
+    ("irrelevant", 0.99, True, "fallback"),
+    ("insufficient", 0.99, False, "abstain"),
+    ("invalid", 0.0, True, "abstain"),
+])
+def test_routes(verdict, score, known, route):
+    assert decide_route(verdict, score, known, CFG) == route
+
+
+def test_config_changes_the_route():
+    cfg = PolicyConfig(flag_threshold=0.6, on_invalid="context", unknown_conflict="abstain")
+    assert decide_route("invalid", 0.0, True, cfg) == "context"
+    assert decide_route("outdated", 0.9, False, cfg) == "abstain"
+
+
+def test_unknown_verdict_raises():
+    with pytest.raises(ValueError):
+        decide_route("maybe", 0.5, True, CFG)
+
+
+def test_route_answer():
+    assert route_answer("context", "12", "9") == "9"
+    assert route_answer("fallback", "12", "9") == "12"
+    assert route_answer("abstain", "12", "9") == ""
+
+
+def test_gate_youden_threshold_hand_computed():
+    known = [0.01, 0.02, 0.05, 0.30]  # P(" unknown") on dev phrasings of known facts
+    unseen = [0.20, 0.60, 0.80, 0.90]  # on never-learned organisations
+    cal = calibrate(known, unseen, rule="youden")
+    # Between 0.05 and 0.20 (t=0.125): kept 3/4, rejected 4/4 -> J = 0.75; between 0.30 and 0.60
+    # (t=0.45): kept 4/4, rejected 3/4 -> J = 0.75; tie -> the higher threshold keeps more memory.
+    assert cal.threshold == pytest.approx(0.45)
+    assert (cal.known_kept, cal.unseen_rejected) == (1.0, 0.75)
+    assert cal.auroc == pytest.approx(roc_auc_score([0] * 4 + [1] * 4, known + unseen))
+
+
+def test_gate_unknown_recall_rule():
+    cal = calibrate([0.01, 0.02, 0.05, 0.30], [0.20, 0.60, 0.80, 0.90], rule="unknown_recall", target=1.0)
+    assert cal.threshold == pytest.approx(0.125) and cal.unseen_rejected == 1.0 and cal.known_kept == 0.75
+
+
+def test_gate_fires_and_round_trip(tmp_path):
+    cal = calibrate([0.1], [0.9])
+    assert gate_fires(0.95, cal.threshold) and not gate_fires(0.05, cal.threshold)
+    assert not gate_fires(None, cal.threshold)
+    cal.save(tmp_path)
+    assert load_gate(tmp_path) == cal
+    with pytest.raises(ConfigError, match="gate.json"):
+        load_gate(tmp_path / "nope")
+    with pytest.raises(ValueError):
+        calibrate([], [0.5])
