@@ -1,0 +1,307 @@
+"""One batch-first `Generator` interface over three chat-LM backends, chosen by `kind:`.
+
+- `transformers`: local model, peft LoRA adapters loaded on the base and chosen per request
+  (adapter=None runs the base with the adapters disabled).
+- `vllm`: offline `LLM` engine; adapters through `LoRARequest`.
+- `openai`: any OpenAI-compatible server (vLLM `--enable-lora --lora-modules name=path`,
+  `swift deploy`, Ollama `/v1`); the adapter is chosen by sending its served name as `model`.
+
+Every kind renders the chat template with `chat_template_kwargs` (default enable_thinking=False),
+decodes greedily when temperature is 0, and reports generated tokens as the decoded text of each
+token id, without the final stop token. `prefixes[i]` forces the reply to start with that text:
+local kinds append it to the rendered prompt; `openai` sends it as a final assistant message with
+vLLM's `continue_final_message=True, add_generation_prompt=False` (vLLM servers only; with the real
+Qwen3 template that renders the same empty think block before the prefix).
+
+Prompts longer than `max_model_len - max_new_tokens` tokens are cut by `rag.prompt.fit_sources`
+(whole sources from the end first) with a logged warning and `Generation.truncated_prompt=True`.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Callable, Protocol
+
+from rag.config import ConfigError, GeneratorConfig
+from rag.prompt import fit_sources
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Message:
+    """One chat turn."""
+
+    role: str  # "system" | "user" | "assistant"
+    content: str
+
+
+@dataclass(frozen=True)
+class Generation:
+    """One completion with per-token details."""
+
+    text: str  # decoded completion (without the prefix)
+    tokens: tuple[str, ...] = ()  # generated tokens, decoded one by one
+    logprobs: tuple[float, ...] = ()  # logprob of each generated token
+    top_logprobs: tuple[tuple[tuple[str, float], ...], ...] = ()  # per position: top-k, desc
+    finish_reason: str = ""  # "stop" | "length"
+    truncated_prompt: bool = False
+    prompt: str = ""  # the prompt actually sent (after truncation), for traces
+
+
+class Generator(Protocol):
+    """A batch-first chat generator."""
+
+    def generate(self, conversations: list[list[Message]], *, adapter: str | None = None,
+                 max_new_tokens: int | None = None, top_logprobs: int = 0,
+                 prefixes: list[str] | None = None) -> list[Generation]: ...
+
+    def close(self) -> None: ...
+
+
+class UnknownAdapterError(ConfigError):
+    """An adapter name that the generator config does not declare."""
+
+
+def _check_args(cfg: GeneratorConfig, conversations: list[list[Message]], adapter: str | None,
+                prefixes: list[str] | None) -> list[str]:
+    if adapter is not None and adapter not in cfg.adapters:
+        raise UnknownAdapterError(f"generator: unknown adapter {adapter!r} "
+                                  f"(declared: {sorted(cfg.adapters) or 'none'})")
+    if prefixes is not None and len(prefixes) != len(conversations):
+        raise ValueError(f"{len(prefixes)} prefixes for {len(conversations)} conversations")
+    return prefixes if prefixes is not None else [""] * len(conversations)
+
+
+def fit_conversation(conv: list[Message], fits: Callable[[list[Message]], bool],
+                     where: str) -> tuple[list[Message], bool]:
+    """Truncate the last user turn's sources block until `fits`; warn when anything was cut."""
+    last = max((i for i, m in enumerate(conv) if m.role == "user"), default=None)
+    if last is None:
+        if not fits(conv):
+            raise ConfigError(f"{where}: prompt exceeds max_model_len and has no user turn to cut")
+        return conv, False
+
+    def swap(text: str) -> list[Message]:
+        return [*conv[:last], Message("user", text), *conv[last + 1:]]
+
+    text, cut = fit_sources(conv[last].content, lambda t: fits(swap(t)))
+    if cut:
+        log.warning("%s: prompt longer than max_model_len; sources cut from the end "
+                    "(%d -> %d chars of user turn)", where, len(conv[last].content), len(text))
+    return swap(text), cut
+
+
+class _LocalTemplate:
+    """Chat-template rendering, token counting and truncation shared by the local kinds."""
+
+    cfg: GeneratorConfig
+    tokenizer: object
+
+    def _encode(self, conv: list[Message], prefix: str, max_new: int) -> tuple[list[int], str, bool]:
+        budget = self.cfg.max_model_len - max_new
+
+        def render(c: list[Message]) -> str:
+            msgs = [{"role": m.role, "content": m.content} for m in c]
+            return self.tokenizer.apply_chat_template(
+                msgs, tokenize=False, add_generation_prompt=True,
+                **self.cfg.chat_template_kwargs) + prefix
+
+        def fits(c: list[Message]) -> bool:
+            return len(self.tokenizer.encode(render(c), add_special_tokens=False)) <= budget
+
+        conv, cut = fit_conversation(conv, fits, f"generator {self.cfg.model}")
+        text = render(conv)
+        return self.tokenizer.encode(text, add_special_tokens=False), text, cut
+
+    def _token_strs(self, ids: list[int]) -> tuple[str, ...]:
+        return tuple(self.tokenizer.decode([i]) for i in ids)
+
+    def _strip_stop(self, ids: list[int]) -> tuple[list[int], str]:
+        """Drop padding and the final stop token; the finish reason."""
+        stop = set(self._stop_ids)
+        for n, i in enumerate(ids):
+            if i in stop:
+                return ids[:n], "stop"
+        return ids, "length"
+
+
+class TransformersGenerator(_LocalTemplate):
+    """Local transformers model; peft adapters chosen per request."""
+
+    def __init__(self, cfg: GeneratorConfig) -> None:
+        import torch
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        self.cfg = cfg
+        self.torch = torch
+        self.tokenizer = AutoTokenizer.from_pretrained(cfg.model)
+        self.tokenizer.padding_side = "left"
+        model = AutoModelForCausalLM.from_pretrained(cfg.model, dtype=getattr(torch, cfg.dtype))
+        if cfg.adapters:
+            from peft import PeftModel
+
+            (first, path), *rest = cfg.adapters.items()
+            model = PeftModel.from_pretrained(model, path, adapter_name=first)
+            for name, p in rest:
+                model.load_adapter(p, adapter_name=name)
+        self.model = model.to(cfg.device).eval()
+        eos = self.model.generation_config.eos_token_id
+        eos = [eos] if isinstance(eos, int) else list(eos or [])
+        self._stop_ids = [*eos, self.tokenizer.eos_token_id]
+        self._pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else eos[0]
+
+    def generate(self, conversations: list[list[Message]], *, adapter: str | None = None,
+                 max_new_tokens: int | None = None, top_logprobs: int = 0,
+                 prefixes: list[str] | None = None) -> list[Generation]:
+        """Generate one completion per conversation, in batches of `cfg.batch_size`."""
+        prefixes = _check_args(self.cfg, conversations, adapter, prefixes)
+        max_new = max_new_tokens or self.cfg.max_new_tokens
+        encoded = [self._encode(c, p, max_new) for c, p in zip(conversations, prefixes)]
+        out: list[Generation] = []
+        for s in range(0, len(encoded), self.cfg.batch_size):
+            out.extend(self._batch(encoded[s: s + self.cfg.batch_size], adapter, max_new, top_logprobs))
+        return out
+
+    def _batch(self, encoded, adapter, max_new, k) -> list[Generation]:
+        import contextlib
+
+        torch = self.torch
+        width = max(len(ids) for ids, _, _ in encoded)
+        ids = torch.full((len(encoded), width), self._pad, dtype=torch.long)
+        mask = torch.zeros_like(ids)
+        for r, (seq, _, _) in enumerate(encoded):  # left padding
+            ids[r, width - len(seq):] = torch.tensor(seq)
+            mask[r, width - len(seq):] = 1
+        sample = self.cfg.temperature > 0
+        if hasattr(self.model, "disable_adapter"):
+            if adapter is None:
+                ctx = self.model.disable_adapter()
+            else:
+                self.model.set_adapter(adapter)
+                ctx = contextlib.nullcontext()
+        else:
+            ctx = contextlib.nullcontext()
+        with ctx, torch.inference_mode():
+            res = self.model.generate(
+                input_ids=ids.to(self.cfg.device), attention_mask=mask.to(self.cfg.device),
+                max_new_tokens=max_new, do_sample=sample,
+                temperature=self.cfg.temperature if sample else None, top_p=None, top_k=None,
+                eos_token_id=self._stop_ids, pad_token_id=self._pad,
+                return_dict_in_generate=True, output_logits=True)
+        # logits: tuple over steps of (batch, vocab) raw scores -> log-probabilities in fp32.
+        logp = torch.stack(res.logits, dim=1).float().log_softmax(-1).cpu()  # (B, steps, V)
+        gens = []
+        for r, (_, text, cut) in enumerate(encoded):
+            new = res.sequences[r, width:].tolist()
+            kept, reason = self._strip_stop(new)
+            lp = tuple(float(logp[r, t, i]) for t, i in enumerate(kept))
+            tops: tuple = ()
+            if k:
+                vals, idx = logp[r, : len(kept)].topk(k, dim=-1)
+                tops = tuple(tuple((self.tokenizer.decode([int(i)]), float(v))
+                                   for v, i in zip(vs, ix)) for vs, ix in zip(vals, idx))
+            gens.append(Generation(
+                text=self.tokenizer.decode(kept, skip_special_tokens=True),
+                tokens=self._token_strs(kept), logprobs=lp, top_logprobs=tops,
+                finish_reason=reason, truncated_prompt=cut, prompt=text))
+        return gens
+
+    def close(self) -> None:
+        """Free the model."""
+        self.model = None
+
+
+class VLLMGenerator(_LocalTemplate):
+    """Offline vLLM engine; LoRA adapters through LoRARequest."""
+
+    def __init__(self, cfg: GeneratorConfig) -> None:
+        from vllm import LLM
+
+        self.cfg = cfg
+        args = dict(model=cfg.model, dtype=cfg.dtype, max_model_len=cfg.max_model_len,
+                    max_num_seqs=cfg.batch_size, gpu_memory_utilization=cfg.gpu_memory_utilization,
+                    max_logprobs=20)
+        if cfg.device == "cpu":
+            args.pop("gpu_memory_utilization")
+            args["enforce_eager"] = True
+        if cfg.adapters:
+            args.update(enable_lora=True, max_lora_rank=cfg.max_lora_rank, max_loras=len(cfg.adapters))
+        args.update(cfg.extra_engine_args)
+        self.llm = LLM(**args)
+        self.tokenizer = self.llm.get_tokenizer()
+        eos = self.tokenizer.eos_token_id
+        gen_eos = self.llm.llm_engine.model_config.hf_config.eos_token_id
+        self._stop_ids = [eos, *([gen_eos] if isinstance(gen_eos, int) else (gen_eos or []))]
+        self._lora = {}
+        for n, (name, path) in enumerate(cfg.adapters.items(), 1):
+            from vllm.lora.request import LoRARequest
+
+            self._lora[name] = LoRARequest(name, n, path)
+
+    def generate(self, conversations: list[list[Message]], *, adapter: str | None = None,
+                 max_new_tokens: int | None = None, top_logprobs: int = 0,
+                 prefixes: list[str] | None = None) -> list[Generation]:
+        """One engine call for the whole batch (vLLM schedules it continuously)."""
+        from vllm import SamplingParams
+        from vllm.inputs import TokensPrompt
+
+        prefixes = _check_args(self.cfg, conversations, adapter, prefixes)
+        max_new = max_new_tokens or self.cfg.max_new_tokens
+        encoded = [self._encode(c, p, max_new) for c, p in zip(conversations, prefixes)]
+        params = SamplingParams(temperature=self.cfg.temperature, max_tokens=max_new,
+                                logprobs=max(top_logprobs, 1), stop_token_ids=self._stop_ids,
+                                skip_special_tokens=True)
+        outs = self.llm.generate([TokensPrompt(prompt_token_ids=ids) for ids, _, _ in encoded],
+                                 params, use_tqdm=False,
+                                 lora_request=self._lora.get(adapter) if adapter else None)
+        gens = []
+        for out, (_, text, cut) in zip(outs, encoded):
+            o = out.outputs[0]
+            kept, reason = self._strip_stop(list(o.token_ids))
+            steps = (o.logprobs or [])[: len(kept)]
+            lp = tuple(float(step[i].logprob) for step, i in zip(steps, kept))
+            tops: tuple = ()
+            if top_logprobs:
+                tops = tuple(
+                    tuple((self.tokenizer.decode([i]), float(v.logprob)) for i, v in sorted(
+                        step.items(), key=lambda kv: -kv[1].logprob)[:top_logprobs])
+                    for step in steps)
+            gens.append(Generation(
+                text=self.tokenizer.decode(kept, skip_special_tokens=True),
+                tokens=self._token_strs(kept), logprobs=lp, top_logprobs=tops,
+                finish_reason=reason if o.finish_reason != "length" else "length",
+                truncated_prompt=cut, prompt=text))
+        return gens
+
+    def close(self) -> None:
+        """Shut the engine down and free its memory."""
+        import gc
+
+        llm, self.llm = self.llm, None
+        if llm is not None:
+            engine = getattr(llm, "llm_engine", None)
+            core = getattr(engine, "engine_core", None)
+            if core is not None and hasattr(core, "shutdown"):
+                core.shutdown()
+            del llm
+            gc.collect()
+
+
+def _openai(cfg: GeneratorConfig) -> Generator:
+    from rag.generate_openai import OpenAIGenerator  # its own module: HTTP details
+
+    return OpenAIGenerator(cfg)
+
+
+GENERATORS: dict[str, Callable[[GeneratorConfig], Generator]] = {
+    "transformers": TransformersGenerator,
+    "vllm": VLLMGenerator,
+    "openai": _openai,
+}
+
+
+def build_generator(cfg: GeneratorConfig) -> Generator:
+    """The generator for `cfg.kind` (registry lookup; heavy imports happen in its __init__)."""
+    return GENERATORS[cfg.kind](cfg)
