@@ -1,0 +1,377 @@
+"""The index directory: chunks.jsonl + bm25s index + FAISS index + manifest.json.
+
+Layout of `IndexConfig.dir`:
+    manifest.json      IndexManifest (corpus hash, chunker params, tokenizer, embedder, versions)
+    chunks.jsonl       one Chunk per line; row i is BM25 document i and FAISS vector i
+    ingest-report.json files left out of the corpus and why
+    bm25/              bm25s.BM25.save() output
+    dense.faiss        faiss.write_index() output (always a CPU index)
+
+Writes are atomic: everything is built in a hidden sibling folder which replaces the old
+index by rename once complete, so an interrupted build leaves the previous index (or none),
+never a half-written one. Loading checks the manifest against the config: another embedder,
+dimension or tokenizer is a one-line `IndexMismatch`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import shutil
+import time
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+
+import numpy as np
+
+from rag.chunk import make_chunker
+from rag.config import (BM25Config, ChunkerConfig, ConfigError, CorpusConfig, DenseIndexConfig,
+                        EmbedderConfig, IndexConfig)
+from rag.ingest import IngestError, IngestReport, ingest
+from rag.records import Chunk, Document, from_dict, read_jsonl, to_dict, write_jsonl
+from rag.textsplit import tokenize
+
+log = logging.getLogger(__name__)
+
+FORMAT_VERSION = 1
+
+
+class IndexMismatch(ConfigError):
+    """An index that is missing, incomplete, or built with other settings than the config's."""
+
+
+@dataclass(frozen=True)
+class IndexManifest:
+    """What an index was built from and with; checked on load."""
+
+    format_version: int
+    corpus_hash: str  # sha256 over sorted (doc_id, sha256(text))
+    n_documents: int
+    n_chunks: int
+    n_skipped_files: int
+    chunker: tuple[tuple[str, str], ...]  # sorted (param, JSON value)
+    bm25_tokenizer: str | None
+    bm25_k1: float | None
+    bm25_b: float | None
+    dense_kind: str | None
+    embedder_kind: str | None
+    embedder_model: str | None
+    embedder_query_instruction: str | None
+    dimension: int | None
+    versions: tuple[tuple[str, str], ...]
+    build_seconds: float = 0.0
+
+
+def corpus_hash(docs: list[Document] | tuple[Document, ...]) -> str:
+    """Order-independent hash of the parsed corpus (ids and texts)."""
+    h = hashlib.sha256()
+    for doc_id, text_hash in sorted((d.doc_id, hashlib.sha256(d.text.encode()).hexdigest())
+                                    for d in docs):
+        h.update(f"{doc_id}\0{text_hash}\n".encode())
+    return h.hexdigest()
+
+
+def _versions() -> tuple[tuple[str, str], ...]:
+    out = []
+    for pkg in ("lorarag", "bm25s", "faiss-cpu", "faiss-gpu-cu12", "torch", "transformers"):
+        try:
+            out.append((pkg, metadata.version(pkg)))
+        except metadata.PackageNotFoundError:
+            continue
+    return tuple(out)
+
+
+# ---------------------------------------------------------------------------------------
+# BM25 (bm25s) and FAISS parts
+# ---------------------------------------------------------------------------------------
+
+
+def top_k(scores: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Indices and values of the k best scores, ties broken by lower index (deterministic)."""
+    n = scores.shape[0]
+    k = min(k, n)
+    if k <= 0:
+        return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.float32)
+    if k < n:
+        part = np.argpartition(-scores, k - 1)[:k]
+        cand = np.flatnonzero(scores >= scores[part].min())  # all ties at the boundary
+    else:
+        cand = np.arange(n)
+    order = cand[np.lexsort((cand, -scores[cand]))][:k]
+    return order, scores[order]
+
+
+class BM25Part:
+    """A bm25s index plus the tokenizer it was built with."""
+
+    def __init__(self, model, cfg: BM25Config) -> None:
+        self.model = model
+        self.cfg = cfg
+
+    @classmethod
+    def build(cls, texts: list[str], cfg: BM25Config) -> "BM25Part":
+        """Tokenise and index `texts` (row i = chunk i)."""
+        import bm25s
+
+        model = bm25s.BM25(k1=cfg.k1, b=cfg.b)
+        model.index(tokenize(texts, cfg.tokenizer), show_progress=False)
+        return cls(model, cfg)
+
+    def save(self, folder: Path) -> None:
+        self.model.save(str(folder), show_progress=False)
+
+    @classmethod
+    def load(cls, folder: Path, cfg: BM25Config) -> "BM25Part":
+        import bm25s
+
+        return cls(bm25s.BM25.load(str(folder), show_progress=False), cfg)
+
+    def search(self, queries: list[str], depth: int) -> list[tuple[np.ndarray, np.ndarray]]:
+        """Per query: (chunk rows, scores) of the best `depth` chunks with a positive score."""
+        out = []
+        for toks in tokenize(queries, self.cfg.tokenizer):
+            known = [t for t in toks if t in self.model.vocab_dict]
+            if not known:
+                out.append((np.empty(0, dtype=np.int64), np.empty(0, dtype=np.float32)))
+                continue
+            idx, val = top_k(self.model.get_scores(known), depth)
+            keep = val > 0  # no shared term: not a match
+            out.append((idx[keep], val[keep]))
+        return out
+
+
+def _gpu_wanted(cfg: DenseIndexConfig):
+    import faiss
+
+    has_gpu = hasattr(faiss, "StandardGpuResources") and faiss.get_num_gpus() > 0
+    if cfg.gpu == "always" and not has_gpu:
+        raise ConfigError("index.dense.gpu=always but faiss-gpu or a GPU is missing")
+    return has_gpu and cfg.gpu != "never" and cfg.kind != "hnsw"  # no GPU HNSW in FAISS
+
+
+class DensePart:
+    """A FAISS inner-product index over unit vectors (cosine)."""
+
+    def __init__(self, index, cfg: DenseIndexConfig) -> None:
+        self.cfg = cfg
+        self.dimension = index.d
+        self.cpu_index = index  # what is saved
+        self.index = index  # what is searched: a GPU copy when available
+        self._configure(index)
+        if _gpu_wanted(cfg):
+            import faiss
+
+            self._res = faiss.StandardGpuResources()
+            self.index = faiss.index_cpu_to_gpu(self._res, 0, index)
+
+    def _configure(self, index) -> None:
+        import faiss
+
+        if self.cfg.kind == "hnsw":
+            index.hnsw.efSearch = self.cfg.hnsw_ef_search
+        elif self.cfg.kind == "ivf":
+            faiss.extract_index_ivf(index).nprobe = self.cfg.ivf_nprobe
+
+    @classmethod
+    def build(cls, vectors: np.ndarray, cfg: DenseIndexConfig) -> "DensePart":
+        """Index float32 [n, d] unit vectors with the FAISS kind of `cfg`."""
+        import faiss
+
+        n, d = vectors.shape
+        vectors = np.ascontiguousarray(vectors, dtype=np.float32)
+        if cfg.kind == "flat":
+            index = faiss.IndexFlatIP(d)
+        elif cfg.kind == "hnsw":
+            index = faiss.IndexHNSWFlat(d, cfg.hnsw_m, faiss.METRIC_INNER_PRODUCT)
+        else:
+            nlist = max(1, min(cfg.ivf_nlist, n // 39 or 1))  # FAISS wants >= 39 points per list
+            if nlist != cfg.ivf_nlist:
+                log.warning("ivf_nlist %d -> %d for %d vectors", cfg.ivf_nlist, nlist, n)
+            index = faiss.IndexIVFFlat(faiss.IndexFlatIP(d), d, nlist, faiss.METRIC_INNER_PRODUCT)
+            index.train(vectors)
+        index.add(vectors)
+        return cls(index, cfg)
+
+    def save(self, path: Path) -> None:
+        import faiss
+
+        faiss.write_index(self.cpu_index, str(path))
+
+    @classmethod
+    def load(cls, path: Path, cfg: DenseIndexConfig) -> "DensePart":
+        import faiss
+
+        return cls(faiss.read_index(str(path)), cfg)
+
+    def search(self, vectors: np.ndarray, depth: int) -> list[tuple[np.ndarray, np.ndarray]]:
+        """Per query vector: (chunk rows, cosine scores), best first, ties by lower row."""
+        depth = min(depth, self.index.ntotal)
+        scores, ids = self.index.search(np.ascontiguousarray(vectors, dtype=np.float32), depth)
+        out = []
+        for s, i in zip(scores, ids):
+            keep = i >= 0  # HNSW/IVF may return fewer than depth
+            s, i = s[keep], i[keep].astype(np.int64)
+            order = np.lexsort((i, -s))
+            out.append((i[order], s[order]))
+        return out
+
+
+# ---------------------------------------------------------------------------------------
+# The index directory
+# ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Index:
+    """A loaded index: chunks (row order), manifest, and its BM25 and/or dense parts."""
+
+    manifest: IndexManifest
+    chunks: tuple[Chunk, ...]
+    bm25: BM25Part | None
+    dense: DensePart | None
+
+
+def build_from_chunks(chunks: list[Chunk], index_cfg: IndexConfig, *, embedder=None,
+                      embedder_cfg: EmbedderConfig | None = None, chash: str = "",
+                      n_documents: int = 0, chunker_params: dict | None = None,
+                      report: IngestReport | None = None) -> IndexManifest:
+    """Write an index of `chunks` to `index_cfg.dir` atomically; return its manifest."""
+    if not chunks:
+        raise IngestError("nothing to index: no chunks")
+    if index_cfg.dense is not None and embedder is None:
+        raise ConfigError("index.dense needs an embedder")
+    t0 = time.perf_counter()
+    final = Path(index_cfg.dir)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = final.with_name(f".{final.name}.building-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    try:
+        write_jsonl(tmp / "chunks.jsonl", chunks)
+        texts = [c.text for c in chunks]
+        if index_cfg.bm25 is not None:
+            BM25Part.build(texts, index_cfg.bm25).save(tmp / "bm25")
+        dim = None
+        if index_cfg.dense is not None:
+            vectors = _embed_with_progress(embedder, texts)
+            dim = int(vectors.shape[1])
+            DensePart.build(vectors, index_cfg.dense).save(tmp / "dense.faiss")
+        problems = [to_dict(p) for p in report.problems] if report else []
+        (tmp / "ingest-report.json").write_text(
+            json.dumps({"problems": problems}, ensure_ascii=False, indent=1), encoding="utf-8")
+        bm, ec = index_cfg.bm25, embedder_cfg if index_cfg.dense is not None else None
+        manifest = IndexManifest(
+            format_version=FORMAT_VERSION, corpus_hash=chash, n_documents=n_documents,
+            n_chunks=len(chunks), n_skipped_files=len(problems),
+            chunker=tuple(sorted((k, json.dumps(v)) for k, v in (chunker_params or {}).items())),
+            bm25_tokenizer=bm.tokenizer if bm else None, bm25_k1=bm.k1 if bm else None,
+            bm25_b=bm.b if bm else None,
+            dense_kind=index_cfg.dense.kind if index_cfg.dense else None,
+            embedder_kind=ec.kind if ec else None, embedder_model=ec.model if ec else None,
+            embedder_query_instruction=ec.query_instruction if ec else None, dimension=dim,
+            versions=_versions(), build_seconds=round(time.perf_counter() - t0, 3))
+        # The manifest is written last: a folder without it is never loaded.
+        (tmp / "manifest.json").write_text(json.dumps(to_dict(manifest), ensure_ascii=False,
+                                                      indent=1), encoding="utf-8")
+        old = final.with_name(f".{final.name}.old-{os.getpid()}")
+        if final.exists():
+            final.rename(old)
+        tmp.rename(final)
+        shutil.rmtree(old, ignore_errors=True)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return manifest
+
+
+def _embed_with_progress(embedder, texts: list[str]) -> np.ndarray:
+    """Embed documents in slices of a few batches, with a progress bar."""
+    from tqdm import tqdm
+
+    step = max(1, embedder.cfg.batch_size * 8)
+    parts = [embedder.embed_documents(texts[i:i + step])
+             for i in tqdm(range(0, len(texts), step), desc="embedding", unit="slice",
+                           disable=len(texts) <= step)]
+    return np.concatenate(parts)
+
+
+def build_index(corpus_cfg: CorpusConfig, chunker_cfg: ChunkerConfig, index_cfg: IndexConfig,
+                embedder_cfg: EmbedderConfig | None = None, *, report: IngestReport | None = None,
+                embedder=None) -> IndexManifest:
+    """Ingest (unless `report` is given), chunk, and write the index; return its manifest."""
+    report = report if report is not None else ingest(corpus_cfg)
+    if not report.documents:
+        raise IngestError(f"nothing could be indexed: {report.summary()}")
+    if index_cfg.dense is not None and embedder is None:
+        if embedder_cfg is None:
+            raise ConfigError("index.dense needs an `embedder` config")
+        from rag.embed import make_embedder
+
+        embedder = make_embedder(embedder_cfg)
+    chunker = make_chunker(chunker_cfg)
+    chunks = chunker.chunk_all(report.documents)
+    return build_from_chunks(chunks, index_cfg, embedder=embedder, embedder_cfg=embedder_cfg,
+                             chash=corpus_hash(report.documents),
+                             n_documents=len(report.documents), chunker_params=chunker.params,
+                             report=report)
+
+
+def read_manifest(folder: str | Path) -> IndexManifest:
+    """The manifest of an index folder; IndexMismatch if there is no complete index."""
+    path = Path(folder) / "manifest.json"
+    if not path.exists():
+        raise IndexMismatch(f"no index at {folder} (run `lorarag index <config>` first)")
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as exc:
+        raise IndexMismatch(f"{path}: unreadable manifest ({exc})") from None
+    manifest = from_dict(IndexManifest, data)
+    if manifest.format_version != FORMAT_VERSION:
+        raise IndexMismatch(f"{folder}: index format {manifest.format_version}, this code reads "
+                            f"{FORMAT_VERSION}; rebuild with `lorarag index`")
+    return manifest
+
+
+def check_compatible(m: IndexManifest, index_cfg: IndexConfig,
+                     embedder_cfg: EmbedderConfig | None, where: str) -> None:
+    """IndexMismatch (one line) if the config asks for something the index was not built with."""
+    hint = "; rebuild with `lorarag index <config>`"
+    bm = index_cfg.bm25
+    if bm is not None:
+        if m.bm25_tokenizer is None:
+            raise IndexMismatch(f"{where}: index has no BM25 part{hint}")
+        if (bm.tokenizer, bm.k1, bm.b) != (m.bm25_tokenizer, m.bm25_k1, m.bm25_b):
+            raise IndexMismatch(f"{where}: BM25 built with tokenizer={m.bm25_tokenizer} k1={m.bm25_k1}"
+                                f" b={m.bm25_b}, config says tokenizer={bm.tokenizer} k1={bm.k1} "
+                                f"b={bm.b}{hint}")
+    if index_cfg.dense is not None:
+        if m.dimension is None:
+            raise IndexMismatch(f"{where}: index has no dense part{hint}")
+        if embedder_cfg is None:
+            raise IndexMismatch(f"{where}: the dense index needs the embedder it was built with "
+                                f"({m.embedder_kind}:{m.embedder_model}, dim {m.dimension})")
+        if (embedder_cfg.kind, embedder_cfg.model) != (m.embedder_kind, m.embedder_model):
+            raise IndexMismatch(f"{where}: built with embedder {m.embedder_kind}:{m.embedder_model} "
+                                f"(dim {m.dimension}), config says {embedder_cfg.kind}:"
+                                f"{embedder_cfg.model}{hint}")
+
+
+def open_index(index_cfg: IndexConfig, embedder_cfg: EmbedderConfig | None = None) -> Index:
+    """Load the index folder of `index_cfg`, checked against the config."""
+    folder = Path(index_cfg.dir)
+    manifest = read_manifest(folder)
+    check_compatible(manifest, index_cfg, embedder_cfg, str(folder))
+    chunks = tuple(read_jsonl(folder / "chunks.jsonl", Chunk))
+    if len(chunks) != manifest.n_chunks:
+        raise IndexMismatch(f"{folder}: {len(chunks)} chunks, manifest says {manifest.n_chunks}")
+    bm25 = BM25Part.load(folder / "bm25", index_cfg.bm25) if index_cfg.bm25 else None
+    dense = None
+    if index_cfg.dense is not None:
+        dense = DensePart.load(folder / "dense.faiss", index_cfg.dense)
+        if dense.index.ntotal != len(chunks) or dense.dimension != manifest.dimension:
+            raise IndexMismatch(f"{folder}: FAISS index has {dense.index.ntotal} x {dense.dimension}"
+                                f" vectors, manifest says {len(chunks)} x {manifest.dimension}")
+    return Index(manifest, chunks, bm25, dense)
+
