@@ -1,9 +1,133 @@
-"""`lorarag` subcommands of the rag package (heavy imports stay inside the commands)."""
+"""`lorarag` subcommands of the rag package (heavy imports stay inside the commands).
+
+    lorarag index CONFIG [--strict]             ingest, chunk, write the index; print the ingest report
+    lorarag search "QUESTION" --config CONFIG   ranked chunks + last-retrieval.json trace
+    lorarag bench retrieval                     Recall/MRR/nDCG on lecoqa and piaf-fr vs a bigram BM25
+    lorarag bench speed                         index build and query speed vs re-fitting TF-IDF per query
+"""
 
 from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Optional
 
 import typer
 
 
+def _load(config: Path):
+    from rag.config import RAGConfig, load_config
+
+    return load_config(config, RAGConfig)
+
+
+def _print_report(report) -> None:
+    for p in report.problems:
+        typer.echo(f"left out  {p.source}: {p.reason}")
+    typer.echo(report.summary())
+
+
+def _build(cfg, strict: bool = False):
+    """Ingest, print the report, build the index; return the manifest."""
+    from rag.index import build_index
+    from rag.ingest import ingest
+
+    corpus = cfg.corpus.model_copy(update={"strict": True}) if strict else cfg.corpus
+    report = ingest(corpus)
+    _print_report(report)
+    return build_index(corpus, cfg.chunker, cfg.index, cfg.embedder, report=report)
+
+
+def index_cmd(config: Path = typer.Argument(..., help="RAG config YAML (configs/rag/*.yaml)"),
+              strict: bool = typer.Option(False, "--strict", help="fail on any bad file")) -> None:
+    """Ingest the corpus, chunk it and write the BM25/FAISS index with its manifest."""
+    cfg = _load(config)
+    m = _build(cfg, strict)
+    parts = [p for p, on in (("bm25", m.bm25_tokenizer), ("dense", m.dimension)) if on]
+    typer.echo(f"indexed {m.n_chunks} chunks from {m.n_documents} document(s) "
+               f"[{'+'.join(parts)}] in {m.build_seconds:.2f}s -> {cfg.index.dir}")
+
+
+def search_cmd(
+    question: str = typer.Argument(..., help="the question to search for"),
+    config: Path = typer.Option(..., "--config", "-c", help="RAG config YAML"),
+    k: Optional[int] = typer.Option(None, "--k", "-k", help="results (default: retrieval.top_k)"),
+    mode: Optional[str] = typer.Option(None, help="bm25 | dense | hybrid (default: config)"),
+    as_json: bool = typer.Option(False, "--json", help="print the trace as JSON"),
+    trace: Optional[Path] = typer.Option(None, help="trace path (default: INDEX_DIR/last-retrieval.json)"),
+) -> None:
+    """Print the chunks ranked for QUESTION and write the retrieval trace JSON."""
+    from lorarag.cli import UserError
+    from rag.index import read_manifest
+    from rag.records import to_dict
+    from rag.retrieve import load_retriever
+
+    cfg = _load(config)
+    if not question.strip():
+        raise UserError("empty question")
+    retrieval = cfg.retrieval
+    if mode is not None:
+        if mode not in ("bm25", "dense", "hybrid"):
+            raise UserError(f"--mode must be bm25, dense or hybrid, not {mode!r}")
+        retrieval = retrieval.model_copy(update={"mode": mode})
+    k = k or retrieval.top_k
+    if not (Path(cfg.index.dir) / "manifest.json").exists():
+        typer.echo(f"no index at {cfg.index.dir}: building it (same as `lorarag index {config}`)",
+                   err=True)
+        _build(cfg)
+    manifest = read_manifest(cfg.index.dir)
+    hits = load_retriever(cfg.index, retrieval, cfg.embedder).retrieve([question], k)[0]
+    sources = list(dict.fromkeys(h.chunk.source for h in hits))
+    record = {"question": question, "mode": retrieval.mode, "k": k, "index": cfg.index.dir,
+              "corpus_hash": manifest.corpus_hash,
+              "results": [to_dict(h) for h in hits], "scores": [h.score for h in hits],
+              "sources": sources}
+    path = trace or Path(cfg.index.dir) / "last-retrieval.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(record, ensure_ascii=False, indent=1), encoding="utf-8")
+    if as_json:
+        typer.echo(json.dumps(record, ensure_ascii=False, indent=1))
+        return
+    if not hits:
+        typer.echo("no chunk shares a term with the question")
+    for h in hits:
+        c = h.chunk
+        where = c.source + (f" p.{c.page}" if c.page else "") + f" [{c.start}:{c.end}]"
+        typer.echo(f"#{h.rank}  score {h.score:.4f}  {where}  id {c.chunk_id}")
+        if c.heading_path:
+            typer.echo("    " + " > ".join(c.heading_path))
+        typer.echo("    " + c.text[:300].replace("\n", " ") + ("…" if len(c.text) > 300 else ""))
+    typer.echo(f"trace: {path}", err=True)
+
+
+def bench_retrieval_cmd(
+    data_root: Path = typer.Option(Path("../shared/data"), help="folder holding lecoqa/ and piaf-fr/"),
+    datasets: str = typer.Option("lecoqa,piaf-fr", help="comma-separated BEIR folders"),
+    split: str = typer.Option("test", help="qrels split"),
+    out: Path = typer.Option(Path("runs/bench/retrieval.json"), help="results JSON"),
+) -> None:
+    """Recall@5/10, MRR@10, nDCG@10 of our BM25 beside a plain character-bigram BM25."""
+    from bench.retrieval import run
+
+    run(data_root, [d.strip() for d in datasets.split(",") if d.strip()], split, out)
+
+
+def bench_speed_cmd(
+    n_chunks: int = typer.Option(100_000, help="generated chunks"),
+    n_queries: int = typer.Option(1000, help="queries timed for BM25 and FAISS"),
+    baseline_queries: int = typer.Option(3, help="queries timed for the re-fit-TF-IDF baseline"),
+    dim: int = typer.Option(384, help="vector dimension for FAISS"),
+    out: Path = typer.Option(Path("runs/bench/speed.json"), help="results JSON"),
+) -> None:
+    """Index build time and queries/s vs re-reading the corpus and re-fitting TF-IDF per query."""
+    from bench.speed import run
+
+    run(n_chunks, n_queries, baseline_queries, dim, out)
+
+
 def register(app: typer.Typer, bench_app: typer.Typer) -> None:
     """Add this package's commands to the main app and to `lorarag bench`."""
+    app.command("index")(index_cmd)
+    app.command("search")(search_cmd)
+    bench_app.command("retrieval")(bench_retrieval_cmd)
+    bench_app.command("speed")(bench_speed_cmd)

@@ -116,6 +116,7 @@ class BM25Part:
         """Tokenise and index `texts` (row i = chunk i)."""
         import bm25s
 
+        logging.getLogger("bm25s").setLevel(logging.WARNING)  # it logs every build at DEBUG
         model = bm25s.BM25(k1=cfg.k1, b=cfg.b)
         model.index(tokenize(texts, cfg.tokenizer), show_progress=False)
         return cls(model, cfg)
