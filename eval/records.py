@@ -1,0 +1,149 @@
+"""The evaluation record: one `ItemResult` per (system, scenario item), and its JSONL form.
+
+Built by exactly one function, `item_result(system, scenario, answer, closed_book_answer)`,
+from the Scenario (what was asked and what is true), the system's Answer (what it said and its
+Trace) and the same model's closed-book answer (for the ClashEval-style bias metrics). Every
+metric in `eval/` is a pure function over lists of these records.
+
+Chunk ids: retrieval is judged against `target_ids` = the scenario's `relevant_ids` still present
+in its world (not in `removes`) plus any presented chunk that *replaces* a relevant chunk (the
+perturbed copy of the gold chunk in a factual_error/outdated world sits where the gold chunk
+would be, so finding it is a retrieval success; judging it is the detector's job).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable, Mapping
+
+from rag.records import Answer, RecordError, read_jsonl, write_jsonl
+
+ROUTES = ("context", "fallback", "abstain")
+# Scenario types whose presented context asserts a wrong or no answer.
+FLAWED_SCENARIOS = ("factual_error", "outdated", "irrelevant", "unanswerable")
+WRONG_VALUE_SCENARIOS = ("factual_error", "outdated")  # context asserts a wrong value
+
+
+@dataclass(frozen=True)
+class ItemResult:
+    """What one system did on one scenario item, with everything the metrics need."""
+
+    system: str
+    qid: str
+    fact_id: str
+    scenario: str  # one of fallback.scenarios.SCENARIO_TYPES
+    knowledge: str  # "known" | "unknown"
+    language: str
+    question: str
+    gold_answers: tuple[str, ...]  # empty: unanswerable
+    context_answer: str | None  # the value the presented context asserts (None: none)
+    relevant_ids: tuple[str, ...]  # KB chunk ids holding the true, current answer
+    target_ids: tuple[str, ...]  # ids that count as relevant for retrieval (see module doc)
+    retrieved_ids: tuple[str, ...]  # before rerank (top-N), rank order
+    final_ids: tuple[str, ...]  # given to the model (top-k), rank order; [S i] = final_ids[i-1]
+    final_texts: tuple[str, ...]  # texts of final_ids (for citations, judging, RAGAS export)
+    answer: str
+    abstained: bool
+    cited: tuple[str, ...]  # source labels like "S1"
+    bad_citations: tuple[str, ...]  # labels cited that were not given
+    verdict: str | None  # detector verdict (None: system has no detector)
+    verdict_score: float | None  # probability of that verdict
+    flag_score: float | None  # 1 - P(supported): probability the context is flawed
+    route: str | None  # "context" | "fallback" | "abstain" | None (no routing)
+    context_answer_model: str | None  # the model's answer read from the context
+    memory_answer: str | None  # the model's answer from its own knowledge
+    closed_book_answer: str | None  # same model, no context (ClashEval prior)
+    latency_s: float | None
+    phrasing: int = 0
+    source_set: str = "demo"
+
+    @property
+    def answerable(self) -> bool:
+        """True when the item has a gold answer (everything but `unanswerable`)."""
+        return bool(self.gold_answers)
+
+
+def _flag_score(probs: tuple[tuple[str, float], ...]) -> float | None:
+    """1 - P(supported) from the verdict distribution; None when there is none."""
+    if not probs:
+        return None
+    d = dict(probs)
+    if "supported" not in d:
+        raise RecordError("verdict_probs has no 'supported' label: cannot derive flag_score")
+    return float(min(1.0, max(0.0, 1.0 - d["supported"])))
+
+
+def item_result(system: str, scenario, answer: Answer, closed_book_answer: str | None = None,
+                *, latency_s: float | None = None) -> ItemResult:
+    """Build the ItemResult of one (Scenario, Answer, closed-book answer) triple.
+
+    `latency_s` defaults to the sum of the trace's stage timings.
+    """
+    tr = answer.trace
+    retrieved = tuple(r.chunk.chunk_id for r in tr.retrieved) if tr else ()
+    final_chunks = (tr.reranked or tr.retrieved) if tr else ()
+    final_ids = tuple(r.chunk.chunk_id for r in final_chunks)
+    final_texts = tuple(r.chunk.text for r in final_chunks)
+    removed = set(scenario.removes)
+    rel = set(scenario.relevant_ids)
+    targets = [c for c in scenario.relevant_ids if c not in removed]
+    targets += [p.chunk_id for p in scenario.presented if p.replaces in rel and p.chunk_id not in targets]
+    if latency_s is None and tr is not None and tr.timings_s:
+        latency_s = float(sum(t for _, t in tr.timings_s))
+    route = tr.route if tr else None
+    if route is not None and route not in ROUTES:
+        raise RecordError(f"{scenario.qid}: unknown route {route!r} (expected one of {', '.join(ROUTES)})")
+    return ItemResult(
+        system=system, qid=scenario.qid, fact_id=scenario.fact_id, scenario=scenario.scenario,
+        knowledge=scenario.knowledge, language=scenario.language, question=scenario.question,
+        gold_answers=tuple(scenario.gold_answers), context_answer=scenario.context_answer,
+        relevant_ids=tuple(scenario.relevant_ids), target_ids=tuple(targets),
+        retrieved_ids=retrieved, final_ids=final_ids, final_texts=final_texts,
+        answer=answer.text, abstained=bool(answer.abstained or route == "abstain"),
+        cited=tuple(answer.cited), bad_citations=tuple(answer.bad_citations),
+        verdict=tr.verdict if tr else None, verdict_score=tr.verdict_score if tr else None,
+        flag_score=_flag_score(tr.verdict_probs) if tr else None, route=route,
+        context_answer_model=tr.context_answer if tr else None,
+        memory_answer=tr.memory_answer if tr else None,
+        closed_book_answer=closed_book_answer, latency_s=latency_s,
+        phrasing=scenario.phrasing, source_set=scenario.source_set,
+    )
+
+
+RESULTS_FILE = "results.jsonl"
+
+
+def results_path(run: str | Path) -> Path:
+    """`run/results.jsonl` for a run directory, or the path itself for a .jsonl file."""
+    p = Path(run)
+    return p if p.suffix == ".jsonl" else p / RESULTS_FILE
+
+
+def load_results(run: str | Path) -> list[ItemResult]:
+    """Read a run's results (a run dir or a results .jsonl); a torn last line is ignored."""
+    path = results_path(run)
+    if not path.exists():
+        raise FileNotFoundError(f"{path}: no results file")
+    return read_jsonl(path, ItemResult, tolerate_torn_tail=True)
+
+
+def save_results(path: str | Path, items: Iterable[ItemResult]) -> int:
+    """Write results atomically (for fixtures and exports; the runner appends instead)."""
+    return write_jsonl(path, items)
+
+
+def closed_book_map(items: Iterable[ItemResult]) -> dict[str, str]:
+    """qid -> answer of a closed-book run, plus question -> answer for items asked elsewhere."""
+    out: dict[str, str] = {}
+    for r in items:
+        out[r.qid] = r.answer
+        out.setdefault("q:" + r.question, r.answer)
+    return out
+
+
+def lookup_closed_book(cb: Mapping[str, str] | None, qid: str, question: str) -> str | None:
+    """The closed-book answer for an item: by qid, else by identical question text."""
+    if not cb:
+        return None
+    return cb.get(qid, cb.get("q:" + question))
