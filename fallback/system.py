@@ -1,0 +1,125 @@
+"""AdvancedRAGSystem: retrieve → rerank → LoRA scored pass → gate → policy → final answer.
+
+The LoRA reads the question and the numbered sources and replies
+`memory: … | source: … | verdict: … | answer: …` (fallback/format.py). One scored pass (forced
+prefix `memory:`, top logprobs at every position) gives the verdict distribution and P(" unknown")
+at the memory position. If the calibrated gate says the memory is not real knowledge, the reply is
+regenerated from `memory: unknown |`. The routing policy (a pure function) then picks the source
+value, the memory value or abstention. Every decision lands in the Trace.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, replace
+from typing import Any, Sequence
+
+from fallback.config import FallbackConfig
+from fallback.format import SYSTEM_RAG, SourceText, is_unknown, rag_user_turn
+from fallback.gate import gate_fires
+from fallback.policy import decide_route, route_answer
+from fallback.verdict import Verdict, forced_unknown_prefix, memory_prefix, read_verdict
+from rag.records import Answer, Retrieved, Trace
+
+log = logging.getLogger(__name__)
+
+Context = tuple[tuple[Retrieved, ...], tuple[Retrieved, ...]]  # (top-N retrieved, top-k reranked)
+
+
+@dataclass(frozen=True)
+class Judgement:
+    """The detector's output for one question, after the gate."""
+
+    verdict: Verdict  # final reply's verdict (after a gated regeneration, if any)
+    gated: bool  # True when the gate forced `memory: unknown`
+    first_memory: str  # the memory the model stated before the gate
+    prompt: str
+
+
+def conversation(question: str, sources: Sequence[Retrieved], system: str = SYSTEM_RAG) -> list[Any]:
+    """The LoRA's chat turns for a question and its final sources (same as the SFT data)."""
+    from rag.generate import Message
+
+    texts = [SourceText(r.chunk.text, r.chunk.date) for r in sources]
+    return [Message("system", system), Message("user", rag_user_turn(question, texts))]
+
+
+class Detector:
+    """The scored verdict pass plus the self-knowledge gate, batched."""
+
+    def __init__(self, generator: Any, first_tokens: dict[str, str], cfg: FallbackConfig,
+                 gate_threshold: float | None, *, system_prompt: str = SYSTEM_RAG) -> None:
+        self.generator = generator
+        self.system_prompt = system_prompt
+        self.first_tokens = first_tokens
+        self.cfg = cfg
+        self.gate_threshold = gate_threshold if cfg.gate.enabled else None
+        self.invalid = 0  # replies that did not parse, counted over the detector's lifetime
+
+    def _pass(self, convs: list[list[Any]], prefix: str) -> list[tuple[Verdict, str]]:
+        d = self.cfg.detector
+        gens = self.generator.generate(convs, adapter=d.adapter, max_new_tokens=d.max_new_tokens,
+                                       top_logprobs=d.top_logprobs, prefixes=[prefix] * len(convs))
+        return [(read_verdict(g, self.first_tokens, prefix=prefix), g.prompt) for g in gens]
+
+    def judge(self, questions: Sequence[str], sources: Sequence[Sequence[Retrieved]]) -> list[Judgement]:
+        """One scored pass for every question; a gated second pass only where the gate fires."""
+        convs = [conversation(q, s, self.system_prompt) for q, s in zip(questions, sources)]
+        first = self._pass(convs, memory_prefix())
+        redo = [i for i, (v, _) in enumerate(first)
+                if self.gate_threshold is not None and gate_fires(v.p_unknown, self.gate_threshold)
+                and not (v.valid and is_unknown(v.memory))]
+        second = dict(zip(redo, self._pass([convs[i] for i in redo], forced_unknown_prefix()))) if redo else {}
+        out = []
+        for i, (v, prompt) in enumerate(first):
+            final = v
+            if i in second:
+                # keep the first pass's gate reading on the regenerated verdict
+                final = replace(second[i][0], p_unknown=v.p_unknown)
+            self.invalid += not final.valid
+            out.append(Judgement(final, i in second, v.memory, prompt))
+        return out
+
+
+def _answer(question: str, ctx: Context, j: Judgement, cfg: FallbackConfig, seconds: float) -> Answer:
+    """Apply the policy to one judgement and record every decision in the Trace."""
+    v = j.verdict
+    memory_known = v.valid and not is_unknown(v.memory)
+    route = decide_route(v.label, v.flag_score, memory_known, cfg.policy)
+    source_value = v.source if not is_unknown(v.source) else v.answer
+    text = route_answer(route, v.memory, source_value)
+    notes = [f"p_unknown={v.p_unknown:.4f}" if v.p_unknown is not None else "p_unknown=none"]
+    if j.gated:
+        notes.append(f"gate: memory {j.first_memory!r} -> unknown")
+    if not v.valid:
+        notes.append("invalid reply")
+    trace = Trace(question=question, retrieved=tuple(ctx[0]), reranked=tuple(ctx[1]), prompt=j.prompt,
+                  raw_output=v.raw, timings_s=(("detect", seconds),), verdict=v.label,
+                  verdict_score=v.score, verdict_probs=v.probs, route=route,
+                  context_answer=source_value if v.valid else None,
+                  memory_answer=v.memory if memory_known else None, notes=tuple(notes))
+    sources = tuple(dict.fromkeys(r.chunk.source for r in (ctx[1] or ctx[0])))
+    return Answer(question=question, text=text, sources=sources if route == "context" else (),
+                  abstained=route == "abstain", trace=trace)
+
+
+class AdvancedRAGSystem:
+    """RAGSystem (injected) for retrieval; the LoRA detector, gate and policy for the answer."""
+
+    def __init__(self, rag: Any, detector: Detector, cfg: FallbackConfig) -> None:
+        self.rag = rag
+        self.detector = detector
+        self.cfg = cfg
+
+    def answer(self, questions: list[str]) -> list[Answer]:
+        """Retrieve and rerank with the wrapped RAGSystem, then judge and route."""
+        return self.answer_with_context(questions, self.rag.retrieve(questions))
+
+    def answer_with_context(self, questions: Sequence[str], contexts: Sequence[Context]) -> list[Answer]:
+        """Judge each question against its given (retrieved, reranked) context and route."""
+        t0 = time.perf_counter()
+        final = [c[1] or c[0] for c in contexts]
+        judged = self.detector.judge(questions, final)
+        per = (time.perf_counter() - t0) / max(len(questions), 1)
+        return [_answer(q, c, j, self.cfg, per) for q, c, j in zip(questions, contexts, judged)]

@@ -1,0 +1,154 @@
+"""Scenario systems for evaluation: each a config `kind:` in a small registry.
+
+Every system has a `name` and `answer_scenarios(items: list[Scenario]) -> list[Answer]`, the
+interface of `eval.runner.run_eval`. The context a system sees per scenario is either
+- `retrieved`: retrieve from the clean KB index, then `poison` the list into the scenario's world
+  (the perturbed copy takes the gold chunk's rank, removed chunks drop out), or
+- `presented`: the scenario's presented chunks as they are.
+
+Kinds: `lora_rag` (AdvancedRAGSystem), `base_rag` (plain grounded RAG, no detection),
+`prompted_detection` (the base model asked for the same verdict format, no LoRA), `closed_book`
+(base or LoRA, no retrieval) and `oracle` (the gold chunk only, answered by the base RAG prompt).
+Components (generator, retrieval, tokenizer) are built once by `Components` and injected.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Callable, Literal, Sequence
+
+from fallback.config import FallbackConfig
+from fallback.format import SYSTEM_CLOSED_BOOK, SYSTEM_RAG, closed_book_user_turn
+from fallback.scenarios import Scenario, poison, presented_as_retrieved
+from fallback.system import AdvancedRAGSystem, Context, Detector
+from rag.config import Strict
+from rag.records import Answer, Chunk, Retrieved, Trace
+
+log = logging.getLogger(__name__)
+
+# The prompted-detection baseline gets the format spelled out (the LoRA learned it from data).
+PROMPTED_SYSTEM = (SYSTEM_RAG + " Reply in exactly one line of this form: memory: <what you remember, "
+                   "or unknown> | source: <what the sources say, or none> | verdict: <supported, "
+                   "conflicting, outdated, irrelevant or insufficient> | answer: <your final answer>")
+
+
+class SystemConfig(Strict):
+    """One evaluated system."""
+
+    name: str
+    kind: Literal["lora_rag", "base_rag", "prompted_detection", "closed_book", "oracle"]
+    context: Literal["retrieved", "presented"] = "retrieved"
+    adapter: str | None = None  # closed_book: None = base model, "lora" = the trained adapter
+    max_new_tokens: int = 24  # base_rag / closed_book / oracle answers
+
+
+class ScenarioContexts:
+    """Turns scenarios into (retrieved, reranked) contexts: poisoned retrieval or presented chunks."""
+
+    def __init__(self, retrieve: Callable[[list[str]], list[Context]] | None, top_k: int,
+                 kb: dict[str, Chunk]) -> None:
+        self.retrieve = retrieve
+        self.top_k = top_k
+        self.kb = kb
+
+    def contexts(self, items: Sequence[Scenario], mode: str) -> list[Context]:
+        """The context of each scenario in `mode` (`retrieved` or `presented`)."""
+        if mode == "presented":
+            return [((), tuple(presented_as_retrieved(s))) for s in items]
+        if self.retrieve is None:
+            raise ValueError("retrieved-context mode needs a retriever (rag section of the run config)")
+        out = []
+        for s, (ret, rer) in zip(items, self.retrieve([s.question for s in items])):
+            ret_p = tuple(poison(list(ret), s))
+            # Without a reranker the final sources are the poisoned top-k of the top-N candidates, so
+            # a removed chunk is replaced by the next candidate rather than leaving a hole.
+            final = tuple(poison(list(rer), s)) if rer else ret_p[: self.top_k]
+            out.append((ret_p, final))
+        return out
+
+    def oracle(self, items: Sequence[Scenario]) -> list[Context]:
+        """The gold (current, true) chunk(s) only, from the clean KB."""
+        out = []
+        for s in items:
+            gold = [self.kb[c] for c in s.relevant_ids if c in self.kb]
+            out.append(((), tuple(Retrieved(c, 1.0, i, "oracle") for i, c in enumerate(gold, 1))))
+        return out
+
+
+class LoRARAG:
+    """AdvancedRAGSystem on scenario contexts."""
+
+    def __init__(self, name: str, system: AdvancedRAGSystem, ctx: ScenarioContexts, mode: str) -> None:
+        self.name, self.system, self.ctx, self.mode = name, system, ctx, mode
+
+    def answer_scenarios(self, items: list[Scenario]) -> list[Answer]:
+        """Judge and route each scenario's context."""
+        return self.system.answer_with_context([s.question for s in items], self.ctx.contexts(items, self.mode))
+
+
+class BaseRAG:
+    """The plain grounded RAG prompt (no detection) on scenario or oracle contexts."""
+
+    def __init__(self, name: str, rag: Any, ctx: ScenarioContexts, mode: str) -> None:
+        self.name, self.rag, self.ctx, self.mode = name, rag, ctx, mode
+
+    def answer_scenarios(self, items: list[Scenario]) -> list[Answer]:
+        """Answer from the context, as the base RAGSystem does."""
+        ctxs = self.ctx.oracle(items) if self.mode == "oracle" else self.ctx.contexts(items, self.mode)
+        return self.rag.answer_with_context([s.question for s in items], ctxs)
+
+
+class ClosedBook:
+    """The model alone: no sources."""
+
+    def __init__(self, name: str, generator: Any, adapter: str | None, max_new_tokens: int) -> None:
+        self.name, self.generator, self.adapter, self.max_new = name, generator, adapter, max_new_tokens
+
+    def answer_scenarios(self, items: list[Scenario]) -> list[Answer]:
+        """One closed-book generation per distinct question (scenarios share questions)."""
+        from rag.generate import Message
+
+        questions = list(dict.fromkeys(s.question for s in items))
+        convs = [[Message("system", SYSTEM_CLOSED_BOOK), Message("user", closed_book_user_turn(q))]
+                 for q in questions]
+        gens = self.generator.generate(convs, adapter=self.adapter, max_new_tokens=self.max_new)
+        by_q = {q: g for q, g in zip(questions, gens)}
+        return [Answer(question=s.question, text=by_q[s.question].text.strip(),
+                       trace=Trace(question=s.question, prompt=by_q[s.question].prompt,
+                                   raw_output=by_q[s.question].text))
+                for s in items]
+
+
+def build_system(cfg: SystemConfig, parts: Any) -> Any:
+    """The scenario system for `cfg.kind`, from shared, already-built components (`parts`)."""
+    return SYSTEMS[cfg.kind](cfg, parts)
+
+
+def _lora_rag(cfg: SystemConfig, parts: Any) -> LoRARAG:
+    det = Detector(parts.generator, parts.first_tokens, parts.fallback, parts.gate_threshold)
+    return LoRARAG(cfg.name, AdvancedRAGSystem(parts.rag, det, parts.fallback), parts.contexts, cfg.context)
+
+
+def _prompted(cfg: SystemConfig, parts: Any) -> LoRARAG:
+    fb: FallbackConfig = parts.fallback
+    # Same format and policy, base model, no gate (there is no calibrated threshold for the base).
+    fb = fb.model_copy(update={"detector": fb.detector.model_copy(update={"adapter": None}),
+                               "gate": fb.gate.model_copy(update={"enabled": False})})
+    det = Detector(parts.generator, parts.first_tokens, fb, None, system_prompt=PROMPTED_SYSTEM)
+    return LoRARAG(cfg.name, AdvancedRAGSystem(parts.rag, det, fb), parts.contexts, cfg.context)
+
+
+SYSTEMS: dict[str, Callable[[SystemConfig, Any], Any]] = {
+    "lora_rag": _lora_rag,
+    "prompted_detection": _prompted,
+    "base_rag": lambda cfg, p: BaseRAG(cfg.name, p.rag, p.contexts, cfg.context),
+    "oracle": lambda cfg, p: BaseRAG(cfg.name, p.rag, p.contexts, "oracle"),
+    "closed_book": lambda cfg, p: ClosedBook(cfg.name, p.generator, cfg.adapter, cfg.max_new_tokens),
+}
+
+
+def with_adapter_name(gen_cfg: Any, adapter_path: str, name: str = "lora") -> Any:
+    """The generator config with the trained adapter declared under `name`."""
+    return gen_cfg.model_copy(update={"adapters": {**gen_cfg.adapters, name: adapter_path}})
+
+
