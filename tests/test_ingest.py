@@ -1,0 +1,124 @@
+"""Ingest: every reader on small generated files, each bad input reported, real regulation text."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from rag.config import CorpusConfig
+from rag.ingest import IngestError, ingest
+
+from .conftest import shared_data
+
+
+def make_pdf(pages: list[str]) -> bytes:
+    """A minimal valid PDF (Helvetica text, one line per page), xref offsets computed."""
+    n = len(pages)
+    objs = ["<< /Type /Catalog /Pages 2 0 R >>",
+            "<< /Type /Pages /Kids [" + " ".join(f"{3 + 2 * i} 0 R" for i in range(n))
+            + f"] /Count {n} >>"]
+    font_id = 3 + 2 * n
+    for i, text in enumerate(pages):
+        stream = f"BT /F1 12 Tf 72 720 Td ({text}) Tj ET"
+        objs.append(f"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents {4 + 2 * i} 0 R"
+                    f" /Resources << /Font << /F1 {font_id} 0 R >> >> >>")
+        objs.append(f"<< /Length {len(stream)} >>\nstream\n{stream}\nendstream")
+    objs.append("<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>")
+    out = b"%PDF-1.4\n"
+    offsets = []
+    for i, body in enumerate(objs, 1):
+        offsets.append(len(out))
+        out += f"{i} 0 obj\n{body}\nendobj\n".encode("latin-1")
+    xref = len(out)
+    out += f"xref\n0 {len(objs) + 1}\n0000000000 65535 f \n".encode()
+    out += b"".join(f"{o:010d} 00000 n \n".encode() for o in offsets)
+    out += f"trailer\n<< /Size {len(objs) + 1} /Root 1 0 R >>\nstartxref\n{xref}\n%%EOF\n".encode()
+    return out
+
+
+@pytest.fixture()
+def corpus(tmp_path: Path) -> Path:
+    """A folder with one good file per reader and one of each bad input."""
+    root = tmp_path / "kb"
+    (root / "sub" / "deeper").mkdir(parents=True)
+    (root / "a.md").write_text("# Titre\n\n## Section\n\nL'élève été à Lyon.\n", encoding="utf-8")
+    (root / "sub" / "b.txt").write_text("机动车所有人应当申请注册登记。\n", encoding="utf-8")
+    (root / "sub" / "deeper" / "c.pdf").write_bytes(make_pdf(["Hello page one", "Second page text"]))
+    import docx
+
+    d = docx.Document()
+    d.add_heading("Company profile", level=2)
+    d.add_paragraph("The headquarters are in Berlin.")
+    d.save(str(root / "d.docx"))
+    (root / "e.html").write_text(
+        "<html><head><title>t</title></head><body><nav>Menu Home About</nav><article><h1>News</h1>"
+        "<p>The company reported a net profit of 12.5 million dollars in 2023, its best year since"
+        " it was founded in 1998 in a small garage in Berlin by two engineers.</p><p>Alice Martin, the"
+        " chief executive, said the new factory would open in the spring of next year.</p></article>"
+        "<footer>Copyright</footer></body></html>", encoding="utf-8")
+    # Bad inputs, one each.
+    (root / "broken.pdf").write_bytes(b"%PDF-1.4\n1 0 obj garbage that is not a pdf\n")
+    (root / "empty.md").write_bytes(b"")
+    (root / "blank.txt").write_bytes(b"  \n\n \n")
+    (root / "image.md").write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR" + bytes(range(256)))
+    (root / "latin1.txt").write_bytes("café crème".encode("latin-1"))
+    (root / "table.xlsx").write_bytes(b"PK\x03\x04 not supported")
+    os.symlink(root / "missing-target.md", root / "dangling.md")
+    (root / ".hidden.md").write_text("never indexed", encoding="utf-8")
+    return root
+
+
+def test_each_reader_and_each_bad_input(corpus: Path) -> None:
+    report = ingest(CorpusConfig(paths=[str(corpus)]))
+    docs = {d.doc_id: d for d in report.documents}
+    assert set(docs) == {"a.md", "sub/b.txt", "sub/deeper/c.pdf", "d.docx", "e.html"}
+    assert "L'élève été à Lyon." in docs["a.md"].text
+    assert docs["sub/b.txt"].text.startswith("机动车所有人")
+    pdf = docs["sub/deeper/c.pdf"]
+    assert "Hello page one" in pdf.text and "Second page text" in pdf.text
+    # Page 2 starts where its text starts.
+    assert len(pdf.page_offsets) == 2 and pdf.page_offsets[0] == 0
+    assert pdf.text[pdf.page_offsets[1]:].startswith("Second page text")
+    assert docs["d.docx"].text == "## Company profile\n\nThe headquarters are in Berlin."
+    html = docs["e.html"].text
+    assert "net profit of 12.5 million" in html and "Menu Home About" not in html
+
+    reasons = {p.source: p.reason for p in report.problems}
+    assert set(reasons) == {"broken.pdf", "empty.md", "blank.txt", "image.md", "latin1.txt",
+                            "table.xlsx", "dangling.md"}
+    assert reasons["broken.pdf"].startswith("corrupt PDF")
+    assert reasons["empty.md"] == "empty file" and reasons["blank.txt"] == "empty file"
+    assert reasons["image.md"].startswith("binary data")
+    assert reasons["latin1.txt"] == "invalid UTF-8 at byte 3"  # 'é' is 0xE9 in latin-1
+    assert reasons["table.xlsx"] == "unsupported extension '.xlsx'"
+    assert reasons["dangling.md"].startswith("unreadable")
+    assert all("\n" not in r for r in reasons.values())
+
+
+def test_strict_and_missing_path(corpus: Path, tmp_path: Path) -> None:
+    with pytest.raises(IngestError, match="strict ingest: 7 bad file"):
+        ingest(CorpusConfig(paths=[str(corpus)], strict=True))
+    with pytest.raises(IngestError, match="does not exist"):
+        ingest(CorpusConfig(paths=[str(tmp_path / "nope")]))
+
+
+def test_ids_do_not_depend_on_where_the_corpus_lives(corpus: Path, tmp_path: Path) -> None:
+    import shutil
+
+    other = tmp_path / "elsewhere" / "copy"
+    shutil.copytree(corpus, other, symlinks=True)
+    a = ingest(CorpusConfig(paths=[str(corpus)]))
+    b = ingest(CorpusConfig(paths=[str(other)]))
+    assert a.documents == b.documents
+
+
+def test_real_regulation() -> None:
+    root = shared_data("traffic-law")
+    report = ingest(CorpusConfig(paths=[str(root)]))
+    assert report.problems == ()
+    assert len(report.documents) == len(list(root.glob("*.md")))
+    reg = {d.doc_id: d for d in report.documents}[
+        "road-traffic-safety-law-implementing-regulations-2017.md"]
+    assert "第五条 初次申领机动车号牌、行驶证的，应当向机动车所有人住所地的公安机关交通管理部门申请注册登记。" in reg.text
