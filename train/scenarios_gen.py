@@ -1,0 +1,298 @@
+"""Build Scenario records from the demo world and from any corpus + QA set. Deterministic by seed.
+
+Scenario types (fallback/scenarios.py):
+- consistent: the gold chunk as it is;
+- factual_error: the gold chunk with its answer span replaced by a plausible value of the same
+  type (numbers keep their format, years stay years, names/places come from the same pool), in
+  the manner of Longpre et al.'s entity substitution, so it looks exactly like a real chunk;
+- outdated: an older dated statement (a KB archive chunk); in the demo world part of them carry
+  no date at all (the gold chunk stating the older value), so only knowledge can flag them;
+- irrelevant: hard distractors from a BM25 index over the KB (high score, no answer);
+- unanswerable: a question answered nowhere, with its best-scoring chunks.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from dataclasses import dataclass
+from typing import Callable, Iterable, Sequence
+
+from fallback.scenarios import PresentedChunk, Scenario
+from rag.records import Chunk, RecordError
+from train.world import DEV_PHRASING, TEST_PHRASING, TRAIN_PHRASINGS, VALUE_MAKERS, Fact, World
+
+# Which phrasings each split uses (see train/world.py).
+SPLIT_PHRASINGS = {"train": TRAIN_PHRASINGS, "dev": (DEV_PHRASING,), "test": (TEST_PHRASING,)}
+
+
+class PerturbationError(RecordError):
+    """The answer span cannot be found or substituted in the gold text."""
+
+
+Searcher = Callable[[list[str], int], list[list[str]]]  # queries, depth -> ranked chunk ids
+
+
+def bm25_searcher(chunks: Sequence[Chunk]) -> Searcher:
+    """A BM25 searcher over `chunks` (rag.index.BM25Part, auto tokenizer: CJK bigrams)."""
+    from rag.config import BM25Config
+    from rag.index import BM25Part
+
+    part = BM25Part.build([c.text for c in chunks], BM25Config())
+    ids = [c.chunk_id for c in chunks]
+
+    def search(queries: list[str], depth: int) -> list[list[str]]:
+        return [[ids[int(i)] for i in rows] for rows, _ in part.search(queries, depth)]
+
+    return search
+
+
+# ---------------------------------------------------------------------------------------
+# Type-preserving substitution of an answer span (any corpus).
+# ---------------------------------------------------------------------------------------
+_YEAR = re.compile(r"^(1[5-9]|20)\d\d$")
+_NUMBER = re.compile(r"\d+(?:[.,]\d+)*")
+_CJK = re.compile(r"[\u4e00-\u9fff]")
+
+
+def answer_type(answer: str) -> str:
+    """Coarse type of an answer string: year, number, cjk, entity (capitalised), or text."""
+    a = answer.strip()
+    if _YEAR.match(a):
+        return "year"
+    if _NUMBER.search(a) and len(_NUMBER.sub("", a).strip()) <= max(6, len(a) // 2):
+        return "number"
+    if _CJK.search(a):
+        return "cjk"
+    if a[:1].isupper():
+        return "entity"
+    return "text"
+
+
+def _new_number(num: str, rng: random.Random) -> str:
+    """A different number with the same format (digit count, separators, decimals)."""
+    for _ in range(50):
+        out = []
+        for i, ch in enumerate(num):
+            if ch.isdigit():
+                lo = 1 if i == 0 else 0
+                out.append(str(rng.randint(lo, 9)))
+            else:
+                out.append(ch)
+        new = "".join(out)
+        if new != num:
+            return new
+    raise PerturbationError(f"cannot find another number like {num!r}")
+
+
+def substitute_value(answer: str, rng: random.Random, pool: Sequence[str] = ()) -> str:
+    """A plausible different value of the same type: years ±1–30, numbers re-drawn in the same
+    format, names/places drawn from `pool` (other answers of the same type and language)."""
+    kind = answer_type(answer)
+    if kind == "year":
+        for _ in range(50):
+            y = int(answer) + rng.choice([-1, 1]) * rng.randint(1, 30)
+            if y != int(answer) and y <= 2025:
+                return str(y)
+    if kind in ("year", "number"):
+        m = list(_NUMBER.finditer(answer))
+        span = max(m, key=lambda x: len(x.group()))
+        return answer[:span.start()] + _new_number(span.group(), rng) + answer[span.end():]
+    same = sorted({p for p in pool if p != answer and answer_type(p) == kind
+                   and p.lower() not in answer.lower() and answer.lower() not in p.lower()})
+    if not same:
+        raise PerturbationError(f"no substitute of type {kind} for {answer!r} in the pool")
+    return rng.choice(same)
+
+
+def replace_span(text: str, answer: str, new: str) -> str:
+    """Replace every occurrence of `answer` in `text` (case-insensitive); error if absent."""
+    pat = re.compile(re.escape(answer), re.IGNORECASE)
+    if not pat.search(text):
+        raise PerturbationError(f"answer {answer!r} not found in the gold text")
+    return pat.sub(lambda _: new, text)
+
+
+def _distractors(question: str, search: Searcher, exclude: set[str], answers: Iterable[str],
+                 by_id: dict[str, Chunk], k: int) -> list[Chunk]:
+    """The k best-scoring chunks that are not excluded and contain no gold answer."""
+    ans = [a.lower() for a in answers if a]
+    out = []
+    for cid in search([question], k + len(exclude) + 20)[0]:
+        c = by_id[cid]
+        if cid in exclude or any(a in c.text.lower() for a in ans):
+            continue
+        out.append(c)
+        if len(out) == k:
+            break
+    return out
+
+
+def _pc(c: Chunk) -> PresentedChunk:
+    return PresentedChunk(c.chunk_id, c.text, c.source, c.date)
+
+
+# ---------------------------------------------------------------------------------------
+# The demo world.
+# ---------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class WorldIndex:
+    """KB chunks of a world with the fact -> chunk maps that scenarios need."""
+
+    chunks: tuple[Chunk, ...]
+    gold: dict[str, str]  # fact_id -> chunk id stating the current value
+    archive: dict[tuple[str, str], str]  # (fact_id, year) -> chunk id of the dated older value
+    search: Searcher
+
+
+def index_world(world: World, chunks: Sequence[Chunk] | None = None, search: Searcher | None = None,
+                groups: Sequence[str] | None = None) -> WorldIndex:
+    """Locate each statement in `chunks` (default: the world's paragraph chunks, any chunker works).
+
+    With `groups`, only those organisations' documents and facts are indexed: training data
+    built on it can never show an unknown organisation, not even as a distractor.
+    """
+    chunks = list(chunks if chunks is not None else world.chunks())
+    facts = world.facts
+    if groups is not None:
+        orgs = {f.org_id for f in world.facts if f.group in groups}
+        chunks = [c for c in chunks if c.doc_id.split("/")[1] in orgs]
+        facts = tuple(f for f in facts if f.group in groups)
+
+    def find(stmt: str) -> str:
+        hits = [c.chunk_id for c in chunks if stmt in c.text]
+        if not hits:
+            raise RecordError(f"statement not found in any chunk: {stmt[:60]!r}")
+        return hits[0]
+
+    gold = {f.fact_id: find(f.statement()) for f in facts}
+    archive = {(f.fact_id, y): find(f.archive_statement(v, y)) for f in facts for v, y in f.history}
+    return WorldIndex(tuple(chunks), gold, archive, search or bm25_searcher(chunks))
+
+
+def _fake_value(f: Fact, rng: random.Random) -> str:
+    taken = {f.value} | {v for v, _ in f.history}
+    for _ in range(100):
+        v = VALUE_MAKERS[f.attribute](rng, f.language)
+        if v not in taken:
+            return v
+    raise PerturbationError(f"{f.fact_id}: no substitute value")
+
+
+def world_scenarios(world: World, wi: WorldIndex, groups: Sequence[str], split: str, *, seed: int = 0,
+                    undated_fraction: float = 0.5, distractors: int = 1,
+                    types: Sequence[str] = ("consistent", "factual_error", "outdated", "irrelevant",
+                                            "unanswerable")) -> list[Scenario]:
+    """Scenarios for every fact of `groups` asked with the phrasings of `split` (train/dev/test)."""
+    by_id = {c.chunk_id: c for c in wi.chunks}
+    out: list[Scenario] = []
+    for f in sorted(world.by_group(*groups), key=lambda x: x.fact_id):
+        known = "known" if f.group == "known" else "unknown"
+        gold_c = by_id[wi.gold[f.fact_id]]
+        for ph in SPLIT_PHRASINGS[split]:
+            rng = random.Random(f"{seed}/{f.fact_id}/{ph}")  # per-item stream: stable under subsetting
+            q = f.questions[ph]
+            base = dict(fact_id=f.fact_id, question=q, gold_answers=f.gold_answers,
+                        relevant_ids=(gold_c.chunk_id,), knowledge=known, language=f.language, phrasing=ph)
+            own = {wi.gold[f.fact_id]} | {wi.archive[(f.fact_id, y)] for _, y in f.history}
+            extra = _distractors(q, wi.search, own, f.gold_answers, by_id, distractors)
+
+            def mix(first: PresentedChunk) -> tuple[PresentedChunk, ...]:
+                items = [first] + [_pc(c) for c in extra]
+                rng.shuffle(items)  # the answer-bearing source is not always [S1]
+                return tuple(items)
+
+            qid = f"{f.fact_id}/p{ph}"
+            if "consistent" in types:
+                out.append(Scenario(qid=f"{qid}/consistent", scenario="consistent", presented=mix(_pc(gold_c)),
+                                    context_answer=f.value, **base))
+            if "factual_error" in types:
+                fake = _fake_value(f, rng)
+                pc = PresentedChunk(f"{gold_c.chunk_id}~fe", replace_span(gold_c.text, f.value, fake),
+                                    gold_c.source, gold_c.date, replaces=gold_c.chunk_id)
+                out.append(Scenario(qid=f"{qid}/factual_error", scenario="factual_error", presented=mix(pc),
+                                    context_answer=fake, **base))
+            if "outdated" in types and f.history:
+                old, yr = f.history[rng.randrange(len(f.history))]
+                if rng.random() < undated_fraction:  # the profile paragraph, stale: no date anywhere
+                    pc = PresentedChunk(f"{gold_c.chunk_id}~old{yr}", replace_span(gold_c.text, f.value, old),
+                                        gold_c.source, None, replaces=gold_c.chunk_id)
+                    removes: tuple[str, ...] = ()
+                else:
+                    pc = _pc(by_id[wi.archive[(f.fact_id, yr)]])
+                    removes = (gold_c.chunk_id,)
+                out.append(Scenario(qid=f"{qid}/outdated", scenario="outdated", presented=mix(pc),
+                                    context_answer=old, removes=removes, **base))
+            if "irrelevant" in types:
+                hard = _distractors(q, wi.search, own, f.gold_answers, by_id, distractors + 1)
+                out.append(Scenario(qid=f"{qid}/irrelevant", scenario="irrelevant",
+                                    presented=tuple(_pc(c) for c in hard), context_answer=None,
+                                    removes=tuple(sorted(own)), **base))
+    if "unanswerable" in types:
+        for u in sorted((x for x in world.unanswerable if x.group in groups), key=lambda x: x.fact_id):
+            for ph in SPLIT_PHRASINGS[split]:
+                q = u.questions[ph]
+                hard = _distractors(q, wi.search, set(), (), by_id, distractors + 1)
+                out.append(Scenario(qid=f"{u.fact_id}/p{ph}/unanswerable", fact_id=u.fact_id, question=q,
+                                    gold_answers=(), relevant_ids=(), scenario="unanswerable",
+                                    presented=tuple(_pc(c) for c in hard), context_answer=None,
+                                    knowledge="known" if u.group == "known" else "unknown",
+                                    language=u.language, phrasing=ph))
+    return out
+
+
+# ---------------------------------------------------------------------------------------
+# Any corpus + QA set.
+# ---------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class QAItem:
+    """A question over a corpus: gold answers and the KB chunk ids that hold them."""
+
+    qid: str
+    question: str
+    answers: tuple[str, ...]
+    relevant_ids: tuple[str, ...]
+    language: str = "en"
+
+
+def corpus_scenarios(items: Sequence[QAItem], chunks: Sequence[Chunk], *, name: str, seed: int = 0,
+                     search: Searcher | None = None, distractors: int = 2,
+                     knowledge: str = "unknown") -> list[Scenario]:
+    """consistent / factual_error / irrelevant (unanswerable when no answer) for each QA item."""
+    by_id = {c.chunk_id: c for c in chunks}
+    search = search or bm25_searcher(chunks)
+    pool = [a for it in items for a in it.answers[:1]]
+    out: list[Scenario] = []
+    for it in items:
+        rng = random.Random(f"{seed}/{name}/{it.qid}")
+        missing = [r for r in it.relevant_ids if r not in by_id]
+        if missing:
+            raise RecordError(f"{it.qid}: relevant chunk ids not in the corpus: {', '.join(missing)}")
+        base = dict(fact_id=f"{name}/{it.qid}", question=it.question, gold_answers=it.answers,
+                    relevant_ids=it.relevant_ids, knowledge=knowledge, language=it.language, source_set=name)
+        hard = _distractors(it.question, search, set(it.relevant_ids), it.answers, by_id, distractors)
+        if not it.answers:
+            out.append(Scenario(qid=f"{name}/{it.qid}/unanswerable", scenario="unanswerable",
+                                presented=tuple(map(_pc, hard)), context_answer=None, **base))
+            continue
+        gold = next((by_id[r] for r in it.relevant_ids
+                     if any(a.lower() in by_id[r].text.lower() for a in it.answers)), None)
+        if gold is None:
+            continue  # the answer is not a span of its gold chunk: no faithful substitution
+        ans = next(a for a in it.answers if a.lower() in gold.text.lower())
+        out.append(Scenario(qid=f"{name}/{it.qid}/consistent", scenario="consistent",
+                            presented=(_pc(gold),), context_answer=ans, **base))
+        try:
+            fake = substitute_value(ans, rng, [p for p in pool if _CJK.search(p) or it.language != "zh"])
+        except PerturbationError:
+            fake = None
+        if fake is not None:
+            pc = PresentedChunk(f"{gold.chunk_id}~fe", replace_span(gold.text, ans, fake), gold.source,
+                                gold.date, replaces=gold.chunk_id)
+            out.append(Scenario(qid=f"{name}/{it.qid}/factual_error", scenario="factual_error",
+                                presented=(pc,), context_answer=fake, **base))
+        if hard:
+            out.append(Scenario(qid=f"{name}/{it.qid}/irrelevant", scenario="irrelevant",
+                                presented=tuple(map(_pc, hard)), context_answer=None,
+                                removes=tuple(it.relevant_ids), **base))
+    return out
