@@ -1,0 +1,148 @@
+"""Run one system over a scenario set, writing ItemResults incrementally and resuming after a crash.
+
+`results.jsonl` in the run directory is append-only: each batch's rows are written in one
+write, flushed and fsync'ed. On start, rows already there are read back (a torn last line from a
+SIGKILL is cut off the file first), their qids are skipped, and the rest is answered — so a run
+killed at any point and restarted ends with every qid exactly once.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from pathlib import Path
+from typing import Iterable, Mapping, Protocol, Sequence, runtime_checkable
+
+from pydantic import BaseModel
+
+from eval.records import ItemResult, item_result, load_results, lookup_closed_book, results_path
+from rag.records import Answer, RecordError, to_dict
+
+log = logging.getLogger(__name__)
+
+
+@runtime_checkable
+class ScenarioSystem(Protocol):
+    """Anything evaluable: a name and a batch method answering scenarios in order."""
+
+    name: str
+
+    def answer_scenarios(self, items: list) -> list[Answer]:
+        """One Answer per scenario, same order."""
+        ...
+
+
+def _cut_torn_tail(path: Path) -> int:
+    """Truncate `path` after its last newline (a SIGKILL can leave half a line); bytes cut."""
+    if not path.exists():
+        return 0
+    size = path.stat().st_size
+    if size == 0:
+        return 0
+    with path.open("rb+") as fh:
+        # Read back from the end until a newline is found (lines are short; 64 KiB steps).
+        pos, tail = size, b""
+        while pos > 0:
+            step = min(65536, pos)
+            pos -= step
+            fh.seek(pos)
+            tail = fh.read(step) + tail
+            nl = tail.rfind(b"\n")
+            if nl >= 0:
+                keep = pos + nl + 1
+                break
+        else:
+            keep = 0
+        if keep < size:
+            fh.truncate(keep)
+            fh.flush()
+            os.fsync(fh.fileno())
+            log.warning("%s: cut a torn last line (%d bytes) left by an interrupted write", path, size - keep)
+        return size - keep
+
+
+def _append_batch(path: Path, rows: Sequence[ItemResult]) -> None:
+    """Append rows in one write, then flush and fsync (durable before the next batch starts)."""
+    data = "".join(json.dumps(to_dict(r), ensure_ascii=False) + "\n" for r in rows)
+    with path.open("a", encoding="utf-8") as fh:
+        fh.write(data)
+        fh.flush()
+        os.fsync(fh.fileno())
+
+
+def _check_existing(done: list[ItemResult], name: str, wanted: set[str], path: Path) -> None:
+    other = {r.system for r in done} - {name}
+    if other:
+        raise RecordError(f"{path}: holds results of system(s) {sorted(other)}, not {name!r}; "
+                          "use another out_dir")
+    stray = sorted({r.qid for r in done} - wanted)
+    if stray:
+        raise RecordError(f"{path}: {len(stray)} result(s) for qids not in this scenario set "
+                          f"(e.g. {stray[0]}); use another out_dir")
+    seen: set[str] = set()
+    dup = [r.qid for r in done if r.qid in seen or seen.add(r.qid)]
+    if dup:
+        raise RecordError(f"{path}: duplicate results for qid {dup[0]}")
+
+
+def run_eval(system: ScenarioSystem, scenarios: Sequence, out_dir: str | Path, *, batch_size: int = 16,
+             closed_book: Mapping[str, str] | None = None, config: BaseModel | None = None,
+             data: Iterable[str | Path] = (), progress: bool = True) -> list[ItemResult]:
+    """Answer every scenario not yet in `out_dir/results.jsonl`; return all results in scenario order.
+
+    `closed_book` maps qid (or "q:" + question, see `records.closed_book_map`) to the same model's
+    closed-book answer. The run manifest (`run.json`, `config.yaml`) is written on a fresh start;
+    a resume appends a line to `resumes.jsonl` instead.
+    """
+    if batch_size < 1:
+        raise ValueError("batch_size must be >= 1")
+    if not isinstance(system, ScenarioSystem):
+        raise TypeError(f"{type(system).__name__} is not a ScenarioSystem (needs name and answer_scenarios)")
+    qids = [s.qid for s in scenarios]
+    if len(set(qids)) != len(qids):
+        dup = next(q for q in qids if qids.count(q) > 1)
+        raise RecordError(f"scenario set has duplicate qid {dup!r}")
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    path = results_path(out)
+    _cut_torn_tail(path)
+    done = load_results(path) if path.exists() else []
+    _check_existing(done, system.name, set(qids), path)
+    from lorarag.runinfo import git_sha, start_run
+
+    if done or (out / "run.json").exists():
+        with (out / "resumes.jsonl").open("a", encoding="utf-8") as fh:
+            fh.write(json.dumps({"resumed": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "git_sha": git_sha(),
+                                 "already_done": len(done)}) + "\n")
+        log.info("%s: resuming, %d of %d items already done", path, len(done), len(qids))
+    else:
+        start_run(out, config, data=data)
+    finished = {r.qid for r in done}
+    todo = [s for s in scenarios if s.qid not in finished]
+    by_qid = {r.qid: r for r in done}
+    bar = None
+    if progress:
+        from tqdm import tqdm
+
+        bar = tqdm(total=len(qids), initial=len(done), desc=f"eval {system.name}", unit="item")
+    try:
+        for start in range(0, len(todo), batch_size):
+            batch = todo[start:start + batch_size]
+            t0 = time.perf_counter()
+            answers = system.answer_scenarios(list(batch))
+            wall = (time.perf_counter() - t0) / len(batch)
+            if len(answers) != len(batch):
+                raise RuntimeError(f"{system.name}: answered {len(answers)} of {len(batch)} scenarios")
+            rows = [item_result(system.name, s, a, lookup_closed_book(closed_book, s.qid, s.question),
+                                latency_s=None if (a.trace and a.trace.timings_s) else wall)
+                    for s, a in zip(batch, answers)]
+            _append_batch(path, rows)
+            by_qid.update((r.qid, r) for r in rows)
+            if bar is not None:
+                bar.update(len(rows))
+    finally:
+        if bar is not None:
+            bar.close()
+    return [by_qid[q] for q in qids]
