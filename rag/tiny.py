@@ -21,9 +21,15 @@ THINK_TOKENS = ["<think>", "</think>"]
 
 # Qwen3's chat template, reduced to what we use (system/user/assistant, no tools), with the
 # same rendering: an empty think block is inserted when enable_thinking is False.
+# Like Qwen3, a final assistant turn (a reply being continued, vLLM's continue_final_message)
+# gets the empty think block before its content.
 QWEN3_CHAT_TEMPLATE = (
     "{%- for message in messages %}"
+    "{%- if message['role'] == 'assistant' and loop.last %}"
+    "{{- '<|im_start|>assistant\\n<think>\\n\\n</think>\\n\\n' + message['content'] + '<|im_end|>\\n' }}"
+    "{%- else %}"
     "{{- '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' }}"
+    "{%- endif %}"
     "{%- endfor %}"
     "{%- if add_generation_prompt %}"
     "{{- '<|im_start|>assistant\\n' }}"
