@@ -21,20 +21,20 @@ def _load(config: Path):
     return load_config(config, RAGConfig)
 
 
-def _print_report(report) -> None:
+def _print_report(report, err: bool) -> None:
     for p in report.problems:
-        typer.echo(f"left out  {p.source}: {p.reason}")
-    typer.echo(report.summary())
+        typer.echo(f"left out  {p.source}: {p.reason}", err=err)
+    typer.echo(report.summary(), err=err)
 
 
-def _build(cfg, strict: bool = False):
+def _build(cfg, strict: bool = False, err: bool = False):
     """Ingest, print the report, build the index; return the manifest."""
     from rag.index import build_index
     from rag.ingest import ingest
 
     corpus = cfg.corpus.model_copy(update={"strict": True}) if strict else cfg.corpus
     report = ingest(corpus)
-    _print_report(report)
+    _print_report(report, err)
     return build_index(corpus, cfg.chunker, cfg.index, cfg.embedder, report=report)
 
 
@@ -74,7 +74,7 @@ def search_cmd(
     if not (Path(cfg.index.dir) / "manifest.json").exists():
         typer.echo(f"no index at {cfg.index.dir}: building it (same as `lorarag index {config}`)",
                    err=True)
-        _build(cfg)
+        _build(cfg, err=True)  # keep stdout for the results
     manifest = read_manifest(cfg.index.dir)
     hits = load_retriever(cfg.index, retrieval, cfg.embedder).retrieve([question], k)[0]
     sources = list(dict.fromkeys(h.chunk.source for h in hits))
