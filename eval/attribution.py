@@ -1,0 +1,113 @@
+"""Error attribution: one class per item, then counts per scenario, as a table and a JSONL.
+
+Precedence (the first rule that applies wins; "target" = `ItemResult.target_ids`, the chunks that
+count as relevant in the item's world; "given" = `final_ids`, what the model saw):
+
+Unanswerable items (no gold answer):
+  1. abstained                                     -> abstained_correctly
+  2. route = fallback                              -> fallback_wrong (memory answered the unanswerable)
+  3. some context was given                        -> conflict_missed (an irrelevant context not flagged)
+  4. otherwise                                     -> generation_failure
+Answerable items:
+  5. correct (contains a gold answer, not abstained) -> correct
+  6. abstained                                     -> abstained_wrongly
+  7. route = fallback on a consistent item whose target chunk was given -> wrong_route
+  8. route = fallback otherwise                    -> fallback_wrong
+  9. the item has a target and the system retrieved anything, and no target is among the
+     top-N candidates (`retrieved_ids`, or `final_ids` when there was no separate stage)
+                                                   -> retrieval_miss
+ 10. a target is among the candidates but none is given -> rerank_drop
+ 11. flawed scenario (factual_error, outdated, irrelevant) with context given
+                                                   -> conflict_missed (answered from a bad context)
+ 12. otherwise (relevant chunk given or no context) -> generation_failure
+
+Retrieval comes before conflict_missed (rules 9-10 before 11): when the perturbed chunk never
+reached the model the detector had nothing to flag. Correctness comes first everywhere: an item
+that fell back on good context but still answered right is `correct` (over-fallback is measured
+separately in conflict_metrics).
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+from typing import Sequence
+
+from eval.answer_metrics import is_correct
+from eval.conflict_metrics import SCENARIO_ORDER
+from eval.records import ItemResult
+
+CLASSES = ("correct", "retrieval_miss", "rerank_drop", "generation_failure", "conflict_missed",
+           "wrong_route", "fallback_wrong", "abstained_correctly", "abstained_wrongly")
+FLAWED_CONTEXT = ("factual_error", "outdated", "irrelevant")
+
+
+def attribute(r: ItemResult) -> str:
+    """The attribution class of one item (see the module docstring for the precedence)."""
+    given = bool(r.final_ids)
+    if not r.gold_answers:
+        if r.abstained:
+            return "abstained_correctly"
+        if r.route == "fallback":
+            return "fallback_wrong"
+        return "conflict_missed" if given else "generation_failure"
+    if is_correct(r):
+        return "correct"
+    if r.abstained:
+        return "abstained_wrongly"
+    targets = set(r.target_ids)
+    target_given = bool(targets & set(r.final_ids))
+    if r.route == "fallback":
+        return "wrong_route" if (r.scenario == "consistent" and target_given) else "fallback_wrong"
+    candidates = r.retrieved_ids or r.final_ids
+    if targets and candidates:
+        if not targets & set(candidates):
+            return "retrieval_miss"
+        if not target_given:
+            return "rerank_drop"
+    if r.scenario in FLAWED_CONTEXT and given:
+        return "conflict_missed"
+    return "generation_failure"
+
+
+def attribution_counts(items: Sequence[ItemResult]) -> dict[str, int]:
+    """Count of each class (every class present, zeros included, in CLASSES order)."""
+    c = Counter(attribute(r) for r in items)
+    return {k: c.get(k, 0) for k in CLASSES}
+
+
+def attribution_table(items: Sequence[ItemResult]) -> list[dict]:
+    """Rows (scenario, knowledge, n, one count per class), then a total row."""
+    rows = []
+    for s in SCENARIO_ORDER:
+        for k in sorted({r.knowledge for r in items}):
+            sel = [r for r in items if r.scenario == s and r.knowledge == k]
+            if sel:
+                rows.append({"scenario": s, "knowledge": k, "n": len(sel), **attribution_counts(sel)})
+    rows.append({"scenario": "all", "knowledge": "all", "n": len(items), **attribution_counts(items)})
+    return rows
+
+
+def table_markdown(rows: Sequence[dict]) -> str:
+    """A Markdown table of `attribution_table` rows."""
+    head = ["scenario", "knowledge", "n", *CLASSES]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    lines += ["| " + " | ".join(str(r[h]) for h in head) + " |" for r in rows]
+    return "\n".join(lines) + "\n"
+
+
+def write_attribution(items: Sequence[ItemResult], out_dir: str | Path) -> tuple[Path, Path]:
+    """Write `attribution.jsonl` (one labelled item per line) and `attribution.md`."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    jpath, mpath = out / "attribution.jsonl", out / "attribution.md"
+    with jpath.open("w", encoding="utf-8") as fh:
+        for r in items:
+            fh.write(json.dumps({"system": r.system, "qid": r.qid, "scenario": r.scenario,
+                                 "knowledge": r.knowledge, "label": attribute(r), "question": r.question,
+                                 "answer": r.answer, "gold_answers": list(r.gold_answers),
+                                 "context_answer": r.context_answer, "route": r.route,
+                                 "verdict": r.verdict}, ensure_ascii=False) + "\n")
+    mpath.write_text(table_markdown(attribution_table(items)), encoding="utf-8")
+    return jpath, mpath

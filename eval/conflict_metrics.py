@@ -1,0 +1,168 @@
+"""Conflict and fallback metrics per scenario type and knowledge split (pure functions).
+
+Definitions (every rate carries its denominator `n`; NaN when n = 0):
+- accuracy: `answer_metrics.is_correct` (contains-gold; abstaining is right only on unanswerable).
+- context bias (ClashEval's misled rate): P(the answer takes the context's wrong value | the
+  model's closed-book answer was right), over factual_error/outdated items. "Takes the context's
+  value" = contains the context's value and no gold answer.
+- prior bias: P(the answer keeps the model's own wrong closed-book answer | the context was
+  right), over consistent items whose closed-book answer misses the gold. "Keeps" = the answer
+  and the closed-book answer contain one another (normalised tokens) and the answer is wrong.
+- fallback success: P(route = fallback and correct) over factual_error/outdated items.
+- over-fallback: P(route = fallback) over consistent items (context right: falling back is a
+  wasted or harmful detour); reported per knowledge split, so the unknown-fact row is the
+  over-fallback on never-learned facts. NaN for systems without routing.
+- detector: positive = the context should not be used as is (scenario != consistent);
+  predicted positive = verdict != "supported" (an `invalid` verdict counts as a flag: the system
+  did not trust the context). AUROC from `flag_score` = 1 - P(supported), by sklearn, overall and
+  per flawed scenario type against the consistent items of the same split.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable, Iterable, Sequence
+
+from eval.answer_metrics import contains_gold, is_correct
+from eval.records import WRONG_VALUE_SCENARIOS, ItemResult
+from eval.stats import wilson_ci
+
+SCENARIO_ORDER = ("consistent", "factual_error", "outdated", "irrelevant", "unanswerable")
+
+
+def closed_book_correct(r: ItemResult) -> bool | None:
+    """Whether the model's closed-book answer contains a gold answer (None: unknown)."""
+    if r.closed_book_answer is None or not r.gold_answers:
+        return None
+    return contains_gold(r.closed_book_answer, r.gold_answers, r.language)
+
+
+def is_misled(r: ItemResult) -> bool:
+    """The answer states the context's value and no gold answer."""
+    if r.abstained or not r.context_answer:
+        return False
+    return (contains_gold(r.answer, (r.context_answer,), r.language)
+            and not contains_gold(r.answer, r.gold_answers, r.language))
+
+
+def keeps_prior(r: ItemResult) -> bool:
+    """The answer repeats the model's (wrong) closed-book answer."""
+    cb = r.closed_book_answer
+    if r.abstained or not cb or is_correct(r):
+        return False
+    return contains_gold(r.answer, (cb,), r.language) or contains_gold(cb, (r.answer,), r.language)
+
+
+def _rate(items: Iterable[ItemResult], where: Callable[[ItemResult], bool],
+          hit: Callable[[ItemResult], bool]) -> dict[str, float]:
+    sel = [r for r in items if where(r)]
+    k = sum(1 for r in sel if hit(r))
+    return {"value": k / len(sel) if sel else math.nan, "k": k, "n": len(sel)}
+
+
+def accuracy(items: Sequence[ItemResult]) -> dict[str, float]:
+    """Accuracy with its Wilson 95 % CI."""
+    out = _rate(items, lambda r: True, is_correct)
+    out["lo"], out["hi"] = wilson_ci(int(out["k"]), int(out["n"]))
+    return out
+
+
+def context_bias(items: Sequence[ItemResult]) -> dict[str, float]:
+    """P(misled by the context's wrong value | closed-book answer right)."""
+    return _rate(items, lambda r: r.scenario in WRONG_VALUE_SCENARIOS and closed_book_correct(r) is True,
+                 is_misled)
+
+
+def prior_bias(items: Sequence[ItemResult]) -> dict[str, float]:
+    """P(keeps its own wrong closed-book answer | context right)."""
+    return _rate(items, lambda r: r.scenario == "consistent" and closed_book_correct(r) is False,
+                 keeps_prior)
+
+
+def fallback_success(items: Sequence[ItemResult]) -> dict[str, float]:
+    """P(fell back and answered correctly) on factual_error/outdated items."""
+    return _rate(items, lambda r: r.scenario in WRONG_VALUE_SCENARIOS and r.route is not None,
+                 lambda r: r.route == "fallback" and is_correct(r))
+
+
+def over_fallback(items: Sequence[ItemResult]) -> dict[str, float]:
+    """P(fell back) on consistent contexts (NaN without routing)."""
+    return _rate(items, lambda r: r.scenario == "consistent" and r.route is not None,
+                 lambda r: r.route == "fallback")
+
+
+def detector(items: Sequence[ItemResult], positives: Sequence[str] | None = None) -> dict[str, float]:
+    """Precision, recall, F1 of the verdict flag and AUROC of flag_score.
+
+    `positives`: flawed scenario types to score against the consistent items (default: all).
+    """
+    from sklearn.metrics import roc_auc_score
+
+    pos = set(positives) if positives else {s for s in SCENARIO_ORDER if s != "consistent"}
+    sel = [r for r in items if r.flag_score is not None and (r.scenario in pos or r.scenario == "consistent")]
+    y = [r.scenario in pos for r in sel]
+    pred = [r.verdict != "supported" for r in sel]
+    tp = sum(1 for t, p in zip(y, pred) if t and p)
+    fp = sum(1 for t, p in zip(y, pred) if p and not t)
+    fn = sum(1 for t, p in zip(y, pred) if t and not p)
+    prec = tp / (tp + fp) if tp + fp else math.nan
+    rec = tp / (tp + fn) if tp + fn else math.nan
+    f1 = 2 * tp / (2 * tp + fp + fn) if (tp + fp + fn) else math.nan
+    auroc = (float(roc_auc_score(y, [r.flag_score for r in sel])) if 0 < sum(y) < len(y) else math.nan)
+    return {"precision": prec, "recall": rec, "f1": f1, "auroc": auroc, "n": len(sel),
+            "n_pos": sum(y), "n_invalid": sum(1 for r in sel if r.verdict == "invalid")}
+
+
+def roc_points(items: Sequence[ItemResult]) -> tuple[list[float], list[float]]:
+    """(FPR, TPR) of flag_score, flawed vs consistent (empty when undefined)."""
+    from sklearn.metrics import roc_curve
+
+    sel = [r for r in items if r.flag_score is not None]
+    y = [r.scenario != "consistent" for r in sel]
+    if not 0 < sum(y) < len(y):
+        return [], []
+    fpr, tpr, _ = roc_curve(y, [r.flag_score for r in sel])
+    return fpr.tolist(), tpr.tolist()
+
+
+def groups(items: Sequence[ItemResult]) -> list[tuple[str, str, list[ItemResult]]]:
+    """(scenario, knowledge, items) for every present cell, then ("all", knowledge), then ("all", "all")."""
+    out = []
+    knows = sorted({r.knowledge for r in items})
+    for s in SCENARIO_ORDER:
+        for k in knows:
+            sel = [r for r in items if r.scenario == s and r.knowledge == k]
+            if sel:
+                out.append((s, k, sel))
+    for k in knows:
+        out.append(("all", k, [r for r in items if r.knowledge == k]))
+    out.append(("all", "all", list(items)))
+    return out
+
+
+def conflict_table(items: Sequence[ItemResult]) -> list[dict]:
+    """One row per (scenario, knowledge) cell with every conflict metric."""
+    rows = []
+    for s, k, sel in groups(items):
+        acc = accuracy(sel)
+        rows.append({
+            "scenario": s, "knowledge": k, "n": len(sel),
+            "accuracy": acc["value"], "acc_lo": acc["lo"], "acc_hi": acc["hi"],
+            "context_bias": context_bias(sel)["value"], "prior_bias": prior_bias(sel)["value"],
+            "fallback_success": fallback_success(sel)["value"], "over_fallback": over_fallback(sel)["value"],
+            "fallback_rate": _rate(sel, lambda r: r.route is not None, lambda r: r.route == "fallback")["value"],
+            "abstain_rate": sum(r.abstained for r in sel) / len(sel),
+        })
+    return rows
+
+
+def detector_table(items: Sequence[ItemResult]) -> list[dict]:
+    """Detector scores per knowledge split: all flawed types, then each type vs consistent."""
+    rows = []
+    for k in sorted({r.knowledge for r in items}) + ["all"]:
+        sel = [r for r in items if k == "all" or r.knowledge == k]
+        rows.append({"knowledge": k, "positives": "all", **detector(sel)})
+        for s in SCENARIO_ORDER[1:]:
+            if any(r.scenario == s for r in sel):
+                rows.append({"knowledge": k, "positives": s, **detector(sel, [s])})
+    return rows

@@ -1,0 +1,77 @@
+"""Uncertainty: Wilson intervals for proportions, paired bootstrap CIs, exact McNemar tests."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+Z95 = 1.959963984540054  # standard normal quantile at 0.975
+
+
+def wilson_ci(k: int, n: int, z: float = Z95) -> tuple[float, float]:
+    """Wilson score interval of a proportion k/n (NaNs when n = 0)."""
+    if n == 0:
+        return (math.nan, math.nan)
+    p = k / n
+    den = 1 + z * z / n
+    centre = (p + z * z / (2 * n)) / den
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / den
+    return (max(0.0, centre - half), min(1.0, centre + half))
+
+
+@dataclass(frozen=True)
+class PairedDiff:
+    """Mean of B minus mean of A over paired items, with a percentile bootstrap CI."""
+
+    a: float
+    b: float
+    diff: float
+    lo: float
+    hi: float
+    n: int
+    resamples: int
+
+
+def paired_bootstrap(a: np.ndarray, b: np.ndarray, *, resamples: int = 2000, seed: int = 0,
+                     alpha: float = 0.05) -> PairedDiff:
+    """Percentile bootstrap CI of mean(b) - mean(a), resampling item pairs (NaN pairs dropped)."""
+    a = np.asarray(a, dtype=np.float64)
+    b = np.asarray(b, dtype=np.float64)
+    if a.shape != b.shape:
+        raise ValueError(f"paired arrays differ in shape: {a.shape} vs {b.shape}")
+    keep = ~(np.isnan(a) | np.isnan(b))
+    a, b = a[keep], b[keep]
+    n = len(a)
+    if n == 0:
+        return PairedDiff(math.nan, math.nan, math.nan, math.nan, math.nan, 0, resamples)
+    d = b - a
+    rng = np.random.default_rng(seed)
+    # (resamples, n) index matrix in chunks to bound memory for large n.
+    means = np.empty(resamples)
+    step = max(1, 2_000_000 // max(n, 1))
+    for s in range(0, resamples, step):
+        idx = rng.integers(0, n, size=(min(step, resamples - s), n))
+        means[s:s + len(idx)] = d[idx].mean(1)
+    lo, hi = np.quantile(means, [alpha / 2, 1 - alpha / 2])
+    return PairedDiff(float(a.mean()), float(b.mean()), float(d.mean()), float(lo), float(hi), n, resamples)
+
+
+def mcnemar_exact(a_correct: np.ndarray, b_correct: np.ndarray) -> tuple[int, int, float]:
+    """Exact McNemar test: (A-only correct, B-only correct, two-sided p).
+
+    The p-value is the two-sided binomial test of the discordant pairs against 1/2:
+    min(1, 2 * P[X <= min(b, c)]) with X ~ Binomial(b + c, 1/2); 1.0 when there is no discordant pair.
+    """
+    from scipy.stats import binom
+
+    a = np.asarray(a_correct, dtype=bool)
+    b = np.asarray(b_correct, dtype=bool)
+    only_a = int(np.sum(a & ~b))
+    only_b = int(np.sum(~a & b))
+    n = only_a + only_b
+    if n == 0:
+        return only_a, only_b, 1.0
+    p = min(1.0, 2.0 * float(binom.cdf(min(only_a, only_b), n, 0.5)))
+    return only_a, only_b, p

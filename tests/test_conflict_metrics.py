@@ -1,0 +1,76 @@
+"""Conflict metrics on hand-built items: ClashEval biases, fallback rates, detector scores."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from eval import conflict_metrics as cm
+from tests.eval_fixtures import make_item
+
+G, W, P = "50 km/h", "70 km/h", "30 km/h"  # gold, context's wrong value, model's wrong prior
+
+
+def fe(qid, answer, cb, route="context", verdict="supported", flag=0.2, scenario="factual_error"):
+    return make_item(qid=qid, scenario=scenario, context_answer=W, answer=answer, closed_book_answer=cb,
+                     route=route, verdict=verdict, flag_score=flag)
+
+
+def ok(qid, answer, cb, route="context", verdict="supported", flag=0.1, knowledge="known"):
+    return make_item(qid=qid, answer=answer, closed_book_answer=cb, route=route, verdict=verdict,
+                     flag_score=flag, knowledge=knowledge)
+
+
+ITEMS = [
+    # factual errors; closed-book right for the first three
+    fe("a", f"It is {W}", G),                                   # misled
+    fe("b", G, G, route="fallback", verdict="conflicting", flag=0.9),  # fallback success
+    fe("c", "no idea at all", G, verdict="conflicting", flag=0.7),     # neither
+    fe("d", W, P),                                              # misled, but prior wrong: not in denominator
+    fe("e", G, P, route="fallback", verdict="outdated", flag=0.8, scenario="outdated"),
+    # consistent; closed-book wrong for the first two
+    ok("f", P, P),                                              # keeps its prior
+    ok("g", G, P),                                              # follows the context
+    ok("h", G, G, route="fallback", verdict="conflicting", flag=0.6),  # over-fallback (still right)
+    ok("i", G, G, flag=0.3),
+]
+
+
+def test_clasheval_biases():
+    cb = cm.context_bias(ITEMS)
+    assert (cb["k"], cb["n"]) == (1, 3)  # a misled; b, c not; d excluded (prior wrong); e not misled
+    pb = cm.prior_bias(ITEMS)
+    assert (pb["k"], pb["n"]) == (1, 2)  # f keeps, g follows context
+
+
+def test_fallback_rates():
+    fs = cm.fallback_success(ITEMS)
+    assert (fs["k"], fs["n"]) == (2, 5)  # b and e
+    of = cm.over_fallback(ITEMS)
+    assert (of["k"], of["n"]) == (1, 4)
+    assert math.isnan(cm.over_fallback([make_item(route=None)])["value"])
+
+
+def test_detector_scores_by_hand():
+    d = cm.detector(ITEMS)
+    # positives a-e (flags: 0.2 0.9 0.7 0.2 0.8, predicted: b c e); negatives f-i (0.1 0.1 0.6 0.3, predicted: h)
+    assert d["precision"] == pytest.approx(3 / 4) and d["recall"] == pytest.approx(3 / 5)
+    assert d["f1"] == pytest.approx(2 * 3 / (2 * 3 + 1 + 2))
+    # AUROC = P(score_pos > score_neg) + 0.5 P(tie) over 5 x 4 pairs, counted by hand:
+    # 0.2 beats 0.1,0.1 (2) ; 0.9: 4 ; 0.7: 4 ; 0.2: 2 ; 0.8: 4  -> 16 / 20
+    assert d["auroc"] == pytest.approx(16 / 20)
+    only_fe = cm.detector(ITEMS, ["factual_error"])
+    assert only_fe["n_pos"] == 4 and only_fe["auroc"] == pytest.approx(12 / 16)
+    assert math.isnan(cm.detector([ok("x", G, G)])["auroc"])
+
+
+def test_accuracy_table_cells_and_wilson():
+    rows = cm.conflict_table(ITEMS)
+    cons = next(r for r in rows if r["scenario"] == "consistent")
+    assert cons["n"] == 4 and cons["accuracy"] == pytest.approx(3 / 4)
+    from scipy.stats import binomtest
+
+    ci = binomtest(3, 4).proportion_ci(method="wilson")
+    assert (cons["acc_lo"], cons["acc_hi"]) == pytest.approx((ci.low, ci.high))
+    assert rows[-1]["scenario"] == "all" and rows[-1]["n"] == len(ITEMS)
