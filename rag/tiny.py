@@ -105,8 +105,10 @@ def build_causal_lm(out_dir: str | Path, *, seed: int = 0, hidden_size: int = 64
         for p in model.parameters():
             if p.dim() > 1:
                 p.normal_(0.0, 0.2)
+    # Like Qwen3's generation_config.json: generation stops at <|im_end|> or <|endoftext|>.
     model.generation_config = GenerationConfig(
-        eos_token_id=config.eos_token_id, pad_token_id=config.pad_token_id, do_sample=False)
+        eos_token_id=[config.eos_token_id, tok.pad_token_id], pad_token_id=config.pad_token_id,
+        do_sample=False)
     model.save_pretrained(out, safe_serialization=True)
     return out
 
