@@ -34,28 +34,43 @@ class PairedDiff:
     resamples: int
 
 
-def paired_bootstrap(a: np.ndarray, b: np.ndarray, *, resamples: int = 2000, seed: int = 0,
+def paired_bootstrap(a: np.ndarray, b: np.ndarray, *, den_a: np.ndarray | None = None,
+                     den_b: np.ndarray | None = None, resamples: int = 2000, seed: int = 0,
                      alpha: float = 0.05) -> PairedDiff:
-    """Percentile bootstrap CI of mean(b) - mean(a), resampling item pairs (NaN pairs dropped)."""
+    """Percentile bootstrap CI of B's rate minus A's rate, resampling paired items.
+
+    Without denominators the rates are means of `a` and `b` (NaN pairs dropped). With
+    `den_a`/`den_b` (0/1 per item: is the item in that system's denominator?) each rate is
+    sum(num) / sum(den) on every resample — the right form for conditional rates such as context
+    bias, whose denominator (closed-book right) differs between the two models. Resamples where
+    a denominator is empty are dropped.
+    """
     a = np.asarray(a, dtype=np.float64)
     b = np.asarray(b, dtype=np.float64)
     if a.shape != b.shape:
         raise ValueError(f"paired arrays differ in shape: {a.shape} vs {b.shape}")
-    keep = ~(np.isnan(a) | np.isnan(b))
-    a, b = a[keep], b[keep]
+    if den_a is None:
+        keep = ~(np.isnan(a) | np.isnan(b))
+        a, b = a[keep], b[keep]
+        da, db = np.ones_like(a), np.ones_like(b)
+    else:
+        da, db = np.asarray(den_a, np.float64), np.asarray(den_b, np.float64)
+        a, b = np.nan_to_num(a) * da, np.nan_to_num(b) * db
     n = len(a)
-    if n == 0:
-        return PairedDiff(math.nan, math.nan, math.nan, math.nan, math.nan, 0, resamples)
-    d = b - a
+    nan = PairedDiff(math.nan, math.nan, math.nan, math.nan, math.nan, n, resamples)
+    if n == 0 or da.sum() == 0 or db.sum() == 0:
+        return nan
+    ra, rb = a.sum() / da.sum(), b.sum() / db.sum()
     rng = np.random.default_rng(seed)
-    # (resamples, n) index matrix in chunks to bound memory for large n.
-    means = np.empty(resamples)
-    step = max(1, 2_000_000 // max(n, 1))
+    diffs = np.empty(resamples)
+    step = max(1, 2_000_000 // n)  # bound the (resamples, n) index matrix
     for s in range(0, resamples, step):
         idx = rng.integers(0, n, size=(min(step, resamples - s), n))
-        means[s:s + len(idx)] = d[idx].mean(1)
-    lo, hi = np.quantile(means, [alpha / 2, 1 - alpha / 2])
-    return PairedDiff(float(a.mean()), float(b.mean()), float(d.mean()), float(lo), float(hi), n, resamples)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            diffs[s:s + len(idx)] = b[idx].sum(1) / db[idx].sum(1) - a[idx].sum(1) / da[idx].sum(1)
+    diffs = diffs[np.isfinite(diffs)]
+    lo, hi = np.quantile(diffs, [alpha / 2, 1 - alpha / 2]) if len(diffs) else (math.nan, math.nan)
+    return PairedDiff(float(ra), float(rb), float(rb - ra), float(lo), float(hi), n, resamples)
 
 
 def mcnemar_exact(a_correct: np.ndarray, b_correct: np.ndarray) -> tuple[int, int, float]:

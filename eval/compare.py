@@ -1,0 +1,238 @@
+"""Paired comparison of two runs (A = baseline, B = candidate) over the same scenario items.
+
+Items are paired by qid. For each metric and each (scenario, knowledge) cell: both values, the
+difference B - A with a seeded paired-bootstrap 95 % CI (conditional rates resample numerator
+and denominator together, see `stats.paired_bootstrap`), and for accuracy the exact McNemar p.
+Also the items B fixed (A wrong, B right) and broke (A right, B wrong). Also the headline table
+`lorarag run` prints for a base-vs-LoRA pair.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Callable, Sequence
+
+import numpy as np
+
+from eval import conflict_metrics as cm
+from eval.answer_metrics import exact_match, is_correct, token_f1
+from eval.attribution import attribution_counts
+from eval.records import WRONG_VALUE_SCENARIOS, ItemResult
+from eval.stats import mcnemar_exact, paired_bootstrap, wilson_ci
+
+log = logging.getLogger(__name__)
+
+Frac = Callable[[ItemResult], tuple[float, float]]  # item -> (numerator, denominator in {0, 1})
+
+
+def _always(f: Callable[[ItemResult], float]) -> Frac:
+    return lambda r: (float(f(r)), 1.0)
+
+
+def _where(cond: Callable[[ItemResult], bool], hit: Callable[[ItemResult], bool]) -> Frac:
+    return lambda r: (float(hit(r)), 1.0) if cond(r) else (0.0, 0.0)
+
+
+# Each metric as per-item (numerator, denominator): the rate is sum(num) / sum(den).
+METRICS: dict[str, Frac] = {
+    "accuracy": _always(is_correct),
+    "exact_match": _where(lambda r: bool(r.gold_answers),
+                          lambda r: exact_match(r.answer, r.gold_answers, r.language) == 1.0),
+    "f1": lambda r: (token_f1(r.answer, r.gold_answers, r.language), 1.0) if r.gold_answers else (0.0, 0.0),
+    "context_bias": _where(lambda r: r.scenario in WRONG_VALUE_SCENARIOS and cm.closed_book_correct(r) is True,
+                           cm.is_misled),
+    "prior_bias": _where(lambda r: r.scenario == "consistent" and cm.closed_book_correct(r) is False,
+                         cm.keeps_prior),
+    "fallback_success": _where(lambda r: r.scenario in WRONG_VALUE_SCENARIOS and r.route is not None,
+                               lambda r: r.route == "fallback" and is_correct(r)),
+    "over_fallback": _where(lambda r: r.scenario == "consistent" and r.route is not None,
+                            lambda r: r.route == "fallback"),
+}
+
+
+@dataclass(frozen=True)
+class DiffRow:
+    """One metric in one cell: A, B, B - A with its CI, and McNemar's p for accuracy."""
+
+    metric: str
+    scenario: str
+    knowledge: str
+    n: int
+    a: float
+    b: float
+    diff: float
+    lo: float
+    hi: float
+    p_mcnemar: float | None = None
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """The paired comparison of run A and run B."""
+
+    name_a: str
+    name_b: str
+    rows: tuple[DiffRow, ...]
+    fixed: tuple[dict, ...]  # items A got wrong and B right
+    broken: tuple[dict, ...]  # items A got right and B wrong
+
+
+def pair(a: Sequence[ItemResult], b: Sequence[ItemResult]) -> tuple[list[ItemResult], list[ItemResult]]:
+    """Items of both runs with the same qid, in A's order; ValueError when nothing pairs."""
+    bmap = {r.qid: r for r in b}
+    pa = [r for r in a if r.qid in bmap]
+    if not pa:
+        raise ValueError("the two runs share no qid: nothing to compare")
+    if len(pa) < max(len(a), len(b)):
+        log.warning("comparing %d shared items (A has %d, B has %d)", len(pa), len(a), len(b))
+    return pa, [bmap[r.qid] for r in pa]
+
+
+def _fracs(items: Sequence[ItemResult], f: Frac) -> tuple[np.ndarray, np.ndarray]:
+    nd = np.array([f(r) for r in items], dtype=np.float64).reshape(-1, 2)
+    return nd[:, 0], nd[:, 1]
+
+
+def compare_items(a: Sequence[ItemResult], b: Sequence[ItemResult], *, resamples: int = 2000,
+                  seed: int = 0) -> Comparison:
+    """Compare two runs item by item (see the module docstring)."""
+    if resamples < 1000:
+        raise ValueError("use at least 1000 bootstrap resamples")
+    pa, pb = pair(a, b)
+    idx_cells = [(s, k, [i for i, r in enumerate(pa) if (s == "all" or r.scenario == s)
+                         and (k == "all" or r.knowledge == k)]) for s, k, _ in cm.groups(pa)]
+    rows: list[DiffRow] = []
+    for name, f in METRICS.items():
+        na, da = _fracs(pa, f)
+        nb, db = _fracs(pb, f)
+        for s, k, idx in idx_cells:
+            ix = np.array(idx, dtype=np.int64)
+            if da[ix].sum() == 0 and db[ix].sum() == 0:
+                continue
+            d = paired_bootstrap(na[ix], nb[ix], den_a=da[ix], den_b=db[ix], resamples=resamples, seed=seed)
+            p = mcnemar_exact(na[ix] > 0, nb[ix] > 0)[2] if name == "accuracy" else None
+            rows.append(DiffRow(name, s, k, len(ix), d.a, d.b, d.diff, d.lo, d.hi, p))
+    ca = [is_correct(r) for r in pa]
+    cb = [is_correct(r) for r in pb]
+
+    def brief(ra: ItemResult, rb: ItemResult) -> dict:
+        return {"qid": ra.qid, "scenario": ra.scenario, "knowledge": ra.knowledge, "question": ra.question,
+                "gold": list(ra.gold_answers), "answer_a": ra.answer, "answer_b": rb.answer,
+                "route_b": rb.route}
+
+    fixed = tuple(brief(x, y) for x, y, u, v in zip(pa, pb, ca, cb) if v and not u)
+    broken = tuple(brief(x, y) for x, y, u, v in zip(pa, pb, ca, cb) if u and not v)
+    return Comparison(pa[0].system, pb[0].system, tuple(rows), fixed, broken)
+
+
+def _fmt(x: float | None, digits: int = 3) -> str:
+    return "—" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{digits}f}"
+
+
+def comparison_markdown(c: Comparison) -> str:
+    """The comparison as Markdown: metric table, then fixed and broken items."""
+    out = [f"# {c.name_b} vs {c.name_a}\n",
+           f"| metric | scenario | knowledge | n | {c.name_a} | {c.name_b} | diff | 95% CI | McNemar p |",
+           "|---|---|---|---|---|---|---|---|---|"]
+    for r in c.rows:
+        out.append(f"| {r.metric} | {r.scenario} | {r.knowledge} | {r.n} | {_fmt(r.a)} | {_fmt(r.b)} | "
+                   f"{_fmt(r.diff)} | [{_fmt(r.lo)}, {_fmt(r.hi)}] | {_fmt(r.p_mcnemar, 4)} |")
+    for title, items in (("Fixed by", c.fixed), ("Broken by", c.broken)):
+        out.append(f"\n## {title} {c.name_b} ({len(items)})\n")
+        out += [f"- `{x['qid']}` ({x['scenario']}/{x['knowledge']}): {x['question']} — gold "
+                f"{x['gold']}; {c.name_a}: {x['answer_a']!r}; {c.name_b}: {x['answer_b']!r}" for x in items]
+    return "\n".join(out) + "\n"
+
+
+def write_comparison(c: Comparison, out_dir: str | Path) -> Path:
+    """Write `compare.md` and `compare.json` into out_dir; returns the Markdown path."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    data = {"a": c.name_a, "b": c.name_b, "rows": [asdict(r) for r in c.rows],
+            "fixed": list(c.fixed), "broken": list(c.broken)}
+    (out / "compare.json").write_text(json.dumps(data, indent=1, ensure_ascii=False, allow_nan=True),
+                                      encoding="utf-8")
+    path = out / "compare.md"
+    path.write_text(comparison_markdown(c), encoding="utf-8")
+    return path
+
+
+# --------------------------------------------------------------------------------------
+# The headline table of a base-vs-LoRA pair (printed by `lorarag run`).
+# --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class HeadlineRow:
+    """One headline line: a metric for base and LoRA with 95 % CIs (accuracy: Wilson per system,
+    bootstrap on the difference; other rates: the bootstrap of the difference only)."""
+
+    metric: str
+    scenario: str
+    knowledge: str
+    n: int
+    base: float
+    base_lo: float
+    base_hi: float
+    lora: float
+    lora_lo: float
+    lora_hi: float
+    diff: float
+    diff_lo: float
+    diff_hi: float
+    p_mcnemar: float | None = None
+
+
+def headline_rows(base: Sequence[ItemResult], lora: Sequence[ItemResult], *, resamples: int = 2000,
+                  seed: int = 0) -> list[HeadlineRow]:
+    """Accuracy by scenario/knowledge (with CIs), context bias, fallback success, over-fallback,
+    detector AUROC and attribution counts for a base-vs-LoRA pair."""
+    c = compare_items(base, lora, resamples=resamples, seed=seed)
+    pa, pb = pair(base, lora)
+    nan = math.nan
+    rows: list[HeadlineRow] = []
+    for r in c.rows:
+        if r.metric == "accuracy":
+            sel_a = [x for x in pa if (r.scenario == "all" or x.scenario == r.scenario)
+                     and (r.knowledge == "all" or x.knowledge == r.knowledge)]
+            sel_b = [x for x in pb if (r.scenario == "all" or x.scenario == r.scenario)
+                     and (r.knowledge == "all" or x.knowledge == r.knowledge)]
+            la, ha = wilson_ci(sum(map(is_correct, sel_a)), len(sel_a))
+            lb, hb = wilson_ci(sum(map(is_correct, sel_b)), len(sel_b))
+            rows.append(HeadlineRow("accuracy", r.scenario, r.knowledge, r.n, r.a, la, ha, r.b, lb, hb,
+                                    r.diff, r.lo, r.hi, r.p_mcnemar))
+        elif r.metric in ("context_bias", "fallback_success", "over_fallback") and r.scenario in (
+                "all", "consistent"):
+            rows.append(HeadlineRow(r.metric, r.scenario, r.knowledge, r.n, r.a, nan, nan, r.b, nan, nan,
+                                    r.diff, r.lo, r.hi))
+    for k in sorted({x.knowledge for x in pa}) + ["all"]:
+        da = cm.detector([x for x in pa if k == "all" or x.knowledge == k])
+        db = cm.detector([x for x in pb if k == "all" or x.knowledge == k])
+        rows.append(HeadlineRow("detector_auroc", "all", k, db["n"], da["auroc"], nan, nan, db["auroc"],
+                                nan, nan, db["auroc"] - da["auroc"], nan, nan))
+    ca, cb = attribution_counts(pa), attribution_counts(pb)
+    for cls in ca:
+        rows.append(HeadlineRow(f"attribution:{cls}", "all", "all", len(pa), ca[cls], nan, nan, cb[cls],
+                                nan, nan, cb[cls] - ca[cls], nan, nan))
+    return rows
+
+
+def headline_markdown(rows: Sequence[HeadlineRow], base_name: str = "base", lora_name: str = "lora") -> str:
+    """The headline rows as a Markdown table (values with [95% CI] where known)."""
+    def v(x: float, lo: float, hi: float) -> str:
+        return _fmt(x) + ("" if math.isnan(lo) else f" [{_fmt(lo, 2)}, {_fmt(hi, 2)}]")
+
+    out = [f"| metric | scenario | knowledge | n | {base_name} | {lora_name} | diff [95% CI] | McNemar p |",
+           "|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        fmt = (lambda x: str(int(x))) if r.metric.startswith("attribution:") else _fmt
+        base = v(r.base, r.base_lo, r.base_hi) if not r.metric.startswith("attribution:") else fmt(r.base)
+        lora = v(r.lora, r.lora_lo, r.lora_hi) if not r.metric.startswith("attribution:") else fmt(r.lora)
+        out.append(f"| {r.metric} | {r.scenario} | {r.knowledge} | {r.n} | {base} | {lora} | "
+                   f"{v(r.diff, r.diff_lo, r.diff_hi) if not r.metric.startswith('attribution:') else fmt(r.diff)}"
+                   f" | {_fmt(r.p_mcnemar, 4)} |")
+    return "\n".join(out) + "\n"
