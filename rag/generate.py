@@ -93,6 +93,27 @@ def fit_conversation(conv: list[Message], fits: Callable[[list[Message]], bool],
     return swap(text), cut
 
 
+def same_answer(a: Generation, b: Generation) -> bool:
+    """Greedy agreement between two backends: identical text, or texts that differ only by an
+    incomplete multi-byte character at a max-token cut (servers differ in how they show it)."""
+    if a.text == b.text:
+        return True
+    short, long_ = sorted((a.text, b.text), key=len)
+    return (a.finish_reason == b.finish_reason == "length" and long_.startswith(short)
+            and "\ufffd" in long_[len(short):])
+
+
+def _generation_eos(model: str) -> list[int]:
+    """Stop ids from the model's generation_config.json (Qwen3: <|im_end|> and <|endoftext|>)."""
+    from transformers import GenerationConfig
+
+    try:
+        eos = GenerationConfig.from_pretrained(model).eos_token_id
+    except OSError:  # no generation_config.json: the tokenizer's eos alone
+        return []
+    return [eos] if isinstance(eos, int) else list(eos or [])
+
+
 class _LocalTemplate:
     """Chat-template rendering, token counting and truncation shared by the local kinds."""
 
@@ -115,8 +136,41 @@ class _LocalTemplate:
         text = render(conv)
         return self.tokenizer.encode(text, add_special_tokens=False), text, cut
 
+    def _text(self, ids: list[int]) -> str:
+        """Decoded completion without a trailing incomplete multi-byte character (a reply cut
+        mid-character), as vLLM's incremental detokenizer reports it."""
+        for n in range(len(ids), 0, -1):
+            text = self.tokenizer.decode(ids[:n], skip_special_tokens=True)
+            if not text.endswith("\ufffd"):
+                return text
+        return ""
+
     def _token_strs(self, ids: list[int]) -> tuple[str, ...]:
-        return tuple(self.tokenizer.decode([i]) for i in ids)
+        return tuple(self._tok_str(i, ids[:n]) for n, i in enumerate(ids))
+
+    def _tok_str(self, token_id: int, context: list[int]) -> str:
+        """Decoded text of one token; a token ending inside a multi-byte character gets "" and
+        the token completing it gets the whole character (vLLM's server rule, so that every kind
+        reports the same strings and they concatenate to the text)."""
+        dec = self.tokenizer.decode
+        text = dec([token_id])
+        if not text.endswith("\ufffd"):
+            return text
+        for n in range(1, min(len(context), 4) + 1):
+            ctx = context[-n:]
+            full = dec(ctx + [token_id])
+            if full.endswith("\ufffd"):
+                continue
+            clean = len(ctx)
+            while clean > 0 and dec([ctx[clean - 1]]).endswith("\ufffd"):
+                clean -= 1
+            prefix = dec(ctx[:clean]) if clean else ""
+            if full.startswith(prefix):
+                return full[len(prefix):]
+            common = next((j for j, (a, b) in enumerate(zip(prefix, full)) if a != b),
+                          min(len(prefix), len(full)))
+            return full[common:]
+        return ""
 
     def _strip_stop(self, ids: list[int]) -> tuple[list[int], str]:
         """Drop padding and the final stop token; the finish reason."""
@@ -200,10 +254,11 @@ class TransformersGenerator(_LocalTemplate):
             tops: tuple = ()
             if k:
                 vals, idx = logp[r, : len(kept)].topk(k, dim=-1)
-                tops = tuple(tuple((self.tokenizer.decode([int(i)]), float(v))
-                                   for v, i in zip(vs, ix)) for vs, ix in zip(vals, idx))
+                tops = tuple(tuple((self._tok_str(int(i), kept[:t]), float(v))
+                                   for v, i in zip(vs, ix))
+                             for t, (vs, ix) in enumerate(zip(vals, idx)))
             gens.append(Generation(
-                text=self.tokenizer.decode(kept, skip_special_tokens=True),
+                text=self._text(kept),
                 tokens=self._token_strs(kept), logprobs=lp, top_logprobs=tops,
                 finish_reason=reason, truncated_prompt=cut, prompt=text))
         return gens
@@ -231,9 +286,7 @@ class VLLMGenerator(_LocalTemplate):
         args.update(cfg.extra_engine_args)
         self.llm = LLM(**args)
         self.tokenizer = self.llm.get_tokenizer()
-        eos = self.tokenizer.eos_token_id
-        gen_eos = self.llm.llm_engine.model_config.hf_config.eos_token_id
-        self._stop_ids = [eos, *([gen_eos] if isinstance(gen_eos, int) else (gen_eos or []))]
+        self._stop_ids = [self.tokenizer.eos_token_id, *_generation_eos(cfg.model)]
         self._lora = {}
         for n, (name, path) in enumerate(cfg.adapters.items(), 1):
             from vllm.lora.request import LoRARequest
@@ -265,11 +318,11 @@ class VLLMGenerator(_LocalTemplate):
             tops: tuple = ()
             if top_logprobs:
                 tops = tuple(
-                    tuple((self.tokenizer.decode([i]), float(v.logprob)) for i, v in sorted(
+                    tuple((self._tok_str(i, kept[:t]), float(v.logprob)) for i, v in sorted(
                         step.items(), key=lambda kv: -kv[1].logprob)[:top_logprobs])
-                    for step in steps)
+                    for t, step in enumerate(steps))
             gens.append(Generation(
-                text=self.tokenizer.decode(kept, skip_special_tokens=True),
+                text=self._text(kept),
                 tokens=self._token_strs(kept), logprobs=lp, top_logprobs=tops,
                 finish_reason=reason if o.finish_reason != "length" else "length",
                 truncated_prompt=cut, prompt=text))

@@ -23,6 +23,7 @@ from rag.http import EndpointError, JSONClient, field
 
 log = logging.getLogger(__name__)
 
+_EMPTY_THINK = "<think>\n\n</think>\n\n"
 _TEMPLATE_BYTES_PER_TURN = 16  # "<|im_start|>user\n...<|im_end|>\n" and the think block, as bytes
 
 
@@ -65,13 +66,16 @@ class OpenAIGenerator:
             messages.append({"role": "assistant", "content": prefix})
             payload.update(continue_final_message=True, add_generation_prompt=False)
         payload["messages"] = messages
+        payload["logprobs"] = True  # tokens and their logprobs always, as the local kinds
         if k:
-            payload.update(logprobs=True, top_logprobs=k)
+            payload["top_logprobs"] = k
         data = self.client.post("/chat/completions", payload)
         choice = field(data, "choices", 0, endpoint=self.endpoint)
         text = field(choice, "message", "content", endpoint=self.endpoint)
         if not isinstance(text, str):
             raise EndpointError(f"{self.endpoint}: unexpected answer, content is not text")
+        if text.startswith(_EMPTY_THINK) and not self.cfg.chat_template_kwargs.get("enable_thinking", True):
+            text = text[len(_EMPTY_THINK):]  # swift's qwen3 template returns it inside the reply
         reason = str(choice.get("finish_reason") or "")
         tokens, lps, tops = self._logprobs(choice, k)
         prompt = "\n".join(f"{m['role']}: {m['content']}" for m in messages)
@@ -80,8 +84,6 @@ class OpenAIGenerator:
                           truncated_prompt=cut, prompt=prompt)
 
     def _logprobs(self, choice: dict, k: int) -> tuple[tuple, tuple, tuple]:
-        if not k:
-            return (), (), ()
         content = field(choice, "logprobs", "content", endpoint=self.endpoint) or []
         if content and choice.get("finish_reason") == "stop" and content[-1].get("token") in (
                 "", "<|im_end|>", "<|endoftext|>", "</s>", "<|eot_id|>"):
@@ -91,7 +93,7 @@ class OpenAIGenerator:
             lps = tuple(float(c["logprob"]) for c in content)
             tops = tuple(tuple(sorted(((str(t["token"]), float(t["logprob"]))
                                        for t in c["top_logprobs"]), key=lambda x: -x[1]))[:k]
-                         for c in content)
+                         for c in content) if k else ()
         except (KeyError, TypeError, ValueError):
             raise EndpointError(f"{self.endpoint}: unexpected answer, malformed logprobs") from None
         return tokens, lps, tops
