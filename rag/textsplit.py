@@ -9,11 +9,13 @@ Kinds (BM25Config.tokenizer):
 - `char_bigram`: overlapping bigrams of all non-space characters, lowercased (the baseline).
 - `word`: lowercased `\\w+` words.
 - `auto`: script-aware: CJK runs -> bigrams plus unigrams, other runs -> words, punctuation
-  dropped. Works for mixed text (Chinese with article numbers, French with digits).
+  dropped, French and English function words (bm25s's lists, plus the one-letter elisions
+  l' d' j' ...) dropped. Works for mixed text (Chinese with article numbers, French with digits).
 """
 
 from __future__ import annotations
 
+import functools
 import re
 from typing import Callable
 
@@ -38,15 +40,25 @@ def words(text: str) -> list[str]:
     return _WORD.findall(text.lower())
 
 
+@functools.lru_cache(maxsize=1)
+def _stopwords() -> frozenset[str]:
+    from bm25s.stopwords import STOPWORDS_EN, STOPWORDS_FRENCH
+
+    letters = {c for c in "abcdefghijklmnopqrstuvwxyz"}  # l' d' j' s' n' c' m' t' qu' ...
+    return frozenset(STOPWORDS_EN) | frozenset(STOPWORDS_FRENCH) | letters
+
+
 def mixed(text: str) -> list[str]:
-    """CJK runs -> unigrams + bigrams; other scripts -> lowercased words; punctuation dropped."""
+    """CJK runs -> unigrams + bigrams; other scripts -> lowercased words without function
+    words; punctuation dropped."""
+    stop = _stopwords()
     out: list[str] = []
     for m in _RUN.finditer(text.lower()):
         run = m.group(0)
         if _CJK_RUN.fullmatch(run):
             out.extend(run)  # unigrams: single-character query words (车, 路) still match
             out.extend(run[i:i + 2] for i in range(len(run) - 1))
-        else:
+        elif run not in stop:
             out.append(run)
     return out
 

@@ -26,9 +26,11 @@ FIFTH = "第五条 初次申领机动车号牌、行驶证的，应当向机动�
 def test_tokenizers_hand_checked() -> None:
     assert tokenize(["机动车 登记"], "char_bigram") == [["机动", "动车", "车登", "登记"]]
     assert tokenize(["L'Élève va à Paris, 2024!"], "word") == [["l", "élève", "va", "à", "paris", "2024"]]
-    # auto: CJK runs -> unigrams then bigrams; words elsewhere; punctuation gone.
+    # auto: CJK runs -> unigrams then bigrams; words elsewhere; punctuation and function words gone.
     assert tokenize(["第5条：机动车。Vélo"], "auto") == [
         ["第", "5", "条", "机", "动", "车", "机动", "动车", "vélo"]]
+    assert tokenize(["Qu'est-ce que l'autorité parentale ? The CEO"], "auto") == [
+        ["autorité", "parentale", "ceo"]]
     with pytest.raises(ValueError, match="unknown BM25 tokenizer"):
         tokenize(["x"], "nope")
 
