@@ -22,7 +22,7 @@ from eval import conflict_metrics as cm
 from eval.answer_metrics import exact_match, is_correct, token_f1
 from eval.attribution import attribution_counts
 from eval.records import WRONG_VALUE_SCENARIOS, ItemResult
-from eval.stats import mcnemar_exact, paired_bootstrap, wilson_ci
+from eval.stats import mcnemar_exact, nan_to_none, paired_bootstrap, wilson_ci
 
 log = logging.getLogger(__name__)
 
@@ -154,8 +154,8 @@ def write_comparison(c: Comparison, out_dir: str | Path) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     data = {"a": c.name_a, "b": c.name_b, "rows": [asdict(r) for r in c.rows],
             "fixed": list(c.fixed), "broken": list(c.broken)}
-    (out / "compare.json").write_text(json.dumps(data, indent=1, ensure_ascii=False, allow_nan=True),
-                                      encoding="utf-8")
+    text = json.dumps(nan_to_none(data), indent=1, ensure_ascii=False, allow_nan=False)
+    (out / "compare.json").write_text(text, encoding="utf-8")
     path = out / "compare.md"
     path.write_text(comparison_markdown(c), encoding="utf-8")
     return path
@@ -205,8 +205,8 @@ def headline_rows(base: Sequence[ItemResult], lora: Sequence[ItemResult], *, res
             lb, hb = wilson_ci(sum(map(is_correct, sel_b)), len(sel_b))
             rows.append(HeadlineRow("accuracy", r.scenario, r.knowledge, r.n, r.a, la, ha, r.b, lb, hb,
                                     r.diff, r.lo, r.hi, r.p_mcnemar))
-        elif r.metric in ("context_bias", "fallback_success", "over_fallback") and r.scenario in (
-                "all", "consistent"):
+        elif (r.metric in ("context_bias", "fallback_success") and r.scenario == "all") or (
+                r.metric == "over_fallback" and r.scenario == "consistent"):
             rows.append(HeadlineRow(r.metric, r.scenario, r.knowledge, r.n, r.a, nan, nan, r.b, nan, nan,
                                     r.diff, r.lo, r.hi))
     for k in sorted({x.knowledge for x in pa}) + ["all"]:

@@ -18,7 +18,8 @@ def wilson_ci(k: int, n: int, z: float = Z95) -> tuple[float, float]:
     den = 1 + z * z / n
     centre = (p + z * z / (2 * n)) / den
     half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / den
-    return (max(0.0, centre - half), min(1.0, centre + half))
+    # Clamp so that lo <= p <= hi also under rounding at p = 0 or 1.
+    return (max(0.0, min(p, centre - half)), min(1.0, max(p, centre + half)))
 
 
 @dataclass(frozen=True)
@@ -57,10 +58,10 @@ def paired_bootstrap(a: np.ndarray, b: np.ndarray, *, den_a: np.ndarray | None =
         da, db = np.asarray(den_a, np.float64), np.asarray(den_b, np.float64)
         a, b = np.nan_to_num(a) * da, np.nan_to_num(b) * db
     n = len(a)
-    nan = PairedDiff(math.nan, math.nan, math.nan, math.nan, math.nan, n, resamples)
-    if n == 0 or da.sum() == 0 or db.sum() == 0:
-        return nan
-    ra, rb = a.sum() / da.sum(), b.sum() / db.sum()
+    ra = a.sum() / da.sum() if da.sum() else math.nan
+    rb = b.sum() / db.sum() if db.sum() else math.nan
+    if math.isnan(ra) or math.isnan(rb):  # one side undefined: report both rates, no difference
+        return PairedDiff(float(ra), float(rb), math.nan, math.nan, math.nan, n, resamples)
     rng = np.random.default_rng(seed)
     diffs = np.empty(resamples)
     step = max(1, 2_000_000 // n)  # bound the (resamples, n) index matrix
@@ -90,3 +91,14 @@ def mcnemar_exact(a_correct: np.ndarray, b_correct: np.ndarray) -> tuple[int, in
         return only_a, only_b, 1.0
     p = min(1.0, 2.0 * float(binom.cdf(min(only_a, only_b), n, 0.5)))
     return only_a, only_b, p
+
+
+def nan_to_none(x):
+    """NaN -> None, recursively, so metrics.json is strict JSON."""
+    if isinstance(x, float) and math.isnan(x):
+        return None
+    if isinstance(x, dict):
+        return {k: nan_to_none(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [nan_to_none(v) for v in x]
+    return x
