@@ -2,8 +2,34 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import typer
 
 
 def register(app: typer.Typer, bench_app: typer.Typer) -> None:
     """Add this package's commands to the main app and to `lorarag bench`."""
+
+    @app.command("run")
+    def run_cmd(config: Path = typer.Argument(..., help="configs/run/*.yaml"),
+                fresh: bool = typer.Option(False, "--fresh", help="retrain the LoRA and redo the evaluation"),
+                dry_run: bool = typer.Option(False, "--dry-run", help="print every step and command, run nothing")
+                ) -> None:
+        """End to end: demo world → index → train/reuse LoRA → calibrate → evaluate → report."""
+        from fallback.config import RunConfig
+        from fallback.pipeline import run
+        from rag.config import load_config
+
+        cfg = load_config(config, RunConfig)
+        run(cfg, fresh=fresh, dry_run=dry_run, echo=typer.echo)
+
+    @app.command("calibrate")
+    def calibrate_cmd(config: Path = typer.Argument(..., help="configs/run/*.yaml")) -> None:
+        """Tune the self-knowledge gate on the dev split and save gate.json next to the adapter."""
+        from fallback.config import RunConfig
+        from fallback.pipeline import calibrate_only
+        from rag.config import load_config
+
+        cal = calibrate_only(load_config(config, RunConfig), echo=typer.echo)
+        typer.echo(f"threshold {cal.threshold:.4f} ({cal.rule}): keeps {cal.known_kept:.1%} of known facts, "
+                   f"rejects {cal.unseen_rejected:.1%} of never-learned ones; AUROC {cal.auroc:.3f}")

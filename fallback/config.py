@@ -10,7 +10,8 @@ from typing import Literal
 
 from pydantic import model_validator
 
-from rag.config import Strict
+from rag.config import RAGConfig, Strict
+from train.config import TrainConfig
 
 
 class PolicyConfig(Strict):
@@ -51,3 +52,81 @@ class FallbackConfig(Strict):
     detector: DetectorConfig = DetectorConfig()
     gate: GateConfig = GateConfig()
     policy: PolicyConfig = PolicyConfig()
+
+
+# ---------------------------------------------------------------------------------------
+# The end-to-end run (`lorarag run configs/run/*.yaml`).
+# ---------------------------------------------------------------------------------------
+
+SCENARIO_NAMES = ("consistent", "factual_error", "outdated", "irrelevant", "unanswerable")
+
+
+class SystemConfig(Strict):
+    """One evaluated system (fallback/systems.py)."""
+
+    name: str
+    kind: Literal["lora_rag", "base_rag", "prompted_detection", "closed_book", "oracle"]
+    context: Literal["retrieved", "presented"] = "retrieved"
+    adapter: str | None = None  # closed_book: None = base model, "lora" = the trained adapter
+    max_new_tokens: int = 24  # base_rag / closed_book / oracle answers
+
+
+class CalibrationConfig(Strict):
+    """Gate calibration on the DEV split (dev phrasing of known facts + never-learned orgs)."""
+
+    scenarios: list[Literal["consistent", "factual_error", "outdated", "irrelevant", "unanswerable"]] = [
+        "consistent", "factual_error", "outdated", "irrelevant"]
+    max_items: int = 200  # per group (known / never-learned), seeded sample
+
+
+class EvalSection(Strict):
+    """Which scenario cells each system is evaluated on, and the statistics."""
+
+    scenarios: list[Literal["consistent", "factual_error", "outdated", "irrelevant", "unanswerable"]] = \
+        list(SCENARIO_NAMES)
+    knowledge: list[Literal["known", "unknown"]] = ["known", "unknown"]
+    max_per_cell: int | None = 40  # items per (scenario, knowledge) cell, seeded sample; None = all
+    bootstrap: int = 1000
+    seed: int = 0
+
+
+class ExtraSet(Strict):
+    """A real scenario set evaluated beside the demo world (GPU configs)."""
+
+    kind: Literal["conflictnq", "conflictqa"]
+    path: str
+    max_items: int | None = None
+
+
+class RunConfig(Strict):
+    """`lorarag run`: world → index → train/reuse LoRA → calibrate → evaluate → report."""
+
+    name: str
+    seed: int = 0
+    runs_dir: str = "runs"
+    train: TrainConfig  # holds the world and SFT sections
+    rag: RAGConfig
+    prepare_base: Literal["smollm2_gguf", "tiny_qwen3"] | None = None  # build the base model folder first
+    fallback: FallbackConfig = FallbackConfig()
+    calibration: CalibrationConfig = CalibrationConfig()
+    systems: list[SystemConfig]
+    eval: EvalSection = EvalSection()
+    extra_sets: list[ExtraSet] = []
+
+    @model_validator(mode="after")
+    def _check(self) -> "RunConfig":
+        if self.rag.generator is None:
+            raise ValueError("rag.generator is required (the base model the LoRA is trained on)")
+        if self.train.world is None:
+            raise ValueError("train.world is required (the demo world the run generates)")
+        names = [s.name for s in self.systems]
+        dup = sorted({n for n in names if names.count(n) > 1})
+        if dup:
+            raise ValueError(f"systems: duplicate name(s) {dup}")
+        if not self.systems:
+            raise ValueError("systems: at least one system")
+        adapter = self.fallback.detector.adapter
+        if adapter is not None and adapter in self.rag.generator.adapters:
+            raise ValueError(f"rag.generator.adapters.{adapter}: set by the run (the trained adapter)")
+        return self
+

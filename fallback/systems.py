@@ -15,13 +15,12 @@ Components (generator, retrieval, tokenizer) are built once by `Components` and 
 from __future__ import annotations
 
 import logging
-from typing import Any, Callable, Literal, Sequence
+from typing import Any, Callable, Sequence
 
-from fallback.config import FallbackConfig
+from fallback.config import FallbackConfig, SystemConfig
 from fallback.format import SYSTEM_CLOSED_BOOK, SYSTEM_RAG, closed_book_user_turn
 from fallback.scenarios import Scenario, poison, presented_as_retrieved
 from fallback.system import AdvancedRAGSystem, Context, Detector
-from rag.config import Strict
 from rag.records import Answer, Chunk, Retrieved, Trace
 
 log = logging.getLogger(__name__)
@@ -30,16 +29,6 @@ log = logging.getLogger(__name__)
 PROMPTED_SYSTEM = (SYSTEM_RAG + " Reply in exactly one line of this form: memory: <what you remember, "
                    "or unknown> | source: <what the sources say, or none> | verdict: <supported, "
                    "conflicting, outdated, irrelevant or insufficient> | answer: <your final answer>")
-
-
-class SystemConfig(Strict):
-    """One evaluated system."""
-
-    name: str
-    kind: Literal["lora_rag", "base_rag", "prompted_detection", "closed_book", "oracle"]
-    context: Literal["retrieved", "presented"] = "retrieved"
-    adapter: str | None = None  # closed_book: None = base model, "lora" = the trained adapter
-    max_new_tokens: int = 24  # base_rag / closed_book / oracle answers
 
 
 class ScenarioContexts:

@@ -1,0 +1,121 @@
+"""The headline table of a run: base RAG vs LoRA-RAG by scenario, and the issue's targets.
+
+Pure functions over ItemResults (eval/), so the same table can be rebuilt from any run folder.
+Every target line states the measured number and whether it is met; a missed target is never
+hidden.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Mapping, Sequence
+
+from eval.conflict_metrics import (SCENARIO_ORDER, accuracy, context_bias, detector, fallback_success,
+                                   over_fallback)
+from eval.records import ItemResult
+
+
+def _first(cfg: Any, results: Mapping[str, Sequence[ItemResult]], kind: str) -> tuple[str, list[ItemResult]] | None:
+    for s in cfg.systems:
+        if s.kind == kind and s.name in results:
+            return s.name, list(results[s.name])
+    return None
+
+
+def pair_names(cfg: Any, results: Mapping[str, Sequence[ItemResult]]) -> tuple[str, str] | None:
+    """(base RAG system, LoRA-RAG system) names of the run, when both were evaluated."""
+    base, lora = _first(cfg, results, "base_rag"), _first(cfg, results, "lora_rag")
+    return (base[0], lora[0]) if base and lora else None
+
+
+def _cell(items: Sequence[ItemResult], scenario: str, knowledge: str) -> list[ItemResult]:
+    return [r for r in items if r.scenario == scenario and r.knowledge == knowledge]
+
+
+def _acc(items: Sequence[ItemResult]) -> str:
+    if not items:
+        return "–"
+    a = accuracy(items)
+    return f"{a['value']:.2f} [{a['lo']:.2f}, {a['hi']:.2f}] (n={a['n']})"
+
+
+def _num(x: float) -> str:
+    return "–" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.2f}"
+
+
+def targets(base: Sequence[ItemResult], lora: Sequence[ItemResult]) -> list[tuple[str, float, bool]]:
+    """(target, measured, met) for every target of the CPU demo."""
+    def acc(items, s, k):
+        sel = _cell(items, s, k)
+        return accuracy(sel)["value"] if sel else math.nan
+
+    def auroc(items, k, pos=None):
+        sel = [r for r in items if r.knowledge == k]
+        return detector(sel, pos)["auroc"] if sel else math.nan
+
+    ofb = over_fallback([r for r in lora if r.knowledge == "unknown"])["value"]
+    fe_unknown = auroc(lora, "unknown", ["factual_error"])
+    rows = [
+        ("base RAG, consistent (known) >= 0.9", acc(base, "consistent", "known"), lambda v: v >= 0.9),
+        ("base RAG, factual error (known) ~ 0 (<= 0.2)", acc(base, "factual_error", "known"), lambda v: v <= 0.2),
+        ("base RAG, outdated (known) ~ 0 (<= 0.2)", acc(base, "outdated", "known"), lambda v: v <= 0.2),
+        ("LoRA-RAG, consistent (known) >= 0.9", acc(lora, "consistent", "known"), lambda v: v >= 0.9),
+        ("LoRA-RAG, factual error (known) >= 0.8", acc(lora, "factual_error", "known"), lambda v: v >= 0.8),
+        ("LoRA-RAG, outdated (known) >= 0.9", acc(lora, "outdated", "known"), lambda v: v >= 0.9),
+        ("LoRA-RAG, irrelevant (known) >= 0.9", acc(lora, "irrelevant", "known"), lambda v: v >= 0.9),
+        ("LoRA-RAG, over-fallback on consistent unknown facts <= 0.10", ofb, lambda v: v <= 0.10),
+        ("detector AUROC, known, all flawed >= 0.9", auroc(lora, "known"), lambda v: v >= 0.9),
+        ("detector AUROC, known, factual error >= 0.9", auroc(lora, "known", ["factual_error"]),
+         lambda v: v >= 0.9),
+        ("detector AUROC, unknown, factual error ~ 0.5 (0.35-0.65)", fe_unknown,
+         lambda v: 0.35 <= v <= 0.65),
+    ]
+    return [(name, v, (not math.isnan(v)) and bool(ok(v))) for name, v, ok in rows]
+
+
+def headline_markdown(cfg: Any, results: Mapping[str, Sequence[ItemResult]]) -> str:
+    """Markdown: accuracy by scenario (95 % Wilson CIs), conflict metrics, detector, targets."""
+    base = _first(cfg, results, "base_rag")
+    lora = _first(cfg, results, "lora_rag")
+    names = [n for n in (base, lora) if n is not None]
+    lines = [f"## Headline: {' vs '.join(n for n, _ in names)}", "",
+             "| scenario | knowledge | " + " | ".join(f"{n} accuracy [95% CI]" for n, _ in names) + " |",
+             "|---|---|" + "---|" * len(names)]
+    knows = sorted({r.knowledge for _, items in names for r in items})
+    for s in SCENARIO_ORDER:
+        for k in knows:
+            cells = [_cell(items, s, k) for _, items in names]
+            if any(cells):
+                lines.append(f"| {s} | {k} | " + " | ".join(_acc(c) for c in cells) + " |")
+    lines += ["", "| metric | " + " | ".join(n for n, _ in names) + " |", "|---|" + "---|" * len(names)]
+    for label, fn, k in (("context bias (known)", context_bias, "known"),
+                         ("fallback success (known)", fallback_success, "known"),
+                         ("over-fallback, consistent (known)", over_fallback, "known"),
+                         ("over-fallback, consistent (unknown)", over_fallback, "unknown")):
+        vals = [fn([r for r in items if r.knowledge == k])["value"] for _, items in names]
+        lines.append(f"| {label} | " + " | ".join(_num(v) for v in vals) + " |")
+    for k in knows:
+        for pos in (None, "factual_error", "outdated", "irrelevant"):
+            vals = [detector([r for r in items if r.knowledge == k], [pos] if pos else None)["auroc"]
+                    for _, items in names]
+            lines.append(f"| detector AUROC ({k}, {pos or 'all flawed'}) | " +
+                         " | ".join(_num(v) for v in vals) + " |")
+    if lora is not None:
+        inv = sum(r.verdict == "invalid" for r in lora[1])
+        lines.append(f"| invalid replies | – | {inv} of {len(lora[1])} |" if len(names) == 2 else
+                     f"| invalid replies | {inv} of {len(lora[1])} |")
+    others = [n for n in results if n not in {x for x, _ in names}]
+    if others:
+        lines += ["", "| other system | " + " | ".join(f"{s} ({k})" for s in SCENARIO_ORDER for k in knows
+                                                        if any(_cell(results[o], s, k) for o in others)) + " |"]
+        cols = [(s, k) for s in SCENARIO_ORDER for k in knows if any(_cell(results[o], s, k) for o in others)]
+        lines.append("|---|" + "---|" * len(cols))
+        for o in others:
+            lines.append(f"| {o} | " + " | ".join(
+                _num(accuracy(_cell(results[o], s, k))["value"]) if _cell(results[o], s, k) else "–"
+                for s, k in cols) + " |")
+    if base is not None and lora is not None:
+        lines += ["", "### Targets", "", "| target | measured | met |", "|---|---|---|"]
+        for name, v, ok in targets(base[1], lora[1]):
+            lines.append(f"| {name} | {_num(v)} | {'yes' if ok else '**MISSED**'} |")
+    return "\n".join(lines) + "\n"
