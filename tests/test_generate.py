@@ -1,0 +1,183 @@
+"""Generator contract on the transformers kind (tiny Qwen3 + peft LoRA), truncation and HTTP faults."""
+
+from __future__ import annotations
+
+import http.server
+import json
+import logging
+import threading
+import time
+
+import pytest
+
+from rag.config import GeneratorConfig
+from rag.generate import Message, UnknownAdapterError, build_generator
+from rag.http import EndpointError
+from rag.prompt import ContextWindowError
+from tests.servers import free_port
+from tests.tiny_lora import build_lora
+
+CONVS = [[Message("system", "Answer briefly."), Message("user", q)]
+         for q in ("What is the capital of France?", "When was it founded?", "机动车应当向哪个部门申请注册登记？")]
+
+
+@pytest.fixture(scope="module")
+def lora(tiny_models, tmp_path_factory):
+    return build_lora(tiny_models["lm"], tmp_path_factory.mktemp("lora") / "sft")
+
+
+@pytest.fixture(scope="module")
+def gen(tiny_models, lora):
+    import torch
+
+    torch.set_num_threads(1)
+    g = build_generator(GeneratorConfig(kind="transformers", model=str(tiny_models["lm"]),
+                                        adapters={"sft": str(lora)}, max_new_tokens=8,
+                                        max_model_len=256, batch_size=4))
+    yield g
+    g.close()
+
+
+def _reference_greedy(model_dir, adapter_dir, conv, n, prefix=""):
+    """Plain greedy loop over full forward passes (no generate(), no cache, no batching)."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(model_dir)
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
+    if adapter_dir is not None:
+        from peft import PeftModel
+
+        model = PeftModel.from_pretrained(model, adapter_dir).eval()
+    text = tok.apply_chat_template([{"role": m.role, "content": m.content} for m in conv],
+                                   tokenize=False, add_generation_prompt=True,
+                                   enable_thinking=False) + prefix
+    ids = tok.encode(text, add_special_tokens=False)
+    stops = {tok.convert_tokens_to_ids("<|im_end|>"), tok.convert_tokens_to_ids("<|endoftext|>")}
+    out, lps = [], []
+    with torch.no_grad():
+        for _ in range(n):
+            logp = model(torch.tensor([ids + out])).logits[0, -1].float().log_softmax(-1)
+            nxt = int(logp.argmax())
+            if nxt in stops:
+                break
+            out.append(nxt)
+            lps.append(float(logp[nxt]))
+    return out, lps, tok
+
+
+def test_greedy_matches_reference_loop_batched_and_with_adapter(gen, tiny_models, lora):
+    base = gen.generate(CONVS, top_logprobs=3)
+    tuned = gen.generate(CONVS, adapter="sft")
+    for conv, b, t in zip(CONVS, base, tuned):
+        ids, lps, tok = _reference_greedy(tiny_models["lm"], None, conv, 8)
+        assert b.tokens == tuple(gen._tok_str(i, ids[:n]) for n, i in enumerate(ids))
+        assert b.logprobs == pytest.approx(lps, abs=1e-4)
+        assert b.finish_reason in ("stop", "length") and b.finish_reason == (
+            "length" if len(ids) == 8 else "stop")
+        # top-k sorted, greedy token first with its own logprob
+        for pos, (tops, lp) in enumerate(zip(b.top_logprobs, b.logprobs)):
+            assert len(tops) == 3 and [v for _, v in tops] == sorted((v for _, v in tops), reverse=True)
+            assert tops[0][1] == pytest.approx(lp, abs=1e-5)
+        ids_t, _, _ = _reference_greedy(tiny_models["lm"], lora, conv, 8)
+        assert t.tokens == tuple(gen._tok_str(i, ids_t[:n]) for n, i in enumerate(ids_t))
+    assert sum(b.text != t.text for b, t in zip(base, tuned)) >= 2  # the adapter bites
+    # base after the adapter ran: adapter disabled again, same as before
+    assert [g.text for g in gen.generate(CONVS)] == [b.text for b in base]
+    # batch of one == batch of three
+    assert gen.generate(CONVS[2:])[0].text == base[2].text
+
+
+def test_prefix_continues_the_reply(gen, tiny_models):
+    g = gen.generate(CONVS[:1], prefixes=["The capital"])[0]
+    assert g.prompt.endswith("<think>\n\n</think>\n\nThe capital")
+    ids, _, tok = _reference_greedy(tiny_models["lm"], None, CONVS[0], 8, prefix="The capital")
+    assert g.tokens == tuple(gen._tok_str(i, ids[:n]) for n, i in enumerate(ids))
+
+
+def test_unknown_adapter_and_prefix_count_are_errors(gen):
+    with pytest.raises(UnknownAdapterError, match="nope"):
+        gen.generate(CONVS, adapter="nope")
+    with pytest.raises(ValueError):
+        gen.generate(CONVS, prefixes=["a"])
+
+
+def _sources_user(n: int, size: int) -> str:
+    entries = [f"[S{i}] (doc{i}.md) " + ("lorem ipsum " * size) for i in range(1, n + 1)]
+    return "<sources>\n" + "\n".join(entries) + "\n</sources>\n\nQuestion: What is the capital?"
+
+
+def test_long_context_is_cut_by_the_rule_with_a_warning(gen, caplog):
+    conv = [Message("system", "SYSTEM RULES"), Message("user", _sources_user(6, 40))]
+    with caplog.at_level(logging.WARNING, logger="rag.generate"):
+        g = gen.generate([conv])[0]
+    assert g.truncated_prompt and "sources cut" in caplog.text
+    n_tokens = len(gen.tokenizer.encode(g.prompt, add_special_tokens=False))
+    assert n_tokens <= 256 - 8
+    assert "SYSTEM RULES" in g.prompt and g.prompt.rstrip().endswith(
+        "Question: What is the capital?<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>")
+    assert "[S1]" in g.prompt and "[S6]" not in g.prompt  # whole sources dropped from the end
+    kept = [i for i in range(1, 7) if f"[S{i}]" in g.prompt]
+    assert kept == list(range(1, len(kept) + 1))
+    short = gen.generate([[Message("user", _sources_user(1, 2))]])[0]
+    assert not short.truncated_prompt
+
+
+def test_first_source_alone_too_long_is_cut_inside(gen):
+    g = gen.generate([[Message("user", _sources_user(1, 400))]])[0]
+    assert g.truncated_prompt and "[S1]" in g.prompt and " …" in g.prompt
+
+
+def test_question_alone_too_long_is_a_clear_error(gen):
+    with pytest.raises(ContextWindowError, match="max_model_len"):
+        gen.generate([[Message("user", "<sources>\n</sources>\n\nQuestion: " + "why " * 400)]])
+
+
+class _Handler(http.server.BaseHTTPRequestHandler):
+    mode = "garbage"
+    hits = 0
+
+    def do_POST(self):  # noqa: N802
+        type(self).hits += 1
+        self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        if self.mode == "slow":
+            time.sleep(1.5)
+        body = b"<html>not json</html>" if self.mode == "garbage" else json.dumps({"x": 1}).encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def fake_server():
+    port = free_port()
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", port), _Handler)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    _Handler.hits = 0
+    yield f"http://127.0.0.1:{port}/v1"
+    srv.shutdown()
+
+
+def _openai(base_url, timeout=5.0):
+    return build_generator(GeneratorConfig(kind="openai", model="m", base_url=base_url,
+                                           max_retries=2, timeout_s=timeout, max_model_len=512))
+
+
+def test_server_down_is_an_endpoint_error_naming_it():
+    url = f"http://127.0.0.1:{free_port()}/v1"
+    with pytest.raises(EndpointError, match=f"{url}/chat/completions.*cannot connect.*3 attempt"):
+        _openai(url).generate(CONVS[:1])
+
+
+@pytest.mark.parametrize("mode,needle,hits", [("garbage", "non-JSON", 3), ("shape", "missing", 1),
+                                              ("slow", "timed out", 3)])
+def test_garbage_or_slow_server_is_an_endpoint_error(fake_server, mode, needle, hits):
+    _Handler.mode = mode
+    with pytest.raises(EndpointError, match=needle) as exc:
+        _openai(fake_server, timeout=0.5).generate(CONVS[:1])
+    assert fake_server in str(exc.value)
+    assert _Handler.hits == hits  # retried (with backoff) where a retry can help
