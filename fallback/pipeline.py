@@ -8,8 +8,9 @@
     6 evaluate   every system on every scenario x knowledge cell (resumable results.jsonl)
     7 report     comparison report (Markdown + HTML + metrics.json) and the headline table
 
-Everything lands under `<runs_dir>/<name>/`. Evaluation resumes item by item; results of an
-older adapter are never mixed in (the eval folder records which adapter and gate it used).
+Everything lands under `<runs_dir>/<name>/` (training under `train.runs_dir/<run_name>/`).
+Evaluation resumes item by item; results of an older adapter or gate are never mixed in (the
+eval folder records which adapter and threshold produced it).
 """
 
 from __future__ import annotations
@@ -29,6 +30,8 @@ from fallback.scenarios import Scenario, save_scenarios
 log = logging.getLogger(__name__)
 
 STEPS = ("world", "index", "scenarios", "train", "calibrate", "evaluate", "report")
+ADAPTER_POINTER = "final-adapter.json"  # written in the train run dir once training finished
+Echo = Callable[[str], None]
 
 
 @dataclass(frozen=True)
@@ -50,8 +53,269 @@ class Paths:
         return self.root / "eval"
 
     @property
-    def report(cfg: RunConfig, paths: Paths, runs: dict[str, Path], echo: Callable[[str], None]) -> str:
-    """The comparison report (eval.report, all systems + the base-vs-LoRA pair) and the headline."""
+    def report(self) -> Path:
+        return self.root / "report"
+
+
+class Progress:
+    """Step banners with elapsed wall time, so a long run is visible throughout."""
+
+    def __init__(self, echo: Echo) -> None:
+        self.echo = echo
+        self.t0 = time.perf_counter()
+
+    def step(self, name: str, what: str) -> None:
+        """Print `[i/7] name what (t=…s)`."""
+        i = STEPS.index(name) + 1
+        self.echo(f"[{i}/{len(STEPS)}] {name:<9} {what}   (t={time.perf_counter() - self.t0:.0f}s)")
+
+
+# --- 1-3: world, index, scenarios --------------------------------------------------------------
+
+def make_world(cfg: RunConfig, paths: Paths) -> Any:
+    """Generate the demo world and write its corpus (deterministic by `train.world.seed`)."""
+    from train.world import build_world, write_world
+
+    world = build_world(cfg.train.world)
+    write_world(world, paths.world)
+    return world
+
+
+def make_index(cfg: RunConfig, world: Any) -> Any:
+    """Index the world's chunks (ids `<doc>#<n>`, the ones scenarios name); open a retriever."""
+    from rag.index import build_from_chunks
+    from rag.retrieve import load_retriever
+
+    embedder = None
+    if cfg.rag.index.dense is not None:
+        from rag.embed import make_embedder
+
+        embedder = make_embedder(cfg.rag.embedder)
+    build_from_chunks(world.chunks(), cfg.rag.index, embedder=embedder, embedder_cfg=cfg.rag.embedder,
+                      n_documents=len(world.documents))
+    return load_retriever(cfg.rag.index, cfg.rag.retrieval, cfg.rag.embedder, embedder=embedder)
+
+
+def sample_cells(items: list[Scenario], per_cell: int | None, seed: int) -> list[Scenario]:
+    """A seeded sample of at most `per_cell` items per (scenario, knowledge) cell."""
+    if per_cell is None:
+        return items
+    cells: dict[tuple[str, str], list[Scenario]] = {}
+    for s in items:
+        cells.setdefault((s.scenario, s.knowledge), []).append(s)
+    out: list[Scenario] = []
+    for key in sorted(cells):
+        group = sorted(cells[key], key=lambda s: s.qid)
+        random.Random(f"{seed}/{key[0]}/{key[1]}").shuffle(group)
+        out.extend(sorted(group[:per_cell], key=lambda s: s.qid))
+    return out
+
+
+def make_scenarios(cfg: RunConfig, world: Any, paths: Paths) -> tuple[list[Scenario], list[Scenario], list[Scenario]]:
+    """(test, dev known, dev never-learned) scenarios of the world, saved as JSONL."""
+    from train.scenarios_gen import index_world, world_scenarios
+
+    wi = index_world(world)
+    undated = cfg.train.world.undated_outdated_fraction
+    test = world_scenarios(world, wi, ["known", "unknown"], "test", seed=cfg.seed,
+                           undated_fraction=undated, types=cfg.eval.scenarios)
+    test = sample_cells([s for s in test if s.knowledge in cfg.eval.knowledge], cfg.eval.max_per_cell,
+                        cfg.eval.seed)
+    dev = []
+    for groups, seed in ((["known"], cfg.seed + 1), (["unknown_dev"], cfg.seed + 2)):
+        items = world_scenarios(world, wi, groups, "dev", seed=seed, undated_fraction=undated,
+                                types=cfg.calibration.scenarios)
+        items = sorted(items, key=lambda s: s.qid)
+        random.Random(seed).shuffle(items)
+        dev.append(items[: cfg.calibration.max_items])
+    save_scenarios(paths.scenarios / "test.jsonl", test)
+    save_scenarios(paths.scenarios / "dev-known.jsonl", dev[0])
+    save_scenarios(paths.scenarios / "dev-unseen.jsonl", dev[1])
+    return test, dev[0], dev[1]
+
+
+# --- 4: train ----------------------------------------------------------------------------------
+
+def _smollm2(folder: str) -> None:
+    from train.smollm2 import ensure_smollm2
+
+    ensure_smollm2(folder)
+
+
+def _tiny_qwen3(folder: str) -> None:
+    if not (Path(folder) / "config.json").is_file():
+        from rag.tiny import build_causal_lm
+
+        build_causal_lm(folder)
+
+
+# `prepare_base:` kinds: how a fresh machine gets the base model folder (no hub downloads).
+BASE_PREPARERS: dict[str, Callable[[str], None]] = {"smollm2_gguf": _smollm2, "tiny_qwen3": _tiny_qwen3}
+
+
+def train_dir(cfg: RunConfig) -> Path:
+    """The training run folder, found by run name."""
+    return Path(cfg.train.runs_dir) / cfg.train.run_name
+
+
+def find_adapter(cfg: RunConfig) -> Path | None:
+    """The final adapter of a finished training run of `train.run_name`, or None."""
+    ptr = train_dir(cfg) / ADAPTER_POINTER
+    if not ptr.is_file():
+        return None
+    path = Path(json.loads(ptr.read_text(encoding="utf-8"))["adapter"])
+    return path if (path / "adapter_model.safetensors").is_file() else None
+
+
+def build_sft(cfg: RunConfig, world: Any, echo: Echo) -> None:
+    """The SFT mix from the world (train/sft.py), leak-checked, written to `train.dataset`."""
+    from train.sft import build_rows, leak_check, summary, write_sft
+
+    rows, val = build_rows(world, cfg.train.sft)
+    leak_check(rows, world)
+    write_sft(rows, cfg.train.dataset)
+    if cfg.train.val_dataset:
+        write_sft(val, cfg.train.val_dataset)
+    echo(f"          SFT: {len(rows)} rows {summary(rows)}")
+
+
+def train_or_reuse(cfg: RunConfig, world: Any, fresh: bool, echo: Echo) -> Path:
+    """The adapter folder: an earlier finished run of `train.run_name`, or a new training."""
+    if not fresh:
+        found = find_adapter(cfg)
+        if found is not None:
+            echo(f"          reusing adapter {found} (use --fresh to retrain)")
+            return found
+    out = train_dir(cfg)
+    if fresh:
+        shutil.rmtree(out, ignore_errors=True)
+    build_sft(cfg, world, echo)
+    if cfg.train.kind == "peft":
+        from lorarag.runinfo import start_run
+        from train.peft_trainer import train_peft
+
+        start_run(out, cfg.train, seeds={"train": cfg.train.seed}, data=[cfg.train.dataset])
+        adapter = Path(train_peft(cfg.train.model, cfg.train.dataset, str(out), dict(cfg.train.swift),
+                                  cfg.train.seed, resume=not fresh))
+    else:
+        from train.run import run_training  # the ms-swift launch (GPU configs)
+
+        adapter = Path(run_training(cfg.train))
+    (out / ADAPTER_POINTER).write_text(json.dumps({"adapter": str(adapter)}) + "\n", encoding="utf-8")
+    return adapter
+
+
+# --- 5: calibrate ------------------------------------------------------------------------------
+
+@dataclass
+class Parts:
+    """Components built once and injected into every scenario system."""
+
+    generator: Any
+    first_tokens: dict[str, str]
+    fallback: Any
+    gate_threshold: float | None
+    rag: Any
+    contexts: Any
+
+
+def build_parts(cfg: RunConfig, retriever: Any, adapter: Path, world: Any) -> Parts:
+    """One generator (base + the trained adapter), the RAGSystem and the scenario contexts."""
+    from fallback.systems import ScenarioContexts, with_adapter_name
+    from fallback.verdict import label_first_tokens
+    from rag.generate import build_generator
+
+    name = cfg.fallback.detector.adapter or "lora"
+    gen_cfg = with_adapter_name(cfg.rag.generator, str(adapter), name)
+    generator = build_generator(gen_cfg)
+    reranker = None
+    if cfg.rag.reranker is not None:
+        from rag.rerank import build_reranker
+
+        reranker = build_reranker(cfg.rag.reranker)
+    rag = _rag_system(cfg.rag.model_copy(update={"generator": gen_cfg}), retriever, reranker, generator)
+    kb = {c.chunk_id: c for c in world.chunks()}
+    ctx = ScenarioContexts(retriever, reranker, cfg.rag.retrieval, kb)
+    return Parts(generator, label_first_tokens(_tokenizer(cfg, generator)), cfg.fallback, None, rag, ctx)
+
+
+def _rag_system(rag_cfg: Any, retriever: Any, reranker: Any, generator: Any) -> Any:
+    from rag.system import RAGSystem
+
+    return RAGSystem(rag_cfg, retriever=retriever, reranker=reranker, generator=generator)
+
+
+def _tokenizer(cfg: RunConfig, generator: Any) -> Any:
+    tok = getattr(generator, "tokenizer", None)
+    if tok is not None:
+        return tok
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(cfg.fallback.detector.tokenizer or cfg.rag.generator.model)
+
+
+def calibrate_gate(cfg: RunConfig, parts: Parts, adapter: Path, dev_known: list[Scenario],
+                   dev_unseen: list[Scenario], echo: Echo, *, force: bool = False) -> Any:
+    """P(" unknown") on the dev split → threshold, saved as gate.json next to the adapter."""
+    from fallback.gate import GATE_FILE, calibrate, load_gate
+    from fallback.system import Detector
+
+    g = cfg.fallback.gate
+    if g.threshold is not None and not force:
+        parts.gate_threshold = g.threshold if g.enabled else None
+        return None
+    if (adapter / GATE_FILE).is_file() and not force:
+        cal = load_gate(adapter)
+        if cal.rule == g.rule and cal.n_known == len(dev_known) and cal.n_unseen == len(dev_unseen):
+            parts.gate_threshold = cal.threshold if g.enabled else None
+            echo(f"          reusing gate threshold {cal.threshold:.4f} from {adapter / GATE_FILE}")
+            return cal
+    det = Detector(parts.generator, parts.first_tokens, cfg.fallback, None)
+    readings: list[list[float]] = []
+    for label, items in (("known", dev_known), ("never-learned", dev_unseen)):
+        ctx = parts.contexts.contexts(items, "retrieved")
+        vals: list[float] = []
+        for s in range(0, len(items), 32):
+            js = det.judge([x.question for x in items[s:s + 32]], [c[1] or c[0] for c in ctx[s:s + 32]])
+            vals.extend(j.verdict.p_unknown if j.verdict.p_unknown is not None else 0.0 for j in js)
+            echo(f"          dev {label}: {min(s + 32, len(items))}/{len(items)}")
+        readings.append(vals)
+    cal = calibrate(readings[0], readings[1], rule=g.rule, target=g.target)
+    cal.save(adapter)
+    parts.gate_threshold = cal.threshold if g.enabled else None
+    return cal
+
+
+# --- 6-7: evaluate, report ---------------------------------------------------------------------
+
+def evaluate(cfg: RunConfig, parts: Parts, test: list[Scenario], paths: Paths, stamp: dict) -> dict[str, Path]:
+    """Closed-book systems first (their answers feed the bias metrics), then the rest."""
+    from eval.records import closed_book_map
+    from eval.runner import run_eval
+    from fallback.systems import build_system
+
+    marker = paths.eval / "stamp.json"
+    if marker.exists() and json.loads(marker.read_text(encoding="utf-8")) != stamp:
+        log.info("adapter, gate or systems changed since the last evaluation: starting it afresh")
+        shutil.rmtree(paths.eval)
+    paths.eval.mkdir(parents=True, exist_ok=True)
+    marker.write_text(json.dumps(stamp, indent=1), encoding="utf-8")
+    closed: dict[str | None, dict[str, str]] = {}
+    out: dict[str, Path] = {}
+    lora = cfg.fallback.detector.adapter
+    for sc in sorted(cfg.systems, key=lambda s: s.kind != "closed_book"):
+        system = build_system(sc, parts)
+        model = sc.adapter if sc.kind == "closed_book" else (lora if sc.kind == "lora_rag" else None)
+        results = run_eval(system, test, paths.eval / sc.name, closed_book=closed.get(model), config=cfg,
+                           batch_size=32)
+        if sc.kind == "closed_book":
+            closed[sc.adapter] = closed_book_map(results)
+        out[sc.name] = paths.eval / sc.name
+    return out
+
+
+def report(cfg: RunConfig, paths: Paths, runs: dict[str, Path], echo: Echo) -> str:
+    """The comparison report (eval.report: all systems, and the base-vs-LoRA pair) + headline."""
     from eval.records import load_results
     from eval.report import write_report
     from fallback.headline import headline_markdown, pair_names
@@ -66,36 +330,48 @@ class Paths:
     table = headline_markdown(cfg, results)
     (paths.report / "headline.md").write_text(table, encoding="utf-8")
     echo(table)
-    echo(f"report: {paths.report / 'report.html'}" +
-         (f" and {paths.report / 'base-vs-lora' / 'report.html'}" if pair else ""))
+    echo(f"report: {paths.report / 'report.html'}"
+         + (f" and {paths.report / 'base-vs-lora' / 'report.html'}" if pair else ""))
     return table
+
+
+# --- the run -----------------------------------------------------------------------------------
+
+def _describe_training(cfg: RunConfig, fresh: bool) -> str:
+    t = cfg.train
+    reuse = "" if fresh else f"reuse {train_dir(cfg) / ADAPTER_POINTER} if present, else "
+    args = " ".join(f"--{k} {v}" for k, v in t.swift.items())
+    if t.kind == "peft":
+        return (f"{reuse}build SFT ({t.dataset}) then train_peft(model={t.model}, out={train_dir(cfg)}, "
+                f"seed={t.seed}) {args}")
+    from train.run import swift_command  # the exact `swift sft` command line
+
+    return f"{reuse}build SFT ({t.dataset}) then: {' '.join(map(str, swift_command(t)))}"
 
 
 def plan(cfg: RunConfig, fresh: bool) -> list[tuple[str, str]]:
     """(step, what it does) for every step, with the exact training command (--dry-run)."""
-    from train.api import describe_training
-
     root = Path(cfg.runs_dir) / cfg.name
-    w = cfg.train.world
-    per = cfg.eval.max_per_cell
+    w, r = cfg.train.world, cfg.rag.retrieval
     systems = ", ".join(f"{s.name} ({s.kind}, {s.context})" for s in cfg.systems)
+    base = f"prepare base model ({cfg.prepare_base}) -> {cfg.train.model}; " if cfg.prepare_base else ""
+    gate = (f"P(' unknown') on dev, rule={cfg.fallback.gate.rule} -> <adapter>/gate.json"
+            if cfg.fallback.gate.threshold is None else f"fixed threshold {cfg.fallback.gate.threshold}")
     return [
         ("world", f"build_world(seed={w.seed}, n_orgs={w.n_orgs}) -> {root / 'world'}"),
-        ("index", f"build_from_chunks(world chunks) -> {cfg.rag.index.dir} ({cfg.rag.retrieval.mode}, "
-                  f"top_n={cfg.rag.retrieval.top_n}, top_k={cfg.rag.retrieval.top_k})"),
-        ("scenarios", f"test: {'/'.join(cfg.eval.scenarios)} x {'/'.join(cfg.eval.knowledge)}, "
-                      f"<= {per} per cell; dev: {cfg.calibration.max_items} known + "
-                      f"{cfg.calibration.max_items} never-learned -> {root / 'scenarios'}"),
-        ("train", describe_training(cfg.train, fresh=fresh)),
-        ("calibrate", f"P(' unknown') on dev, rule={cfg.fallback.gate.rule} -> <adapter>/gate.json"
-                      if cfg.fallback.gate.threshold is None else f"fixed threshold {cfg.fallback.gate.threshold}"),
-        ("evaluate", f"run_eval for: {systems} -> {root / 'eval'}"),
-        ("report", f"eval.report.write_report (all systems; base vs LoRA pair) + headline -> {root / 'report'}"),
+        ("index", f"build_from_chunks(world chunks) -> {cfg.rag.index.dir} ({r.mode}, top_n={r.top_n}, "
+                  f"top_k={r.top_k}{', reranker ' + cfg.rag.reranker.model if cfg.rag.reranker else ''})"),
+        ("scenarios", f"test: {'/'.join(cfg.eval.scenarios)} x {'/'.join(cfg.eval.knowledge)}, <= "
+                      f"{cfg.eval.max_per_cell} per cell; dev: <= {cfg.calibration.max_items} known + "
+                      f"never-learned -> {root / 'scenarios'}"),
+        ("train", base + _describe_training(cfg, fresh)),
+        ("calibrate", gate),
+        ("evaluate", f"run_eval for {systems} -> {root / 'eval'}"),
+        ("report", f"eval.report.write_report (all systems; base vs LoRA) + headline -> {root / 'report'}"),
     ]
 
 
-def run(cfg: RunConfig, *, fresh: bool = False, dry_run: bool = False,
-        echo: Callable[[str], None] = print) -> str | None:
+def run(cfg: RunConfig, *, fresh: bool = False, dry_run: bool = False, echo: Echo = print) -> str | None:
     """The whole run (see module docstring); returns the headline table (None on --dry-run)."""
     if dry_run:
         for i, (step, what) in enumerate(plan(cfg, fresh), 1):
@@ -104,7 +380,7 @@ def run(cfg: RunConfig, *, fresh: bool = False, dry_run: bool = False,
     from lorarag.runinfo import start_run
 
     paths = Paths(Path(cfg.runs_dir) / cfg.name)
-    if fresh and paths.root.exists():
+    if fresh:
         shutil.rmtree(paths.eval, ignore_errors=True)
         shutil.rmtree(paths.report, ignore_errors=True)
     start_run(paths.root, cfg, seeds={"run": cfg.seed, "world": cfg.train.world.seed,
@@ -116,11 +392,11 @@ def run(cfg: RunConfig, *, fresh: bool = False, dry_run: bool = False,
     retriever = make_index(cfg, world)
     p.step("scenarios", "building test and dev scenarios")
     test, dev_known, dev_unseen = make_scenarios(cfg, world, paths)
-    echo(f"          {len(test)} test items, dev {len(dev_known)} known + {len(dev_unseen)} never-learned")
+    echo(f"          {len(test)} test items; dev {len(dev_known)} known + {len(dev_unseen)} never-learned")
     p.step("train", f"LoRA run '{cfg.train.run_name}'")
     if cfg.prepare_base is not None:
         BASE_PREPARERS[cfg.prepare_base](cfg.train.model)
-    adapter = train_or_reuse(cfg, fresh, echo)
+    adapter = train_or_reuse(cfg, world, fresh, echo)
     p.step("calibrate", "gate threshold on the dev split")
     parts = build_parts(cfg, retriever, adapter, world)
     cal = calibrate_gate(cfg, parts, adapter, dev_known, dev_unseen, echo)
@@ -128,8 +404,8 @@ def run(cfg: RunConfig, *, fresh: bool = False, dry_run: bool = False,
         echo(f"          threshold {cal.threshold:.4f}: keeps {cal.known_kept:.0%} of known, rejects "
              f"{cal.unseen_rejected:.0%} of never-learned (AUROC {cal.auroc:.3f})")
     p.step("evaluate", f"{len(cfg.systems)} systems x {len(test)} items")
-    stamp = {"adapter": str(adapter.resolve()), "gate": parts.gate_threshold,
-             "n_test": len(test), "systems": [s.model_dump() for s in cfg.systems]}
+    stamp = {"adapter": str(adapter.resolve()), "gate": parts.gate_threshold, "n_test": len(test),
+             "systems": [s.model_dump() for s in cfg.systems], "fallback": cfg.fallback.model_dump()}
     runs = evaluate(cfg, parts, test, paths, stamp)
     p.step("report", str(paths.report))
     table = report(cfg, paths, runs, echo)
@@ -138,13 +414,10 @@ def run(cfg: RunConfig, *, fresh: bool = False, dry_run: bool = False,
     return table
 
 
-def calibrate_only(cfg: RunConfig, *, echo: Callable[[str], None] = print) -> Any:
-    """Steps 1-5 only (reusing the trained adapter); recalibrates and overwrites gate.json."""
-    from fallback.gate import GATE_FILE
-    from train.api import find_adapter
-
+def calibrate_only(cfg: RunConfig, *, echo: Echo = print) -> Any:
+    """`lorarag calibrate`: steps 1-3, the trained adapter, and a fresh gate.json."""
     paths = Paths(Path(cfg.runs_dir) / cfg.name)
-    adapter = find_adapter(cfg.train)
+    adapter = find_adapter(cfg)
     if adapter is None:
         from lorarag.cli import UserError
 
@@ -152,10 +425,7 @@ def calibrate_only(cfg: RunConfig, *, echo: Callable[[str], None] = print) -> An
     world = make_world(cfg, paths)
     retriever = make_index(cfg, world)
     _, dev_known, dev_unseen = make_scenarios(cfg, world, paths)
-    (Path(adapter) / GATE_FILE).unlink(missing_ok=True)
-    parts = build_parts(cfg, retriever, Path(adapter), world)
-    cal = calibrate_gate(cfg.model_copy(update={"fallback": cfg.fallback.model_copy(
-        update={"gate": cfg.fallback.gate.model_copy(update={"threshold": None})})}),
-        parts, Path(adapter), dev_known, dev_unseen, echo)
+    parts = build_parts(cfg, retriever, adapter, world)
+    cal = calibrate_gate(cfg, parts, adapter, dev_known, dev_unseen, echo, force=True)
     parts.generator.close()
     return cal

@@ -32,28 +32,35 @@ PROMPTED_SYSTEM = (SYSTEM_RAG + " Reply in exactly one line of this form: memory
 
 
 class ScenarioContexts:
-    """Turns scenarios into (retrieved, reranked) contexts: poisoned retrieval or presented chunks."""
+    """Turns scenarios into (retrieved, reranked) contexts: poisoned retrieval or presented chunks.
 
-    def __init__(self, retrieve: Callable[[list[str]], list[Context]] | None, top_k: int,
-                 kb: dict[str, Chunk]) -> None:
-        self.retrieve = retrieve
-        self.top_k = top_k
+    Retrieved mode: top-N from the clean index, `poison`ed into the scenario's world, then reranked
+    to top-k (the reranker sees the perturbed chunk, as it would in that world); without a
+    reranker the final sources are the poisoned top-k, so a removed chunk is replaced by the next
+    candidate rather than leaving a hole.
+    """
+
+    def __init__(self, retriever: Any, reranker: Any, retrieval_cfg: Any, kb: dict[str, Chunk]) -> None:
+        self.retriever = retriever
+        self.reranker = reranker
+        self.cfg = retrieval_cfg
         self.kb = kb
 
     def contexts(self, items: Sequence[Scenario], mode: str) -> list[Context]:
         """The context of each scenario in `mode` (`retrieved` or `presented`)."""
         if mode == "presented":
             return [((), tuple(presented_as_retrieved(s))) for s in items]
-        if self.retrieve is None:
+        if self.retriever is None:
             raise ValueError("retrieved-context mode needs a retriever (rag section of the run config)")
-        out = []
-        for s, (ret, rer) in zip(items, self.retrieve([s.question for s in items])):
-            ret_p = tuple(poison(list(ret), s))
-            # Without a reranker the final sources are the poisoned top-k of the top-N candidates, so
-            # a removed chunk is replaced by the next candidate rather than leaving a hole.
-            final = tuple(poison(list(rer), s)) if rer else ret_p[: self.top_k]
-            out.append((ret_p, final))
-        return out
+        questions = [s.question for s in items]
+        cands = [poison(r, s) for s, r in zip(items, self.retriever.retrieve(questions, self.cfg.top_n))]
+        if self.reranker is not None:
+            from rag.rerank import rerank
+
+            final = rerank(self.reranker, questions, cands, self.cfg.top_k, self.cfg.min_score)
+        else:
+            final = [c[: self.cfg.top_k] for c in cands]
+        return [(tuple(c), tuple(f)) for c, f in zip(cands, final)]
 
     def oracle(self, items: Sequence[Scenario]) -> list[Context]:
         """The gold (current, true) chunk(s) only, from the clean KB."""
