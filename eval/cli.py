@@ -1,9 +1,113 @@
-"""`lorarag` subcommands of the eval package (heavy imports stay inside the commands)."""
+"""`lorarag` subcommands of the eval package (heavy imports stay inside the commands).
+
+- `lorarag eval CONFIG`: run a system over a scenario set (resumable), optional judge, report.
+- `lorarag compare RUN_A RUN_B`: paired comparison (bootstrap CIs, McNemar), fixed/broken items.
+- `lorarag report RUN...`: metrics.json + report.md + report.html (+ RAGAS export).
+- `lorarag bench eval`: vectorised vs per-item retrieval metrics over 100k items.
+"""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import typer
 
 
+def _eval(config: Path = typer.Argument(..., help="configs/eval/*.yaml"),
+          limit: int = typer.Option(None, help="only the first N scenarios (overrides the config)"),
+          out: Path = typer.Option(None, help="run directory (overrides out_dir)")) -> None:
+    """Run a system over a scenario set; results.jsonl is written incrementally and resumes."""
+    from eval.config import EvalConfig, build_system
+    from eval.records import closed_book_map, load_results
+    from eval.report import write_report
+    from eval.runner import run_eval
+    from fallback.scenarios import load_scenarios
+    from rag.config import load_config
+
+    cfg = load_config(config, EvalConfig)
+    if limit is not None or out is not None:
+        cfg = cfg.model_copy(update={k: v for k, v in (("limit", limit), ("out_dir", str(out) if out else None))
+                                     if v is not None})
+    scenarios = load_scenarios(cfg.scenarios)
+    if cfg.limit:
+        scenarios = scenarios[:cfg.limit]
+    cb = closed_book_map(load_results(cfg.closed_book_run)) if cfg.closed_book_run else None
+    system = build_system(cfg)
+    items = run_eval(system, scenarios, cfg.out_dir, batch_size=cfg.batch_size, closed_book=cb,
+                     config=cfg, data=[cfg.scenarios])
+    if cfg.judge.enabled:
+        from eval.judge import judge_items, judge_summary
+
+        judged = judge_items(items, cfg.judge, Path(cfg.out_dir) / "judged.jsonl")
+        typer.echo(f"judge: {judge_summary(judged)}")
+    html = write_report([cfg.out_dir], Path(cfg.out_dir) / "report", resamples=cfg.bootstrap_resamples,
+                        seed=cfg.seed)
+    typer.echo(f"{len(items)} items -> {Path(cfg.out_dir) / 'results.jsonl'}; report: {html}")
+
+
+def _compare(run_a: Path = typer.Argument(..., help="baseline run dir (or results.jsonl)"),
+             run_b: Path = typer.Argument(..., help="candidate run dir (or results.jsonl)"),
+             out: Path = typer.Option(None, help="where compare.md/json go (default: RUN_B/compare)"),
+             resamples: int = typer.Option(2000, help="bootstrap resamples (>= 1000)"),
+             seed: int = typer.Option(0, help="bootstrap seed")) -> None:
+    """Compare two runs item by item: differences with 95% CIs, McNemar p, fixed/broken items."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from eval.compare import compare_items, write_comparison
+    from eval.records import load_results
+    from lorarag.cli import UserError
+
+    try:
+        c = compare_items(load_results(run_a), load_results(run_b), resamples=resamples, seed=seed)
+    except ValueError as exc:
+        raise UserError(str(exc)) from None
+    dest = out or (run_b if run_b.is_dir() else run_b.parent) / "compare"
+    md = write_comparison(c, dest)
+    t = Table(title=f"{c.name_b} vs {c.name_a}")
+    for col in ("metric", "scenario", "knowledge", "n", c.name_a, c.name_b, "diff [95% CI]", "McNemar p"):
+        t.add_column(col)
+
+    def f(x):
+        return "—" if x is None or x != x else f"{x:.3f}"
+
+    for r in c.rows:
+        if r.knowledge == "all" or r.metric == "accuracy":
+            t.add_row(r.metric, r.scenario, r.knowledge, str(r.n), f(r.a), f(r.b),
+                      f"{f(r.diff)} [{f(r.lo)}, {f(r.hi)}]", f(r.p_mcnemar))
+    Console().print(t)
+    typer.echo(f"fixed by {c.name_b}: {len(c.fixed)}; broken: {len(c.broken)}; details: {md}")
+
+
+def _report(runs: list[Path] = typer.Argument(..., help="run dirs (or results.jsonl); the first is the baseline"),
+            out: Path = typer.Option(..., help="report directory"),
+            resamples: int = typer.Option(2000, help="bootstrap resamples (>= 1000)"),
+            seed: int = typer.Option(0, help="bootstrap seed")) -> None:
+    """Write metrics.json, report.md and a self-contained report.html for one or more runs."""
+    from eval.report import write_report
+    from lorarag.cli import UserError
+
+    try:
+        html = write_report(runs, out, resamples=resamples, seed=seed)
+    except ValueError as exc:
+        raise UserError(str(exc)) from None
+    typer.echo(f"report: {html}")
+
+
+def _bench(n: int = typer.Option(100_000, help="result items"), seed: int = typer.Option(0)) -> None:
+    """Retrieval metrics over N items: vectorised numpy vs a per-item Python loop."""
+    from bench.eval import run
+
+    r = run(n, seed)
+    typer.echo(f"{r.n_items} items, 7 metrics x K=1,3,5,10: vectorised {r.vector_s:.3f}s "
+               f"(matrix build {r.build_s:.3f}s), per-item loop {r.loop_s:.3f}s")
+    typer.echo(f"speedup x{r.speedup:.1f} (x{r.loop_s / max(r.vector_s - r.build_s, 1e-9):.0f} "
+               "on the metric computation alone)")
+
+
 def register(app: typer.Typer, bench_app: typer.Typer) -> None:
     """Add this package's commands to the main app and to `lorarag bench`."""
+    app.command("eval")(_eval)
+    app.command("compare")(_compare)
+    app.command("report")(_report)
+    bench_app.command("eval")(_bench)

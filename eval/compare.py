@@ -81,13 +81,14 @@ class Comparison:
     broken: tuple[dict, ...]  # items A got right and B wrong
 
 
-def pair(a: Sequence[ItemResult], b: Sequence[ItemResult]) -> tuple[list[ItemResult], list[ItemResult]]:
+def pair(a: Sequence[ItemResult], b: Sequence[ItemResult], *, warn: bool = True
+         ) -> tuple[list[ItemResult], list[ItemResult]]:
     """Items of both runs with the same qid, in A's order; ValueError when nothing pairs."""
     bmap = {r.qid: r for r in b}
     pa = [r for r in a if r.qid in bmap]
     if not pa:
         raise ValueError("the two runs share no qid: nothing to compare")
-    if len(pa) < max(len(a), len(b)):
+    if warn and len(pa) < max(len(a), len(b)):
         log.warning("comparing %d shared items (A has %d, B has %d)", len(pa), len(a), len(b))
     return pa, [bmap[r.qid] for r in pa]
 
@@ -188,11 +189,12 @@ class HeadlineRow:
 
 
 def headline_rows(base: Sequence[ItemResult], lora: Sequence[ItemResult], *, resamples: int = 2000,
-                  seed: int = 0) -> list[HeadlineRow]:
+                  seed: int = 0, comparison: Comparison | None = None) -> list[HeadlineRow]:
     """Accuracy by scenario/knowledge (with CIs), context bias, fallback success, over-fallback,
-    detector AUROC and attribution counts for a base-vs-LoRA pair."""
-    c = compare_items(base, lora, resamples=resamples, seed=seed)
-    pa, pb = pair(base, lora)
+    detector AUROC and attribution counts for a base-vs-LoRA pair (`comparison`: reuse one
+    already computed by `compare_items` on the same runs)."""
+    c = comparison or compare_items(base, lora, resamples=resamples, seed=seed)
+    pa, pb = pair(base, lora, warn=False)
     nan = math.nan
     rows: list[HeadlineRow] = []
     for r in c.rows:

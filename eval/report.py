@@ -212,7 +212,7 @@ def write_report(runs: Runs, out_dir: str | Path, *, resamples: int = 2000, seed
     if len(names) == 2:
         a, b = systems[names[0]], systems[names[1]]
         comp = compare_items(a, b, resamples=resamples, seed=seed)
-        rows = headline_rows(a, b, resamples=resamples, seed=seed)
+        rows = headline_rows(a, b, comparison=comp)
         metrics["comparison"] = {"a": names[0], "b": names[1], "rows": [asdict(r) for r in comp.rows],
                                  "fixed": list(comp.fixed), "broken": list(comp.broken)}
         metrics["headline"] = [asdict(r) for r in rows]
