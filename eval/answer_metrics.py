@@ -169,7 +169,7 @@ def answer_summary(items: Sequence, *, with_text_metrics: bool = True) -> dict[s
     ans = [r for r in items if r.gold_answers]
     unans = [r for r in items if not r.gold_answers]
     out: dict[str, float] = {
-        "n": float(len(items)),
+        "n": len(items),
         "accuracy": _nanmean(float(is_correct(r)) for r in items),
         "contains_gold": _nanmean(float(contains_gold(r.answer, r.gold_answers, r.language)) for r in ans),
         "exact_match": _nanmean(exact_match(r.answer, r.gold_answers, r.language) for r in ans),

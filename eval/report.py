@@ -190,13 +190,16 @@ def _sections(metrics: dict) -> list[tuple[str, list[dict], Sequence[str]]]:
     out = []
     for name, m in metrics["systems"].items():
         ans = [{"metric": k, "value": v} for k, v in m["answer"].items()]
-        ret = [{"stage": st, **{k: v for k, v in vals.items()}} for st, vals in m["retrieval"].items()]
-        ret_cols = ["stage", *[k for k in m["retrieval"]["retrieved"] if k != "stage"]][:12]
+        stages = m["retrieval"]
+        ret = [{"metric": k, **{st: stages[st].get(k) for st in stages}} for k in stages["final"]]
         out += [(f"{name}: answers", ans, ("metric", "value")),
-                (f"{name}: conflict and fallback", m["conflict"], CONFLICT_COLS),
-                (f"{name}: detector", m["detector"], DETECTOR_COLS),
-                (f"{name}: retrieval", ret, ret_cols),
-                (f"{name}: error attribution", m["attribution"], ATTR_COLS)]
+                (f"{name}: conflict and fallback", m["conflict"], CONFLICT_COLS)]
+        if any(r["n"] for r in m["detector"]):
+            out.append((f"{name}: detector", m["detector"], DETECTOR_COLS))
+        if len(ret) > 1:  # more than the count: some item had a relevant chunk to find
+            out.append((f"{name}: retrieval (retrieved = top-N before rerank, final = given to the model)",
+                        ret, ("metric", *stages)))
+        out.append((f"{name}: error attribution", m["attribution"], ATTR_COLS))
     return out
 
 

@@ -251,9 +251,11 @@ def item_context_recall(ranked: Sequence[str], qrels: Mapping[str, int]) -> floa
 def retrieval_summary(runs: Sequence[Sequence[str]], qrels: Sequence[Mapping[str, int]],
                       ks: Sequence[int] = (1, 3, 5, 10)) -> dict[str, float]:
     """Mean of every metric at every K over queries with a relevant document (n = count)."""
+    if not runs:
+        return {"n": 0}
     depth = max(max(ks), max((len(r) for r in runs), default=1), 1)
     m = relevance_matrix(runs, qrels, depth)
-    out: dict[str, float] = {"n": float(np.sum(m.n_rel > 0))}
+    out: dict[str, float] = {"n": int(np.sum(m.n_rel > 0))}
     if out["n"] == 0:
         return out
     for k in ks:
@@ -268,7 +270,12 @@ def retrieval_summary(runs: Sequence[Sequence[str]], qrels: Sequence[Mapping[str
 
 def items_summary(items, stage: Literal["retrieved", "final"] = "retrieved",
                   ks: Sequence[int] = (1, 3, 5, 10)) -> dict[str, float]:
-    """Retrieval metrics of ItemResults at one stage, relevance = the item's `target_ids`."""
-    runs = [r.retrieved_ids if stage == "retrieved" else r.final_ids for r in items]
+    """Retrieval metrics of ItemResults at one stage, relevance = the item's `target_ids`.
+
+    Items with no retrieval at all (closed-book: no retrieved and no final ids) are left out; in
+    presented-context mode (no separate top-N stage) the `retrieved` stage is the final list.
+    """
+    items = [r for r in items if r.retrieved_ids or r.final_ids]
+    runs = [(r.retrieved_ids or r.final_ids) if stage == "retrieved" else r.final_ids for r in items]
     qrels = [{t: 1 for t in r.target_ids} for r in items]
     return retrieval_summary(runs, qrels, ks)
