@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import model_validator
+from pydantic import Field, model_validator
 
 from rag.config import RAGConfig, Strict
 from train.config import TrainConfig
@@ -86,7 +86,7 @@ class EvalSection(Strict):
         list(SCENARIO_NAMES)
     knowledge: list[Literal["known", "unknown"]] = ["known", "unknown"]
     max_per_cell: int | None = 40  # items per (scenario, knowledge) cell, seeded sample; None = all
-    bootstrap: int = 1000
+    bootstrap: int = Field(1000, ge=1000)  # paired-bootstrap resamples (eval.compare's minimum)
     seed: int = 0
 
 

@@ -240,9 +240,10 @@ def build_parts(cfg: RunConfig, retriever: Any, adapter: Path, world: Any) -> Pa
 
 
 def _rag_system(rag_cfg: Any, retriever: Any, reranker: Any, generator: Any) -> Any:
+    from rag.prompt import PromptBuilder
     from rag.system import RAGSystem
 
-    return RAGSystem(rag_cfg, retriever=retriever, reranker=reranker, generator=generator)
+    return RAGSystem(retriever, generator, PromptBuilder(rag_cfg.prompt), rag_cfg.retrieval, reranker=reranker)
 
 
 def _tokenizer(cfg: RunConfig, generator: Any) -> Any:
@@ -276,7 +277,7 @@ def calibrate_gate(cfg: RunConfig, parts: Parts, adapter: Path, dev_known: list[
         ctx = parts.contexts.contexts(items, "retrieved")
         vals: list[float] = []
         for s in range(0, len(items), 32):
-            js = det.judge([x.question for x in items[s:s + 32]], [c[1] or c[0] for c in ctx[s:s + 32]])
+            js = det.judge([x.question for x in items[s:s + 32]], [c[1] for c in ctx[s:s + 32]])
             vals.extend(j.verdict.p_unknown if j.verdict.p_unknown is not None else 0.0 for j in js)
             echo(f"          dev {label}: {min(s + 32, len(items))}/{len(items)}")
         readings.append(vals)

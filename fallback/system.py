@@ -114,12 +114,13 @@ class AdvancedRAGSystem:
 
     def answer(self, questions: list[str]) -> list[Answer]:
         """Retrieve and rerank with the wrapped RAGSystem, then judge and route."""
-        return self.answer_with_context(questions, self.rag.retrieve(questions))
+        cands, final, _, _ = self.rag.retrieve_stages(questions)
+        return self.answer_with_context(questions, [(tuple(c), tuple(f)) for c, f in zip(cands, final)])
 
     def answer_with_context(self, questions: Sequence[str], contexts: Sequence[Context]) -> list[Answer]:
         """Judge each question against its given (retrieved, reranked) context and route."""
         t0 = time.perf_counter()
-        final = [c[1] or c[0] for c in contexts]
+        final = [c[1] for c in contexts]
         judged = self.detector.judge(questions, final)
         per = (time.perf_counter() - t0) / max(len(questions), 1)
         return [_answer(q, c, j, self.cfg, per) for q, c, j in zip(questions, contexts, judged)]

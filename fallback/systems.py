@@ -91,7 +91,8 @@ class BaseRAG:
     def answer_scenarios(self, items: list[Scenario]) -> list[Answer]:
         """Answer from the context, as the base RAGSystem does."""
         ctxs = self.ctx.oracle(items) if self.mode == "oracle" else self.ctx.contexts(items, self.mode)
-        return self.rag.answer_with_context([s.question for s in items], ctxs)
+        return self.rag.answer_with_context([s.question for s in items], [list(c[1]) for c in ctxs],
+                                            candidates=[list(c[0] or c[1]) for c in ctxs])
 
 
 class ClosedBook:

@@ -1,0 +1,102 @@
+"""`lorarag run` end to end on the reduced CI demo (tiny Qwen3, a few LoRA steps).
+
+Asserts the pipeline's outputs and the report's structure, not target numbers: a tiny random
+model cannot remember or read anything.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from fallback.config import RunConfig
+from rag.config import load_config
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _in_tmp(tmp: Path) -> RunConfig:
+    """configs/run/ci-tiny.yaml with every path moved under `tmp`."""
+    cfg = load_config(REPO / "configs/run/ci-tiny.yaml", RunConfig)
+    root = tmp / "runs" / cfg.name
+    train = cfg.train.model_copy(update={
+        "model": str(tmp / "tiny-qwen3"), "dataset": str(root / "sft/train.jsonl"),
+        "val_dataset": str(root / "sft/val.jsonl"), "runs_dir": str(tmp / "runs/train")})
+    rag = cfg.rag.model_copy(update={
+        "corpus": cfg.rag.corpus.model_copy(update={"paths": [str(root / "world/corpus")]}),
+        "index": cfg.rag.index.model_copy(update={"dir": str(root / "index")}),
+        "generator": cfg.rag.generator.model_copy(update={"model": str(tmp / "tiny-qwen3")})})
+    return cfg.model_copy(update={"runs_dir": str(tmp / "runs"), "train": train, "rag": rag})
+
+
+def test_dry_run_prints_every_step_without_running(tmp_path):
+    from fallback.pipeline import STEPS, run
+
+    lines: list[str] = []
+    assert run(_in_tmp(tmp_path), dry_run=True, echo=lines.append) is None
+    assert [ln.split()[1] for ln in lines] == list(STEPS)
+    assert "train_peft" in lines[3] and "--lora_rank 4" in lines[3]
+    assert not (tmp_path / "runs").exists()
+
+
+def test_gpu_config_validates_and_dry_runs():
+    cfg = load_config(REPO / "configs/run/qwen3-4b.yaml", RunConfig)
+    assert cfg.rag.generator.kind == "vllm" and cfg.train.kind == "swift"
+    assert cfg.rag.reranker is not None and cfg.rag.embedder is not None
+
+
+@pytest.mark.slow
+def test_reduced_demo_end_to_end(tmp_path):
+    import torch
+
+    torch.set_num_threads(1)
+    from fallback.pipeline import run
+
+    cfg = _in_tmp(tmp_path)
+    lines: list[str] = []
+    table = run(cfg, echo=lines.append)
+    root = tmp_path / "runs" / cfg.name
+    steps = [ln.split()[1] for ln in lines if ln.startswith("[")]
+    assert steps == ["world", "index", "scenarios", "train", "calibrate", "evaluate", "report"]
+
+    # world, index, scenarios, training, gate
+    assert any((root / "world/corpus/orgs").iterdir())
+    assert (root / "index").is_dir()
+    test = (root / "scenarios/test.jsonl").read_text().splitlines()
+    n_cells = len(cfg.eval.scenarios) * len(cfg.eval.knowledge)
+    assert len(test) == n_cells * cfg.eval.max_per_cell
+    adapter = Path(json.loads((tmp_path / "runs/train/ci-tiny-qwen3/final-adapter.json").read_text())["adapter"])
+    assert (adapter / "adapter_model.safetensors").is_file()
+    gate = json.loads((adapter / "gate.json").read_text())
+    assert gate["n_known"] == gate["n_unseen"] == cfg.calibration.max_items
+
+    # every system answered every item exactly once, with its decisions recorded
+    for s in cfg.systems:
+        rows = [json.loads(x) for x in (root / "eval" / s.name / "results.jsonl").read_text().splitlines()]
+        assert sorted(r["qid"] for r in rows) == sorted(json.loads(x)["qid"] for x in test)
+        if s.kind in ("lora_rag", "prompted_detection"):
+            assert all(r["verdict"] is not None and r["route"] in ("context", "fallback", "abstain")
+                       for r in rows)
+        if s.kind == "lora_rag":  # LoRA closed-book answers feed the bias metrics
+            assert all(r["closed_book_answer"] is not None for r in rows)
+
+    # report structure
+    md = (root / "report/report.md").read_text()
+    html = (root / "report/report.html").read_text()
+    metrics = json.loads((root / "report/metrics.json").read_text())
+    assert set(metrics["systems"]) == {s.name for s in cfg.systems}
+    assert "<img" in html and "data:image/png;base64," in html
+    assert "Accuracy by scenario" in md
+    pair = json.loads((root / "report/base-vs-lora/metrics.json").read_text())
+    assert pair["comparison"]["a"] == "base_rag" and pair["comparison"]["b"] == "lora_rag"
+    assert "### Targets" in table and "| consistent | known |" in table
+    assert (root / "report/headline.md").read_text() == table
+
+    # a second run reuses the adapter and the finished evaluation (same table, nothing redone)
+    again: list[str] = []
+    assert run(cfg, echo=again.append) == table
+    assert any("reusing adapter" in ln for ln in again)
+    for s in cfg.systems:
+        assert len((root / "eval" / s.name / "results.jsonl").read_text().splitlines()) == len(test)
