@@ -119,3 +119,21 @@ def test_vectorised_equals_per_item_on_large_random_set():
     got = rm.context_precision_at_k(m, 10)
     want = np.array([rm.item_context_precision(r, q, 10) for r, q in zip(runs, qrels)])
     assert np.allclose(got, want, equal_nan=True)
+
+
+@pytest.mark.slow  # ranx compiles numba kernels on first use (~10-40 s)
+def test_matches_ranx_on_random_runs():
+    ranx = pytest.importorskip("ranx")
+    runs, qrels = _random_case(2)
+    keep = [i for i, (r, q) in enumerate(zip(runs, qrels)) if r and any(g > 0 for g in q.values())]
+    qrels_r = ranx.Qrels({f"q{i:03d}": {d: g for d, g in qrels[i].items() if g > 0} for i in keep})
+    run_r = ranx.Run({f"q{i:03d}": {d: float(100 - j) for j, d in enumerate(runs[i])} for i in keep})
+    names = {"precision": rm.precision_at_k, "recall": rm.recall_at_k, "ndcg": rm.ndcg_at_k,
+             "map": rm.map_at_k, "hit_rate": rm.hit_at_k}
+    metrics = [f"{n}@{k}" for n in names for k in KS] + ["mrr"]
+    ref = ranx.evaluate(qrels_r, run_r, metrics, return_mean=False, make_comparable=True)
+    m = rm.relevance_matrix([runs[i] for i in keep], [qrels[i] for i in keep], 14)
+    for n, fn in names.items():
+        for k in KS:
+            assert np.allclose(fn(m, k), ref[f"{n}@{k}"], atol=1e-12), (n, k)
+    assert np.allclose(rm.mrr(m), ref["mrr"], atol=1e-12)
