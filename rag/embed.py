@@ -15,7 +15,7 @@ from typing import Callable
 
 import numpy as np
 
-from rag.config import EmbedderConfig
+from rag.config import ConfigError, EmbedderConfig
 from rag.http import EndpointError, JSONClient, field
 
 log = logging.getLogger(__name__)
@@ -50,11 +50,15 @@ class Embedder:
 
     def embed_queries(self, texts: list[str]) -> np.ndarray:
         """Embed queries with the instruction prefix."""
+        if not all(t.strip() for t in texts):
+            raise ValueError("cannot embed an empty text")
         return self._batched([query_text(t, self.cfg.query_instruction) for t in texts])
 
     def _batched(self, texts: list[str]) -> np.ndarray:
         if not texts:
             raise ValueError("nothing to embed: empty list of texts")
+        if not all(t.strip() for t in texts):
+            raise ValueError("cannot embed an empty text")
         bs = self.cfg.batch_size
         # Longest first: batches of similar length waste less padding; order restored below.
         order = sorted(range(len(texts)), key=lambda i: -len(texts[i]))
@@ -73,10 +77,14 @@ class TransformersEmbedder(Embedder):
         from transformers import AutoModel, AutoTokenizer
 
         self._torch = torch
-        self.tokenizer = AutoTokenizer.from_pretrained(cfg.model, padding_side="left")
+        try:
+            self.tokenizer = AutoTokenizer.from_pretrained(cfg.model, padding_side="left")
+            self.model = AutoModel.from_pretrained(cfg.model, dtype=getattr(torch, _DTYPES[cfg.dtype]))
+        except OSError as exc:  # missing folder, no weights, offline hub id
+            first = str(exc).strip().splitlines()[0][:160] if str(exc).strip() else type(exc).__name__
+            raise ConfigError(f"embedder model {cfg.model!r} cannot be loaded: {first}") from None
         if self.tokenizer.pad_token is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token
-        self.model = AutoModel.from_pretrained(cfg.model, dtype=getattr(torch, _DTYPES[cfg.dtype]))
         self.model.to(cfg.device).eval()
 
     def _encode(self, texts: list[str]) -> np.ndarray:
@@ -96,7 +104,11 @@ class SentenceTransformersEmbedder(Embedder):
         super().__init__(cfg)
         from sentence_transformers import SentenceTransformer
 
-        self.model = SentenceTransformer(cfg.model, device=cfg.device)
+        try:
+            self.model = SentenceTransformer(cfg.model, device=cfg.device)
+        except OSError as exc:
+            first = str(exc).strip().splitlines()[0][:160] if str(exc).strip() else type(exc).__name__
+            raise ConfigError(f"embedder model {cfg.model!r} cannot be loaded: {first}") from None
         self.model.max_seq_length = cfg.max_length
 
     def _encode(self, texts: list[str]) -> np.ndarray:

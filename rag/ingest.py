@@ -134,11 +134,13 @@ def _read_docx(path: Path) -> tuple[str, tuple[int, ...]]:
     import zipfile
 
     from docx import Document as DocxDocument
+    from docx.opc.exceptions import PackageNotFoundError
 
-    _read_bytes(path)  # unreadable -> BadFile
+    if not _read_bytes(path).strip():
+        raise BadFile("empty file")
     try:
         doc = DocxDocument(str(path))
-    except (zipfile.BadZipFile, KeyError, ValueError) as exc:
+    except (zipfile.BadZipFile, KeyError, ValueError, PackageNotFoundError) as exc:
         raise BadFile(f"corrupt DOCX ({type(exc).__name__})") from None
     paras: list[str] = []
     for p in doc.paragraphs:
@@ -157,12 +159,18 @@ def _read_docx(path: Path) -> tuple[str, tuple[int, ...]]:
 def _read_html(path: Path) -> tuple[str, tuple[int, ...]]:
     import trafilatura
 
-    html, _ = _read_text(path)
+    raw = _read_bytes(path)
+    if not raw.strip():
+        raise BadFile("empty file")
+    try:
+        html: str | bytes = raw.decode("utf-8-sig")
+    except UnicodeDecodeError:
+        html = raw  # not UTF-8: trafilatura reads the page's declared charset
     text = trafilatura.extract(html, output_format="markdown", include_comments=False,
                                include_tables=True, favor_recall=True)
     if not text or not text.strip():
         raise BadFile("no main text found in HTML")
-    return text, ()
+    return text.replace("\r\n", "\n"), ()
 
 
 def _read_pdf(parser: str) -> Callable[[Path], tuple[str, tuple[int, ...]]]:

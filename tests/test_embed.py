@@ -99,6 +99,15 @@ def test_embedder_mismatch_is_a_clear_error(tiny_models, tmp_path: Path) -> None
         Retriever(open_index(icfg, ecfg), "dense", embedder=Wider()).retrieve(["q"], 1)
 
 
+def test_missing_model_and_empty_text_are_clear_errors(tiny_models, tmp_path: Path) -> None:
+    from rag.config import ConfigError
+
+    with pytest.raises(ConfigError, match="embedder model .*nope.* cannot be loaded"):
+        make_embedder(_cfg(tmp_path / "nope"))
+    with pytest.raises(ValueError, match="empty text"):
+        make_embedder(_cfg(tiny_models["embedder"])).embed_queries(["ok", "  "])
+
+
 def test_openai_endpoint_down_is_one_line_error() -> None:
     from rag.http import EndpointError
 

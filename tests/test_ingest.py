@@ -64,6 +64,7 @@ def corpus(tmp_path: Path) -> Path:
     (root / "blank.txt").write_bytes(b"  \n\n \n")
     (root / "image.md").write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR" + bytes(range(256)))
     (root / "latin1.txt").write_bytes("café crème".encode("latin-1"))
+    (root / "broken.docx").write_bytes(b"PK\x03\x04 truncated zip")
     (root / "table.xlsx").write_bytes(b"PK\x03\x04 not supported")
     os.symlink(root / "missing-target.md", root / "dangling.md")
     (root / ".hidden.md").write_text("never indexed", encoding="utf-8")
@@ -86,9 +87,10 @@ def test_each_reader_and_each_bad_input(corpus: Path) -> None:
     assert "net profit of 12.5 million" in html and "Menu Home About" not in html
 
     reasons = {p.source: p.reason for p in report.problems}
-    assert set(reasons) == {"broken.pdf", "empty.md", "blank.txt", "image.md", "latin1.txt",
+    assert set(reasons) == {"broken.pdf", "broken.docx", "empty.md", "blank.txt", "image.md", "latin1.txt",
                             "table.xlsx", "dangling.md"}
     assert reasons["broken.pdf"].startswith("corrupt PDF")
+    assert reasons["broken.docx"].startswith("corrupt DOCX")
     assert reasons["empty.md"] == "empty file" and reasons["blank.txt"] == "empty file"
     assert reasons["image.md"].startswith("binary data")
     assert reasons["latin1.txt"] == "invalid UTF-8 at byte 3"  # 'é' is 0xE9 in latin-1
@@ -98,7 +100,7 @@ def test_each_reader_and_each_bad_input(corpus: Path) -> None:
 
 
 def test_strict_and_missing_path(corpus: Path, tmp_path: Path) -> None:
-    with pytest.raises(IngestError, match="strict ingest: 7 bad file"):
+    with pytest.raises(IngestError, match="strict ingest: 8 bad file"):
         ingest(CorpusConfig(paths=[str(corpus)], strict=True))
     with pytest.raises(IngestError, match="does not exist"):
         ingest(CorpusConfig(paths=[str(tmp_path / "nope")]))
