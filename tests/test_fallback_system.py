@@ -155,3 +155,118 @@ def test_without_gate_the_invented_memory_wins():
     det = Detector(Scripted(replies), FIRST, cfg, gate_threshold=0.3)
     (a,) = AdvancedRAGSystem(None, det, cfg).answer_with_context(["q-unseen"], [((), (_src("x"),))])
     assert a.text == "7" and a.trace.route == "fallback"
+
+
+# --- the same system on every backend (slow: vLLM engine / a real server) ---------------------
+
+QUESTIONS = ["What is the net profit?", "Who is the CEO?"]
+CONTEXTS = [((), (_src("Net profit was 12.5 million in 2023."),)),
+            ((), (_src("The CEO is Alice Martin."), _src("Headquarters: Berlin.", "c2")))]
+
+
+def _run_system(gen, tok) -> tuple[list, list]:
+    cfg = FallbackConfig(detector={"max_new_tokens": 10}, gate=GateConfig(enabled=False))
+    det = Detector(gen, label_first_tokens(tok), cfg, None)
+    answers = AdvancedRAGSystem(None, det, cfg).answer_with_context(QUESTIONS, CONTEXTS)
+    conv = conversation(QUESTIONS[0], CONTEXTS[0][1])
+    scored = gen.generate([conv], adapter="lora", max_new_tokens=1, top_logprobs=5, prefixes=["memory:"])[0]
+    return answers, list(scored.top_logprobs[0])
+
+
+def _assert_same(ref, other):
+    (ans_a, top_a), (ans_b, top_b) = ref, other
+    for a, b in zip(ans_a, ans_b):
+        assert a.trace.raw_output == b.trace.raw_output  # greedy: the same reply on every backend
+        assert (a.trace.verdict, a.trace.route, a.text) == (b.trace.verdict, b.trace.route, b.text)
+    assert [t for t, _ in top_a] == [t for t, _ in top_b]  # same top alternatives, same order
+    for (_, la), (_, lb) in zip(top_a, top_b):
+        assert la == pytest.approx(lb, abs=2e-3)
+
+
+@pytest.fixture(scope="module")
+def reference(tiny_gen):
+    return _run_system(tiny_gen, tiny_gen.tokenizer)
+
+
+@pytest.mark.slow
+def test_vllm_offline_base_and_lora_on_one_engine(tiny_models, tmp_path_factory, reference):
+    from rag.generate import build_generator
+
+    lora = build_lora(tiny_models["lm"], tmp_path_factory.mktemp("lora-v") / "a")
+    gen = build_generator(GeneratorConfig(kind="vllm", model=str(tiny_models["lm"]), adapters={"lora": str(lora)},
+                                          max_new_tokens=12, max_model_len=512, batch_size=4, max_lora_rank=8))
+    try:
+        _assert_same(reference, _run_system(gen, gen.tokenizer))
+        base = gen.generate([conversation(QUESTIONS[0], CONTEXTS[0][1])], max_new_tokens=6)[0]
+        with_lora = gen.generate([conversation(QUESTIONS[0], CONTEXTS[0][1])], adapter="lora", max_new_tokens=6)[0]
+        assert base.tokens != with_lora.tokens  # one engine serves both, and the adapter bites
+    finally:
+        gen.close()
+
+
+@pytest.mark.slow
+def test_openai_server_with_lora_modules(tiny_models, tmp_path_factory, reference):
+    from transformers import AutoTokenizer
+
+    from rag.generate import build_generator
+    from tests.servers import free_port, launched, vllm_server_cmd
+
+    tmp = tmp_path_factory.mktemp("srv")
+    lora = build_lora(tiny_models["lm"], tmp / "a")
+    port = free_port()
+    cmd = vllm_server_cmd(tiny_models["lm"], port, "--enable-lora", "--max-lora-rank", "8",
+                          "--lora-modules", f"sft={lora}", "--served-model-name", "base", "--max-logprobs", "20")
+    with launched(cmd, port, log_path=tmp / "server.log") as url:
+        gen = build_generator(GeneratorConfig(kind="openai", model="base", adapters={"lora": "sft"},
+                                              base_url=url + "/v1", max_new_tokens=12, max_model_len=512))
+        _assert_same(reference, _run_system(gen, AutoTokenizer.from_pretrained(tiny_models["lm"])))
+
+
+# --- scenario contexts: poison the clean retrieval, then rerank --------------------------------
+
+def _kb_retriever(tmp_path, texts):
+    from rag.config import IndexConfig, RetrievalConfig
+    from rag.index import build_from_chunks
+    from rag.retrieve import load_retriever
+
+    chunks = [Chunk(f"d#{i}", "d.md", "d.md", t, 0, len(t)) for i, t in enumerate(texts)]
+    icfg = IndexConfig(dir=str(tmp_path / "idx"))
+    build_from_chunks(chunks, icfg)
+    return load_retriever(icfg, RetrievalConfig(mode="bm25")), {c.chunk_id: c for c in chunks}
+
+
+class LengthReranker:
+    """Scores a passage by its length (a stand-in with a known order)."""
+
+    def score(self, queries, docs):
+        return [float(len(d)) for d in docs]
+
+
+def test_retrieved_context_is_poisoned_then_reranked(tmp_path):
+    from fallback.scenarios import PresentedChunk, Scenario
+    from fallback.systems import ScenarioContexts
+    from rag.config import RetrievalConfig
+
+    texts = ["Vesova Dynamics reported a net profit of 12.5 million.",
+             "Vesova Dynamics archive 2021: net profit of 9.1 million dollars in that year.",
+             "Vesova Dynamics is led by Alice Martin.", "Kestuna Foods is based in Lyon."]
+    retriever, kb = _kb_retriever(tmp_path, texts)
+    fe = Scenario("q1", "f1", "What net profit did Vesova Dynamics report?", ("12.5 million",), ("d#0",),
+                  "factual_error", (PresentedChunk("d#0~fe", texts[0].replace("12.5", "17.5"), "d.md",
+                                                   replaces="d#0"),), "17.5 million")
+    outd = Scenario("q2", "f1", "What net profit did Vesova Dynamics report?", ("12.5 million",), ("d#0",),
+                    "outdated", (PresentedChunk("d#1", texts[1], "d.md"),), "9.1 million", removes=("d#0",))
+    cfg = RetrievalConfig(mode="bm25", top_n=4, top_k=2)
+    plain = ScenarioContexts(retriever, None, cfg, kb)
+    (cands, final), (c2, f2) = plain.contexts([fe, outd], "retrieved")
+    ids = [r.chunk.chunk_id for r in cands]
+    assert "d#0~fe" in ids and "d#0" not in ids and len(final) == 2
+    assert [r.rank for r in cands] == list(range(1, len(cands) + 1))
+    assert next(r for r in cands if r.chunk.chunk_id == "d#0~fe").chunk.text.count("17.5") == 1
+    assert "d#0" not in [r.chunk.chunk_id for r in c2] and len(f2) == 2  # the next candidate fills in
+    reranked = ScenarioContexts(retriever, LengthReranker(), cfg, kb).contexts([outd], "retrieved")[0][1]
+    lengths = [len(r.chunk.text) for r in reranked]
+    assert lengths == sorted(lengths, reverse=True) and reranked[0].stage == "rerank"
+    # presented and oracle modes
+    assert [r.chunk.chunk_id for r in plain.contexts([fe], "presented")[0][1]] == ["d#0~fe"]
+    assert [r.chunk.text for r in plain.oracle([fe])[0][1]] == [texts[0]]
