@@ -65,13 +65,14 @@ class ItemResult:
 
 
 def _flag_score(probs: tuple[tuple[str, float], ...]) -> float | None:
-    """1 - P(supported) from the verdict distribution; None when there is none."""
+    """1 - P(supported) from the verdict distribution; None when there is none.
+
+    A distribution without a "supported" entry means the label was not among the alternatives
+    read (top-logprobs), i.e. its probability is negligible: P(supported) = 0.
+    """
     if not probs:
         return None
-    d = dict(probs)
-    if "supported" not in d:
-        raise RecordError("verdict_probs has no 'supported' label: cannot derive flag_score")
-    return float(min(1.0, max(0.0, 1.0 - d["supported"])))
+    return float(min(1.0, max(0.0, 1.0 - dict(probs).get("supported", 0.0))))
 
 
 def item_result(system: str, scenario, answer: Answer, closed_book_answer: str | None = None,
