@@ -25,6 +25,7 @@ from typing import Sequence
 
 from eval.config import JudgeConfig
 from eval.records import ItemResult
+from rag.records import read_jsonl, register_nested
 
 log = logging.getLogger(__name__)
 
@@ -199,6 +200,16 @@ def judge_items(items: Sequence[ItemResult], cfg: JudgeConfig, out_path: str | P
     if out_path is not None:
         write_jsonl(out_path, out)
     return out
+
+
+register_nested(JudgedItem, {"faithfulness": (JudgeVerdict, False), "answer_relevance": (JudgeVerdict, False)})
+
+JUDGED_FILE = "judged.jsonl"
+
+
+def load_judged(path: str | Path) -> list[JudgedItem]:
+    """Read judged items written by `judge_items` (RecordError names file:line on a bad line)."""
+    return read_jsonl(path, JudgedItem, tolerate_torn_tail=True)
 
 
 def judge_summary(judged: Sequence[JudgedItem]) -> dict[str, float | str]:

@@ -30,7 +30,11 @@ from eval.stats import nan_to_none
 Runs = Sequence[str | Path] | Mapping[str, Sequence[ItemResult]]
 
 
-def _load(runs: Runs) -> dict[str, list[ItemResult]]:
+def _load(runs: Runs) -> tuple[dict[str, list[ItemResult]], dict[str, dict]]:
+    """Results per system name, and the judge summary of runs that have a judged.jsonl."""
+    from eval.judge import JUDGED_FILE, judge_summary, load_judged
+
+    judged: dict[str, dict] = {}
     if isinstance(runs, Mapping):
         out = {k: list(v) for k, v in runs.items()}
     else:
@@ -41,10 +45,13 @@ def _load(runs: Runs) -> dict[str, list[ItemResult]]:
             if name in out:
                 name = f"{name}@{Path(run).name}"
             out[name] = items
+            jpath = Path(run) / JUDGED_FILE
+            if Path(run).is_dir() and jpath.exists():
+                judged[name] = judge_summary(load_judged(jpath))
     empty = [k for k, v in out.items() if not v]
     if not out or empty:
         raise ValueError(f"no results to report{': ' + ', '.join(empty) if empty else ''}")
-    return out
+    return out, judged
 
 
 def system_metrics(items: Sequence[ItemResult]) -> dict:
@@ -192,6 +199,7 @@ def _sections(metrics: dict) -> list[tuple[str, list[dict], Sequence[str]]]:
         ans = [{"metric": k, "value": v} for k, v in m["answer"].items()]
         stages = m["retrieval"]
         ret = [{"metric": k, **{st: stages[st].get(k) for st in stages}} for k in stages["final"]]
+        ans += [{"metric": f"judge_{k}", "value": v} for k, v in m.get("judge", {}).items()]
         out += [(f"{name}: answers", ans, ("metric", "value")),
                 (f"{name}: conflict and fallback", m["conflict"], CONFLICT_COLS)]
         if any(r["n"] for r in m["detector"]):
@@ -206,10 +214,12 @@ def _sections(metrics: dict) -> list[tuple[str, list[dict], Sequence[str]]]:
 def write_report(runs: Runs, out_dir: str | Path, *, resamples: int = 2000, seed: int = 0,
                  title: str = "lorarag evaluation report") -> Path:
     """Write metrics.json, report.md, report.html and exports for `runs`; returns the HTML path."""
-    systems = _load(runs)
+    systems, judged = _load(runs)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     metrics: dict = {"systems": {n: system_metrics(items) for n, items in systems.items()}}
+    for n, summary in judged.items():  # LLM-judged faithfulness / relevance, when a judge phase ran
+        metrics["systems"][n]["judge"] = summary
     names = list(systems)
     comp_md = head_md = ""
     if len(names) == 2:

@@ -76,6 +76,18 @@ def test_judge_through_stub_endpoint_with_cache(stub_server, tmp_path):
     lines = (tmp_path / "judged.jsonl").read_text().splitlines()
     assert json.loads(lines[0])["faithfulness"]["raw"].startswith("```json")
 
+    # The report picks the judge phase up from the run directory.
+    from eval.judge import load_judged
+    from eval.records import save_results
+    from eval.report import write_report
+
+    assert load_judged(tmp_path / "judged.jsonl") == judged
+    save_results(tmp_path / "results.jsonl", items)
+    write_report([tmp_path], tmp_path / "rep")
+    m = json.loads((tmp_path / "rep" / "metrics.json").read_text())
+    assert m["systems"]["sys"]["judge"]["faithfulness"] == 0.5
+    assert "| judge_unparsed_faithfulness | 1 |" in (tmp_path / "rep" / "report.md").read_text()
+
     again = judge_items(items, cfg, progress=False)  # all from the disk cache
     assert len(_Handler.seen) == 4 and again == judged
     other = cfg.model_copy(update={"model": "other-judge"})  # a different model is a different key
