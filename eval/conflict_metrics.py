@@ -101,7 +101,7 @@ def detector(items: Sequence[ItemResult], positives: Sequence[str] | None = None
     pos = set(positives) if positives else {s for s in SCENARIO_ORDER if s != "consistent"}
     sel = [r for r in items if r.flag_score is not None and (r.scenario in pos or r.scenario == "consistent")]
     y = [r.scenario in pos for r in sel]
-    pred = [r.verdict != "supported" for r in sel]
+    pred = [r.verdict is not None and r.verdict != "supported" for r in sel]
     tp = sum(1 for t, p in zip(y, pred) if t and p)
     fp = sum(1 for t, p in zip(y, pred) if p and not t)
     fn = sum(1 for t, p in zip(y, pred) if t and not p)
