@@ -118,6 +118,8 @@ class Qwen3VLLMReranker:
                     max_model_len=cfg.max_length)
         if cfg.device == "cpu":
             args["enforce_eager"] = True
+        else:  # leave the GPU to the generator's engine: a 0.6B scorer needs little KV cache
+            args["gpu_memory_utilization"] = 0.2
         self.llm = LLM(**args)
 
     def score(self, queries: list[str], docs: list[str]) -> list[float]:

@@ -92,7 +92,7 @@ class RAGSystem:
                 cited, bad, files, abstained = (), (), (), True
                 notes: tuple[str, ...] = ("no passage passed retrieval/threshold",)
             else:
-                text = raw = gen.text.strip()
+                raw, text = gen.text, gen.text.strip()
                 prompt = gen.prompt or f"{built[i].system}\n{built[i].user}"
                 given = given_labels(prompt) or list(built[i].labels)
                 labels = parse_citations(text)
