@@ -1,7 +1,7 @@
 """Benchmark: retrieval metrics over many result items, vectorised numpy vs a per-item Python loop.
 
 Synthetic ranked lists (seeded) stand in for a run's `retrieved_ids`; both forms compute the
-same seven metrics at K = 1, 3, 5, 10 and must agree to 1e-9 before the ratio is reported.
+same six metrics at K = 1, 3, 5, 10 plus MRR and must agree to 1e-9 before the ratio is reported.
 """
 
 from __future__ import annotations

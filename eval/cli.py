@@ -99,7 +99,7 @@ def _bench(n: int = typer.Option(100_000, help="result items"), seed: int = type
     from bench.eval import run
 
     r = run(n, seed)
-    typer.echo(f"{r.n_items} items, 7 metrics x K=1,3,5,10: vectorised {r.vector_s:.3f}s "
+    typer.echo(f"{r.n_items} items, 6 metrics x K=1,3,5,10 + MRR: vectorised {r.vector_s:.3f}s "
                f"(matrix build {r.build_s:.3f}s), per-item loop {r.loop_s:.3f}s")
     typer.echo(f"speedup x{r.speedup:.1f} (x{r.loop_s / max(r.vector_s - r.build_s, 1e-9):.0f} "
                "on the metric computation alone)")
