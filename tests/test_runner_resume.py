@@ -73,7 +73,7 @@ def test_sigkill_mid_run_then_resume(tmp_path):
     save_scenarios(spath, items)
     out = tmp_path / "run"
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    proc = subprocess.Popen([sys.executable, "-c", CHILD, str(spath), str(out), str(REPO), "0.05"],
+    proc = subprocess.Popen([sys.executable, "-c", CHILD, str(spath), str(out), str(REPO), "0.2"],
                             cwd=REPO, env=env, start_new_session=True)
     res = out / "results.jsonl"
     deadline = time.time() + 60
