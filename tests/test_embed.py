@@ -58,6 +58,23 @@ def test_transformers_recipe(tiny_models) -> None:
     assert float(q[0] @ emb.embed_documents(["q?"])[0]) < 0.999
 
 
+def test_sentence_transformers_backend_agrees(tiny_models, tmp_path: Path) -> None:
+    from sentence_transformers import SentenceTransformer
+    from sentence_transformers.sentence_transformer.modules import Pooling, Transformer
+
+    # A sentence-transformers folder laid out as Qwen3-Embedding's: plain text in (no chat
+    # template), last-token pooling.
+    text_only = {"text": {"method": "forward", "method_output_name": "last_hidden_state"}}
+    body = Transformer(str(tiny_models["embedder"]), modality_config=text_only,
+                       module_output_name="token_embeddings")
+    SentenceTransformer(modules=[body, Pooling(64, pooling_mode="lasttoken")]).save(str(tmp_path / "st"))
+    st = make_embedder(EmbedderConfig(kind="sentence_transformers", model=str(tmp_path / "st"),
+                                      batch_size=2, query_instruction="Find the law"))
+    local = make_embedder(_cfg(tiny_models["embedder"], query_instruction="Find the law"))
+    np.testing.assert_allclose(st.embed_documents(TEXTS), local.embed_documents(TEXTS), atol=1e-4)
+    np.testing.assert_allclose(st.embed_queries(TEXTS[:2]), local.embed_queries(TEXTS[:2]), atol=1e-4)
+
+
 def _corpus(tmp_path: Path) -> Path:
     kb = tmp_path / "kb"
     kb.mkdir()
