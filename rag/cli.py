@@ -58,7 +58,7 @@ def search_cmd(
 ) -> None:
     """Print the chunks ranked for QUESTION and write the retrieval trace JSON."""
     from lorarag.cli import UserError
-    from rag.index import read_manifest
+    from rag.index import check_chunker, read_manifest
     from rag.records import to_dict
     from rag.retrieve import load_retriever
 
@@ -76,6 +76,7 @@ def search_cmd(
                    err=True)
         _build(cfg, err=True)  # keep stdout for the results
     manifest = read_manifest(cfg.index.dir)
+    check_chunker(manifest, cfg.chunker, cfg.index.dir)
     hits = load_retriever(cfg.index, retrieval, cfg.embedder).retrieve([question], k)[0]
     sources = list(dict.fromkeys(h.chunk.source for h in hits))
     record = {"question": question, "mode": retrieval.mode, "k": k, "index": cfg.index.dir,

@@ -359,6 +359,15 @@ def check_compatible(m: IndexManifest, index_cfg: IndexConfig,
                                 f"{embedder_cfg.model}{hint}")
 
 
+def check_chunker(m: IndexManifest, chunker_cfg: ChunkerConfig, where: str) -> None:
+    """IndexMismatch if the index was cut with other chunker parameters than the config's."""
+    want = tuple(sorted((k, json.dumps(v)) for k, v in chunker_cfg.model_dump(mode="json").items()))
+    if m.chunker and m.chunker != want:
+        built = ", ".join(f"{k}={json.loads(v)}" for k, v in m.chunker)
+        raise IndexMismatch(f"{where}: index chunked with {built}, config differs; "
+                            "rebuild with `lorarag index <config>`")
+
+
 def open_index(index_cfg: IndexConfig, embedder_cfg: EmbedderConfig | None = None) -> Index:
     """Load the index folder of `index_cfg`, checked against the config."""
     folder = Path(index_cfg.dir)

@@ -180,6 +180,12 @@ def test_cli_bad_inputs_one_line_errors(tmp_path: Path) -> None:
     r = _cli("index", str(cfg), cwd=REPO)
     assert r.returncode == 2 and "error: nothing could be indexed" in r.stderr
     assert "Traceback" not in r.stderr
+    (kb / "good.md").write_text("some text", encoding="utf-8")
+    assert _cli("index", str(cfg), cwd=REPO).returncode == 0
+    other = tmp_path / "other.yaml"
+    other.write_text(cfg.read_text() + "chunker: {kind: heading}\n", encoding="utf-8")
+    r = _cli("search", "text", "--config", str(other), cwd=REPO)
+    assert r.returncode == 2 and "index chunked with chunk_overlap=50, chunk_size=500, kind=paragraph" in r.stderr
     typo = tmp_path / "typo.yaml"
     typo.write_text(f"corpus: {{paths: [{kb}]}}\nchunker: {{chunk_szie: 3}}\nindex: {{dir: x}}\n")
     r = _cli("search", "q", "--config", str(typo), cwd=REPO)
