@@ -68,6 +68,8 @@ class DiffRow:
     lo: float
     hi: float
     p_mcnemar: float | None = None
+    den_a: int = 0  # items in A's denominator (= n for plain rates; fewer for conditional ones)
+    den_b: int = 0
 
 
 @dataclass(frozen=True)
@@ -88,6 +90,10 @@ def pair(a: Sequence[ItemResult], b: Sequence[ItemResult], *, warn: bool = True
     pa = [r for r in a if r.qid in bmap]
     if not pa:
         raise ValueError("the two runs share no qid: nothing to compare")
+    bad = next((r.qid for r in pa if (r.scenario, r.knowledge, r.question) !=
+                (bmap[r.qid].scenario, bmap[r.qid].knowledge, bmap[r.qid].question)), None)
+    if bad is not None:
+        raise ValueError(f"qid {bad} is a different item in the two runs (other scenario set?)")
     if warn and len(pa) < max(len(a), len(b)):
         log.warning("comparing %d shared items (A has %d, B has %d)", len(pa), len(a), len(b))
     return pa, [bmap[r.qid] for r in pa]
@@ -116,7 +122,8 @@ def compare_items(a: Sequence[ItemResult], b: Sequence[ItemResult], *, resamples
                 continue
             d = paired_bootstrap(na[ix], nb[ix], den_a=da[ix], den_b=db[ix], resamples=resamples, seed=seed)
             p = mcnemar_exact(na[ix] > 0, nb[ix] > 0)[2] if name == "accuracy" else None
-            rows.append(DiffRow(name, s, k, len(ix), d.a, d.b, d.diff, d.lo, d.hi, p))
+            rows.append(DiffRow(name, s, k, len(ix), d.a, d.b, d.diff, d.lo, d.hi, p,
+                                int(da[ix].sum()), int(db[ix].sum())))
     ca = [is_correct(r) for r in pa]
     cb = [is_correct(r) for r in pb]
 
@@ -137,11 +144,17 @@ def _fmt(x: float | None, digits: int = 3) -> str:
 def comparison_markdown(c: Comparison) -> str:
     """The comparison as Markdown: metric table, then fixed and broken items."""
     out = [f"# {c.name_b} vs {c.name_a}\n",
+           "n: items in the cell; a rate's own denominator is in parentheses when smaller.\n",
            f"| metric | scenario | knowledge | n | {c.name_a} | {c.name_b} | diff | 95% CI | McNemar p |",
            "|---|---|---|---|---|---|---|---|---|"]
+
+    def val(x: float, den: int, n: int) -> str:
+        return _fmt(x) + (f" ({den})" if den != n else "")
+
     for r in c.rows:
-        out.append(f"| {r.metric} | {r.scenario} | {r.knowledge} | {r.n} | {_fmt(r.a)} | {_fmt(r.b)} | "
-                   f"{_fmt(r.diff)} | [{_fmt(r.lo)}, {_fmt(r.hi)}] | {_fmt(r.p_mcnemar, 4)} |")
+        out.append(f"| {r.metric} | {r.scenario} | {r.knowledge} | {r.n} | {val(r.a, r.den_a, r.n)} | "
+                   f"{val(r.b, r.den_b, r.n)} | {_fmt(r.diff)} | [{_fmt(r.lo)}, {_fmt(r.hi)}] | "
+                   f"{_fmt(r.p_mcnemar, 4)} |")
     for title, items in (("Fixed by", c.fixed), ("Broken by", c.broken)):
         out.append(f"\n## {title} {c.name_b} ({len(items)})\n")
         out += [f"- `{x['qid']}` ({x['scenario']}/{x['knowledge']}): {x['question']} — gold "

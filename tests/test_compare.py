@@ -93,3 +93,12 @@ def test_headline_rows_for_a_pair():
     auroc = next(r for r in rows if r.metric == "detector_auroc" and r.knowledge == "all")
     assert auroc.lora == 1.0 and math.isnan(auroc.base)  # the base run has no detector
     assert "| accuracy | all | all | 40 |" in headline_markdown(rows)
+
+
+def test_pairing_refuses_different_items_under_one_qid():
+    a, b = _runs()
+    b = [make_item(system="lora", qid=r.qid, scenario="outdated") if r.qid == "q0" else r for r in b]
+    with pytest.raises(ValueError, match="q0 is a different item"):
+        compare_items(a, b, resamples=1000)
+    with pytest.raises(ValueError, match="share no qid"):
+        compare_items(a, [make_item(qid="zz")], resamples=1000)
