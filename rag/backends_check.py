@@ -1,0 +1,106 @@
+"""Greedy agreement across generator backends (`lorarag check-backends CONFIG`).
+
+The same model, adapter and prompts are run through each configured generator (the first one is
+the reference), greedy, one backend at a time (each is closed before the next is built, so only one
+model is in memory). A LoRA that answers differently under PyTorch/peft, vLLM or a server shows up
+as agreement below 1.0 for that adapter.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from pydantic import model_validator
+
+from rag.config import ConfigError, GeneratorConfig, Strict
+
+
+class BackendsCheckConfig(Strict):
+    """Generators to compare (first = reference), the questions, and the adapters to check."""
+
+    generators: dict[str, GeneratorConfig]
+    questions: list[str] = []
+    questions_file: str | None = None  # one question per line (.txt) or {"question": ...} (.jsonl)
+    adapters: list[str] = []  # checked besides the base model; each must be declared by every generator
+    system: str = "Answer the question briefly."
+    max_new_tokens: int = 32
+
+    @model_validator(mode="after")
+    def _check(self) -> "BackendsCheckConfig":
+        if len(self.generators) < 2:
+            raise ValueError("generators: need at least two backends to compare")
+        if not self.questions and not self.questions_file:
+            raise ValueError("give `questions` or `questions_file`")
+        for name, g in self.generators.items():
+            missing = [a for a in self.adapters if a not in g.adapters]
+            if missing:
+                raise ValueError(f"generators.{name}: adapters {missing} not declared")
+            if g.temperature != 0:
+                raise ValueError(f"generators.{name}: temperature must be 0 (greedy) to compare")
+        return self
+
+
+@dataclass(frozen=True)
+class AgreementRow:
+    """Agreement of one backend with the reference for one adapter (None = base)."""
+
+    backend: str
+    adapter: str | None
+    agree: int
+    total: int
+    examples: tuple[tuple[str, str, str], ...] = ()  # (question, reference text, this text)
+
+    @property
+    def rate(self) -> float:
+        """Fraction of questions with the same greedy answer as the reference."""
+        return self.agree / self.total if self.total else 0.0
+
+
+def load_questions(cfg: BackendsCheckConfig) -> list[str]:
+    """The configured questions plus those of `questions_file`."""
+    import json
+
+    qs = list(cfg.questions)
+    if cfg.questions_file:
+        path = Path(cfg.questions_file)
+        try:
+            lines = [x for x in path.read_text(encoding="utf-8").splitlines() if x.strip()]
+        except OSError as exc:
+            raise ConfigError(f"questions_file {path}: cannot read ({exc.strerror})") from None
+        if path.suffix == ".jsonl":
+            try:
+                qs += [str(json.loads(x)["question"]) for x in lines]
+            except (json.JSONDecodeError, KeyError, TypeError):
+                raise ConfigError(f"questions_file {path}: each line must be "
+                                  '{"question": ...}') from None
+        else:
+            qs += lines
+    return qs
+
+
+def check_backends(cfg: BackendsCheckConfig) -> tuple[list[AgreementRow], float]:
+    """Rows per (backend, adapter) and the base-vs-adapter difference rate on the reference."""
+    from rag.generate import Message, build_generator, same_answer
+
+    questions = load_questions(cfg)
+    convs = [[Message("system", cfg.system), Message("user", q)] for q in questions]
+    adapters: list[str | None] = [None, *cfg.adapters]
+    outputs = {}
+    for name, gcfg in cfg.generators.items():
+        gen = build_generator(gcfg)
+        try:
+            for a in adapters:
+                outputs[name, a] = gen.generate(convs, adapter=a, max_new_tokens=cfg.max_new_tokens)
+        finally:
+            gen.close()
+    ref, *others = cfg.generators
+    rows = []
+    for name in others:
+        for a in adapters:
+            pairs = list(zip(questions, outputs[ref, a], outputs[name, a]))
+            bad = tuple((q, r.text, o.text) for q, r, o in pairs if not same_answer(r, o))
+            rows.append(AgreementRow(name, a, len(pairs) - len(bad), len(pairs), bad[:3]))
+    differs = [not same_answer(b, t) for a in cfg.adapters
+               for b, t in zip(outputs[ref, None], outputs[ref, a])]
+    return rows, (sum(differs) / len(differs) if differs else 0.0)
