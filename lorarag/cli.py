@@ -38,6 +38,7 @@ CONFIG_SCHEMAS: dict[str, str] = {
     "train": "train.config:TrainConfig",
     "eval": "eval.config:EvalConfig",
     "run": "fallback.config:RunConfig",
+    "check": "rag.backends_check:BackendsCheckConfig",
 }
 
 _SUBCOMMAND_MODULES = ("rag.cli", "rag.cli_generate", "train.cli", "eval.cli", "fallback.cli")
