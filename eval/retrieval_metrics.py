@@ -60,8 +60,7 @@ def rank_by_score(scores: Mapping[str, float]) -> list[str]:
 
 
 def _dedupe(ranked: Sequence[str]) -> list[str]:
-    seen: set[str] = set()
-    return [d for d in ranked if not (d in seen or seen.add(d))]
+    return list(dict.fromkeys(ranked))  # first occurrence kept, order preserved
 
 
 def relevance_matrix(runs: Sequence[Sequence[str]], qrels: Sequence[Mapping[str, int]],
@@ -76,6 +75,8 @@ def relevance_matrix(runs: Sequence[Sequence[str]], qrels: Sequence[Mapping[str,
     ideal = np.zeros((q, depth), dtype=np.float64)
     n_rel = np.zeros(q, dtype=np.int64)
     for i, (ranked, rel) in enumerate(zip(runs, qrels)):
+        if not rel:  # no judged document: the row stays zero (n_rel 0 -> NaN)
+            continue
         row = [rel.get(d, 0) for d in _dedupe(ranked)[:depth]]
         gains[i, :len(row)] = row
         grades = sorted((g for g in rel.values() if g > 0), reverse=True)
