@@ -242,6 +242,16 @@ def build_from_chunks(chunks: list[Chunk], index_cfg: IndexConfig, *, embedder=N
     """Write an index of `chunks` to `index_cfg.dir` atomically; return its manifest."""
     if not chunks:
         raise IngestError("nothing to index: no chunks")
+    seen: set[str] = set()
+    for c in chunks:  # ids are what qrels and traces refer to: they must be unique
+        if c.chunk_id in seen:
+            raise IngestError(f"duplicate chunk id {c.chunk_id!r} ({c.source})")
+        seen.add(c.chunk_id)
+    if not chash:  # chunks that came without documents: hash what is indexed
+        h = hashlib.sha256()
+        for c in chunks:
+            h.update(f"{c.chunk_id}\0{hashlib.sha256(c.text.encode()).hexdigest()}\n".encode())
+        chash = h.hexdigest()
     if index_cfg.dense is not None and embedder is None:
         raise ConfigError("index.dense needs an embedder")
     t0 = time.perf_counter()
@@ -263,7 +273,8 @@ def build_from_chunks(chunks: list[Chunk], index_cfg: IndexConfig, *, embedder=N
         problems = [to_dict(p) for p in report.problems] if report else []
         (tmp / "ingest-report.json").write_text(
             json.dumps({"problems": problems}, ensure_ascii=False, indent=1), encoding="utf-8")
-        bm, ec = index_cfg.bm25, embedder_cfg if index_cfg.dense is not None else None
+        bm = index_cfg.bm25
+        ec = (embedder_cfg or getattr(embedder, "cfg", None)) if index_cfg.dense is not None else None
         manifest = IndexManifest(
             format_version=FORMAT_VERSION, corpus_hash=chash, n_documents=n_documents,
             n_chunks=len(chunks), n_skipped_files=len(problems),
