@@ -1,4 +1,4 @@
-"""Start real local model servers (127.0.0.1 only) and stop them by process group.
+"""Start real local model servers (127.0.0.1 only) and stop them by process group."""
 
 from __future__ import annotations
 
