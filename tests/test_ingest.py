@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -124,3 +125,25 @@ def test_real_regulation() -> None:
     reg = {d.doc_id: d for d in report.documents}[
         "road-traffic-safety-law-implementing-regulations-2017.md"]
     assert "第五条 初次申领机动车号牌、行驶证的，应当向机动车所有人住所地的公安机关交通管理部门申请注册登记。" in reg.text
+
+
+def test_mineru_backend_used_when_its_cli_is_on_path(tmp_path: Path, monkeypatch) -> None:
+    kb = tmp_path / "kb"
+    kb.mkdir()
+    (kb / "scan.pdf").write_bytes(make_pdf(["pypdf text"]))
+    # Without the CLI, pdf_parser=mineru is a per-file problem, auto falls back to pypdf.
+    monkeypatch.setenv("PATH", str(tmp_path / "empty-bin"))
+    report = ingest(CorpusConfig(paths=[str(kb)], pdf_parser="mineru"))
+    assert report.problems[0].reason == "pdf_parser=mineru but the `mineru` CLI is not on PATH"
+    assert "pypdf text" in ingest(CorpusConfig(paths=[str(kb)])).documents[0].text
+    # A stand-in CLI with MinerU's interface: `mineru -p PDF -o OUT` -> OUT/<stem>/auto/<stem>.md.
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "mineru").write_text(
+        f"#!{sys.executable}\nimport sys, pathlib\na = sys.argv\npdf = pathlib.Path(a[a.index('-p') + 1])\n"
+        "out = pathlib.Path(a[a.index('-o') + 1]) / pdf.stem / 'auto'\nout.mkdir(parents=True)\n"
+        "(out / (pdf.stem + '.md')).write_text('## Layout-aware\\n\\nMinerU text', encoding='utf-8')\n")
+    (bin_dir / "mineru").chmod(0o755)
+    monkeypatch.setenv("PATH", str(bin_dir))
+    doc = ingest(CorpusConfig(paths=[str(kb)])).documents[0]
+    assert doc.text == "## Layout-aware\n\nMinerU text" and doc.page_offsets == ()
