@@ -1,9 +1,109 @@
-"""`lorarag` subcommands of the train package (heavy imports stay inside the commands)."""
+"""`lorarag` subcommands of the train package (heavy imports stay inside the commands).
+
+- `lorarag world`: write the demo world (Markdown corpus, facts, chunks).
+- `lorarag sft CONFIG`: world + scenario splits + ms-swift messages JSONL (leak-checked).
+- `lorarag train CONFIG [--dry-run] [--slurm FILE]`: swift sft (or the CPU peft loop), resumable.
+- `lorarag export RUN`: swift export --merge_lora true.
+- `lorarag probe RUN --config CONFIG`: closed-book and verdict accuracy of an adapter (or the base).
+- `lorarag import-conflicts {conflictnq,conflictqa}`: shared data sets into scenario JSONL.
+"""
 
 from __future__ import annotations
+
+import json
+from pathlib import Path
 
 import typer
 
 
+def _data_dir(cfg) -> Path:
+    """Where the demo data of a train config lives: the folder above the SFT file's folder."""
+    return Path(cfg.dataset).parent.parent
+
+
 def register(app: typer.Typer, bench_app: typer.Typer) -> None:
     """Add this package's commands to the main app and to `lorarag bench`."""
+
+    @app.command("world")
+    def world_cmd(out: Path = typer.Option(Path("data/generated/demo"), help="output folder"),
+                  seed: int = typer.Option(0), n_orgs: int = typer.Option(40, "--n-orgs")) -> None:
+        """Write the seeded demo world: corpus/*.md, facts.jsonl, chunks.jsonl."""
+        from train.config import WorldConfig
+        from train.world import build_world, write_world
+
+        world = build_world(WorldConfig(seed=seed, n_orgs=n_orgs))
+        corpus = write_world(world, out)
+        typer.echo(f"{len(world.facts)} facts, {len(world.documents)} documents -> {corpus}")
+
+    @app.command("sft")
+    def sft_cmd(config: Path = typer.Argument(..., help="configs/train/*.yaml with world: and sft:")) -> None:
+        """Build world, scenario splits and SFT JSONL for a train config (leak-checked)."""
+        from lorarag.cli import UserError
+        from train.config import SFTConfig
+        from train.sft import build_demo_data, read_sft
+        from train.swift import load_train_config
+
+        cfg = load_train_config(config)
+        if cfg.world is None:
+            raise UserError(f"{config}: no world: section, nothing to build")
+        paths = build_demo_data(cfg.world, cfg.sft or SFTConfig(), _data_dir(cfg), cfg.dataset, cfg.val_dataset)
+        for k, p in paths.items():
+            typer.echo(f"{k:18s} {p}")
+        typer.echo(f"{len(read_sft(cfg.dataset))} training rows (leak check passed)")
+
+    @app.command("train")
+    def train_cmd(config: Path = typer.Argument(..., help="configs/train/*.yaml"),
+                  dry_run: bool = typer.Option(False, "--dry-run", help="print the exact command, run nothing"),
+                  slurm: Path = typer.Option(None, "--slurm", help="write an sbatch script here and exit")) -> None:
+        """Train a LoRA (ms-swift, or the CPU peft loop); resumes from the last checkpoint."""
+        from train.config import SFTConfig
+        from train.sft import build_demo_data
+        from train.swift import load_train_config, slurm_script, train
+
+        cfg = load_train_config(config)
+        if slurm is not None:
+            slurm.parent.mkdir(parents=True, exist_ok=True)
+            slurm.write_text(slurm_script(cfg, str(config)), encoding="utf-8")
+            typer.echo(f"wrote {slurm} (submit with: sbatch {slurm})")
+            return
+        if not dry_run and cfg.world is not None and not Path(cfg.dataset).is_file():
+            build_demo_data(cfg.world, cfg.sft or SFTConfig(), _data_dir(cfg), cfg.dataset, cfg.val_dataset)
+        if not dry_run and Path(cfg.model).name == "smollm2-135m-instruct":
+            from train.smollm2 import ensure_smollm2
+
+            ensure_smollm2(cfg.model)
+        result = train(cfg, dry_run=dry_run, config_path=str(config))
+        typer.echo(result if dry_run else f"adapter: {result}")
+
+    @app.command("export")
+    def export_cmd(run: str = typer.Argument(..., help="run name, run dir or adapter folder"),
+                   out: str = typer.Option(None, help="merged model folder (default: <run>/output/merged)"),
+                   runs_dir: str = typer.Option("runs/train"),
+                   dry_run: bool = typer.Option(False, "--dry-run")) -> None:
+        """Merge the LoRA into the base model (swift export --merge_lora true)."""
+        from train.export import export
+
+        typer.echo(export(run, out, runs_dir, dry_run))
+
+    @app.command("probe")
+    def probe_cmd(config: Path = typer.Argument(..., help="the train config of the run"),
+                  base: bool = typer.Option(False, "--base", help="probe the base model, no adapter"),
+                  limit: int = typer.Option(0, help="at most N conflict scenarios (0: all)"),
+                  out: Path = typer.Option(None, help="write the rows as JSONL here")) -> None:
+        """Closed-book accuracy (held-out phrasing) and conflict-aware accuracy on the test split."""
+        from train.probe import probe_run
+        from train.swift import load_train_config
+
+        summary = probe_run(load_train_config(config), base=base, limit=limit, out=out)
+        typer.echo(json.dumps(summary, indent=2))
+
+    @app.command("import-conflicts")
+    def import_cmd(name: str = typer.Argument(..., help="conflictnq or conflictqa"),
+                   out: Path = typer.Option(..., help="scenario JSONL to write"),
+                   data: Path = typer.Option(Path("../shared/data"), help="the shared data folder"),
+                   split: str = typer.Option("test", help="conflictnq split: test or val")) -> None:
+        """Convert a shared conflict data set into scenario records (+ its KB chunks next to it)."""
+        from train.importers import import_set
+
+        n = import_set(name, data, out, split=split)
+        typer.echo(f"{n} scenarios -> {out}")

@@ -1,0 +1,190 @@
+"""The `peft` trainer kind: a plain LoRA loop for the CPU demo only (GPUs use ms-swift).
+
+Why it exists: on 2 CPU cores ms-swift's step costs more than this loop (see
+.notes/train-results.md for the measured flags). This loop does what makes CPU training fit:
+bf16 autocast (AVX512-BF16), no gradient checkpointing, length-grouped batches (little
+padding), and the LM head applied only at positions that carry a label (the 49k-vocabulary
+projection at every position is wasted work). It reads the same ms-swift argument names from
+`TrainConfig.swift` and writes the same adapter format (`checkpoint-N/adapter_config.json` +
+`adapter_model.safetensors`); loss is on the assistant reply and its end token only, as
+ms-swift's chatml template does. Resumable: each checkpoint keeps optimizer and RNG state.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import random
+import time
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+DEFAULTS: dict[str, Any] = {
+    "lora_rank": 32, "lora_alpha": 64, "lora_dropout": 0.0, "target_modules": "all-linear",
+    "learning_rate": 1e-3, "num_train_epochs": 1, "per_device_train_batch_size": 16,
+    "max_length": 512, "warmup_ratio": 0.05, "save_steps": 50, "torch_dtype": "bfloat16",
+    "weight_decay": 0.0, "lr_scheduler_type": "cosine", "max_steps": -1, "system": None,
+}
+_ALL_LINEAR = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+
+
+def tokenize_rows(tok, rows: list[dict], max_length: int) -> list[tuple[list[int], list[int]]]:
+    """(input ids, labels) per messages row: labels only on the last assistant reply + <|im_end|>."""
+    out = []
+    for r in rows:
+        msgs = r["messages"]
+        prompt = tok.apply_chat_template(msgs[:-1], tokenize=False, add_generation_prompt=True)
+        full = tok.apply_chat_template(msgs, tokenize=False)
+        if not full.startswith(prompt):
+            raise ValueError("chat template does not render the prompt as a prefix of the full chat")
+        reply = full[len(prompt):].rstrip("\n")  # "<content><|im_end|>"
+        p_ids = tok(prompt, add_special_tokens=False).input_ids
+        r_ids = tok(reply, add_special_tokens=False).input_ids
+        ids = (p_ids + r_ids)[:max_length]
+        labels = ([-100] * len(p_ids) + r_ids)[:max_length]
+        out.append((ids, labels))
+    return out
+
+
+def length_batches(lengths: list[int], batch_size: int, rng: random.Random) -> list[list[int]]:
+    """Batches of similar length (sorted within shuffled pools of 8 batches), in random order."""
+    idx = list(range(len(lengths)))
+    rng.shuffle(idx)
+    pool = batch_size * 8
+    batches = []
+    for s in range(0, len(idx), pool):
+        part = sorted(idx[s:s + pool], key=lambda i: lengths[i])
+        batches += [part[j:j + batch_size] for j in range(0, len(part), batch_size)]
+    rng.shuffle(batches)
+    return batches
+
+
+def _last_checkpoint(out: Path) -> Path | None:
+    cks = sorted((p for p in out.glob("checkpoint-*") if (p / "trainer_state.pt").is_file()),
+                 key=lambda p: int(p.name.split("-")[1]))
+    return cks[-1] if cks else None
+
+
+def train_peft(model_dir: str, dataset: str, output_dir: str, args: dict[str, Any], seed: int,
+               resume: bool = True) -> Path:
+    """Train a LoRA on messages JSONL; returns the final checkpoint folder."""
+    import torch
+    from peft import LoraConfig, get_peft_model, set_peft_model_state_dict
+    from safetensors.torch import load_file
+    from tqdm import tqdm
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from train.sft import read_sft
+
+    a = {**DEFAULTS, **args}
+    out = Path(output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    torch.manual_seed(seed)
+    tok = AutoTokenizer.from_pretrained(model_dir)
+    rows = read_sft(dataset)
+    if a["system"]:
+        rows = [{"messages": ([{"role": "system", "content": a["system"]}] if r["messages"][0]["role"] != "system"
+                              else []) + r["messages"]} for r in rows]
+    data = tokenize_rows(tok, rows, int(a["max_length"]))
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    targets = _ALL_LINEAR if a["target_modules"] in ("all-linear", ["all-linear"]) else a["target_modules"]
+    lcfg = LoraConfig(r=int(a["lora_rank"]), lora_alpha=int(a["lora_alpha"]), lora_dropout=float(a["lora_dropout"]),
+                      target_modules=targets, task_type="CAUSAL_LM")
+    model = get_peft_model(model, lcfg)
+    params = [p for p in model.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=float(a["learning_rate"]), weight_decay=float(a["weight_decay"]))
+    bs = int(a["per_device_train_batch_size"])
+    epochs = int(math.ceil(float(a["num_train_epochs"])))
+    rng = random.Random(seed)
+    plan = [b for _ in range(epochs) for b in length_batches([len(d[0]) for d in data], bs, rng)]
+    if int(a["max_steps"]) > 0:
+        plan = plan[:int(a["max_steps"])]
+    total = len(plan)
+    warm = max(1, int(total * float(a["warmup_ratio"])))
+
+    def lr_at(step: int) -> float:  # linear warmup, then cosine (or linear) decay to 0
+        if step < warm:
+            return (step + 1) / warm
+        frac = (step - warm) / max(1, total - warm)
+        return 0.5 * (1 + math.cos(math.pi * frac)) if a["lr_scheduler_type"] == "cosine" else 1 - frac
+
+    start = 0
+    ck = _last_checkpoint(out) if resume else None
+    if ck is not None:
+        set_peft_model_state_dict(model, load_file(str(ck / "adapter_model.safetensors")))
+        state = torch.load(ck / "trainer_state.pt", weights_only=False)
+        opt.load_state_dict(state["optimizer"])
+        start = state["step"]
+        log.info("resuming from %s (step %d of %d)", ck, start, total)
+    use_bf16 = a["torch_dtype"] == "bfloat16" or a.get("bf16") is True
+    lm_head = model.get_output_embeddings()
+    body = model.get_base_model().model
+    model.train()
+    t0 = time.time()
+    logf = (out / "logging.jsonl").open("a", encoding="utf-8")
+    bar = tqdm(range(start, total), initial=start, total=total, desc="peft LoRA", unit="step")
+    for step in bar:
+        batch = [data[i] for i in plan[step]]
+        width = max(len(ids) for ids, _ in batch)
+        pad = tok.pad_token_id
+        ids = torch.tensor([x + [pad] * (width - len(x)) for x, _ in batch])
+        att = torch.tensor([[1] * len(x) + [0] * (width - len(x)) for x, _ in batch])
+        lab = torch.tensor([y + [-100] * (width - len(y)) for _, y in batch])
+        for g in opt.param_groups:
+            g["lr"] = float(a["learning_rate"]) * lr_at(step)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=use_bf16):
+            hidden = body(input_ids=ids, attention_mask=att).last_hidden_state  # [B, T, H]
+            tgt = lab[:, 1:]
+            keep = tgt != -100  # logits only where a label is: [N, V] instead of [B, T, V]
+            logits = lm_head(hidden[:, :-1][keep])
+        loss = torch.nn.functional.cross_entropy(logits.float(), tgt[keep])
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        bar.set_postfix(loss=f"{loss.item():.3f}")
+        logf.write(json.dumps({"step": step + 1, "loss": round(loss.item(), 4),
+                               "lr": opt.param_groups[0]["lr"], "elapsed_s": round(time.time() - t0, 1)}) + "\n")
+        logf.flush()
+        done = step + 1
+        if done % int(a["save_steps"]) == 0 or done == total:
+            _save(model, opt, out / f"checkpoint-{done}", done)
+    logf.close()
+    final = out / f"checkpoint-{total}"
+    if not (final / "adapter_model.safetensors").is_file():
+        _save(model, opt, final, total)
+    return final
+
+
+def _save(model, opt, folder: Path, step: int) -> None:
+    """Adapter in ms-swift/peft format, plus optimizer state for resuming (written last)."""
+    import torch
+
+    folder.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(folder, safe_serialization=True)
+    tmp = folder / "trainer_state.pt.tmp"
+    torch.save({"optimizer": opt.state_dict(), "step": step}, tmp)
+    tmp.replace(folder / "trainer_state.pt")
+
+
+def main(argv: list[str] | None = None) -> None:
+    """`python -m train.peft_trainer --model M --dataset D --output_dir O --seed S --args JSON`."""
+    import argparse
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model", required=True)
+    ap.add_argument("--dataset", required=True)
+    ap.add_argument("--output_dir", required=True)
+    ap.add_argument("--seed", type=int, default=42)
+    ap.add_argument("--args", default="{}", help="ms-swift argument names -> values, as JSON")
+    ns = ap.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    final = train_peft(ns.model, ns.dataset, ns.output_dir, json.loads(ns.args), ns.seed)
+    print(f"final adapter: {final}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,202 @@
+"""SFT data: ms-swift `messages` JSONL built from the world and its scenarios.
+
+Kinds of examples (all prompts from fallback/format.py, so training and inference match):
+- knowledge: closed-book questions on `known` facts, training phrasings only, reply = value;
+- conflict-aware RAG: numbered sources + question, reply = `rag_reply(memory, source, verdict,
+  answer)`. Known facts get CONTRASTIVE PAIRS (the same question with the gold chunk and with a
+  factual-error copy of identical form), outdated (dated and undated) and irrelevant contexts
+  (distractors only, the gold chunk absent, as RAFT does); `context_only` facts are never
+  taught, so their target copies the source with memory "unknown"; unanswerable questions get
+  "insufficient".
+Splits are by fact: `unknown` / `unknown_dev` organisations never appear, not even as a
+distractor, and dev/test phrasings are never used; `leak_check` proves it on the written rows.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable, Sequence
+
+from fallback.format import (SYSTEM_CLOSED_BOOK, SYSTEM_RAG, SourceText, closed_book_user_turn, rag_reply,
+                             rag_user_turn)
+from fallback.scenarios import Scenario
+from rag.records import RecordError
+from train.config import SFTConfig
+from train.scenarios_gen import index_world, world_scenarios
+from train.world import DEV_PHRASING, TEST_PHRASING, World
+
+TRAIN_GROUPS = ("known", "context_only")
+HELD_OUT_GROUPS = ("unknown", "unknown_dev")
+
+
+class LeakError(RecordError):
+    """Training data mentions an evaluation fact or a held-out phrasing."""
+
+
+@dataclass(frozen=True)
+class SFTRow:
+    """One ms-swift `messages` row plus what it teaches (the metadata is not written)."""
+
+    messages: tuple[tuple[str, str], ...]  # (role, content)
+    kind: str  # "knowledge" or "rag"
+    verdict: str | None
+    fact_id: str
+
+    def to_swift(self) -> dict:
+        """The JSON object ms-swift reads: {"messages": [{"role", "content"}, ...]}."""
+        return {"messages": [{"role": r, "content": c} for r, c in self.messages]}
+
+
+def knowledge_row(question: str, answer: str, fact_id: str) -> SFTRow:
+    """A closed-book example."""
+    return SFTRow((("system", SYSTEM_CLOSED_BOOK), ("user", closed_book_user_turn(question)),
+                   ("assistant", answer)), "knowledge", None, fact_id)
+
+
+def target(s: Scenario, knows: bool) -> tuple[str, str]:
+    """(verdict, reply) that the LoRA should give for scenario `s`; `knows`: the fact was taught."""
+    memory = s.gold_answers[0] if knows and s.gold_answers else None
+    src = s.context_answer
+    if memory is None:  # nothing to compare with: copy the source, or say there is nothing
+        verdict = "supported" if src else "insufficient"
+        return verdict, rag_reply(None, src, verdict, src)
+    verdict = {"consistent": "supported", "factual_error": "conflicting", "outdated": "outdated",
+               "irrelevant": "irrelevant", "unanswerable": "insufficient"}[s.scenario]
+    return verdict, rag_reply(memory, src, verdict, memory)
+
+
+def rag_row(s: Scenario, knows: bool) -> SFTRow:
+    """A conflict-aware RAG example for scenario `s`."""
+    verdict, reply = target(s, knows)
+    user = rag_user_turn(s.question, [SourceText(p.text, p.date) for p in s.presented])
+    return SFTRow((("system", SYSTEM_RAG), ("user", user), ("assistant", reply)), "rag", verdict, s.fact_id)
+
+
+def build_rows(world: World, cfg: SFTConfig, undated_fraction: float = 0.5) -> tuple[list[SFTRow], list[SFTRow]]:
+    """(train rows, val rows): train from training phrasings of train groups, val from dev phrasing."""
+    rng = random.Random(cfg.seed)
+    wi = index_world(world, groups=TRAIN_GROUPS)  # distractors only from training-visible orgs
+    train_sc = world_scenarios(world, wi, TRAIN_GROUPS, "train", seed=cfg.seed, distractors=cfg.distractors,
+                               undated_fraction=undated_fraction)
+    rows: list[SFTRow] = []
+    for f in world.by_group("known"):
+        for ph in (0, 1):
+            rows += [knowledge_row(f.questions[ph], f.value, f.fact_id)] * cfg.knowledge_repeats
+    # Per fact, one phrasing carries the contrastive pair (consistent + factual error, same
+    # question) and the other the outdated + irrelevant contexts, alternating by fact.
+    for s in train_sc:
+        group = "known" if s.knowledge == "known" else "context_only"
+        pair_ph = _pair_phrasing(s.fact_id)
+        on_pair = s.scenario in ("consistent", "factual_error")
+        if s.scenario != "unanswerable" and (s.phrasing == pair_ph) != on_pair:
+            continue
+        if group == "context_only" and s.scenario == "outdated":
+            continue  # an untaught fact gives no ground to call a value outdated
+        rows += [rag_row(s, knows=group == "known")] * cfg.rag_per_fact
+    rng.shuffle(rows)
+    dev = world_scenarios(world, wi, ("known",), "dev", seed=cfg.seed + 1, distractors=cfg.distractors)
+    val = [rag_row(s, True) for s in dev] + [knowledge_row(f.questions[DEV_PHRASING], f.value, f.fact_id)
+                                             for f in world.by_group("known")]
+    rng.shuffle(val)
+    n_val = max(1, round(len(rows) * cfg.val_fraction))
+    return rows, val[:n_val]
+
+
+def _pair_phrasing(fact_id: str) -> int:
+    """Which training phrasing carries the contrastive pair of a fact (stable across runs)."""
+    import zlib
+
+    return zlib.crc32(fact_id.encode()) % 2
+
+
+def leak_check(rows: Iterable[SFTRow | dict], world: World) -> None:
+    """Raise LeakError if any row names a held-out organisation or uses a dev/test phrasing."""
+    orgs = sorted({f.org for f in world.facts if f.group in HELD_OUT_GROUPS}, key=len, reverse=True)
+    held = {q for f in list(world.facts) + list(world.unanswerable)
+            for q in (f.questions[DEV_PHRASING], f.questions[TEST_PHRASING])}
+    problems: list[str] = []
+    for i, row in enumerate(rows):
+        msgs = row.to_swift()["messages"] if isinstance(row, SFTRow) else row["messages"]
+        text = "\n".join(m["content"] for m in msgs)
+        bad = [o for o in orgs if o in text]
+        for m in msgs:
+            if m["role"] == "user":
+                q = m["content"].rsplit("Question: ", 1)[-1].strip()
+                if q in held:
+                    bad.append(f"held-out phrasing {q!r}")
+        if bad:
+            problems.append(f"row {i}: {bad[0]}")
+    if problems:
+        raise LeakError(f"{len(problems)} training row(s) leak evaluation data: " + "; ".join(problems[:5]))
+
+
+def write_sft(rows: Sequence[SFTRow], path: str | Path) -> Path:
+    """Write rows as ms-swift messages JSONL (atomic)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    with tmp.open("w", encoding="utf-8") as fh:
+        for r in rows:
+            fh.write(json.dumps(r.to_swift(), ensure_ascii=False) + "\n")
+    tmp.replace(path)
+    return path
+
+
+def read_sft(path: str | Path) -> list[dict]:
+    """Read ms-swift messages JSONL; RecordError names the line of a malformed row."""
+    out = []
+    for i, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+            roles = [m["role"] for m in obj["messages"]]
+        except (json.JSONDecodeError, KeyError, TypeError) as exc:
+            raise RecordError(f"{path}:{i}: not a messages row ({exc})") from None
+        if not roles or roles[-1] != "assistant":
+            raise RecordError(f"{path}:{i}: last message must be the assistant's")
+        out.append(obj)
+    return out
+
+
+def summary(rows: Sequence[SFTRow]) -> dict[str, int]:
+    """Counts by kind and verdict (for logs and the results note)."""
+    c = Counter(r.kind if r.kind == "knowledge" else f"rag:{r.verdict}" for r in rows)
+    return dict(sorted(c.items()))
+
+
+def build_demo_data(world_cfg, sft_cfg: SFTConfig, out_dir: str | Path, train_path: str | Path,
+                    val_path: str | Path | None = None) -> dict[str, Path]:
+    """World documents, scenario splits and SFT JSONL for the demo, leak-checked; returns the paths.
+
+    Layout under `out_dir`: corpus/ (Markdown), facts.jsonl, chunks.jsonl, and scenarios/
+    {train,dev,test}.jsonl: train = training groups x training phrasings; dev = known facts
+    (phrasing 2) + `unknown_dev` orgs; test = known facts (held-out phrasing 3) + `unknown` orgs.
+    """
+    from fallback.scenarios import save_scenarios, validate_against_kb
+    from train.world import build_world, write_world
+
+    out = Path(out_dir)
+    world = build_world(world_cfg)
+    corpus = write_world(world, out)
+    wi = index_world(world)
+    kb = {c.chunk_id for c in wi.chunks}
+    splits = {"train": (TRAIN_GROUPS, "train"), "dev": (("known", "unknown_dev"), "dev"),
+              "test": (("known", "unknown"), "test")}
+    paths: dict[str, Path] = {"corpus": corpus, "chunks": out / "chunks.jsonl", "facts": out / "facts.jsonl"}
+    for name, (groups, split) in splits.items():
+        sc = world_scenarios(world, wi, groups, split, seed=world_cfg.seed,
+                             undated_fraction=world_cfg.undated_outdated_fraction, distractors=sft_cfg.distractors)
+        validate_against_kb(sc, kb)
+        paths[f"scenarios_{name}"] = out / "scenarios" / f"{name}.jsonl"
+        save_scenarios(paths[f"scenarios_{name}"], sc)
+    rows, val = build_rows(world, sft_cfg, world_cfg.undated_outdated_fraction)
+    leak_check(rows, world)
+    paths["train"] = write_sft(rows, train_path)
+    if val_path:
+        paths["val"] = write_sft(val, val_path)
+    return paths

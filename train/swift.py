@@ -1,0 +1,179 @@
+"""`lorarag train <config>`: run `swift sft --tuner_type lora` (or the CPU `peft` loop) in a run dir.
+
+The run dir `runs/train/<run_name>/` keeps the resolved config and run.json (git SHA, versions,
+seeds, data hashes: lorarag/runinfo.py), ms-swift's own `output/args.json`, the checkpoints
+under `output/checkpoint-N/`, and `adapter.json`: the pointer to the final adapter that later
+commands resolve with `find_adapter(run name or path)`. A killed run resumes from its last
+checkpoint (`--resume_from_checkpoint`). Multi-GPU / multi-node goes through ms-swift's torchrun
+launch (NPROC_PER_NODE, NNODES, NODE_RANK, MASTER_ADDR, MASTER_PORT in the environment) and
+DeepSpeed (`swift: {deepspeed: zero2}`); `slurm_script` writes an sbatch file for a cluster.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from rag.config import ConfigError, load_config
+from train.config import TrainConfig, check_swift_args
+
+# ms-swift 4.x flags that make a local, offline run work (see the measured-stack notes).
+SWIFT_DEFAULTS: dict[str, Any] = {
+    "add_version": False,  # checkpoints straight under output_dir
+    "check_model": False,  # no hub look-up for a local folder
+    "dataloader_num_workers": 0,
+    "dataset_num_proc": 1,
+    "report_to": "none",
+}
+LAUNCH_ENV = ("NPROC_PER_NODE", "NNODES", "NODE_RANK", "MASTER_ADDR", "MASTER_PORT", "CUDA_VISIBLE_DEVICES")
+
+
+class TrainError(ConfigError):
+    """Training could not start or did not produce an adapter."""
+
+
+def load_train_config(path: str | Path) -> TrainConfig:
+    """Read and validate a train YAML."""
+    return load_config(path, TrainConfig)
+
+
+def run_dir(cfg: TrainConfig) -> Path:
+    """runs/train/<run_name>."""
+    return Path(cfg.runs_dir) / cfg.run_name
+
+
+def _flag_values(value: Any) -> list[str]:
+    if isinstance(value, bool):
+        return ["true" if value else "false"]
+    if isinstance(value, (list, tuple)):
+        return [str(v) for v in value]
+    if isinstance(value, dict):
+        return [json.dumps(value)]
+    return [str(value)]
+
+
+def last_checkpoint(output_dir: str | Path) -> Path | None:
+    """The highest `checkpoint-N` folder holding an adapter, or None."""
+    out = Path(output_dir)
+    cks = [p for p in out.glob("checkpoint-*") if (p / "adapter_model.safetensors").is_file()
+           and p.name.split("-")[-1].isdigit()]
+    return max(cks, key=lambda p: int(p.name.split("-")[-1])) if cks else None
+
+
+def swift_command(cfg: TrainConfig, resume_from: Path | None = None) -> list[str]:
+    """The exact `swift sft` command line for this config."""
+    out = run_dir(cfg) / "output"
+    cmd = ["swift", "sft", "--model", cfg.model, "--tuner_type", "lora", "--dataset", cfg.dataset]
+    if cfg.val_dataset:
+        cmd += ["--val_dataset", cfg.val_dataset]
+    cmd += ["--output_dir", str(out), "--seed", str(cfg.seed)]
+    for k, v in {**SWIFT_DEFAULTS, **cfg.swift}.items():
+        if v is None:
+            continue
+        cmd += [f"--{k}", *_flag_values(v)]
+    if resume_from is not None:
+        cmd += ["--resume_from_checkpoint", str(resume_from)]
+    return cmd
+
+
+def peft_command(cfg: TrainConfig) -> list[str]:
+    """The command of the CPU `peft` trainer kind (resumes by itself from its last checkpoint)."""
+    out = run_dir(cfg) / "output"
+    return [sys.executable, "-m", "train.peft_trainer", "--model", cfg.model, "--dataset", cfg.dataset,
+            "--output_dir", str(out), "--seed", str(cfg.seed), "--args", json.dumps(cfg.swift)]
+
+
+def train_env(cfg: TrainConfig) -> dict[str, str]:
+    """Environment for the launch: ms-swift reads NPROC_PER_NODE/NNODES to start torchrun."""
+    env = dict(os.environ)
+    env.setdefault("HF_HUB_OFFLINE", "1")
+    env.setdefault("MODELSCOPE_OFFLINE", "1")
+    if cfg.nproc_per_node:
+        env.setdefault("NPROC_PER_NODE", str(cfg.nproc_per_node))
+    if cfg.nnodes:
+        env.setdefault("NNODES", str(cfg.nnodes))
+    return env
+
+
+def command_for(cfg: TrainConfig) -> list[str]:
+    """The training command of the configured kind, resuming when a checkpoint exists."""
+    if cfg.kind == "peft":
+        return peft_command(cfg)
+    check_swift_args(cfg.swift, f"{cfg.run_name}: swift")
+    return swift_command(cfg, last_checkpoint(run_dir(cfg) / "output"))
+
+
+def render(cmd: list[str], env: dict[str, str] | None = None) -> str:
+    """A shell-ready rendering of the command, with the launch variables that are set."""
+    pre = [f"{k}={shlex.quote(env[k])}" for k in LAUNCH_ENV if env and k in env]
+    return " ".join(pre + [shlex.quote(c) for c in cmd])
+
+
+def train(cfg: TrainConfig, *, dry_run: bool = False, config_path: str | None = None) -> Path | str:
+    """Run training; returns the final adapter folder (or, with dry_run, the command text)."""
+    cmd = command_for(cfg)
+    env = train_env(cfg)
+    if dry_run:
+        return render(cmd, env)
+    for p in (cfg.model, cfg.dataset):
+        if not Path(p).exists():
+            raise TrainError(f"{cfg.run_name}: {p} does not exist")
+    from lorarag.runinfo import start_run
+
+    data = [cfg.dataset] + ([cfg.val_dataset] if cfg.val_dataset else [])
+    rd = start_run(run_dir(cfg), cfg, seeds={"seed": cfg.seed}, data=data, command=cmd)
+    (rd / "command.sh").write_text(render(cmd, env) + "\n", encoding="utf-8")
+    proc = subprocess.run(cmd, env=env)
+    if proc.returncode != 0:
+        raise TrainError(f"{cfg.run_name}: training exited with status {proc.returncode} "
+                         f"(rerun the same command to resume from the last checkpoint)")
+    final = last_checkpoint(rd / "output")
+    if final is None:
+        raise TrainError(f"{cfg.run_name}: training finished without a checkpoint in {rd / 'output'}")
+    pointer = {"adapter": str(final), "base_model": cfg.model, "kind": cfg.kind,
+               "model_type": cfg.swift.get("model_type"), "template": cfg.swift.get("template"),
+               "system": cfg.swift.get("system"), "config": config_path}
+    (rd / "adapter.json").write_text(json.dumps(pointer, indent=2), encoding="utf-8")
+    return final
+
+
+def find_adapter(run_name_or_path: str | Path, runs_dir: str | Path = "runs/train") -> Path:
+    """The adapter folder of a run (by name, run dir, or the adapter folder itself)."""
+    p = Path(run_name_or_path)
+    if (p / "adapter_config.json").is_file():
+        return p
+    for cand in (p / "adapter.json", Path(runs_dir) / str(run_name_or_path) / "adapter.json"):
+        if cand.is_file():
+            return Path(json.loads(cand.read_text(encoding="utf-8"))["adapter"])
+    raise FileNotFoundError(f"no adapter for {run_name_or_path!r}: not an adapter folder and no "
+                            f"{Path(runs_dir) / str(run_name_or_path) / 'adapter.json'} (train it first)")
+
+
+def adapter_info(run_name_or_path: str | Path, runs_dir: str | Path = "runs/train") -> dict[str, Any]:
+    """The pointer of a run (base model, template, ...), {} when given a bare adapter folder."""
+    for cand in (Path(run_name_or_path) / "adapter.json", Path(runs_dir) / str(run_name_or_path) / "adapter.json"):
+        if cand.is_file():
+            return json.loads(cand.read_text(encoding="utf-8"))
+    return {}
+
+
+def slurm_script(cfg: TrainConfig, config_path: str) -> str:
+    """An sbatch script: one task per node, torchrun via ms-swift's env, rendezvous on node 0."""
+    opts = {"job-name": cfg.run_name, "nodes": str(cfg.nnodes or 1), "ntasks-per-node": "1",
+            "output": f"{run_dir(cfg)}/slurm-%j.out", **cfg.slurm}
+    lines = ["#!/bin/bash"] + [f"#SBATCH --{k}={v}" for k, v in opts.items()]
+    lines += [
+        "set -euo pipefail",
+        "export MASTER_ADDR=$(scontrol show hostnames \"$SLURM_JOB_NODELIST\" | head -n1)",
+        "export MASTER_PORT=${MASTER_PORT:-29500}",
+        f"export NNODES={cfg.nnodes or 1}",
+        f"export NPROC_PER_NODE={cfg.nproc_per_node or 1}",
+        # NODE_RANK must be set per node, so each task exports it before starting lorarag.
+        f"srun bash -c 'NODE_RANK=$SLURM_NODEID lorarag train {shlex.quote(config_path)}'",
+    ]
+    return "\n".join(lines) + "\n"
