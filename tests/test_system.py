@@ -194,3 +194,30 @@ def test_cpu_config_end_to_end_with_tiny_models(tiny_models, tmp_path):
         assert t.raw_output.strip() == a.text and dict(t.timings_s).keys() >= {"retrieve", "rerank", "generate"}
     assert read_jsonl(tmp_path / "t.jsonl", Answer) == answers
     system.close()
+
+
+def test_ask_cli_prints_answer_sources_and_json(tiny_models, tmp_path):
+    import json
+
+    from typer.testing import CliRunner
+
+    from lorarag.cli import UserError, app
+    from rag.config import dump_config
+    from rag.index import build_index
+
+    cfg = _cpu_config(tiny_models, tmp_path)
+    path = tmp_path / "rag.yaml"
+    path.write_text(dump_config(cfg), encoding="utf-8")
+    q = "初次申领机动车号牌、行驶证的，应当向哪个部门申请注册登记？"
+    missing = CliRunner().invoke(app, ["ask", q, "--config", str(path)])
+    assert isinstance(missing.exception, UserError) and "lorarag index" in str(missing.exception)
+    build_index(cfg.corpus, cfg.chunker, cfg.index, cfg.embedder)
+    trace = tmp_path / "ask.jsonl"
+    res = CliRunner().invoke(app, ["ask", q, "--config", str(path), "--trace", str(trace)])
+    assert res.exit_code == 0, res.output
+    assert "Sources:" in res.stdout and "[S1]" in res.stdout and "law.md" in res.stdout
+    res = CliRunner().invoke(app, ["ask", q, "--config", str(path), "--json", "--trace", str(trace)])
+    rec = json.loads(res.stdout)
+    assert rec["question"] == q and len(rec["trace"]["reranked"]) == min(
+        cfg.retrieval.top_k, len(rec["trace"]["retrieved"]))
+    assert len(read_jsonl(trace, Answer)) == 2
