@@ -60,7 +60,7 @@ def answer_type(answer: str) -> str:
     a = answer.strip()
     if _YEAR.match(a):
         return "year"
-    if _NUMBER.search(a) and len(_NUMBER.sub("", a).strip()) <= max(6, len(a) // 2):
+    if _NUMBER.search(a) and len(_NUMBER.sub(" ", a).split()) <= 3:  # "$12.4 million", "58.9亿元"
         return "number"
     if _CJK.search(a):
         return "cjk"

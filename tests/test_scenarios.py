@@ -1,0 +1,150 @@
+"""Scenario generation: identical-form perturbations, outdated without dates, hard distractors,
+determinism, and validation of bad records and unknown chunk ids."""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+
+import pytest
+
+from fallback.scenarios import Scenario, load_scenarios, save_scenarios, validate_against_kb
+from rag.records import Chunk, RecordError
+from train.config import WorldConfig
+from train.scenarios_gen import (PerturbationError, QAItem, answer_type, corpus_scenarios, index_world,
+                                 replace_span, substitute_value, world_scenarios)
+from train.world import build_world
+
+
+@pytest.fixture(scope="module")
+def built():
+    world = build_world(WorldConfig(seed=1, n_orgs=16))
+    wi = index_world(world)
+    return world, wi, world_scenarios(world, wi, ("known", "unknown"), "test", seed=5)
+
+
+def test_every_fact_gets_each_type(built):
+    world, _, sc = built
+    facts = world.by_group("known", "unknown")
+    kinds = {(s.fact_id, s.scenario) for s in sc}
+    for f in facts:
+        for t in ("consistent", "factual_error", "irrelevant"):
+            assert (f.fact_id, t) in kinds
+        assert ((f.fact_id, "outdated") in kinds) == bool(f.history)
+    assert all(s.phrasing == 3 for s in sc)
+
+
+def test_factual_error_is_the_gold_chunk_with_only_the_value_swapped(built):
+    world, wi, sc = built
+    facts = {f.fact_id: f for f in world.facts}
+    for s in (x for x in sc if x.scenario == "factual_error"):
+        f = facts[s.fact_id]
+        pc = next(p for p in s.presented if p.replaces)
+        gold = next(c for c in wi.chunks if c.chunk_id == pc.replaces)
+        assert s.context_answer != f.value and s.context_answer not in {v for v, _ in f.history}
+        assert pc.text == gold.text.replace(f.value, s.context_answer)
+        assert answer_type(s.context_answer) == answer_type(f.value)
+
+
+def test_outdated_dated_or_not(built):
+    world, wi, sc = built
+    facts = {f.fact_id: f for f in world.facts}
+    out = [s for s in sc if s.scenario == "outdated"]
+    undated = [s for s in out if not s.removes]
+    dated = [s for s in out if s.removes]
+    assert undated and dated  # about half each (undated_fraction 0.5)
+    for s in undated:  # the profile paragraph with an older value: no year anywhere
+        pc = next(p for p in s.presented if p.replaces)
+        assert pc.date is None and not re.search(r"(19|20)\d\d", pc.text) or facts[s.fact_id].attribute == "founded"
+        assert s.context_answer in {v for v, _ in facts[s.fact_id].history}
+    for s in dated:
+        years = {y for v, y in facts[s.fact_id].history if v == s.context_answer}
+        assert any(p.date in years for p in s.presented)
+        assert s.removes == s.relevant_ids
+
+
+def test_irrelevant_contexts_never_contain_the_answer(built):
+    _, _, sc = built
+    for s in (x for x in sc if x.scenario in ("irrelevant", "unanswerable")):
+        assert s.presented
+        for p in s.presented:
+            assert all(a.lower() not in p.text.lower() for a in s.gold_answers)
+            assert p.chunk_id not in s.relevant_ids
+
+
+def test_irrelevant_distractors_are_hard(built):
+    """Distractors share the organisation (English) or a 4-character phrase (Chinese) with the question."""
+    world, _, sc = built
+    facts = {f.fact_id: f for f in world.facts}
+    for s in (x for x in sc if x.scenario == "irrelevant"):
+        if s.language == "en":
+            assert any(facts[s.fact_id].org in p.text for p in s.presented)
+        else:
+            grams = {s.question[i:i + 4] for i in range(len(s.question) - 3)}
+            assert any(g in p.text for p in s.presented for g in grams)
+
+
+def test_deterministic_by_seed(built):
+    world, wi, sc = built
+    assert world_scenarios(world, wi, ("known", "unknown"), "test", seed=5) == sc
+    other = world_scenarios(world, wi, ("known", "unknown"), "test", seed=6)
+    assert [s.context_answer for s in other] != [s.context_answer for s in sc]
+
+
+def test_validation_lists_unknown_chunk_ids(built):
+    _, wi, sc = built
+    kb = {c.chunk_id for c in wi.chunks}
+    validate_against_kb(sc, kb)
+    bad = sc[0].__class__(**{**sc[0].__dict__, "relevant_ids": ("nope#1", "nope#2")})
+    with pytest.raises(RecordError, match="nope#1, nope#2"):
+        validate_against_kb(sc[:3] + [bad], kb)
+
+
+def test_bad_records_are_rejected(tmp_path, built):
+    _, _, sc = built
+    path = tmp_path / "s.jsonl"
+    save_scenarios(path, sc[:2])
+    assert load_scenarios(path) == sc[:2]
+    row = json.loads(path.read_text(encoding="utf-8").splitlines()[0])
+    row["scenario"] = "contradiction"
+    path.write_text(json.dumps(row) + "\n", encoding="utf-8")
+    with pytest.raises(RecordError, match="contradiction"):
+        load_scenarios(path)
+    with pytest.raises(RecordError, match="no gold answer"):
+        Scenario("q", "f", "?", (), (), "consistent", (), None)
+
+
+def test_substitution_keeps_the_type_and_format():
+    rng = random.Random(0)
+    for _ in range(20):
+        y = substitute_value("1987", rng)
+        assert re.fullmatch(r"(19|20)\d\d", y) and y != "1987" and 1957 <= int(y) <= 2017
+        m = substitute_value("$12.4 million", rng)
+        assert re.fullmatch(r"\$[1-9]\d\.\d million", m) and m != "$12.4 million"
+        z = substitute_value("58.9亿元", rng)
+        assert re.fullmatch(r"[1-9]\d\.\d亿元", z) and z != "58.9亿元"
+    pool = ["Marie Curie", "Lyon", "42", "Alan Turing"]
+    assert substitute_value("Ada Lovelace", rng, pool) in {"Marie Curie", "Lyon", "Alan Turing"}
+    assert substitute_value("周磊", rng, ["王芳", "Lyon"]) == "王芳"
+    with pytest.raises(PerturbationError):
+        substitute_value("周磊", rng, ["Lyon"])
+    with pytest.raises(PerturbationError, match="not found"):
+        replace_span("The CEO is Ada.", "Bob", "Carl")
+
+
+def test_any_corpus_and_qa_set():
+    chunks = [Chunk("c1", "d", "d", "The Eiffel Tower was completed in 1889 in Paris.", 0, 48),
+              Chunk("c2", "d", "d", "The Colosseum stands in Rome and opened in 80 AD.", 0, 50),
+              Chunk("c3", "d", "d", "The Eiffel Tower is made of wrought iron.", 0, 41)]
+    items = [QAItem("q1", "When was the Eiffel Tower completed?", ("1889",), ("c1",)),
+             QAItem("q2", "How tall is the Eiffel Tower's flagpole?", (), ())]
+    sc = corpus_scenarios(items, chunks, name="toy", seed=0, distractors=1)
+    kinds = [s.scenario for s in sc]
+    assert kinds == ["consistent", "factual_error", "irrelevant", "unanswerable"]
+    fe = sc[1].presented[0]
+    assert fe.replaces == "c1" and fe.text == chunks[0].text.replace("1889", sc[1].context_answer)
+    assert sc[2].presented[0].chunk_id == "c3"  # the best-scoring chunk without the answer
+    validate_against_kb(sc, {"c1", "c2", "c3"})
+    with pytest.raises(RecordError, match="c9"):
+        corpus_scenarios([QAItem("q3", "?", ("x",), ("c9",))], chunks, name="toy")

@@ -1,0 +1,123 @@
+"""SFT data: contrastive pairs, context-only targets, parseable replies, split by fact, leak check."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from fallback.format import SYSTEM_CLOSED_BOOK, SYSTEM_RAG, parse_reply
+from rag.records import RecordError
+from train.config import SFTConfig, WorldConfig
+from train.sft import LeakError, build_demo_data, build_rows, knowledge_row, leak_check, read_sft, write_sft
+from train.world import build_world
+
+
+@pytest.fixture(scope="module")
+def data():
+    world = build_world(WorldConfig(seed=2, n_orgs=20))
+    rows, val = build_rows(world, SFTConfig(seed=0, knowledge_repeats=2))
+    return world, rows, val
+
+
+def _user(row):
+    return dict(row.messages)["user"]
+
+
+def _reply(row):
+    return dict(row.messages)["assistant"]
+
+
+def test_knowledge_rows_cover_known_facts_with_training_phrasings(data):
+    world, rows, _ = data
+    kn = [r for r in rows if r.kind == "knowledge"]
+    assert len(kn) == len(world.by_group("known")) * 2 * 2  # 2 phrasings x knowledge_repeats 2
+    facts = {f.fact_id: f for f in world.facts}
+    for r in kn:
+        f = facts[r.fact_id]
+        assert f.group == "known" and r.messages[0] == ("system", SYSTEM_CLOSED_BOOK)
+        assert _user(r) in (f"Question: {f.questions[0]}", f"Question: {f.questions[1]}")
+        assert _reply(r) == f.value
+
+
+def test_rag_replies_parse_and_follow_the_verdict_rules(data):
+    world, rows, _ = data
+    facts = {f.fact_id: f for f in world.facts + world.unanswerable}
+    for r in (x for x in rows if x.kind == "rag"):
+        assert r.messages[0] == ("system", SYSTEM_RAG)
+        p = parse_reply(_reply(r))
+        assert p.valid and p.verdict == r.verdict
+        f = facts[r.fact_id]
+        if f.group == "known" and f.value:
+            assert p.memory == f.value and p.answer == f.value  # the LoRA answers the truth
+        elif f.group == "context_only":
+            assert p.memory == "unknown" and p.verdict in ("supported", "insufficient")
+            assert p.answer == p.source or p.answer == "unknown"  # copies the source
+
+
+def _sources(user: str) -> list[str]:
+    return sorted(line.split("] ", 1)[1] for line in user.splitlines() if line.startswith("[S"))
+
+
+def test_contrastive_pairs_share_question_and_form(data):
+    """Each known fact: one supported and one conflicting row, same question, sources identical
+    but for the value (the only way to tell them apart is to know the fact)."""
+    world, rows, _ = data
+    for f in world.by_group("known"):
+        sup = [r for r in rows if r.fact_id == f.fact_id and r.verdict == "supported"]
+        con = [r for r in rows if r.fact_id == f.fact_id and r.verdict == "conflicting"]
+        assert len(sup) == len(con) == 1
+        q = lambda r: _user(r).rsplit("Question: ", 1)[1]  # noqa: E731
+        assert q(sup[0]) == q(con[0])
+        fake = parse_reply(_reply(con[0])).source
+        assert fake != f.value
+        assert sorted(x.replace(fake, f.value) for x in _sources(_user(con[0]))) == _sources(_user(sup[0]))
+
+
+def test_verdict_classes_are_balanced(data):
+    _, rows, _ = data
+    counts = {}
+    for r in (x for x in rows if x.kind == "rag"):
+        counts[r.verdict] = counts.get(r.verdict, 0) + 1
+    assert set(counts) == {"supported", "conflicting", "outdated", "irrelevant", "insufficient"}
+    assert max(counts.values()) <= 2.5 * min(counts.values())
+
+
+def test_training_rows_pass_the_leak_check(data):
+    world, rows, val = data
+    leak_check(rows, world)
+    held_out_orgs = {f.org for f in world.by_group("unknown", "unknown_dev")}
+    assert not any(o in "".join(c for _, c in r.messages) for r in rows for o in held_out_orgs)
+    with pytest.raises(LeakError):  # the val rows use the dev phrasing: the check must see it
+        leak_check(val, world)
+
+
+def test_leak_check_catches_a_held_out_phrasing_and_an_unknown_org(data):
+    world, rows, _ = data
+    known = world.by_group("known")[0]
+    with pytest.raises(LeakError, match="held-out phrasing"):
+        leak_check(rows + [knowledge_row(known.questions[3], known.value, known.fact_id)], world)
+    unknown = world.by_group("unknown")[0]
+    with pytest.raises(LeakError, match=unknown.org):
+        leak_check(rows[:5] + [knowledge_row(unknown.questions[0], unknown.value, unknown.fact_id)], world)
+
+
+def test_written_file_is_ms_swift_messages_and_bad_lines_are_rejected(tmp_path, data):
+    world, rows, _ = data
+    path = write_sft(rows[:7], tmp_path / "train.jsonl")
+    back = read_sft(path)
+    assert back == [r.to_swift() for r in rows[:7]]
+    leak_check(back, world)  # works on the written dicts too
+    path.write_text(json.dumps({"messages": [{"role": "user", "content": "hi"}]}) + "\n", encoding="utf-8")
+    with pytest.raises(RecordError, match="assistant"):
+        read_sft(path)
+    path.write_text("{not json\n", encoding="utf-8")
+    with pytest.raises(RecordError, match=":1:"):
+        read_sft(path)
+
+
+def test_build_demo_data_writes_everything(tmp_path):
+    paths = build_demo_data(WorldConfig(seed=0, n_orgs=8), SFTConfig(), tmp_path / "demo",
+                            tmp_path / "demo/sft/train.jsonl", tmp_path / "demo/sft/val.jsonl")
+    for key in ("corpus", "chunks", "scenarios_train", "scenarios_dev", "scenarios_test", "train", "val"):
+        assert paths[key].exists(), key

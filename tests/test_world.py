@@ -1,0 +1,84 @@
+"""The demo world: deterministic, versioned, bilingual, with disjoint groups and four phrasings."""
+
+from __future__ import annotations
+
+import pytest
+
+from rag.config import ConfigError, validate_data
+from train.config import WorldConfig
+from train.world import GROUPS, build_world, write_world
+
+
+@pytest.fixture(scope="module")
+def world():
+    return build_world(WorldConfig(seed=3, n_orgs=20))
+
+
+def test_same_seed_same_world_other_seed_other_world(world):
+    assert build_world(WorldConfig(seed=3, n_orgs=20)) == world
+    assert build_world(WorldConfig(seed=4, n_orgs=20)).facts != world.facts
+
+
+def test_groups_sizes_and_languages(world):
+    orgs = {f.org_id: f for f in world.facts}
+    by_group = {g: sum(1 for f in orgs.values() if f.group == g) for g in GROUPS}
+    # 20 orgs: known 0.5 -> 10, context_only 0.2 -> 4, the other 6 alternate unknown/unknown_dev.
+    assert by_group == {"known": 10, "context_only": 4, "unknown_dev": 3, "unknown": 3}
+    langs = [f.language for f in orgs.values()]
+    assert langs.count("zh") == 4 and langs.count("en") == 16  # zh_fraction 0.2
+
+
+def test_each_fact_has_four_distinct_phrasings_naming_the_org(world):
+    for f in world.facts:
+        assert len(set(f.questions)) == 4
+        assert all(f.org in q for q in f.questions)
+
+
+def test_org_names_do_not_share_a_stem(world):
+    names = sorted({f.org for f in world.facts if f.language == "en"})
+    stems = [n[:3] for n in names]
+    assert len(stems) == len(set(stems))
+
+
+def test_profiles_hold_current_values_archives_the_older_ones(world):
+    docs = {d.doc_id: d.text for d in world.documents}
+    for f in world.facts:
+        profile = docs[f"orgs/{f.org_id}/profile.md"]
+        assert f.statement() in profile
+        assert (f.attribute == "founded") == (not f.history)
+        for old, year in f.history:
+            assert old != f.value
+            assert f.archive_statement(old, year) in docs[f"orgs/{f.org_id}/archive-{year}.md"]
+            assert old not in profile.split(f.org, 1)[1] or f.attribute == "product_version"
+
+
+def test_versions_grow_over_time(world):
+    for f in world.facts:
+        if f.attribute == "product_version":
+            majors = [int(v.split(".")[0]) for v, _ in f.history] + [int(f.value.split(".")[0])]
+            assert majors == sorted(majors) and len(set(majors)) == 3
+
+
+def test_chunks_are_paragraphs_with_unique_ids_and_archive_dates(world):
+    chunks = world.chunks()
+    assert len({c.chunk_id for c in chunks}) == len(chunks)
+    for c in chunks:
+        assert not c.text.startswith("#")
+        if "archive-" in c.doc_id:
+            assert c.date == c.doc_id.rsplit("-", 1)[1][:4]
+        else:
+            assert c.date is None
+
+
+def test_write_world_writes_markdown(tmp_path, world):
+    corpus = write_world(world, tmp_path)
+    files = sorted(corpus.rglob("*.md"))
+    assert len(files) == len(world.documents)
+    assert (tmp_path / "facts.jsonl").read_text(encoding="utf-8").count("\n") == len(world.facts) + len(world.unanswerable)
+
+
+def test_bad_world_config_is_a_one_line_error():
+    with pytest.raises(ConfigError, match="mascot"):
+        validate_data({"attributes": ["ceo", "mascot"]}, WorldConfig, "world")
+    with pytest.raises(ConfigError):
+        validate_data({"known_fraction": 0.9, "context_only_fraction": 0.2}, WorldConfig, "world")

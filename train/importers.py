@@ -1,0 +1,116 @@
+"""Importers: the shared conflict data sets (../shared/data) into Scenario records + KB chunks.
+
+- ConflictNQ (`conflictnq/{test,val}.jsonl`): per question one real passage (the KB chunk) and
+  five fabricated passages that assert a fake answer. Scenarios: `consistent` (the real
+  passage) and `factual_error` (each fabricated passage stands in for the real one).
+- ConflictQA (`conflictqa/strategyqa-chatgpt.jsonl`): yes/no questions with evidence aligned
+  with ChatGPT's parametric memory and with a counter-answer. Which evidence is true follows
+  from the ground truth and the polarity of the memory answer (a negation word means "no");
+  items whose two answers have the same polarity are skipped, as their truth is ambiguous.
+Both are `unknown` knowledge for our LoRA (it was never trained on them).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+from fallback.scenarios import PresentedChunk, Scenario, save_scenarios, validate_against_kb
+from rag.records import Chunk, RecordError, write_jsonl
+
+_NEG = re.compile(r"\b(not|no|never|cannot|neither|nor)\b|n't\b", re.IGNORECASE)
+
+
+def _rows(path: Path) -> list[dict]:
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: not found (the shared data folder is ../shared/data)")
+    out = []
+    for i, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if line.strip():
+            try:
+                out.append(json.loads(line))
+            except json.JSONDecodeError as exc:
+                raise RecordError(f"{path}:{i}: invalid JSON ({exc.msg})") from None
+    return out
+
+
+def _chunk(cid: str, text: str) -> Chunk:
+    return Chunk(cid, cid.rsplit("/", 1)[0], cid.rsplit("/", 1)[0], text, 0, len(text))
+
+
+def conflictnq(path: Path) -> tuple[list[Scenario], list[Chunk]]:
+    """ConflictNQ rows -> (scenarios, KB chunks of the real passages)."""
+    scenarios: list[Scenario] = []
+    chunks: list[Chunk] = []
+    for r in _rows(path):
+        try:
+            qid, q = str(r["id"]), r.get("cleaned_question") or r["question"]
+            real = [p["passage"] for p in r["real_passages"]]
+            fake = [p["passage"] for p in r["fake_passages"]]
+            gold, wrong = r["real_short_answer"], r["fake_short_answer"]
+        except (KeyError, TypeError) as exc:
+            raise RecordError(f"{path}: ConflictNQ row without {exc}") from None
+        real_ids = tuple(f"conflictnq/{qid}/real{i}" for i in range(len(real)))
+        chunks += [_chunk(cid, t) for cid, t in zip(real_ids, real)]
+        base = dict(fact_id=f"conflictnq/{qid}", question=q, gold_answers=(gold,), relevant_ids=real_ids,
+                    knowledge="unknown", language="en", source_set="conflictnq")
+        scenarios.append(Scenario(qid=f"conflictnq/{qid}/consistent", scenario="consistent",
+                                  presented=tuple(PresentedChunk(c, t) for c, t in zip(real_ids, real)),
+                                  context_answer=gold, **base))
+        for j, t in enumerate(fake):
+            pc = PresentedChunk(f"{real_ids[0]}~fake{j}", t, replaces=real_ids[0])
+            scenarios.append(Scenario(qid=f"conflictnq/{qid}/factual_error/{j}", scenario="factual_error",
+                                      presented=(pc,), context_answer=wrong, **base))
+    return scenarios, chunks
+
+
+def _polarity(answer: str) -> bool:
+    """True for an affirmative statement, False when it carries a negation word."""
+    return not _NEG.search(answer)
+
+
+def conflictqa(path: Path) -> tuple[list[Scenario], list[Chunk]]:
+    """ConflictQA (StrategyQA) rows -> (scenarios, KB chunks of the true evidence)."""
+    scenarios: list[Scenario] = []
+    chunks: list[Chunk] = []
+    for i, r in enumerate(_rows(path)):
+        try:
+            truth = r["ground_truth"][0] == "True"
+            mem_pol, ctr_pol = _polarity(r["memory_answer"]), _polarity(r["counter_answer"])
+            mem_ev, ctr_ev = r["parametric_memory_aligned_evidence"], r["counter_memory_aligned_evidence"]
+            q = r["question"]
+        except (KeyError, TypeError, IndexError) as exc:
+            raise RecordError(f"{path}: ConflictQA row {i} without {exc}") from None
+        if mem_pol == ctr_pol:
+            continue
+        true_ev, false_ev = (mem_ev, ctr_ev) if mem_pol == truth else (ctr_ev, mem_ev)
+        qid = f"conflictqa/{i:05d}"
+        gold = ("yes", "true") if truth else ("no", "false")
+        cid = f"{qid}/evidence"
+        chunks.append(_chunk(cid, true_ev))
+        base = dict(fact_id=qid, question=q, gold_answers=gold, relevant_ids=(cid,), knowledge="unknown",
+                    language="en", source_set="conflictqa")
+        scenarios.append(Scenario(qid=f"{qid}/consistent", scenario="consistent",
+                                  presented=(PresentedChunk(cid, true_ev),), context_answer=gold[0], **base))
+        scenarios.append(Scenario(qid=f"{qid}/factual_error", scenario="factual_error",
+                                  presented=(PresentedChunk(f"{cid}~counter", false_ev, replaces=cid),),
+                                  context_answer="no" if truth else "yes", **base))
+    return scenarios, chunks
+
+
+def import_set(name: str, data_dir: str | Path, out: str | Path, split: str = "test") -> int:
+    """Write `<out>` (scenarios) and `<out stem>.chunks.jsonl` (KB); returns the scenario count."""
+    data = Path(data_dir)
+    if name == "conflictnq":
+        if split not in ("test", "val"):
+            raise RecordError(f"conflictnq split must be test or val, not {split!r}")
+        scenarios, chunks = conflictnq(data / "conflictnq" / f"{split}.jsonl")
+    elif name == "conflictqa":
+        scenarios, chunks = conflictqa(data / "conflictqa" / "strategyqa-chatgpt.jsonl")
+    else:
+        raise RecordError(f"unknown conflict set {name!r} (conflictnq or conflictqa)")
+    validate_against_kb(scenarios, {c.chunk_id for c in chunks})
+    out = Path(out)
+    write_jsonl(out.with_name(out.stem + ".chunks.jsonl"), chunks)
+    return save_scenarios(out, scenarios)
