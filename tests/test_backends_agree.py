@@ -8,6 +8,7 @@ import pytest
 
 from rag.config import GeneratorConfig
 from rag.generate import Message, build_generator, same_answer
+from rag.prompt import given_labels
 from tests.servers import free_port, launched, swift_deploy_cmd, vllm_server_cmd
 from tests.tiny_lora import build_lora
 
@@ -25,12 +26,20 @@ def lora(tiny_models, tmp_path_factory):
     return build_lora(tiny_models["lm"], tmp_path_factory.mktemp("lora-agree") / "sft")
 
 
-def _run(gen, prefixes=True):
+LONG = [Message("system", "Answer from the sources."), Message("user", "<sources>\n" + "\n".join(
+    f"[S{i}] (doc{i}.md) " + "The company was founded in 1998 in Berlin. " * 12 for i in range(1, 9))
+    + "\n</sources>\n\nQuestion: When was the company founded?")]
+
+
+def _run(gen, long=True):
     out = {"base": gen.generate(CONVS, max_new_tokens=N, top_logprobs=2),
-           "sft": gen.generate(CONVS, adapter="sft", max_new_tokens=N)}
-    if prefixes:
-        out["prefix"] = gen.generate(CONVS[:2], adapter="sft", max_new_tokens=N,
-                                     prefixes=["The answer is", "答案："])
+           "sft": gen.generate(CONVS, adapter="sft", max_new_tokens=N),
+           "prefix": gen.generate(CONVS[:2], adapter="sft", max_new_tokens=N,
+                                  prefixes=["The answer is", "答案："])}
+    if long:  # over max_model_len=512: every kind cuts the same whole sources (exact token counts)
+        out["long"] = gen.generate([LONG], max_new_tokens=N)
+        assert out["long"][0].truncated_prompt
+        assert "[S1]" in out["long"][0].prompt and "[S8]" not in out["long"][0].prompt
     return out
 
 
@@ -48,6 +57,8 @@ def reference(tiny_models, lora):
 
 
 def _assert_agree(ref, got, *, tokens=True):
+    if "long" in got:  # the same sources were kept
+        assert given_labels(got["long"][0].prompt) == given_labels(ref["long"][0].prompt)
     for key in got:
         for r, g in zip(ref[key], got[key]):
             assert same_answer(r, g), (key, r.text, g.text)
@@ -91,8 +102,9 @@ def test_swift_deploy_agrees(tiny_models, lora, reference, tmp_path):
     with launched(cmd, port, log_path=tmp_path / "swift.log") as base:
         g = build_generator(GeneratorConfig(kind="openai", model="base", adapters={"sft": "sft"},
                                             base_url=base + "/v1", max_model_len=512))
-        # swift reports split multi-byte tokens as raw "\ufffd" pieces: compare texts only
-        _assert_agree(reference, _run(g), tokens=False)
+        # swift reports split multi-byte tokens as raw "\ufffd" pieces: compare texts only;
+        # it has no /tokenize, so its window check uses the (stricter) byte bound: no "long" case
+        _assert_agree(reference, _run(g, long=False), tokens=False)
         g.close()
 
 
