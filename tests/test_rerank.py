@@ -126,3 +126,15 @@ def test_vllm_offline_and_score_server_match_the_model_card(tiny_models, referen
                                           batch_size=3))
         assert r.score(QUERIES, DOCS) == pytest.approx(reference, abs=1e-4)
         r.close()
+
+
+def test_http_reranker_down_is_an_endpoint_error_naming_it():
+    from rag.http import EndpointError
+
+    url = f"http://127.0.0.1:{free_port()}/v1"
+    r = build_reranker(RerankerConfig(kind="qwen3", backend="http", model="rr", base_url=url,
+                                      max_retries=1, timeout_s=2))
+    with pytest.raises(EndpointError, match=f"{url}/score.*cannot connect.*2 attempt"):
+        r.score(["q"], ["d"])
+    with pytest.raises(Exception, match="base_url"):
+        build_reranker(RerankerConfig(kind="qwen3", backend="http", model="rr"))
