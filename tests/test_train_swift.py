@@ -1,0 +1,184 @@
+"""Training launcher: exact ms-swift commands, run dirs and adapter pointers, the CPU peft loop,
+and (slow) a real `swift sft` LoRA on the tiny Qwen3, killed and resumed, merged and reloaded."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from rag.config import ConfigError
+from train.config import SFTConfig, TrainConfig, WorldConfig, check_swift_args
+from train.export import export_command
+from train.sft import build_rows, write_sft
+from train.swift import (command_for, find_adapter, last_checkpoint, load_train_config, run_dir, slurm_script,
+                         swift_command, train)
+from train.world import build_world
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _cfg(tmp_path: Path, model: Path, dataset: Path, **kw) -> TrainConfig:
+    base = load_train_config(REPO / "configs/train/tiny.yaml")
+    data = {**base.model_dump(), "model": str(model), "dataset": str(dataset), "runs_dir": str(tmp_path / "runs"),
+            "world": None, **kw}
+    return TrainConfig.model_validate(data)
+
+
+@pytest.fixture(scope="module")
+def sft_file(tmp_path_factory) -> Path:
+    world = build_world(WorldConfig(seed=0, n_orgs=8))
+    rows, _ = build_rows(world, SFTConfig(knowledge_repeats=1))
+    return write_sft(rows[:48], tmp_path_factory.mktemp("sft") / "train.jsonl")
+
+
+def test_dry_run_is_the_exact_swift_command(tmp_path, sft_file):
+    cfg = _cfg(tmp_path, Path("/m"), sft_file)
+    cmd = command_for(cfg)
+    assert cmd[:4] == ["swift", "sft", "--model", "/m"]
+    pairs = dict(zip(cmd[2::2], cmd[3::2]))
+    assert pairs["--tuner_type"] == "lora" and pairs["--template"] == "qwen3"
+    assert pairs["--check_model"] == "false" and pairs["--add_version"] == "false"
+    assert pairs["--dataloader_num_workers"] == "0" and pairs["--report_to"] == "none"
+    assert pairs["--output_dir"] == str(tmp_path / "runs/tiny-qwen3/output")
+    assert "--resume_from_checkpoint" not in cmd
+    assert train(cfg, dry_run=True).startswith("swift sft --model /m")
+
+
+def test_a_checkpoint_makes_the_command_resume(tmp_path, sft_file):
+    cfg = _cfg(tmp_path, Path("/m"), sft_file)
+    for n in (2, 10, 4):
+        ck = run_dir(cfg) / "output" / f"checkpoint-{n}"
+        ck.mkdir(parents=True)
+        (ck / "adapter_model.safetensors").write_bytes(b"")
+    cmd = command_for(cfg)
+    assert cmd[-2:] == ["--resume_from_checkpoint", str(run_dir(cfg) / "output/checkpoint-10")]
+
+
+def test_multi_node_env_deepspeed_and_slurm(tmp_path, sft_file):
+    cfg = _cfg(tmp_path, Path("/m"), sft_file, nproc_per_node=8, nnodes=2,
+               swift={"deepspeed": "zero3", "target_modules": ["q_proj", "v_proj"], "template": "qwen3"})
+    text = train(cfg, dry_run=True)
+    assert text.startswith("NPROC_PER_NODE=8 NNODES=2 swift sft") or "NPROC_PER_NODE=8" in text
+    assert "--deepspeed zero3" in text and "--target_modules q_proj v_proj" in text
+    script = slurm_script(cfg, "configs/train/x.yaml")
+    assert "#SBATCH --nodes=2" in script and "NODE_RANK=$SLURM_NODEID" in script
+    assert "export NPROC_PER_NODE=8" in script and "lorarag train configs/train/x.yaml" in script
+
+
+def test_unknown_swift_argument_and_reserved_keys_are_config_errors(tmp_path, sft_file):
+    with pytest.raises(ConfigError, match="lora_rnak"):
+        check_swift_args({"lora_rnak": 8, "lora_rank": 8})
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError, match="output_dir is set by lorarag"):
+        _cfg(tmp_path, Path("/m"), sft_file, swift={"output_dir": "x"})
+    with pytest.raises(ConfigError, match="unknown ms-swift"):
+        command_for(_cfg(tmp_path, Path("/m"), sft_file, swift={"lora_rnak": 8}))
+
+
+def test_find_adapter(tmp_path):
+    with pytest.raises(FileNotFoundError, match="nope"):
+        find_adapter("nope", tmp_path)
+    ad = tmp_path / "a"
+    ad.mkdir()
+    (ad / "adapter_config.json").write_text("{}")
+    assert find_adapter(ad) == ad
+    (tmp_path / "run1").mkdir()
+    (tmp_path / "run1/adapter.json").write_text(json.dumps({"adapter": str(ad), "base_model": "/m"}))
+    assert find_adapter("run1", tmp_path) == ad
+    cmd = export_command("run1", str(tmp_path / "merged"), str(tmp_path))
+    assert cmd[:8] == ["swift", "export", "--adapters", str(ad), "--merge_lora", "true", "--output_dir",
+                       str(tmp_path / "merged")]
+    assert cmd[cmd.index("--model") + 1] == "/m"
+
+
+def test_peft_kind_trains_writes_the_adapter_format_and_resumes(tmp_path, tiny_models, sft_file):
+    """The CPU loop: loss falls on a repeated batch; a second call resumes from its checkpoint."""
+    import torch
+
+    torch.set_num_threads(1)
+    from train.peft_trainer import train_peft
+
+    args = {"lora_rank": 4, "lora_alpha": 8, "max_steps": 4, "save_steps": 2, "per_device_train_batch_size": 4,
+            "max_length": 128, "torch_dtype": "float32", "learning_rate": 5e-3}
+    out = tmp_path / "peft"
+    final = train_peft(str(tiny_models["lm"]), str(sft_file), str(out), args, seed=0)
+    assert final.name == "checkpoint-4"
+    assert (final / "adapter_config.json").is_file() and (final / "adapter_model.safetensors").is_file()
+    log = [json.loads(x) for x in (out / "logging.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in log] == [1, 2, 3, 4]
+    # Resume: with max_steps raised, it continues from checkpoint-4 (steps 5..6 only).
+    train_peft(str(tiny_models["lm"]), str(sft_file), str(out), {**args, "max_steps": 6}, seed=0)
+    log = [json.loads(x) for x in (out / "logging.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in log] == [1, 2, 3, 4, 5, 6]
+    assert last_checkpoint(out).name == "checkpoint-6"
+
+
+def test_peft_labels_cover_only_the_reply(tiny_models):
+    from transformers import AutoTokenizer
+
+    from train.peft_trainer import tokenize_rows
+
+    tok = AutoTokenizer.from_pretrained(tiny_models["lm"])
+    row = {"messages": [{"role": "system", "content": "s"}, {"role": "user", "content": "Question: q?"},
+                        {"role": "assistant", "content": "Lyon"}]}
+    [(ids, labels)] = tokenize_rows(tok, [row], 512)
+    kept = [t for t, lab in zip(ids, labels) if lab != -100]
+    # The reply and its end token; with Qwen3's template the empty think block belongs to the reply
+    # (as ms-swift trains it), never the system or user text.
+    text = tok.decode(kept)
+    assert text.endswith("Lyon<|im_end|>") and "Question" not in text and text.count("<|im_start|>") == 0
+
+
+@pytest.mark.slow
+def test_swift_sft_kill_resume_export_reload(tmp_path, tiny_models, sft_file):
+    """A real `swift sft` LoRA on the tiny Qwen3: killed after its first checkpoint, resumed to the
+    end, merged with `swift export`, and the merged model's logits match peft's adapter."""
+    import torch
+
+    cfg = _cfg(tmp_path, tiny_models["lm"], sft_file,
+               swift={**load_train_config(REPO / "configs/train/tiny.yaml").swift, "max_steps": 40,
+                      "save_steps": 2})
+    out = run_dir(cfg) / "output"
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen(swift_command(cfg), env=env, start_new_session=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.time() + 300
+        while last_checkpoint(out) is None and time.time() < deadline and proc.poll() is None:
+            time.sleep(0.2)
+        assert last_checkpoint(out) is not None, "no checkpoint before the kill"
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    first = last_checkpoint(out)
+    assert int(first.name.split("-")[1]) < 40
+    assert command_for(cfg)[-2:] == ["--resume_from_checkpoint", str(first)]
+    final = train(cfg)  # resumes
+    assert final.name == "checkpoint-40"
+    state = json.loads((final / "trainer_state.json").read_text())
+    assert state["global_step"] == 40
+    assert (out / "args.json").is_file() and (run_dir(cfg) / "run.json").is_file()
+    assert find_adapter(cfg.run_name, cfg.runs_dir) == final
+
+    merged = tmp_path / "merged"
+    cmd = export_command(cfg.run_name, str(merged), cfg.runs_dir)
+    subprocess.run(cmd, env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    ids = torch.tensor([[5, 17, 42, 99, 7]])
+    base = AutoModelForCausalLM.from_pretrained(tiny_models["lm"], dtype=torch.float32)
+    with torch.no_grad():
+        plain = base(ids).logits
+        lora = PeftModel.from_pretrained(base, final).eval()
+        via_peft = lora(ids).logits
+        via_merge = AutoModelForCausalLM.from_pretrained(merged, dtype=torch.float32)(ids).logits
+    assert not torch.allclose(plain, via_peft, atol=1e-4)  # the adapter changed something
+    assert torch.allclose(via_peft, via_merge, atol=1e-4)
