@@ -83,8 +83,11 @@ def test_unknown_swift_argument_and_reserved_keys_are_config_errors(tmp_path, sf
 
 
 def test_find_adapter(tmp_path):
+    from train.swift import final_adapter
+
     with pytest.raises(FileNotFoundError, match="nope"):
         find_adapter("nope", tmp_path)
+    assert final_adapter("nope", tmp_path) is None
     ad = tmp_path / "a"
     ad.mkdir()
     (ad / "adapter_config.json").write_text("{}")

@@ -89,12 +89,13 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
     def probe_cmd(config: Path = typer.Argument(..., help="the train config of the run"),
                   base: bool = typer.Option(False, "--base", help="probe the base model, no adapter"),
                   limit: int = typer.Option(0, help="at most N conflict scenarios (0: all)"),
-                  out: Path = typer.Option(None, help="write the rows as JSONL here")) -> None:
+                  out: Path = typer.Option(None, help="write the rows as JSONL here"),
+                  conflicts: bool = typer.Option(True, help="also the conflict-aware scenarios")) -> None:
         """Closed-book accuracy (held-out phrasing) and conflict-aware accuracy on the test split."""
         from train.probe import probe_run
         from train.swift import load_train_config
 
-        summary = probe_run(load_train_config(config), base=base, limit=limit, out=out)
+        summary = probe_run(load_train_config(config), base=base, limit=limit, out=out, conflicts=conflicts)
         typer.echo(json.dumps(summary, indent=2))
 
     @app.command("import-conflicts")

@@ -117,7 +117,7 @@ def summarize(rows: Sequence[ProbeRow]) -> dict[str, float | int]:
     return out
 
 
-def probe_run(cfg, *, base: bool = False, limit: int = 0, out=None) -> dict:
+def probe_run(cfg, *, base: bool = False, limit: int = 0, out=None, conflicts: bool = True) -> dict:
     """Probe a train config's adapter (or its base) on the world's held-out test phrasing."""
     import json
     import random
@@ -139,7 +139,12 @@ def probe_run(cfg, *, base: bool = False, limit: int = 0, out=None) -> dict:
                          undated_fraction=cfg.world.undated_outdated_fraction)
     if limit and limit < len(sc):
         sc = random.Random(0).sample(sc, limit)
-    rows += conflict_aware(model, tok, sc)
+    if conflicts:
+        rows += conflict_aware(model, tok, sc)
+    # Never-learned organisations, closed-book: a model that "remembers" them is inventing.
+    unseen = [(f.fact_id, f.questions[TEST_PHRASING], f.gold_answers) for f in world.by_group("unknown")]
+    rows += [ProbeRow(r.qid, "closed_book_unknown", "", r.output, None, None, r.answer_correct, None)
+             for r in closed_book(model, tok, unseen)]
     summary = {"adapter": adapter or "(base)", **summarize(rows)}
     if out is not None:
         Path(out).parent.mkdir(parents=True, exist_ok=True)

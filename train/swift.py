@@ -177,3 +177,12 @@ def slurm_script(cfg: TrainConfig, config_path: str) -> str:
         f"srun bash -c 'NODE_RANK=$SLURM_NODEID lorarag train {shlex.quote(config_path)}'",
     ]
     return "\n".join(lines) + "\n"
+
+
+def final_adapter(run_name_or_path: str | Path, runs_dir: str | Path = "runs/train") -> Path | None:
+    """Like `find_adapter`, but None when the run has not finished (no adapter yet)."""
+    try:
+        path = find_adapter(run_name_or_path, runs_dir)
+    except FileNotFoundError:
+        return None
+    return path if (path / "adapter_model.safetensors").is_file() else None
