@@ -56,7 +56,9 @@ class OpenAIGenerator:
             return list(pool.map(lambda j: self._one(j[0], j[1], model, max_new, top_logprobs), jobs))
 
     def _one(self, conv: list[Message], prefix: str, model: str, max_new: int, k: int) -> Generation:
-        conv, cut = fit_conversation(conv, lambda c: self._fits(c, model, max_new), self.endpoint)
+        # the forced prefix takes room too: at most one token per UTF-8 byte
+        room = max_new + len(prefix.encode())
+        conv, cut = fit_conversation(conv, lambda c: self._fits(c, model, room), self.endpoint)
         messages = [{"role": m.role, "content": m.content} for m in conv]
         payload: dict[str, Any] = {"model": model, "max_tokens": max_new,
                                    "temperature": self.cfg.temperature}
