@@ -30,7 +30,6 @@ from fallback.scenarios import Scenario, save_scenarios
 log = logging.getLogger(__name__)
 
 STEPS = ("world", "index", "scenarios", "train", "calibrate", "evaluate", "report")
-ADAPTER_POINTER = "final-adapter.json"  # written in the train run dir once training finished
 Echo = Callable[[str], None]
 
 
@@ -154,16 +153,20 @@ BASE_PREPARERS: dict[str, Callable[[str], None]] = {"smollm2_gguf": _smollm2, "t
 
 
 def train_dir(cfg: RunConfig) -> Path:
-    """The training run folder, found by run name."""
-    return Path(cfg.train.runs_dir) / cfg.train.run_name
+    """The training run folder, found by run name (train/swift.py's layout)."""
+    from train.swift import run_dir
+
+    return run_dir(cfg.train)
 
 
 def find_adapter(cfg: RunConfig) -> Path | None:
     """The final adapter of a finished training run of `train.run_name`, or None."""
-    ptr = train_dir(cfg) / ADAPTER_POINTER
-    if not ptr.is_file():
+    from train.swift import find_adapter as find
+
+    try:
+        path = find(cfg.train.run_name, cfg.train.runs_dir)
+    except FileNotFoundError:
         return None
-    path = Path(json.loads(ptr.read_text(encoding="utf-8"))["adapter"])
     return path if (path / "adapter_model.safetensors").is_file() else None
 
 
@@ -190,19 +193,9 @@ def train_or_reuse(cfg: RunConfig, world: Any, fresh: bool, echo: Echo) -> Path:
     if fresh:
         shutil.rmtree(out, ignore_errors=True)
     build_sft(cfg, world, echo)
-    if cfg.train.kind == "peft":
-        from lorarag.runinfo import start_run
-        from train.peft_trainer import train_peft
+    from train.swift import train  # ms-swift (GPU) or the CPU peft loop, as `train.kind` says
 
-        start_run(out, cfg.train, seeds={"train": cfg.train.seed}, data=[cfg.train.dataset])
-        adapter = Path(train_peft(cfg.train.model, cfg.train.dataset, str(out), dict(cfg.train.swift),
-                                  cfg.train.seed, resume=not fresh))
-    else:
-        from train.run import run_training  # the ms-swift launch (GPU configs)
-
-        adapter = Path(run_training(cfg.train))
-    (out / ADAPTER_POINTER).write_text(json.dumps({"adapter": str(adapter)}) + "\n", encoding="utf-8")
-    return adapter
+    return Path(train(cfg.train))
 
 
 # --- 5: calibrate ------------------------------------------------------------------------------
@@ -339,15 +332,10 @@ def report(cfg: RunConfig, paths: Paths, runs: dict[str, Path], echo: Echo) -> s
 # --- the run -----------------------------------------------------------------------------------
 
 def _describe_training(cfg: RunConfig, fresh: bool) -> str:
-    t = cfg.train
-    reuse = "" if fresh else f"reuse {train_dir(cfg) / ADAPTER_POINTER} if present, else "
-    args = " ".join(f"--{k} {v}" for k, v in t.swift.items())
-    if t.kind == "peft":
-        return (f"{reuse}build SFT ({t.dataset}) then train_peft(model={t.model}, out={train_dir(cfg)}, "
-                f"seed={t.seed}) {args}")
-    from train.run import swift_command  # the exact `swift sft` command line
+    from train.swift import train
 
-    return f"{reuse}build SFT ({t.dataset}) then: {' '.join(map(str, swift_command(t)))}"
+    reuse = "" if fresh else f"reuse the adapter of run '{cfg.train.run_name}' if finished, else "
+    return f"{reuse}build SFT ({cfg.train.dataset}) then: {train(cfg.train, dry_run=True)}"
 
 
 def plan(cfg: RunConfig, fresh: bool) -> list[tuple[str, str]]:

@@ -96,24 +96,28 @@ class BaseRAG:
 
 
 class ClosedBook:
-    """The model alone: no sources."""
+    """The model alone: no sources. Scenarios share questions, so each is asked once per run."""
 
     def __init__(self, name: str, generator: Any, adapter: str | None, max_new_tokens: int) -> None:
         self.name, self.generator, self.adapter, self.max_new = name, generator, adapter, max_new_tokens
+        self._seen: dict[str, Any] = {}  # question -> Generation (greedy: asking again is waste)
 
     def answer_scenarios(self, items: list[Scenario]) -> list[Answer]:
-        """One closed-book generation per distinct question (scenarios share questions)."""
+        """One closed-book generation per distinct question."""
         from rag.generate import Message
 
-        questions = list(dict.fromkeys(s.question for s in items))
+        todo = [q for q in dict.fromkeys(s.question for s in items) if q not in self._seen]
         convs = [[Message("system", SYSTEM_CLOSED_BOOK), Message("user", closed_book_user_turn(q))]
-                 for q in questions]
-        gens = self.generator.generate(convs, adapter=self.adapter, max_new_tokens=self.max_new)
-        by_q = {q: g for q, g in zip(questions, gens)}
-        return [Answer(question=s.question, text=by_q[s.question].text.strip(),
-                       trace=Trace(question=s.question, prompt=by_q[s.question].prompt,
-                                   raw_output=by_q[s.question].text))
-                for s in items]
+                 for q in todo]
+        if todo:
+            gens = self.generator.generate(convs, adapter=self.adapter, max_new_tokens=self.max_new)
+            self._seen.update(zip(todo, gens))
+        out = []
+        for s in items:
+            g = self._seen[s.question]
+            out.append(Answer(question=s.question, text=g.text.strip(),
+                              trace=Trace(question=s.question, prompt=g.prompt, raw_output=g.text)))
+        return out
 
 
 def build_system(cfg: SystemConfig, parts: Any) -> Any:

@@ -37,14 +37,19 @@ def test_dry_run_prints_every_step_without_running(tmp_path):
     lines: list[str] = []
     assert run(_in_tmp(tmp_path), dry_run=True, echo=lines.append) is None
     assert [ln.split()[1] for ln in lines] == list(STEPS)
-    assert "train_peft" in lines[3] and "--lora_rank 4" in lines[3]
+    assert "train.peft_trainer" in lines[3] and '"lora_rank": 4' in lines[3]
     assert not (tmp_path / "runs").exists()
 
 
 def test_gpu_config_validates_and_dry_runs():
+    from fallback.pipeline import run
+
     cfg = load_config(REPO / "configs/run/qwen3-4b.yaml", RunConfig)
     assert cfg.rag.generator.kind == "vllm" and cfg.train.kind == "swift"
     assert cfg.rag.reranker is not None and cfg.rag.embedder is not None
+    lines: list[str] = []
+    run(cfg, dry_run=True, echo=lines.append)
+    assert len(lines) == 7 and "swift sft --model Qwen/Qwen3-4B --tuner_type lora" in lines[3]
 
 
 @pytest.mark.slow
@@ -67,7 +72,7 @@ def test_reduced_demo_end_to_end(tmp_path):
     test = (root / "scenarios/test.jsonl").read_text().splitlines()
     n_cells = len(cfg.eval.scenarios) * len(cfg.eval.knowledge)
     assert len(test) == n_cells * cfg.eval.max_per_cell
-    adapter = Path(json.loads((tmp_path / "runs/train/ci-tiny-qwen3/final-adapter.json").read_text())["adapter"])
+    adapter = Path(json.loads((tmp_path / "runs/train/ci-tiny-qwen3/adapter.json").read_text())["adapter"])
     assert (adapter / "adapter_model.safetensors").is_file()
     gate = json.loads((adapter / "gate.json").read_text())
     assert gate["n_known"] == gate["n_unseen"] == cfg.calibration.max_items
