@@ -212,14 +212,14 @@ class Parts:
     contexts: Any
 
 
-def build_parts(cfg: RunConfig, retriever: Any, adapter: Path, world: Any) -> Parts:
-    """One generator (base + the trained adapter), the RAGSystem and the scenario contexts."""
+def build_parts(cfg: RunConfig, retriever: Any, adapter: Path | None, world: Any) -> Parts:
+    """One generator (base + the trained adapter, if any), the RAGSystem and the scenario contexts."""
     from fallback.systems import ScenarioContexts, with_adapter_name
     from fallback.verdict import label_first_tokens
     from rag.generate import build_generator
 
     name = cfg.fallback.detector.adapter or "lora"
-    gen_cfg = with_adapter_name(cfg.rag.generator, str(adapter), name)
+    gen_cfg = cfg.rag.generator if adapter is None else with_adapter_name(cfg.rag.generator, str(adapter), name)
     generator = build_generator(gen_cfg)
     reranker = None
     if cfg.rag.reranker is not None:
@@ -282,29 +282,53 @@ def calibrate_gate(cfg: RunConfig, parts: Parts, adapter: Path, dev_known: list[
 
 # --- 6-7: evaluate, report ---------------------------------------------------------------------
 
-def evaluate(cfg: RunConfig, parts: Parts, test: list[Scenario], paths: Paths, stamp: dict) -> dict[str, Path]:
-    """Closed-book systems first (their answers feed the bias metrics), then the rest."""
+def system_stamp(cfg: RunConfig, sc: Any, test: list[Scenario], adapter: Path | None,
+                 gate: float | None) -> dict:
+    """What a system's results depend on: a results folder with another stamp is redone."""
+    import hashlib
+
+    uses_lora = sc.kind == "lora_rag" or (sc.kind == "closed_book" and sc.adapter is not None)
+    stamp = {"system": sc.model_dump(), "generator": cfg.rag.generator.model_dump(),
+             "retrieval": cfg.rag.retrieval.model_dump(),
+             "items": hashlib.sha256("\n".join(s.qid for s in test).encode()).hexdigest()[:16]}
+    if uses_lora:
+        stamp["adapter"] = str(adapter.resolve()) if adapter is not None else None
+    if sc.kind == "lora_rag":
+        stamp["gate"] = gate
+    if sc.kind in ("lora_rag", "prompted_detection"):
+        stamp["fallback"] = cfg.fallback.model_dump()
+    return stamp
+
+
+def evaluate(cfg: RunConfig, parts: Parts, test: list[Scenario], paths: Paths, adapter: Path | None,
+             systems: list[Any] | None = None) -> dict[str, Path]:
+    """Closed-book systems first (their answers feed the bias metrics), then the rest.
+
+    Each system's folder keeps a stamp of what its results depend on (model, adapter, gate,
+    items); a changed stamp means that system is evaluated afresh, the others resume.
+    """
     from eval.records import closed_book_map
     from eval.runner import run_eval
     from fallback.systems import build_system
 
-    marker = paths.eval / "stamp.json"
-    if marker.exists() and json.loads(marker.read_text(encoding="utf-8")) != stamp:
-        log.info("adapter, gate or systems changed since the last evaluation: starting it afresh")
-        shutil.rmtree(paths.eval)
-    paths.eval.mkdir(parents=True, exist_ok=True)
-    marker.write_text(json.dumps(stamp, indent=1), encoding="utf-8")
     closed: dict[str | None, dict[str, str]] = {}
     out: dict[str, Path] = {}
     lora = cfg.fallback.detector.adapter
-    for sc in sorted(cfg.systems, key=lambda s: s.kind != "closed_book"):
-        system = build_system(sc, parts)
+    for sc in sorted(systems or cfg.systems, key=lambda s: s.kind != "closed_book"):
+        folder = paths.eval / sc.name
+        stamp = system_stamp(cfg, sc, test, adapter, parts.gate_threshold)
+        marker = folder / "stamp.json"
+        if folder.exists() and (not marker.exists() or json.loads(marker.read_text(encoding="utf-8")) != stamp):
+            log.info("%s: model, adapter, gate or items changed: evaluating it afresh", sc.name)
+            shutil.rmtree(folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        marker.write_text(json.dumps(stamp, indent=1), encoding="utf-8")
         model = sc.adapter if sc.kind == "closed_book" else (lora if sc.kind == "lora_rag" else None)
-        results = run_eval(system, test, paths.eval / sc.name, closed_book=closed.get(model), config=cfg,
+        results = run_eval(build_system(sc, parts), test, folder, closed_book=closed.get(model), config=cfg,
                            batch_size=32)
         if sc.kind == "closed_book":
             closed[sc.adapter] = closed_book_map(results)
-        out[sc.name] = paths.eval / sc.name
+        out[sc.name] = folder
     return out
 
 
@@ -393,9 +417,7 @@ def run(cfg: RunConfig, *, fresh: bool = False, dry_run: bool = False, echo: Ech
         echo(f"          threshold {cal.threshold:.4f}: keeps {cal.known_kept:.0%} of known, rejects "
              f"{cal.unseen_rejected:.0%} of never-learned (AUROC {cal.auroc:.3f})")
     p.step("evaluate", f"{len(cfg.systems)} systems x {len(test)} items")
-    stamp = {"adapter": str(adapter.resolve()), "gate": parts.gate_threshold, "n_test": len(test),
-             "systems": [s.model_dump() for s in cfg.systems], "fallback": cfg.fallback.model_dump()}
-    runs = evaluate(cfg, parts, test, paths, stamp)
+    runs = evaluate(cfg, parts, test, paths, adapter)
     p.step("report", str(paths.report))
     table = report(cfg, paths, runs, echo)
     parts.generator.close()
