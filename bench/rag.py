@@ -63,10 +63,12 @@ def bench_rerank(model: Path, n: int, work: Path) -> dict:
         r = Qwen3HTTPReranker(cfg)
         r.score(["warm up"], ["warm up"])
         q = "which office registers a vehicle"
-        one = _timed(lambda: [r.score([q], [d]) for d in docs])
-        batched = _timed(lambda: r.score([q] * n, docs))
+        got: dict[str, list] = {}
+        one = _timed(lambda: got.update(one=[r.score([q], [d])[0] for d in docs]))
+        batched = _timed(lambda: got.update(batched=r.score([q] * n, docs)))
         r.close()
-    return {"n": n, "one_by_one_s": one, "batched_s": batched}
+    diff = max(abs(a - b) for a, b in zip(got["one"], got["batched"]))
+    return {"n": n, "one_by_one_s": one, "batched_s": batched, "max_score_diff": diff}
 
 
 def bench_embed(model: Path, n: int, work: Path) -> dict:
@@ -82,9 +84,11 @@ def bench_embed(model: Path, n: int, work: Path) -> dict:
         e = make_embedder(EmbedderConfig(kind="openai", model="emb", base_url=base + "/v1",
                                          batch_size=n))
         e.embed_documents(["warm up"])
-        one = _timed(lambda: [e.embed_documents([c]) for c in chunks])
-        batched = _timed(lambda: e.embed_documents(chunks))
-    return {"n": n, "one_by_one_s": one, "batched_s": batched}
+        got: dict[str, list] = {}
+        one = _timed(lambda: got.update(one=[e.embed_documents([c])[0] for c in chunks]))
+        batched = _timed(lambda: got.update(batched=e.embed_documents(chunks)))
+    diff = max(float(abs(a - b).max()) for a, b in zip(got["one"], got["batched"]))
+    return {"n": n, "one_by_one_s": one, "batched_s": batched, "max_vector_diff": diff}
 
 
 def bench_answer(model: Path, n: int, max_new_tokens: int, work: Path) -> dict:
@@ -102,11 +106,15 @@ def bench_answer(model: Path, n: int, max_new_tokens: int, work: Path) -> dict:
                                             max_new_tokens=max_new_tokens, batch_size=n,
                                             max_model_len=512))
         g.generate(convs[:1])
-        # ignore_eos is not portable: fixed work comes from the same prompts on both sides
-        one = _timed(lambda: [g.generate([c]) for c in convs])
-        batched = _timed(lambda: g.generate(convs))
+        # ignore_eos is not portable: the same greedy work on both sides, checked below
+        got: dict[str, list] = {}
+        one = _timed(lambda: got.update(one=[g.generate([c])[0] for c in convs]))
+        batched = _timed(lambda: got.update(batched=g.generate(convs)))
         g.close()
-    return {"n": n, "one_by_one_s": one, "batched_s": batched, "max_new_tokens": max_new_tokens}
+    return {"n": n, "one_by_one_s": one, "batched_s": batched, "max_new_tokens": max_new_tokens,
+            "tokens_one_by_one": sum(len(x.tokens) for x in got["one"]),
+            "tokens_batched": sum(len(x.tokens) for x in got["batched"]),
+            "same_answers": sum(a.text == b.text for a, b in zip(got["one"], got["batched"]))}
 
 
 def run_bench(models: Path | None, *, candidates: int, chunks: int, questions: int,

@@ -106,6 +106,11 @@ def bench_rag_cmd(
         typer.echo(f"{name:<8} n={r['n']:<4} one-by-one {r['one_by_one_s']:.3f}s  "
                    f"batched {r['batched_s']:.3f}s  ratio {r['ratio']:.1f}x "
                    f"{'(>= 5x)' if r['ratio'] >= 5 else '(below the 5x target)'}")
+    a = res["results"]["answer"]
+    typer.echo(f"same work: answer tokens {a['tokens_one_by_one']} vs {a['tokens_batched']}, "
+               f"{a['same_answers']}/{a['n']} identical answers; rerank max |diff| "
+               f"{res['results']['rerank']['max_score_diff']:.2g}; embed max |diff| "
+               f"{res['results']['embed']['max_vector_diff']:.2g}")
     typer.echo(f"results -> {out}")
 
 
