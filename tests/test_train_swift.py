@@ -98,7 +98,7 @@ def test_find_adapter(tmp_path):
     cmd = export_command("run1", str(tmp_path / "merged"), str(tmp_path))
     assert cmd[:8] == ["swift", "export", "--adapters", str(ad), "--merge_lora", "true", "--output_dir",
                        str(tmp_path / "merged")]
-    assert cmd[cmd.index("--model") + 1] == "/m"
+    assert cmd[cmd.index("--model") + 1] == "/m"  # no args.json: the base is named
 
 
 def test_peft_kind_trains_writes_the_adapter_format_and_resumes(tmp_path, tiny_models, sft_file):

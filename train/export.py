@@ -15,11 +15,11 @@ def export_command(run: str, output_dir: str | None = None, runs_dir: str = "run
     out = output_dir or str(adapter.parent.parent / "merged")
     cmd = ["swift", "export", "--adapters", str(adapter), "--merge_lora", "true", "--output_dir", out]
     # A peft-kind adapter has no ms-swift args.json next to it: name the base model explicitly.
-    if info.get("base_model"):
-        cmd += ["--model", info["base_model"], "--check_model", "false"]
-    for key in ("model_type", "template"):
-        if info.get(key):
-            cmd += [f"--{key}", info[key]]
+    if info.get("base_model") and not (adapter / "args.json").is_file():
+        cmd += ["--model", info["base_model"]]
+        for key in ("model_type", "template"):
+            if info.get(key):
+                cmd += [f"--{key}", info[key]]
     return cmd
 
 
