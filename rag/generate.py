@@ -244,19 +244,26 @@ class TransformersGenerator(_LocalTemplate):
                 temperature=self.cfg.temperature if sample else None, top_p=None, top_k=None,
                 eos_token_id=self._stop_ids, pad_token_id=self._pad,
                 return_dict_in_generate=True, output_logits=True)
-        # logits: tuple over steps of (batch, vocab) raw scores -> log-probabilities in fp32.
-        logp = torch.stack(res.logits, dim=1).float().log_softmax(-1).cpu()  # (B, steps, V)
+        # res.logits: one (B, V) tensor of raw scores per step. Log-softmax in fp32 one step at a
+        # time, keeping only the chosen token's logprob (B, steps) and the top-k (B, steps, k).
+        new_ids = res.sequences[:, width:]  # (B, steps)
+        chosen, top_v, top_i = [], [], []
+        for t, step in enumerate(res.logits):
+            logp = step.float().log_softmax(-1)
+            chosen.append(logp.gather(1, new_ids[:, t: t + 1]).squeeze(1).cpu())
+            if k:
+                v, i = logp.topk(k, dim=-1)
+                top_v.append(v.cpu())
+                top_i.append(i.cpu())
         gens = []
         for r, (_, text, cut) in enumerate(encoded):
-            new = res.sequences[r, width:].tolist()
-            kept, reason = self._strip_stop(new)
-            lp = tuple(float(logp[r, t, i]) for t, i in enumerate(kept))
+            kept, reason = self._strip_stop(new_ids[r].tolist())
+            lp = tuple(float(chosen[t][r]) for t in range(len(kept)))
             tops: tuple = ()
             if k:
-                vals, idx = logp[r, : len(kept)].topk(k, dim=-1)
                 tops = tuple(tuple((self._tok_str(int(i), kept[:t]), float(v))
-                                   for v, i in zip(vs, ix))
-                             for t, (vs, ix) in enumerate(zip(vals, idx)))
+                                   for v, i in zip(top_v[t][r], top_i[t][r]))
+                             for t in range(len(kept)))
             gens.append(Generation(
                 text=self._text(kept),
                 tokens=self._token_strs(kept), logprobs=lp, top_logprobs=tops,
