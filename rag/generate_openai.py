@@ -68,13 +68,13 @@ class OpenAIGenerator:
             messages.append({"role": "assistant", "content": prefix})
             payload.update(continue_final_message=True, add_generation_prompt=False)
         payload["messages"] = messages
-        payload["logprobs"] = True  # tokens and their logprobs always, as the local kinds
+        payload["logprobs"] = True  # tokens and their logprobs, as the local kinds give them
         if k:
             payload["top_logprobs"] = k
         data = self.client.post("/chat/completions", payload)
         choice = field(data, "choices", 0, endpoint=self.endpoint)
         text = field(choice, "message", "content", endpoint=self.endpoint)
-        if not isinstance(text, str):
+        if not isinstance(choice, dict) or not isinstance(text, str):
             raise EndpointError(f"{self.endpoint}: unexpected answer, content is not text")
         if text.startswith(_EMPTY_THINK) and not self.cfg.chat_template_kwargs.get("enable_thinking", True):
             text = text[len(_EMPTY_THINK):]  # swift's qwen3 template returns it inside the reply
@@ -86,17 +86,20 @@ class OpenAIGenerator:
                           truncated_prompt=cut, prompt=prompt)
 
     def _logprobs(self, choice: dict, k: int) -> tuple[tuple, tuple, tuple]:
+        lp = choice.get("logprobs")
+        if not k and not (isinstance(lp, dict) and lp.get("content")):
+            return (), (), ()  # servers without logprobs (older Ollama): fine unless asked for
         content = field(choice, "logprobs", "content", endpoint=self.endpoint) or []
-        if content and choice.get("finish_reason") == "stop" and content[-1].get("token") in (
-                "", "<|im_end|>", "<|endoftext|>", "</s>", "<|eot_id|>"):
-            content = content[:-1]  # the stop token, which the local kinds do not report either
         try:
+            if content and choice.get("finish_reason") == "stop" and content[-1]["token"] in (
+                    "", "<|im_end|>", "<|endoftext|>", "</s>", "<|eot_id|>"):
+                content = content[:-1]  # the stop token, which the local kinds do not report either
             tokens = tuple(str(c["token"]) for c in content)
             lps = tuple(float(c["logprob"]) for c in content)
             tops = tuple(tuple(sorted(((str(t["token"]), float(t["logprob"]))
                                        for t in c["top_logprobs"]), key=lambda x: -x[1]))[:k]
                          for c in content) if k else ()
-        except (KeyError, TypeError, ValueError):
+        except (KeyError, TypeError, ValueError, AttributeError):
             raise EndpointError(f"{self.endpoint}: unexpected answer, malformed logprobs") from None
         return tokens, lps, tops
 

@@ -142,7 +142,10 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         self.rfile.read(int(self.headers.get("Content-Length", 0)))
         if self.mode == "slow":
             time.sleep(1.5)
-        body = b"<html>not json</html>" if self.mode == "garbage" else json.dumps({"x": 1}).encode()
+        body = {"garbage": b"<html>not json</html>", "shape": json.dumps({"x": 1}).encode(),
+                "nolog": json.dumps({"choices": [{"message": {"content": "Paris"},
+                                                  "finish_reason": "stop"}]}).encode(),
+                "badchoice": json.dumps({"choices": ["Paris"]}).encode()}.get(self.mode, b"{}")
         try:
             self.send_response(200)
             self.send_header("Content-Length", str(len(body)))
@@ -184,3 +187,16 @@ def test_garbage_or_slow_server_is_an_endpoint_error(fake_server, mode, needle, 
         _openai(fake_server, timeout=0.5).generate(CONVS[:1])
     assert fake_server in str(exc.value)
     assert _Handler.hits == hits  # retried (with backoff) where a retry can help
+
+
+def test_server_without_logprobs_is_fine_unless_they_are_asked_for(fake_server):
+    _Handler.mode = "nolog"
+    g = _openai(fake_server)
+    out = g.generate(CONVS[:2])
+    assert [x.text for x in out] == ["Paris", "Paris"] and out[0].tokens == ()
+    assert out[0].finish_reason == "stop"
+    with pytest.raises(EndpointError, match="logprobs"):
+        g.generate(CONVS[:1], top_logprobs=2)
+    _Handler.mode = "badchoice"
+    with pytest.raises(EndpointError, match="chat/completions"):
+        g.generate(CONVS[:1])
