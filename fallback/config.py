@@ -77,6 +77,7 @@ class CalibrationConfig(Strict):
     scenarios: list[Literal["consistent", "factual_error", "outdated", "irrelevant", "unanswerable"]] = [
         "consistent", "factual_error", "outdated", "irrelevant"]
     max_items: int = 200  # per group (known / never-learned), seeded sample
+    context: Literal["retrieved", "presented"] = "retrieved"  # as the lora_rag system sees it
 
 
 class EvalSection(Strict):

@@ -267,7 +267,7 @@ def calibrate_gate(cfg: RunConfig, parts: Parts, adapter: Path, dev_known: list[
     det = Detector(parts.generator, parts.first_tokens, cfg.fallback, None)
     readings: list[list[float]] = []
     for label, items in (("known", dev_known), ("never-learned", dev_unseen)):
-        ctx = parts.contexts.contexts(items, "retrieved")
+        ctx = parts.contexts.contexts(items, cfg.calibration.context)
         vals: list[float] = []
         for s in range(0, len(items), 32):
             js = det.judge([x.question for x in items[s:s + 32]], [c[1] for c in ctx[s:s + 32]])

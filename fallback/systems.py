@@ -15,6 +15,7 @@ Components (generator, retrieval, tokenizer) are built once by `Components` and 
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 from typing import Any, Callable, Sequence
 
 from fallback.config import FallbackConfig, SystemConfig
@@ -91,8 +92,12 @@ class BaseRAG:
     def answer_scenarios(self, items: list[Scenario]) -> list[Answer]:
         """Answer from the context, as the base RAGSystem does."""
         ctxs = self.ctx.oracle(items) if self.mode == "oracle" else self.ctx.contexts(items, self.mode)
-        return self.rag.answer_with_context([s.question for s in items], [list(c[1]) for c in ctxs],
-                                            candidates=[list(c[0] or c[1]) for c in ctxs])
+        answers = self.rag.answer_with_context([s.question for s in items], [list(c[1]) for c in ctxs],
+                                               candidates=[list(c[0] or c[1]) for c in ctxs])
+        # Record the sources actually given as the final list (RAGSystem leaves `reranked` empty
+        # without a reranker, which would make the top-N candidates look like the model's input).
+        return [replace(a, trace=replace(a.trace, reranked=tuple(c[1]))) if a.trace else a
+                for a, c in zip(answers, ctxs)]
 
 
 class ClosedBook:
