@@ -140,6 +140,11 @@ class _Handler(http.server.BaseHTTPRequestHandler):
     def do_POST(self):  # noqa: N802
         type(self).hits += 1
         self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        if self.path.endswith("/tokenize"):  # like swift deploy / Ollama: no such endpoint
+            self.send_response(404)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
         if self.mode == "slow":
             time.sleep(1.5)
         body = {"garbage": b"<html>not json</html>", "shape": json.dumps({"x": 1}).encode(),
@@ -200,3 +205,17 @@ def test_server_without_logprobs_is_fine_unless_they_are_asked_for(fake_server):
     _Handler.mode = "badchoice"
     with pytest.raises(EndpointError, match="chat/completions"):
         g.generate(CONVS[:1])
+
+
+def test_server_without_tokenize_uses_the_byte_bound(fake_server, caplog):
+    _Handler.mode = "nolog"
+    g = _openai(fake_server)
+    user = _sources_user(6, 30)  # ~2.2 kB of sources for a 512-token window
+    with caplog.at_level(logging.WARNING):
+        out = g.generate([[Message("system", "S"), Message("user", user)]])[0]
+    assert "no /tokenize" in caplog.text and out.truncated_prompt
+    sent_user = out.prompt.split("user: ", 1)[1]
+    # the rule: whole sources dropped from the end until bytes + template allowance fit
+    assert len(sent_user.encode()) + len("S") + 2 * 16 + 32 <= 512 - 64
+    assert "[S1]" in sent_user and "[S6]" not in sent_user
+    assert sent_user.endswith("Question: What is the capital?")
