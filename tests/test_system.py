@@ -221,3 +221,26 @@ def test_ask_cli_prints_answer_sources_and_json(tiny_models, tmp_path):
     assert rec["question"] == q and len(rec["trace"]["reranked"]) == min(
         cfg.retrieval.top_k, len(rec["trace"]["retrieved"]))
     assert len(read_jsonl(trace, Answer)) == 2
+
+
+def test_ask_cli_names_a_dead_endpoint(tiny_models, tmp_path):
+    from typer.testing import CliRunner
+
+    from lorarag.cli import UserError, app
+    from rag.config import dump_config
+    from rag.index import build_index
+    from tests.servers import free_port
+
+    cfg = _cpu_config(tiny_models, tmp_path)
+    url = f"http://127.0.0.1:{free_port()}/v1"
+    data = cfg.model_dump()
+    data["generator"] = {"kind": "openai", "model": "base", "base_url": url, "max_retries": 1}
+    data["reranker"] = None
+    cfg = RAGConfig.model_validate(data)
+    build_index(cfg.corpus, cfg.chunker, cfg.index, cfg.embedder)
+    path = tmp_path / "rag.yaml"
+    path.write_text(dump_config(cfg), encoding="utf-8")
+    res = CliRunner().invoke(app, ["ask", "Where is the headquarters?", "--config", str(path),
+                                   "--trace", str(tmp_path / "a.jsonl")])
+    assert isinstance(res.exception, UserError)
+    assert f"{url}/chat/completions" in str(res.exception) and "2 attempt" in str(res.exception)
