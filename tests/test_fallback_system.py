@@ -26,13 +26,18 @@ def _src(text: str, cid: str = "c1") -> Retrieved:
 
 
 @pytest.fixture(scope="module")
-def tiny_gen(tiny_models, tmp_path_factory):
+def lora(tiny_models, tmp_path_factory):
+    """One adapter for every backend (peft's A init is not seeded: two builds would differ)."""
+    return build_lora(tiny_models["lm"], tmp_path_factory.mktemp("lora") / "a")
+
+
+@pytest.fixture(scope="module")
+def tiny_gen(tiny_models, lora):
     import torch
 
     torch.set_num_threads(1)
     from rag.generate import build_generator
 
-    lora = build_lora(tiny_models["lm"], tmp_path_factory.mktemp("lora") / "a")
     cfg = GeneratorConfig(kind="transformers", model=str(tiny_models["lm"]), adapters={"lora": str(lora)},
                           max_new_tokens=12, batch_size=4)
     gen = build_generator(cfg)
@@ -189,10 +194,9 @@ def reference(tiny_gen):
 
 
 @pytest.mark.slow
-def test_vllm_offline_base_and_lora_on_one_engine(tiny_models, tmp_path_factory, reference):
+def test_vllm_offline_base_and_lora_on_one_engine(tiny_models, lora, reference):
     from rag.generate import build_generator
 
-    lora = build_lora(tiny_models["lm"], tmp_path_factory.mktemp("lora-v") / "a")
     gen = build_generator(GeneratorConfig(kind="vllm", model=str(tiny_models["lm"]), adapters={"lora": str(lora)},
                                           max_new_tokens=12, max_model_len=512, batch_size=4, max_lora_rank=8))
     try:
@@ -205,14 +209,13 @@ def test_vllm_offline_base_and_lora_on_one_engine(tiny_models, tmp_path_factory,
 
 
 @pytest.mark.slow
-def test_openai_server_with_lora_modules(tiny_models, tmp_path_factory, reference):
+def test_openai_server_with_lora_modules(tiny_models, tmp_path_factory, lora, reference):
     from transformers import AutoTokenizer
 
     from rag.generate import build_generator
     from tests.servers import free_port, launched, vllm_server_cmd
 
     tmp = tmp_path_factory.mktemp("srv")
-    lora = build_lora(tiny_models["lm"], tmp / "a")
     port = free_port()
     cmd = vllm_server_cmd(tiny_models["lm"], port, "--enable-lora", "--max-lora-rank", "8",
                           "--lora-modules", f"sft={lora}", "--served-model-name", "base", "--max-logprobs", "20")
