@@ -261,8 +261,8 @@ def calibrate_gate(cfg: RunConfig, parts: Parts, adapter: Path, dev_known: list[
     if (adapter / GATE_FILE).is_file() and not force:
         cal = load_gate(adapter)
         if cal.rule == g.rule and cal.n_known == len(dev_known) and cal.n_unseen == len(dev_unseen):
-            parts.gate_threshold = cal.threshold if g.enabled else None
-            echo(f"          reusing gate threshold {cal.threshold:.4f} from {adapter / GATE_FILE}")
+            parts.gate_threshold = _gate_in_use(cal, g, echo)
+            echo(f"          reusing gate calibration from {adapter / GATE_FILE}")
             return cal
     det = Detector(parts.generator, parts.first_tokens, cfg.fallback, None)
     readings: list[list[float]] = []
@@ -276,8 +276,19 @@ def calibrate_gate(cfg: RunConfig, parts: Parts, adapter: Path, dev_known: list[
         readings.append(vals)
     cal = calibrate(readings[0], readings[1], rule=g.rule, target=g.target)
     cal.save(adapter)
-    parts.gate_threshold = cal.threshold if g.enabled else None
+    parts.gate_threshold = _gate_in_use(cal, g, echo)
     return cal
+
+
+def _gate_in_use(cal: Any, g: Any, echo: Echo) -> float | None:
+    """The threshold the system uses: None when the gate is off or carries no information on dev."""
+    if not g.enabled:
+        return None
+    if not cal.auroc >= g.min_auroc:
+        echo(f"          gate OFF: P(' unknown') separates known from never-learned dev items with AUROC "
+             f"{cal.auroc:.3f} < {g.min_auroc} (it would only discard real memories)")
+        return None
+    return cal.threshold
 
 
 # --- 6-7: evaluate, report ---------------------------------------------------------------------
