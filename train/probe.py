@@ -38,7 +38,8 @@ def load(model_dir: str, adapter: str | None = None):
     if adapter:
         from peft import PeftModel
 
-        model = PeftModel.from_pretrained(model, adapter)
+        # Merged for speed: generation through unmerged r=32 all-linear LoRA costs ~2x on CPU.
+        model = PeftModel.from_pretrained(model, adapter).merge_and_unload()
     return model.eval(), tok
 
 
