@@ -72,6 +72,9 @@ class SystemConfig(Strict):
     context: Literal["retrieved", "presented"] = "retrieved"
     adapter: str | None = None  # closed_book: None = base model, "lora" = the trained adapter
     max_new_tokens: int = 24  # base_rag / closed_book / oracle answers
+    # lora_rag: where the reply's memory field comes from: the model writes it (`reply`), or a
+    # closed-book pass of the same adapter answers first and the reply is forced to start with it.
+    memory: Literal["reply", "closed_book"] = "reply"
 
 
 class CalibrationConfig(Strict):

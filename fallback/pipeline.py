@@ -299,7 +299,10 @@ def system_stamp(cfg: RunConfig, sc: Any, test: list[Scenario], adapter: Path | 
     import hashlib
 
     uses_lora = sc.kind == "lora_rag" or (sc.kind == "closed_book" and sc.adapter is not None)
-    stamp = {"system": sc.model_dump(), "generator": cfg.rag.generator.model_dump(),
+    system = sc.model_dump()
+    if system.get("memory") == "reply":  # the behaviour before the field existed: same stamp
+        system.pop("memory")
+    stamp = {"system": system, "generator": cfg.rag.generator.model_dump(),
              "retrieval": cfg.rag.retrieval.model_dump(),
              "items": hashlib.sha256("\n".join(s.qid for s in test).encode()).hexdigest()[:16]}
     if uses_lora:

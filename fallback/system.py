@@ -49,9 +49,11 @@ class Detector:
     """The scored verdict pass plus the self-knowledge gate, batched."""
 
     def __init__(self, generator: Any, first_tokens: dict[str, str], cfg: FallbackConfig,
-                 gate_threshold: float | None, *, system_prompt: str = SYSTEM_RAG) -> None:
+                 gate_threshold: float | None, *, system_prompt: str = SYSTEM_RAG,
+                 memory: str = "reply") -> None:
         self.generator = generator
         self.system_prompt = system_prompt
+        self.memory = memory  # "reply" | "closed_book" (see SystemConfig.memory)
         self.first_tokens = first_tokens
         self.cfg = cfg
         self.gate_threshold = gate_threshold if cfg.gate.enabled else None
@@ -63,9 +65,25 @@ class Detector:
                                        top_logprobs=d.top_logprobs, prefixes=[prefix] * len(convs))
         return [(read_verdict(g, self.first_tokens, prefix=prefix), g.prompt) for g in gens]
 
+    def _judge_with_closed_book_memory(self, questions: Sequence[str], convs: list) -> list[Judgement]:
+        """Closed-book pass first; the scored RAG pass is forced to start `memory: <that answer> |`."""
+        mems = _closed_book_memories(self.generator, self.cfg.detector.adapter, questions)
+        d = self.cfg.detector
+        prefixes = [f"{memory_prefix()} {m} |" for m in mems]
+        gens = self.generator.generate(convs, adapter=d.adapter, max_new_tokens=d.max_new_tokens,
+                                       top_logprobs=d.top_logprobs, prefixes=prefixes)
+        out = []
+        for g, p, m in zip(gens, prefixes, mems):
+            v = read_verdict(g, self.first_tokens, prefix=p)
+            self.invalid += not v.valid
+            out.append(Judgement(v, False, m, g.prompt))
+        return out
+
     def judge(self, questions: Sequence[str], sources: Sequence[Sequence[Retrieved]]) -> list[Judgement]:
         """One scored pass for every question; a gated second pass only where the gate fires."""
         convs = [conversation(q, s, self.system_prompt) for q, s in zip(questions, sources)]
+        if self.memory == "closed_book":
+            return self._judge_with_closed_book_memory(questions, convs)
         first = self._pass(convs, memory_prefix())
         redo = [i for i, (v, _) in enumerate(first)
                 if self.gate_threshold is not None and gate_fires(v.p_unknown, self.gate_threshold)
@@ -80,6 +98,17 @@ class Detector:
             self.invalid += not final.valid
             out.append(Judgement(final, i in second, v.memory, prompt))
         return out
+
+
+def _closed_book_memories(generator: Any, adapter: str | None, questions: Sequence[str]) -> list[str]:
+    """The adapter's closed-book answers (its recall there beats the memory it writes in a RAG reply)."""
+    from rag.generate import Message
+
+    from fallback.format import SYSTEM_CLOSED_BOOK, closed_book_user_turn
+
+    convs = [[Message("system", SYSTEM_CLOSED_BOOK), Message("user", closed_book_user_turn(q))] for q in questions]
+    gens = generator.generate(convs, adapter=adapter, max_new_tokens=24)
+    return [" ".join(g.text.replace("|", " ").split()) or "unknown" for g in gens]
 
 
 def _answer(question: str, ctx: Context, j: Judgement, cfg: FallbackConfig, seconds: float) -> Answer:

@@ -131,7 +131,8 @@ def build_system(cfg: SystemConfig, parts: Any) -> Any:
 
 
 def _lora_rag(cfg: SystemConfig, parts: Any) -> LoRARAG:
-    det = Detector(parts.generator, parts.first_tokens, parts.fallback, parts.gate_threshold)
+    gate = parts.gate_threshold if cfg.memory == "reply" else None  # a given memory is not gated
+    det = Detector(parts.generator, parts.first_tokens, parts.fallback, gate, memory=cfg.memory)
     return LoRARAG(cfg.name, AdvancedRAGSystem(parts.rag, det, parts.fallback), parts.contexts, cfg.context)
 
 
