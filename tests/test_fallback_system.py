@@ -273,3 +273,26 @@ def test_retrieved_context_is_poisoned_then_reranked(tmp_path):
     # presented and oracle modes
     assert [r.chunk.chunk_id for r in plain.contexts([fe], "presented")[0][1]] == ["d#0~fe"]
     assert [r.chunk.text for r in plain.oracle([fe])[0][1]] == [texts[0]]
+
+
+def test_closed_book_memory_is_forced_into_the_reply():
+    """memory: closed_book — a closed-book pass answers first; the RAG reply must start with it."""
+
+    class TwoPass:
+        def __init__(self):
+            self.calls = []
+
+        def generate(self, convs, *, adapter=None, max_new_tokens=None, top_logprobs=0, prefixes=None):
+            self.calls.append((convs[0][0].content, prefixes, adapter))
+            if prefixes is None:  # the closed-book pass
+                return [G("12 | million", (), ())]
+            toks = [" source", ":", " 9", " |", " verdict", ":", " conflicting", " |", " answer", ":", " 12"]
+            return [_reply(toks, 0.5, "conflicting", 0.9)]
+
+    gen = TwoPass()
+    cfg = FallbackConfig()
+    det = Detector(gen, FIRST, cfg, gate_threshold=0.01, memory="closed_book")
+    (a,) = AdvancedRAGSystem(None, det, cfg).answer_with_context(["q"], [((), (_src("x"),))])
+    assert gen.calls[0][0].startswith("You answer questions from your own knowledge")
+    assert gen.calls[1][1] == ["memory: 12 million |"]  # "|" in the answer cannot break the format
+    assert a.trace.memory_answer == "12 million" and a.trace.route == "fallback" and a.text == "12 million"
