@@ -261,7 +261,7 @@ def calibrate_gate(cfg: RunConfig, parts: Parts, adapter: Path, dev_known: list[
     if (adapter / GATE_FILE).is_file() and not force:
         cal = load_gate(adapter)
         if cal.rule == g.rule and cal.n_known == len(dev_known) and cal.n_unseen == len(dev_unseen):
-            parts.gate_threshold = _gate_in_use(cal, g, echo)
+            parts.gate_threshold = gate_in_use(cal, g, echo)
             echo(f"          reusing gate calibration from {adapter / GATE_FILE}")
             return cal
     det = Detector(parts.generator, parts.first_tokens, cfg.fallback, None)
@@ -276,11 +276,11 @@ def calibrate_gate(cfg: RunConfig, parts: Parts, adapter: Path, dev_known: list[
         readings.append(vals)
     cal = calibrate(readings[0], readings[1], rule=g.rule, target=g.target)
     cal.save(adapter)
-    parts.gate_threshold = _gate_in_use(cal, g, echo)
+    parts.gate_threshold = gate_in_use(cal, g, echo)
     return cal
 
 
-def _gate_in_use(cal: Any, g: Any, echo: Echo) -> float | None:
+def gate_in_use(cal: Any, g: Any, echo: Echo) -> float | None:
     """The threshold the system uses: None when the gate is off or carries no information on dev."""
     if not g.enabled:
         return None

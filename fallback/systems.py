@@ -159,3 +159,38 @@ def with_adapter_name(gen_cfg: Any, adapter_path: str, name: str = "lora") -> An
     return gen_cfg.model_copy(update={"adapters": {**gen_cfg.adapters, name: adapter_path}})
 
 
+
+
+def build_eval_system(cfg: Any) -> Any:
+    """The system for `lorarag eval`: models, index and adapter from the run config in `components`.
+
+    Reuses what `lorarag run` built (world, index, trained adapter, saved gate calibration); the
+    gate is used only if its saved dev calibration passed `gate.min_auroc`, as in the run itself.
+    """
+    from pathlib import Path
+
+    from fallback import pipeline
+    from fallback.config import RunConfig
+    from fallback.gate import GATE_FILE, load_gate
+    from rag.config import ConfigError, load_config, validate_data
+
+    if cfg.components is None:
+        raise ConfigError("eval config: `components:` must name a run config (configs/run/*.yaml) "
+                          f"to build the {cfg.system['kind']} system from")
+    run_cfg = load_config(cfg.components, RunConfig)
+    sc = validate_data(cfg.system, SystemConfig, "eval config: system")
+    adapter = pipeline.find_adapter(run_cfg)
+    needs_adapter = sc.kind == "lora_rag" or (sc.kind == "closed_book" and sc.adapter is not None)
+    if needs_adapter and adapter is None:
+        raise ConfigError(f"system {sc.name!r} needs the trained adapter of run "
+                          f"'{run_cfg.train.run_name}': run `lorarag run {cfg.components}` first")
+    paths = pipeline.Paths(Path(run_cfg.runs_dir) / run_cfg.name)
+    world = pipeline.make_world(run_cfg, paths)
+    retriever = pipeline.make_index(run_cfg, world)
+    parts = pipeline.build_parts(run_cfg, retriever, adapter, world)
+    gate = run_cfg.fallback.gate
+    if gate.threshold is not None:
+        parts.gate_threshold = gate.threshold if gate.enabled else None
+    elif adapter is not None and (adapter / GATE_FILE).is_file():
+        parts.gate_threshold = pipeline.gate_in_use(load_gate(adapter), gate, log.info)
+    return build_system(sc, parts)

@@ -105,3 +105,21 @@ def test_reduced_demo_end_to_end(tmp_path):
     assert any("reusing adapter" in ln for ln in again)
     for s in cfg.systems:
         assert len((root / "eval" / s.name / "results.jsonl").read_text().splitlines()) == len(test)
+
+    # `lorarag eval` builds a single system from the same run config (components) and reuses its
+    # world, index and adapter: every test item answered once, with the LoRA's decisions recorded.
+    import yaml
+
+    from eval.config import EvalConfig, build_system
+    from eval.runner import run_eval
+    from fallback.scenarios import load_scenarios
+    from rag.config import dump_config
+
+    run_yaml = tmp_path / "run.yaml"
+    run_yaml.write_text(dump_config(cfg))
+    ecfg = EvalConfig(scenarios=str(root / "scenarios/test.jsonl"), components=str(run_yaml),
+                      system={"name": "lora_rag", "kind": "lora_rag"}, out_dir=str(tmp_path / "standalone"))
+    items = run_eval(build_system(ecfg), load_scenarios(ecfg.scenarios), ecfg.out_dir, batch_size=8)
+    assert sorted(i.qid for i in items) == sorted(json.loads(x)["qid"] for x in test)
+    assert all(i.route in ("context", "fallback", "abstain") for i in items)
+    assert yaml.safe_load(run_yaml.read_text())["name"] == cfg.name
