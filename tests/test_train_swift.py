@@ -16,7 +16,8 @@ from rag.config import ConfigError
 from train.config import SFTConfig, TrainConfig, WorldConfig, check_swift_args
 from train.export import export_command
 from train.sft import build_rows, write_sft
-from train.swift import (command_for, find_adapter, last_checkpoint, load_train_config, run_dir, slurm_script,
+from train.swift import (command_for, find_adapter, last_checkpoint, launch_env, load_train_config, run_dir,
+                         slurm_script,
                          swift_command, train)
 from train.world import build_world
 
@@ -149,7 +150,7 @@ def test_swift_sft_kill_resume_export_reload(tmp_path, tiny_models, sft_file):
                swift={**load_train_config(REPO / "configs/train/tiny.yaml").swift, "max_steps": 40,
                       "save_steps": 2})
     out = run_dir(cfg) / "output"
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    env = launch_env({**os.environ, "OMP_NUM_THREADS": "1"})  # as train() launches it
     proc = subprocess.Popen(swift_command(cfg), env=env, start_new_session=True,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:

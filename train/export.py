@@ -33,7 +33,9 @@ def export(run: str, output_dir: str | None = None, runs_dir: str = "runs/train"
     env = dict(os.environ)
     env.setdefault("HF_HUB_OFFLINE", "1")
     env.setdefault("MODELSCOPE_OFFLINE", "1")
-    proc = subprocess.run(cmd, env=env)
+    from train.swift import launch_env
+
+    proc = subprocess.run(cmd, env=launch_env(env))
     out = cmd[cmd.index("--output_dir") + 1]
     if proc.returncode != 0 or not (Path(out) / "config.json").is_file():
         raise TrainError(f"swift export failed (status {proc.returncode}); command: {render(cmd)}")

@@ -100,6 +100,13 @@ def train_env(cfg: TrainConfig) -> dict[str, str]:
     return env
 
 
+def launch_env(env: dict[str, str]) -> dict[str, str]:
+    """`env` with this interpreter's bin folder first on PATH, so `swift` (and the torchrun it
+    starts) resolve to the same virtual environment even when it was not activated (make test)."""
+    bindir = str(Path(sys.executable).parent)
+    return {**env, "PATH": os.pathsep.join([bindir, env.get("PATH", "")])}
+
+
 def command_for(cfg: TrainConfig) -> list[str]:
     """The training command of the configured kind, resuming when a checkpoint exists."""
     if cfg.kind == "peft":
@@ -128,7 +135,7 @@ def train(cfg: TrainConfig, *, dry_run: bool = False, config_path: str | None = 
     data = [cfg.dataset] + ([cfg.val_dataset] if cfg.val_dataset else [])
     rd = start_run(run_dir(cfg), cfg, seeds={"seed": cfg.seed}, data=data, command=cmd)
     (rd / "command.sh").write_text(render(cmd, env) + "\n", encoding="utf-8")
-    proc = subprocess.run(cmd, env=env)
+    proc = subprocess.run(cmd, env=launch_env(env))
     if proc.returncode != 0:
         raise TrainError(f"{cfg.run_name}: training exited with status {proc.returncode} "
                          f"(rerun the same command to resume from the last checkpoint)")
