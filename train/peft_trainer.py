@@ -1,7 +1,7 @@
 """The `peft` trainer kind: a plain LoRA loop for the CPU demo only (GPUs use ms-swift).
 
 Why it exists: on 2 CPU cores ms-swift's step costs more than this loop (see
-.notes/train-results.md for the measured flags). This loop does what makes CPU training fit:
+docs/research-log.md for the measured flags). This loop does what makes CPU training fit:
 bf16 autocast (AVX512-BF16), no gradient checkpointing, length-grouped batches (little
 padding), and the LM head applied only at positions that carry a label (the 49k-vocabulary
 projection at every position is wasted work). It reads the same ms-swift argument names from

@@ -1,7 +1,7 @@
 """Quick measurement of a base model or adapter on the demo world (transformers + peft, greedy).
 
 Closed-book accuracy on facts asked with a given phrasing, and conflict-aware verdict/answer
-accuracy on scenarios. This is the training-side check written into .notes/train-results.md;
+accuracy on scenarios. This is the training-side check written into docs/research-log.md;
 the full evaluation with retrieval, routing and CIs lives in eval/ and fallback/.
 """
 
