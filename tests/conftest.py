@@ -32,3 +32,12 @@ def tiny_models(tmp_path_factory) -> dict[str, Path]:
     from rag.tiny import build_all
 
     return build_all(tmp_path_factory.mktemp("tiny-models"))
+
+
+@pytest.fixture(scope="session")
+def lora(tiny_models, tmp_path_factory) -> Path:
+    """One tiny peft LoRA on the tiny LM, shared by every test (peft's A init is unseeded, so two
+    builds would differ and backends could not be compared across modules)."""
+    from tests.tiny_lora import build_lora
+
+    return build_lora(tiny_models["lm"], tmp_path_factory.mktemp("lora") / "sft")

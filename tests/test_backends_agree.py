@@ -10,7 +10,6 @@ from rag.config import GeneratorConfig
 from rag.generate import Message, build_generator, same_answer
 from rag.prompt import given_labels
 from tests.servers import free_port, launched, swift_deploy_cmd, vllm_server_cmd
-from tests.tiny_lora import build_lora
 
 pytestmark = pytest.mark.slow
 
@@ -19,11 +18,6 @@ QUESTIONS = ["初次申领机动车号牌、行驶证的，应当向哪个部门
 CONVS = [[Message("system", "Answer briefly from the sources [S1]."), Message("user", q)]
          for q in QUESTIONS]
 N = 12
-
-
-@pytest.fixture(scope="module")
-def lora(tiny_models, tmp_path_factory):
-    return build_lora(tiny_models["lm"], tmp_path_factory.mktemp("lora-agree") / "sft")
 
 
 LONG = [Message("system", "Answer from the sources."), Message("user", "<sources>\n" + "\n".join(

@@ -18,17 +18,10 @@ from fallback.verdict import label_first_tokens, label_probs
 from rag.config import GeneratorConfig
 from rag.records import Chunk, Retrieved
 
-from tests.tiny_lora import build_lora
 
 
 def _src(text: str, cid: str = "c1") -> Retrieved:
     return Retrieved(Chunk(cid, "doc.md", "doc.md", text, 0, len(text)), 1.0, 1)
-
-
-@pytest.fixture(scope="module")
-def lora(tiny_models, tmp_path_factory):
-    """One adapter for every backend (peft's A init is not seeded: two builds would differ)."""
-    return build_lora(tiny_models["lm"], tmp_path_factory.mktemp("lora") / "a")
 
 
 @pytest.fixture(scope="module")

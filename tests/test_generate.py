@@ -15,15 +15,9 @@ from rag.generate import Message, UnknownAdapterError, build_generator
 from rag.http import EndpointError
 from rag.prompt import ContextWindowError
 from tests.servers import free_port
-from tests.tiny_lora import build_lora
 
 CONVS = [[Message("system", "Answer briefly."), Message("user", q)]
          for q in ("What is the capital of France?", "When was it founded?", "机动车应当向哪个部门申请注册登记？")]
-
-
-@pytest.fixture(scope="module")
-def lora(tiny_models, tmp_path_factory):
-    return build_lora(tiny_models["lm"], tmp_path_factory.mktemp("lora") / "sft")
 
 
 @pytest.fixture(scope="module")
