@@ -1,9 +1,14 @@
 """The calibrated self-knowledge gate: does the model's "memory" count?
 
 The memory-first LoRA sometimes "remembers" values for organisations it never learned (measured:
-37 % over-fallback on unknown facts). The gate reads P(" unknown") at the first token of the
-memory field of the SAME scored pass (fallback/verdict.py); above a threshold the memory counts
-as unknown and the reply is regenerated with the forced prefix `memory: unknown |`.
+37 % over-fallback on unknown facts). The gate reads one doubt score per question (higher = more
+likely never learned); above a threshold the memory counts as unknown and the reply is forced to
+start `memory: unknown |`. Two signals (`GateConfig.signal`):
+- `p_unknown`: P(" unknown") at the first token of the memory field of the scored pass
+  (fallback/verdict.py) — measured near chance (dev AUROC 0.48-0.56) on the CPU demo;
+- `closed_book_nll`: the mean negative log-likelihood per token (nats) of the adapter's greedy
+  closed-book answer — a value learned in training is produced with confidence, an invented one
+  is not (dev AUROC 0.86 with the same adapter).
 
 The threshold is tuned on a DEV split only — a held-out dev phrasing of known facts (should keep
 their memory) plus never-learned organisations (should be rejected) — and saved next to the
@@ -21,19 +26,22 @@ from typing import Sequence
 from rag.config import ConfigError
 
 GATE_FILE = "gate.json"
+# An empty closed-book answer is maximal doubt; finite so that gate.json stays valid JSON.
+NO_ANSWER_NLL = 100.0
 
 
 @dataclass(frozen=True)
 class GateCalibration:
-    """A tuned threshold on P(" unknown") and how it did on the dev split."""
+    """A tuned threshold on the gate's doubt score and how it did on the dev split."""
 
-    threshold: float  # memory counts as unknown when P(" unknown") > threshold
+    threshold: float  # memory counts as unknown when the doubt score > threshold
     rule: str  # how it was chosen ("youden" or "unknown_recall")
     n_known: int
     n_unseen: int
     known_kept: float  # share of dev known-fact items whose memory is kept
     unseen_rejected: float  # share of dev never-learned items gated to unknown
-    auroc: float  # P(" unknown") as a detector of never-learned items, on dev
+    auroc: float  # the doubt score as a detector of never-learned items, on dev
+    signal: str = "p_unknown"  # GateConfig.signal it was tuned on (older files: p_unknown)
 
     def save(self, folder: str | Path) -> Path:
         """Write `gate.json` into `folder` (normally the adapter's folder)."""
@@ -54,9 +62,17 @@ def load_gate(folder: str | Path) -> GateCalibration:
         raise ConfigError(f"{path}: malformed gate calibration ({exc})") from None
 
 
-def gate_fires(p_unknown: float | None, threshold: float) -> bool:
+def gate_fires(doubt: float | None, threshold: float) -> bool:
     """True when the memory should count as unknown (None: no reading, the gate stays shut)."""
-    return p_unknown is not None and p_unknown > threshold
+    return doubt is not None and doubt > threshold
+
+
+def answer_nll(logprobs: Sequence[float]) -> float:
+    """Mean negative log-likelihood per token (nats) of a generated answer; no tokens: NO_ANSWER_NLL."""
+    if not logprobs:
+        return NO_ANSWER_NLL
+    return -sum(logprobs) / len(logprobs)
+
 
 
 def _auroc(neg: Sequence[float], pos: Sequence[float]) -> float:
@@ -69,8 +85,8 @@ def _auroc(neg: Sequence[float], pos: Sequence[float]) -> float:
 
 
 def calibrate(p_known: Sequence[float], p_unseen: Sequence[float], *, rule: str = "youden",
-              target: float = 0.95) -> GateCalibration:
-    """Choose the threshold from dev P(" unknown") of known-fact items and never-learned items.
+              target: float = 0.95, signal: str = "p_unknown") -> GateCalibration:
+    """Choose the threshold from dev doubt scores of known-fact items and never-learned items.
 
     - `youden`: maximise known_kept + unseen_rejected − 1 (ties: the highest threshold, which
       keeps more memories);
@@ -99,4 +115,4 @@ def calibrate(p_known: Sequence[float], p_unseen: Sequence[float], *, rule: str 
     kept, rejected = rates(best)
     auc = _auroc(known, unseen)
     return GateCalibration(best, rule, len(known), len(unseen), kept, rejected,
-                           auc if not math.isnan(auc) else float("nan"))
+                           auc if not math.isnan(auc) else float("nan"), signal)

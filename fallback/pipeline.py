@@ -250,7 +250,7 @@ def _tokenizer(cfg: RunConfig, generator: Any) -> Any:
 
 def calibrate_gate(cfg: RunConfig, parts: Parts, adapter: Path, dev_known: list[Scenario],
                    dev_unseen: list[Scenario], echo: Echo, *, force: bool = False) -> Any:
-    """P(" unknown") on the dev split → threshold, saved as gate.json next to the adapter."""
+    """The gate's doubt score on the dev split → threshold, saved as gate.json next to the adapter."""
     from fallback.gate import GATE_FILE, calibrate, load_gate
     from fallback.system import Detector
 
@@ -260,7 +260,7 @@ def calibrate_gate(cfg: RunConfig, parts: Parts, adapter: Path, dev_known: list[
         return None
     if (adapter / GATE_FILE).is_file() and not force:
         cal = load_gate(adapter)
-        if cal.rule == g.rule and cal.n_known == len(dev_known) and cal.n_unseen == len(dev_unseen):
+        if (cal.rule, cal.signal, cal.n_known, cal.n_unseen) == (g.rule, g.signal, len(dev_known), len(dev_unseen)):
             parts.gate_threshold = gate_in_use(cal, g, echo)
             echo(f"          reusing gate calibration from {adapter / GATE_FILE}")
             return cal
@@ -270,11 +270,10 @@ def calibrate_gate(cfg: RunConfig, parts: Parts, adapter: Path, dev_known: list[
         ctx = parts.contexts.contexts(items, cfg.calibration.context)
         vals: list[float] = []
         for s in range(0, len(items), 32):
-            js = det.judge([x.question for x in items[s:s + 32]], [c[1] for c in ctx[s:s + 32]])
-            vals.extend(j.verdict.p_unknown if j.verdict.p_unknown is not None else 0.0 for j in js)
+            vals.extend(det.gate_scores([x.question for x in items[s:s + 32]], [c[1] for c in ctx[s:s + 32]]))
             echo(f"          dev {label}: {min(s + 32, len(items))}/{len(items)}")
         readings.append(vals)
-    cal = calibrate(readings[0], readings[1], rule=g.rule, target=g.target)
+    cal = calibrate(readings[0], readings[1], rule=g.rule, target=g.target, signal=g.signal)
     cal.save(adapter)
     parts.gate_threshold = gate_in_use(cal, g, echo)
     return cal
@@ -285,7 +284,7 @@ def gate_in_use(cal: Any, g: Any, echo: Echo) -> float | None:
     if not g.enabled:
         return None
     if not cal.auroc >= g.min_auroc:
-        echo(f"          gate OFF: P(' unknown') separates known from never-learned dev items with AUROC "
+        echo(f"          gate OFF: {cal.signal} separates known from never-learned dev items with AUROC "
              f"{cal.auroc:.3f} < {g.min_auroc} (it would only discard real memories)")
         return None
     return cal.threshold
@@ -382,7 +381,7 @@ def plan(cfg: RunConfig, fresh: bool) -> list[tuple[str, str]]:
     w, r = cfg.train.world, cfg.rag.retrieval
     systems = ", ".join(f"{s.name} ({s.kind}, {s.context})" for s in cfg.systems)
     base = f"prepare base model ({cfg.prepare_base}) -> {cfg.train.model}; " if cfg.prepare_base else ""
-    gate = (f"P(' unknown') on dev, rule={cfg.fallback.gate.rule} -> <adapter>/gate.json"
+    gate = (f"{cfg.fallback.gate.signal} on dev, rule={cfg.fallback.gate.rule} -> <adapter>/gate.json"
             if cfg.fallback.gate.threshold is None else f"fixed threshold {cfg.fallback.gate.threshold}")
     return [
         ("world", f"build_world(seed={w.seed}, n_orgs={w.n_orgs}) -> {root / 'world'}"),

@@ -2,9 +2,10 @@
 
 The LoRA reads the question and the numbered sources and replies
 `memory: … | source: … | verdict: … | answer: …` (fallback/format.py). One scored pass (forced
-prefix `memory:`, top logprobs at every position) gives the verdict distribution and P(" unknown")
-at the memory position. If the calibrated gate says the memory is not real knowledge, the reply is
-regenerated from `memory: unknown |`. The routing policy (a pure function) then picks the source
+prefix `memory:`, or `memory: <closed-book answer> |`; top logprobs at every position) gives the
+verdict distribution. If the calibrated gate (fallback/gate.py: P(" unknown") at the memory
+position, or the closed-book answer's NLL) says the memory is not real knowledge, the reply
+starts from `memory: unknown |` instead. The routing policy (a pure function) then picks the source
 value, the memory value or abstention. Every decision lands in the Trace.
 """
 
@@ -17,7 +18,7 @@ from typing import Any, Sequence
 
 from fallback.config import FallbackConfig
 from fallback.format import SYSTEM_RAG, SourceText, is_unknown, rag_user_turn
-from fallback.gate import gate_fires
+from fallback.gate import answer_nll, gate_fires
 from fallback.policy import decide_route, route_answer
 from fallback.verdict import Verdict, forced_unknown_prefix, memory_prefix, read_verdict
 from rag.records import Answer, Retrieved, Trace
@@ -33,8 +34,17 @@ class Judgement:
 
     verdict: Verdict  # final reply's verdict (after a gated regeneration, if any)
     gated: bool  # True when the gate forced `memory: unknown`
-    first_memory: str  # the memory the model stated before the gate
+    first_memory: str  # the memory before the gate (the reply's, or the closed-book answer)
     prompt: str
+    doubt: float | None = None  # the gate's reading (GateConfig.signal); None: not read
+
+
+@dataclass(frozen=True)
+class ClosedBook:
+    """The adapter's greedy closed-book answer and its mean NLL per token (nats)."""
+
+    answer: str
+    nll: float
 
 
 def conversation(question: str, sources: Sequence[Retrieved], system: str = SYSTEM_RAG) -> list[Any]:
@@ -46,7 +56,13 @@ def conversation(question: str, sources: Sequence[Retrieved], system: str = SYST
 
 
 class Detector:
-    """The scored verdict pass plus the self-knowledge gate, batched."""
+    """The scored verdict pass plus the self-knowledge gate, batched.
+
+    memory `reply`: the model writes its memory in the scored pass; where the gate fires, the reply
+    is regenerated from `memory: unknown |`. memory `closed_book`: a closed-book pass of the same
+    adapter answers first and the scored pass is forced to start `memory: <that answer> |` (or
+    `memory: unknown |` where the gate fires) — one scored pass either way.
+    """
 
     def __init__(self, generator: Any, first_tokens: dict[str, str], cfg: FallbackConfig,
                  gate_threshold: float | None, *, system_prompt: str = SYSTEM_RAG,
@@ -59,36 +75,41 @@ class Detector:
         self.gate_threshold = gate_threshold if cfg.gate.enabled else None
         self.invalid = 0  # replies that did not parse, counted over the detector's lifetime
 
-    def _pass(self, convs: list[list[Any]], prefix: str) -> list[tuple[Verdict, str]]:
-        d = self.cfg.detector
-        gens = self.generator.generate(convs, adapter=d.adapter, max_new_tokens=d.max_new_tokens,
-                                       top_logprobs=d.top_logprobs, prefixes=[prefix] * len(convs))
-        return [(read_verdict(g, self.first_tokens, prefix=prefix), g.prompt) for g in gens]
+    @property
+    def _needs_closed_book(self) -> bool:
+        return self.memory == "closed_book" or (self.cfg.gate.signal == "closed_book_nll"
+                                                and self.gate_threshold is not None)
 
-    def _judge_with_closed_book_memory(self, questions: Sequence[str], convs: list) -> list[Judgement]:
-        """Closed-book pass first; the scored RAG pass is forced to start `memory: <that answer> |`."""
-        mems = _closed_book_memories(self.generator, self.cfg.detector.adapter, questions)
+    def _pass(self, convs: list[list[Any]], prefixes: Sequence[str]) -> list[tuple[Verdict, str]]:
         d = self.cfg.detector
-        prefixes = [f"{memory_prefix()} {m} |" for m in mems]
         gens = self.generator.generate(convs, adapter=d.adapter, max_new_tokens=d.max_new_tokens,
-                                       top_logprobs=d.top_logprobs, prefixes=prefixes)
-        out = []
-        for g, p, m in zip(gens, prefixes, mems):
-            v = read_verdict(g, self.first_tokens, prefix=p)
-            self.invalid += not v.valid
-            out.append(Judgement(v, False, m, g.prompt))
-        return out
+                                       top_logprobs=d.top_logprobs, prefixes=list(prefixes))
+        return [(read_verdict(g, self.first_tokens, prefix=p), g.prompt) for g, p in zip(gens, prefixes)]
+
+    def _fires(self, doubt: float | None) -> bool:
+        return self.gate_threshold is not None and gate_fires(doubt, self.gate_threshold)
+
+    def gate_scores(self, questions: Sequence[str], sources: Sequence[Sequence[Retrieved]]) -> list[float]:
+        """The gate's doubt score per question (GateConfig.signal), for calibration on dev."""
+        if self.cfg.gate.signal == "closed_book_nll":
+            return [c.nll for c in closed_book(self.generator, self.cfg.detector.adapter, questions)]
+        convs = [conversation(q, s, self.system_prompt) for q, s in zip(questions, sources)]
+        first = self._pass(convs, [memory_prefix()] * len(convs))
+        return [v.p_unknown if v.p_unknown is not None else 0.0 for v, _ in first]
 
     def judge(self, questions: Sequence[str], sources: Sequence[Sequence[Retrieved]]) -> list[Judgement]:
         """One scored pass for every question; a gated second pass only where the gate fires."""
         convs = [conversation(q, s, self.system_prompt) for q, s in zip(questions, sources)]
+        adapter = self.cfg.detector.adapter
         if self.memory == "closed_book":
-            return self._judge_with_closed_book_memory(questions, convs)
-        first = self._pass(convs, memory_prefix())
+            return self._judge_closed_book_memory(convs, closed_book(self.generator, adapter, questions))
+        cb = closed_book(self.generator, adapter, questions) if self._needs_closed_book else None
+        first = self._pass(convs, [memory_prefix()] * len(convs))
+        doubts = [c.nll for c in cb] if cb is not None and self.cfg.gate.signal == "closed_book_nll" \
+            else [v.p_unknown for v, _ in first]
         redo = [i for i, (v, _) in enumerate(first)
-                if self.gate_threshold is not None and gate_fires(v.p_unknown, self.gate_threshold)
-                and not (v.valid and is_unknown(v.memory))]
-        second = dict(zip(redo, self._pass([convs[i] for i in redo], forced_unknown_prefix()))) if redo else {}
+                if self._fires(doubts[i]) and not (v.valid and is_unknown(v.memory))]
+        second = dict(zip(redo, self._pass([convs[i] for i in redo], [forced_unknown_prefix()] * len(redo))))
         out = []
         for i, (v, prompt) in enumerate(first):
             final = v
@@ -96,19 +117,32 @@ class Detector:
                 # keep the first pass's gate reading on the regenerated verdict
                 final = replace(second[i][0], p_unknown=v.p_unknown)
             self.invalid += not final.valid
-            out.append(Judgement(final, i in second, v.memory, prompt))
+            out.append(Judgement(final, i in second, v.memory, prompt, doubts[i]))
+        return out
+
+    def _judge_closed_book_memory(self, convs: list, cb: list[ClosedBook]) -> list[Judgement]:
+        """The scored pass forced to start with the closed-book memory (or unknown, if gated)."""
+        doubts = [c.nll for c in cb] if self.cfg.gate.signal == "closed_book_nll" else [None] * len(cb)
+        gated = [self._fires(x) or is_unknown(c.answer) for x, c in zip(doubts, cb)]
+        prefixes = [forced_unknown_prefix() if g else f"{memory_prefix()} {c.answer} |" for g, c in zip(gated, cb)]
+        out = []
+        for (v, prompt), g, c, x in zip(self._pass(convs, prefixes), gated, cb, doubts):
+            self.invalid += not v.valid
+            out.append(Judgement(v, g and not is_unknown(c.answer), c.answer, prompt, x))
         return out
 
 
-def _closed_book_memories(generator: Any, adapter: str | None, questions: Sequence[str]) -> list[str]:
-    """The adapter's closed-book answers (its recall there beats the memory it writes in a RAG reply)."""
+def closed_book(generator: Any, adapter: str | None, questions: Sequence[str]) -> list[ClosedBook]:
+    """The adapter's closed-book answers and their NLL (its recall there beats the RAG reply's memory)."""
     from rag.generate import Message
 
     from fallback.format import SYSTEM_CLOSED_BOOK, closed_book_user_turn
 
     convs = [[Message("system", SYSTEM_CLOSED_BOOK), Message("user", closed_book_user_turn(q))] for q in questions]
-    gens = generator.generate(convs, adapter=adapter, max_new_tokens=24)
-    return [" ".join(g.text.replace("|", " ").split()) or "unknown" for g in gens]
+    # top_logprobs=1 asks every backend (openai kind included) for the chosen tokens' logprobs
+    gens = generator.generate(convs, adapter=adapter, max_new_tokens=24, top_logprobs=1)
+    return [ClosedBook(" ".join(g.text.replace("|", " ").split()) or "unknown", answer_nll(g.logprobs))
+            for g in gens]
 
 
 def _answer(question: str, ctx: Context, j: Judgement, cfg: FallbackConfig, seconds: float) -> Answer:
@@ -119,6 +153,8 @@ def _answer(question: str, ctx: Context, j: Judgement, cfg: FallbackConfig, seco
     source_value = v.source if not is_unknown(v.source) else v.answer
     text = route_answer(route, v.memory, source_value)
     notes = [f"p_unknown={v.p_unknown:.4f}" if v.p_unknown is not None else "p_unknown=none"]
+    if j.doubt is not None:
+        notes.append(f"gate doubt ({cfg.gate.signal})={j.doubt:.4f}")
     if j.gated:
         notes.append(f"gate: memory {j.first_memory!r} -> unknown")
     if not v.valid:

@@ -131,7 +131,9 @@ def build_system(cfg: SystemConfig, parts: Any) -> Any:
 
 
 def _lora_rag(cfg: SystemConfig, parts: Any) -> LoRARAG:
-    gate = parts.gate_threshold if cfg.memory == "reply" else None  # a given memory is not gated
+    # A memory given by the closed-book pass can only be gated on that pass's own confidence.
+    gated = cfg.memory == "reply" or parts.fallback.gate.signal == "closed_book_nll"
+    gate = parts.gate_threshold if gated else None
     det = Detector(parts.generator, parts.first_tokens, parts.fallback, gate, memory=cfg.memory)
     return LoRARAG(cfg.name, AdvancedRAGSystem(parts.rag, det, parts.fallback), parts.contexts, cfg.context)
 

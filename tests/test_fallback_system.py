@@ -89,6 +89,7 @@ class G:
     tokens: tuple
     top_logprobs: tuple
     prompt: str = "p"
+    logprobs: tuple = ()
 
 
 def _reply(tokens: list[str], p_unknown: float, verdict: str, p_verdict: float) -> G:
@@ -289,3 +290,55 @@ def test_closed_book_memory_is_forced_into_the_reply():
     assert gen.calls[0][0].startswith("You answer questions from your own knowledge")
     assert gen.calls[1][1] == ["memory: 12 million |"]  # "|" in the answer cannot break the format
     assert a.trace.memory_answer == "12 million" and a.trace.route == "fallback" and a.text == "12 million"
+
+
+class CBGate:
+    """Closed-book pass answers with scripted token logprobs; the scored pass answers per prefix."""
+
+    def __init__(self, closed, replies):
+        self.closed, self.replies, self.calls = closed, replies, []
+
+    def generate(self, convs, *, adapter=None, max_new_tokens=None, top_logprobs=0, prefixes=None):
+        self.calls.append((convs[0][0].content, prefixes, top_logprobs))
+        qs = [c[-1].content.rsplit("Question: ", 1)[1] for c in convs]
+        if prefixes is None:
+            return [G(self.closed[q][0], (), (), logprobs=self.closed[q][1]) for q in qs]
+        return [self.replies[(q, p)] for q, p in zip(qs, prefixes)]
+
+
+def test_closed_book_nll_gate_keeps_confident_memories_and_drops_unsure_ones():
+    """memory: closed_book + signal closed_book_nll: an unsure closed-book answer becomes `memory: unknown`."""
+    conflict = ["source", ":", " 9", " |", " verdict", ":", " conflicting", " |", " answer", ":", " 7"]
+    closed = {"q-known": ("7", (-0.01, -0.03)),  # NLL 0.02 nats/token: learned
+              "q-unseen": ("5", (-1.2, -0.6))}  # NLL 0.9: invented
+    replies = {("q-known", "memory: 7 |"): _reply([" "] + conflict, 0.5, "conflicting", 0.9),
+               ("q-unseen", "memory: unknown |"): _reply([" "] + conflict, 0.5, "conflicting", 0.9)}
+    gen = CBGate(closed, replies)
+    cfg = FallbackConfig(gate=GateConfig(signal="closed_book_nll"))
+    det = Detector(gen, FIRST, cfg, gate_threshold=0.5, memory="closed_book")
+    known, unseen = AdvancedRAGSystem(None, det, cfg).answer_with_context(
+        ["q-known", "q-unseen"], [((), (_src("x"),))] * 2)
+    assert gen.calls[0][2] >= 1  # the closed-book pass asks for logprobs on every backend
+    assert gen.calls[1][1] == ["memory: 7 |", "memory: unknown |"]
+    assert known.trace.route == "fallback" and known.text == "7"
+    # doubt without memory: the sources are the only answer (unknown_conflict = context)
+    assert unseen.trace.route == "context" and unseen.trace.memory_answer is None
+    assert any("gate: memory '5' -> unknown" in n for n in unseen.trace.notes)
+    assert any("closed_book_nll)=0.9000" in n for n in unseen.trace.notes)
+
+
+def test_closed_book_nll_gate_in_reply_mode_regenerates_the_unsure_reply():
+    """memory: reply + signal closed_book_nll: the closed-book NLL, not P(unknown), decides the redo."""
+    tail = ["source", ":", " 9", " |", " verdict", ":", " supported", " |", " answer", ":", " 9"]
+    closed = {"q-known": ("7", (-0.02,)), "q-unseen": ("5", (-2.0,))}
+    replies = {("q-known", "memory:"): _reply([" 7", " |"] + tail, 0.9, "supported", 0.9),  # high P(unknown)
+               ("q-unseen", "memory:"): _reply([" 5", " |"] + tail, 0.01, "supported", 0.9),
+               ("q-unseen", "memory: unknown |"): _reply([" "] + tail, 0.01, "supported", 0.9)}
+    gen = CBGate(closed, replies)
+    cfg = FallbackConfig(gate=GateConfig(signal="closed_book_nll"))
+    det = Detector(gen, FIRST, cfg, gate_threshold=1.0)
+    known, unseen = AdvancedRAGSystem(None, det, cfg).answer_with_context(
+        ["q-known", "q-unseen"], [((), (_src("x"),))] * 2)
+    assert gen.calls[-1][1] == ["memory: unknown |"]  # only the unsure one is redone
+    assert known.trace.memory_answer == "7" and unseen.trace.memory_answer is None
+    assert det.gate_scores(["q-known", "q-unseen"], [[], []]) == [0.02, 2.0]

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from sklearn.metrics import roc_auc_score
 
 from fallback.config import PolicyConfig
-from fallback.gate import calibrate, gate_fires, load_gate
+from fallback.gate import NO_ANSWER_NLL, answer_nll, calibrate, gate_fires, load_gate
 from fallback.policy import decide_route, route_answer
 from rag.config import ConfigError
 
@@ -72,3 +74,20 @@ def test_gate_fires_and_round_trip(tmp_path):
         load_gate(tmp_path / "nope")
     with pytest.raises(ValueError):
         calibrate([], [0.5])
+
+
+def test_answer_nll_hand_computed():
+    assert answer_nll([-0.5, -1.5]) == pytest.approx(1.0)  # (0.5 + 1.5) / 2 nats per token
+    assert answer_nll([-0.1]) == pytest.approx(0.1)
+    assert answer_nll([]) == NO_ANSWER_NLL  # no answer tokens: maximal doubt, finite for JSON
+
+
+def test_gate_json_records_its_signal_and_old_files_read_as_p_unknown(tmp_path):
+    cal = calibrate([0.02, 0.05], [0.9, 1.4], signal="closed_book_nll")
+    assert cal.signal == "closed_book_nll" and cal.auroc == 1.0
+    cal.save(tmp_path)
+    assert load_gate(tmp_path).signal == "closed_book_nll"
+    data = json.loads((tmp_path / "gate.json").read_text())
+    del data["signal"]  # a gate.json written before the field existed
+    (tmp_path / "gate.json").write_text(json.dumps(data))
+    assert load_gate(tmp_path).signal == "p_unknown"
