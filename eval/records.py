@@ -57,6 +57,7 @@ class ItemResult:
     latency_s: float | None
     phrasing: int = 0
     source_set: str = "demo"
+    notes: tuple[str, ...] = ()  # the trace's notes (gate reading and decision, invalid replies)
 
     @property
     def answerable(self) -> bool:
@@ -109,6 +110,7 @@ def item_result(system: str, scenario, answer: Answer, closed_book_answer: str |
         memory_answer=tr.memory_answer if tr else None,
         closed_book_answer=closed_book_answer, latency_s=latency_s,
         phrasing=scenario.phrasing, source_set=scenario.source_set,
+        notes=tuple(tr.notes) if tr else (),
     )
 
 

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
+from fallback.calibration import Parts, build_parts, calibrate_gate
 from fallback.config import RunConfig
 from fallback.scenarios import Scenario, save_scenarios
 
@@ -196,98 +197,6 @@ def train_or_reuse(cfg: RunConfig, world: Any, fresh: bool, echo: Echo) -> Path:
     from train.swift import train  # ms-swift (GPU) or the CPU peft loop, as `train.kind` says
 
     return Path(train(cfg.train))
-
-
-# --- 5: calibrate ------------------------------------------------------------------------------
-
-@dataclass
-class Parts:
-    """Components built once and injected into every scenario system."""
-
-    generator: Any
-    first_tokens: dict[str, str]
-    fallback: Any
-    gate_threshold: float | None
-    rag: Any
-    contexts: Any
-
-
-def build_parts(cfg: RunConfig, retriever: Any, adapter: Path | None, world: Any) -> Parts:
-    """One generator (base + the trained adapter, if any), the RAGSystem and the scenario contexts."""
-    from fallback.systems import ScenarioContexts, with_adapter_name
-    from fallback.verdict import label_first_tokens
-    from rag.generate import build_generator
-
-    name = cfg.fallback.detector.adapter or "lora"
-    gen_cfg = cfg.rag.generator if adapter is None else with_adapter_name(cfg.rag.generator, str(adapter), name)
-    generator = build_generator(gen_cfg)
-    reranker = None
-    if cfg.rag.reranker is not None:
-        from rag.rerank import build_reranker
-
-        reranker = build_reranker(cfg.rag.reranker)
-    rag = _rag_system(cfg.rag.model_copy(update={"generator": gen_cfg}), retriever, reranker, generator)
-    kb = {c.chunk_id: c for c in world.chunks()}
-    ctx = ScenarioContexts(retriever, reranker, cfg.rag.retrieval, kb)
-    return Parts(generator, label_first_tokens(_tokenizer(cfg, generator)), cfg.fallback, None, rag, ctx)
-
-
-def _rag_system(rag_cfg: Any, retriever: Any, reranker: Any, generator: Any) -> Any:
-    from rag.prompt import PromptBuilder
-    from rag.system import RAGSystem
-
-    return RAGSystem(retriever, generator, PromptBuilder(rag_cfg.prompt), rag_cfg.retrieval, reranker=reranker)
-
-
-def _tokenizer(cfg: RunConfig, generator: Any) -> Any:
-    tok = getattr(generator, "tokenizer", None)
-    if tok is not None:
-        return tok
-    from transformers import AutoTokenizer
-
-    return AutoTokenizer.from_pretrained(cfg.fallback.detector.tokenizer or cfg.rag.generator.model)
-
-
-def calibrate_gate(cfg: RunConfig, parts: Parts, adapter: Path, dev_known: list[Scenario],
-                   dev_unseen: list[Scenario], echo: Echo, *, force: bool = False) -> Any:
-    """The gate's doubt score on the dev split → threshold, saved as gate.json next to the adapter."""
-    from fallback.gate import GATE_FILE, calibrate, load_gate
-    from fallback.system import Detector
-
-    g = cfg.fallback.gate
-    if g.threshold is not None and not force:
-        parts.gate_threshold = g.threshold if g.enabled else None
-        return None
-    if (adapter / GATE_FILE).is_file() and not force:
-        cal = load_gate(adapter)
-        if (cal.rule, cal.signal, cal.n_known, cal.n_unseen) == (g.rule, g.signal, len(dev_known), len(dev_unseen)):
-            parts.gate_threshold = gate_in_use(cal, g, echo)
-            echo(f"          reusing gate calibration from {adapter / GATE_FILE}")
-            return cal
-    det = Detector(parts.generator, parts.first_tokens, cfg.fallback, None)
-    readings: list[list[float]] = []
-    for label, items in (("known", dev_known), ("never-learned", dev_unseen)):
-        ctx = parts.contexts.contexts(items, cfg.calibration.context)
-        vals: list[float] = []
-        for s in range(0, len(items), 32):
-            vals.extend(det.gate_scores([x.question for x in items[s:s + 32]], [c[1] for c in ctx[s:s + 32]]))
-            echo(f"          dev {label}: {min(s + 32, len(items))}/{len(items)}")
-        readings.append(vals)
-    cal = calibrate(readings[0], readings[1], rule=g.rule, target=g.target, signal=g.signal)
-    cal.save(adapter)
-    parts.gate_threshold = gate_in_use(cal, g, echo)
-    return cal
-
-
-def gate_in_use(cal: Any, g: Any, echo: Echo) -> float | None:
-    """The threshold the system uses: None when the gate is off or carries no information on dev."""
-    if not g.enabled:
-        return None
-    if not cal.auroc >= g.min_auroc:
-        echo(f"          gate OFF: {cal.signal} separates known from never-learned dev items with AUROC "
-             f"{cal.auroc:.3f} < {g.min_auroc} (it would only discard real memories)")
-        return None
-    return cal.threshold
 
 
 # --- 6-7: evaluate, report ---------------------------------------------------------------------

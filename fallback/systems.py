@@ -171,7 +171,7 @@ def build_eval_system(cfg: Any) -> Any:
     """
     from pathlib import Path
 
-    from fallback import pipeline
+    from fallback import calibration, pipeline
     from fallback.config import RunConfig
     from fallback.gate import GATE_FILE, load_gate
     from rag.config import ConfigError, load_config, validate_data
@@ -189,10 +189,10 @@ def build_eval_system(cfg: Any) -> Any:
     paths = pipeline.Paths(Path(run_cfg.runs_dir) / run_cfg.name)
     world = pipeline.make_world(run_cfg, paths)
     retriever = pipeline.make_index(run_cfg, world)
-    parts = pipeline.build_parts(run_cfg, retriever, adapter, world)
+    parts = calibration.build_parts(run_cfg, retriever, adapter, world)
     gate = run_cfg.fallback.gate
     if gate.threshold is not None:
         parts.gate_threshold = gate.threshold if gate.enabled else None
     elif adapter is not None and (adapter / GATE_FILE).is_file():
-        parts.gate_threshold = pipeline.gate_in_use(load_gate(adapter), gate, log.info)
+        parts.gate_threshold = calibration.gate_in_use(load_gate(adapter), gate, log.info)
     return build_system(sc, parts)

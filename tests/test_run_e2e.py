@@ -76,6 +76,7 @@ def test_reduced_demo_end_to_end(tmp_path):
     assert (adapter / "adapter_model.safetensors").is_file()
     gate = json.loads((adapter / "gate.json").read_text())
     assert gate["n_known"] == gate["n_unseen"] == cfg.calibration.max_items
+    assert gate["signal"] == "closed_book_nll" and gate["threshold"] > 0  # an NLL in nats/token
 
     # every system answered every item exactly once, with its decisions recorded
     for s in cfg.systems:
@@ -86,6 +87,8 @@ def test_reduced_demo_end_to_end(tmp_path):
                        for r in rows)
         if s.kind == "lora_rag":  # LoRA closed-book answers feed the bias metrics
             assert all(r["closed_book_answer"] is not None for r in rows)
+            # the gate (min_auroc 0: always on) read the closed-book NLL of every item
+            assert all(any("gate doubt (closed_book_nll)=" in n for n in r["notes"]) for r in rows)
 
     # report structure
     md = (root / "report/report.md").read_text()

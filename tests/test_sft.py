@@ -121,3 +121,19 @@ def test_build_demo_data_writes_everything(tmp_path):
                             tmp_path / "demo/sft/train.jsonl", tmp_path / "demo/sft/val.jsonl")
     for key in ("corpus", "chunks", "scenarios_train", "scenarios_dev", "scenarios_test", "train", "val"):
         assert paths[key].exists(), key
+
+
+def test_rag_phrasings_all_puts_every_type_on_both_phrasings():
+    """rag_phrasings: all — each known fact gets the pair AND outdated/irrelevant on both phrasings."""
+    world = build_world(WorldConfig(seed=2, n_orgs=20))
+    alt, _ = build_rows(world, SFTConfig(seed=0, knowledge_repeats=2))
+    both, _ = build_rows(world, SFTConfig(seed=0, knowledge_repeats=2, rag_phrasings="all"))
+    f = world.by_group("known")[0]
+    for verdict in ("supported", "conflicting", "irrelevant"):
+        rows = [r for r in both if r.fact_id == f.fact_id and r.verdict == verdict]
+        qs = {_user(r).rsplit("Question: ", 1)[1] for r in rows}
+        assert qs == {f.questions[0], f.questions[1]}  # one row per training phrasing
+        assert len([r for r in alt if r.fact_id == f.fact_id and r.verdict == verdict]) == 1
+    # knowledge rows and unanswerable rows are not affected; leak check still holds
+    assert [r for r in both if r.kind == "knowledge"].__len__() == [r for r in alt if r.kind == "knowledge"].__len__()
+    leak_check(both, world)

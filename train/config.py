@@ -49,6 +49,10 @@ class SFTConfig(Strict):
     seed: int = 0
     knowledge_repeats: int = 3  # closed-book copies of each (fact, training phrasing)
     rag_per_fact: int = 1  # conflict-aware examples per (fact, scenario type, phrasing)
+    # `alternate`: per fact, one training phrasing carries the contrastive pair (consistent +
+    # factual error), the other outdated + irrelevant; `all`: both phrasings carry every type
+    # (twice the conflict-aware rows, each phrasing with its own perturbed value).
+    rag_phrasings: Literal["alternate", "all"] = "alternate"
     distractors: int = 1  # extra distractor sources beside the gold / perturbed chunk
     raft_gold_absent: float = 0.3  # share of irrelevant examples built from distractors only
     val_fraction: float = 0.05

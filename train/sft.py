@@ -92,7 +92,7 @@ def build_rows(world: World, cfg: SFTConfig, undated_fraction: float = 0.5) -> t
         group = "known" if s.knowledge == "known" else "context_only"
         pair_ph = _pair_phrasing(s.fact_id)
         on_pair = s.scenario in ("consistent", "factual_error")
-        if s.scenario != "unanswerable" and (s.phrasing == pair_ph) != on_pair:
+        if cfg.rag_phrasings == "alternate" and s.scenario != "unanswerable" and (s.phrasing == pair_ph) != on_pair:
             continue
         if group == "context_only" and s.scenario == "outdated":
             continue  # an untaught fact gives no ground to call a value outdated
