@@ -86,14 +86,15 @@ class LoRARAG:
 class BaseRAG:
     """The plain grounded RAG prompt (no detection) on scenario or oracle contexts."""
 
-    def __init__(self, name: str, rag: Any, ctx: ScenarioContexts, mode: str) -> None:
-        self.name, self.rag, self.ctx, self.mode = name, rag, ctx, mode
+    def __init__(self, name: str, rag: Any, ctx: ScenarioContexts, mode: str, max_new_tokens: int) -> None:
+        self.name, self.rag, self.ctx, self.mode, self.max_new = name, rag, ctx, mode, max_new_tokens
 
     def answer_scenarios(self, items: list[Scenario]) -> list[Answer]:
         """Answer from the context, as the base RAGSystem does."""
         ctxs = self.ctx.oracle(items) if self.mode == "oracle" else self.ctx.contexts(items, self.mode)
         answers = self.rag.answer_with_context([s.question for s in items], [list(c[1]) for c in ctxs],
-                                               candidates=[list(c[0] or c[1]) for c in ctxs])
+                                               candidates=[list(c[0] or c[1]) for c in ctxs],
+                                               max_new_tokens=self.max_new)
         # Record the sources actually given as the final list (RAGSystem leaves `reranked` empty
         # without a reranker, which would make the top-N candidates look like the model's input).
         return [replace(a, trace=replace(a.trace, reranked=tuple(c[1]))) if a.trace else a
@@ -150,8 +151,8 @@ def _prompted(cfg: SystemConfig, parts: Any) -> LoRARAG:
 SYSTEMS: dict[str, Callable[[SystemConfig, Any], Any]] = {
     "lora_rag": _lora_rag,
     "prompted_detection": _prompted,
-    "base_rag": lambda cfg, p: BaseRAG(cfg.name, p.rag, p.contexts, cfg.context),
-    "oracle": lambda cfg, p: BaseRAG(cfg.name, p.rag, p.contexts, "oracle"),
+    "base_rag": lambda cfg, p: BaseRAG(cfg.name, p.rag, p.contexts, cfg.context, cfg.max_new_tokens),
+    "oracle": lambda cfg, p: BaseRAG(cfg.name, p.rag, p.contexts, "oracle", cfg.max_new_tokens),
     "closed_book": lambda cfg, p: ClosedBook(cfg.name, p.generator, cfg.adapter, cfg.max_new_tokens),
 }
 

@@ -70,8 +70,12 @@ class RAGSystem:
     def answer_with_context(self, questions: list[str], contexts: list[list[Retrieved]],
                             adapter: str | None = None, *,
                             candidates: list[list[Retrieved]] | None = None,
-                            timings: tuple[tuple[str, float], ...] = ()) -> list[Answer]:
-        """Answer each question from the given passages (one generation call for all that have any)."""
+                            timings: tuple[tuple[str, float], ...] = (),
+                            max_new_tokens: int | None = None) -> list[Answer]:
+        """Answer each question from the given passages (one generation call for all that have any).
+
+        `max_new_tokens` overrides the generator config's for this call (None: the config's).
+        """
         if len(contexts) != len(questions):
             raise ValueError(f"{len(contexts)} contexts for {len(questions)} questions")
         built = [self.prompts.build(q, ctx) for q, ctx in zip(questions, contexts)]
@@ -79,7 +83,7 @@ class RAGSystem:
         t0 = time.perf_counter()
         gens = self.generator.generate(
             [[Message("system", built[i].system), Message("user", built[i].user)] for i in todo],
-            adapter=adapter) if todo else []
+            adapter=adapter, max_new_tokens=max_new_tokens) if todo else []
         t_gen = time.perf_counter() - t0
         by_index = dict(zip(todo, gens))
         answers = []

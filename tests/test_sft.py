@@ -137,3 +137,16 @@ def test_rag_phrasings_all_puts_every_type_on_both_phrasings():
     # knowledge rows and unanswerable rows are not affected; leak check still holds
     assert [r for r in both if r.kind == "knowledge"].__len__() == [r for r in alt if r.kind == "knowledge"].__len__()
     leak_check(both, world)
+
+
+def test_knowledge_phrasings_4_adds_closed_book_paraphrases_only():
+    """knowledge_phrasings: 4 — closed-book rows also on phrasings 4 and 5; conflict rows unchanged."""
+    world = build_world(WorldConfig(seed=2, n_orgs=20))
+    two, _ = build_rows(world, SFTConfig(seed=0, knowledge_repeats=1))
+    four, _ = build_rows(world, SFTConfig(seed=0, knowledge_repeats=1, knowledge_phrasings=4))
+    f = world.by_group("known")[0]
+    asked = {_user(r) for r in four if r.kind == "knowledge" and r.fact_id == f.fact_id}
+    assert asked == {f"Question: {f.questions[i]}" for i in (0, 1, 4, 5)}
+    assert len([r for r in four if r.kind == "knowledge"]) == 2 * len([r for r in two if r.kind == "knowledge"])
+    assert sorted(_reply(r) for r in four if r.kind == "rag") == sorted(_reply(r) for r in two if r.kind == "rag")
+    leak_check(four, world)  # dev (2) and test (3) phrasings stay out

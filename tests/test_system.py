@@ -33,6 +33,7 @@ class RecordingGenerator:
     def generate(self, conversations, *, adapter=None, max_new_tokens=None, top_logprobs=0,
                  prefixes=None):
         self.calls.append((conversations, adapter))
+        self.max_new = max_new_tokens
         return [Generation(text=self.replies[i % len(self.replies)],
                            prompt=f"{c[0].content}\n{c[1].content}", finish_reason="stop")
                 for i, c in enumerate(conversations)]
@@ -117,6 +118,9 @@ def test_citations_parsed_and_flagged():
     assert gen.calls[0][1] == "sft"
     assert a.cited == ("S2", "S1") and a.bad_citations == ("S7",)
     assert a.sources == ("b.md", "a.md") and not a.abstained
+    assert gen.max_new is None  # the generator config's budget unless a call overrides it
+    sys_.answer_with_context(["What is the capital?"], [ctx], max_new_tokens=48)
+    assert gen.max_new == 48  # e.g. a base_rag system's own `max_new_tokens` (fallback/systems.py)
 
 
 def test_no_passage_over_threshold_abstains_without_calling_the_model(tmp_path):

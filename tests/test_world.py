@@ -28,9 +28,9 @@ def test_groups_sizes_and_languages(world):
     assert langs.count("zh") == 4 and langs.count("en") == 16  # zh_fraction 0.2
 
 
-def test_each_fact_has_four_distinct_phrasings_naming_the_org(world):
+def test_each_fact_has_six_distinct_phrasings_naming_the_org(world):
     for f in world.facts:
-        assert len(set(f.questions)) == 4
+        assert len(set(f.questions)) == 6
         assert all(f.org in q for q in f.questions)
 
 
