@@ -131,7 +131,7 @@ def test_gate_regenerates_with_forced_unknown_and_policy_routes():
         ("q-unseen", "memory: unknown |"): _reply(gated_tail, 0.5, "supported", 0.95),
     }
     gen = Scripted(replies)
-    cfg = FallbackConfig(policy=PolicyConfig(flag_threshold=0.5))
+    cfg = FallbackConfig(policy=PolicyConfig(flag_threshold=0.5), gate=GateConfig(signal="p_unknown"))
     det = Detector(gen, FIRST, cfg, gate_threshold=0.3)
     out = AdvancedRAGSystem(None, det, cfg).answer_with_context(
         ["q-known", "q-unseen"], [((), (_src("x"),)), ((), (_src("x"),))])
@@ -284,7 +284,7 @@ def test_closed_book_memory_is_forced_into_the_reply():
             return [_reply(toks, 0.5, "conflicting", 0.9)]
 
     gen = TwoPass()
-    cfg = FallbackConfig()
+    cfg = FallbackConfig(gate=GateConfig(signal="p_unknown"))  # P(unknown) cannot gate a given memory
     det = Detector(gen, FIRST, cfg, gate_threshold=0.01, memory="closed_book")
     (a,) = AdvancedRAGSystem(None, det, cfg).answer_with_context(["q"], [((), (_src("x"),))])
     assert gen.calls[0][0].startswith("You answer questions from your own knowledge")
