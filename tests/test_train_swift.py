@@ -56,7 +56,12 @@ def test_a_checkpoint_makes_the_command_resume(tmp_path, sft_file):
     for n in (2, 10, 4):
         ck = run_dir(cfg) / "output" / f"checkpoint-{n}"
         ck.mkdir(parents=True)
-        (ck / "adapter_model.safetensors").write_bytes(b"")
+        for name in ("adapter_model.safetensors", "adapter_config.json", "trainer_state.json"):
+            (ck / name).write_bytes(b"")
+    # a run killed while saving checkpoint-12: adapter written, trainer state not yet
+    torn = run_dir(cfg) / "output" / "checkpoint-12"
+    torn.mkdir()
+    (torn / "adapter_model.safetensors").write_bytes(b"")
     cmd = command_for(cfg)
     assert cmd[-2:] == ["--resume_from_checkpoint", str(run_dir(cfg) / "output/checkpoint-10")]
 

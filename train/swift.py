@@ -57,11 +57,23 @@ def _flag_values(value: Any) -> list[str]:
     return [str(value)]
 
 
+# A checkpoint is complete once its trainer state is written: HF Trainer (ms-swift) writes
+# trainer_state.json after the adapter, optimizer and RNG state; the peft loop renames
+# trainer_state.pt into place last. A run killed mid-save leaves a folder with the adapter but no
+# state, which `--resume_from_checkpoint` cannot load (measured: a flaky CI failure).
+_CHECKPOINT_DONE = ("trainer_state.json", "trainer_state.pt")
+
+
+def checkpoint_complete(folder: Path) -> bool:
+    """True when `folder` holds an adapter (weights + config) and its trainer state."""
+    return ((folder / "adapter_model.safetensors").is_file() and (folder / "adapter_config.json").is_file()
+            and any((folder / name).is_file() for name in _CHECKPOINT_DONE))
+
+
 def last_checkpoint(output_dir: str | Path) -> Path | None:
-    """The highest `checkpoint-N` folder holding an adapter, or None."""
+    """The highest complete `checkpoint-N` folder (adapter + trainer state), or None."""
     out = Path(output_dir)
-    cks = [p for p in out.glob("checkpoint-*") if (p / "adapter_model.safetensors").is_file()
-           and p.name.split("-")[-1].isdigit()]
+    cks = [p for p in out.glob("checkpoint-*") if p.name.split("-")[-1].isdigit() and checkpoint_complete(p)]
     return max(cks, key=lambda p: int(p.name.split("-")[-1])) if cks else None
 
 
