@@ -40,7 +40,7 @@ class Judgement:
 
 
 @dataclass(frozen=True)
-class ClosedBook:
+class ClosedBookAnswer:
     """The adapter's greedy closed-book answer and its mean NLL per token (nats)."""
 
     answer: str
@@ -109,7 +109,8 @@ class Detector:
             else [v.p_unknown for v, _ in first]
         redo = [i for i, (v, _) in enumerate(first)
                 if self._fires(doubts[i]) and not (v.valid and is_unknown(v.memory))]
-        second = dict(zip(redo, self._pass([convs[i] for i in redo], [forced_unknown_prefix()] * len(redo))))
+        second = dict(zip(redo, self._pass([convs[i] for i in redo], [forced_unknown_prefix()] * len(redo)))) \
+            if redo else {}  # no empty generate call (vLLM rejects an empty prompt list)
         out = []
         for i, (v, prompt) in enumerate(first):
             final = v
@@ -120,7 +121,7 @@ class Detector:
             out.append(Judgement(final, i in second, v.memory, prompt, doubts[i]))
         return out
 
-    def _judge_closed_book_memory(self, convs: list, cb: list[ClosedBook]) -> list[Judgement]:
+    def _judge_closed_book_memory(self, convs: list, cb: list[ClosedBookAnswer]) -> list[Judgement]:
         """The scored pass forced to start with the closed-book memory (or unknown, if gated)."""
         doubts = [c.nll for c in cb] if self.cfg.gate.signal == "closed_book_nll" else [None] * len(cb)
         gated = [self._fires(x) or is_unknown(c.answer) for x, c in zip(doubts, cb)]
@@ -132,7 +133,7 @@ class Detector:
         return out
 
 
-def closed_book(generator: Any, adapter: str | None, questions: Sequence[str]) -> list[ClosedBook]:
+def closed_book(generator: Any, adapter: str | None, questions: Sequence[str]) -> list[ClosedBookAnswer]:
     """The adapter's closed-book answers and their NLL (its recall there beats the RAG reply's memory)."""
     from rag.generate import Message
 
@@ -141,7 +142,7 @@ def closed_book(generator: Any, adapter: str | None, questions: Sequence[str]) -
     convs = [[Message("system", SYSTEM_CLOSED_BOOK), Message("user", closed_book_user_turn(q))] for q in questions]
     # top_logprobs=1 asks every backend (openai kind included) for the chosen tokens' logprobs
     gens = generator.generate(convs, adapter=adapter, max_new_tokens=24, top_logprobs=1)
-    return [ClosedBook(" ".join(g.text.replace("|", " ").split()) or "unknown", answer_nll(g.logprobs))
+    return [ClosedBookAnswer(" ".join(g.text.replace("|", " ").split()) or "unknown", answer_nll(g.logprobs))
             for g in gens]
 
 

@@ -151,9 +151,11 @@ def test_gate_regenerates_with_forced_unknown_and_policy_routes():
 def test_without_gate_the_invented_memory_wins():
     replies = {("q-unseen", "memory:"): _reply(_toks("7", "9", "conflicting", "7"), 0.6, "conflicting", 0.8)}
     cfg = FallbackConfig(gate=GateConfig(enabled=False))
-    det = Detector(Scripted(replies), FIRST, cfg, gate_threshold=0.3)
+    gen = Scripted(replies)
+    det = Detector(gen, FIRST, cfg, gate_threshold=0.3)
     (a,) = AdvancedRAGSystem(None, det, cfg).answer_with_context(["q-unseen"], [((), (_src("x"),))])
     assert a.text == "7" and a.trace.route == "fallback"
+    assert [n for n, _, _ in gen.calls] == [1]  # one scored pass; no empty second call
 
 
 # --- the same system on every backend (slow: vLLM engine / a real server) ---------------------
