@@ -24,14 +24,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from fallback.calibration import Parts, build_parts, calibrate_gate
+from fallback.calibration import Echo, Parts, build_parts, calibrate_gate
 from fallback.config import RunConfig
 from fallback.scenarios import Scenario, save_scenarios
 
 log = logging.getLogger(__name__)
 
 STEPS = ("world", "index", "scenarios", "train", "calibrate", "evaluate", "report")
-Echo = Callable[[str], None]
 
 
 @dataclass(frozen=True)
