@@ -8,7 +8,7 @@ as gate.json next to the adapter, so test items never tune it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable
 
@@ -68,7 +68,7 @@ def _tokenizer(cfg: RunConfig, generator: Any) -> Any:
 def calibrate_gate(cfg: RunConfig, parts: Parts, adapter: Path, dev_known: list[Scenario],
                    dev_unseen: list[Scenario], echo: Echo, *, force: bool = False) -> Any:
     """The gate's doubt score on the dev split → threshold, saved as gate.json next to the adapter."""
-    from fallback.gate import GATE_FILE, calibrate, load_gate
+    from fallback.gate import GATE_FILE, calibrate, generator_id, load_gate
     from fallback.system import Detector
 
     g = cfg.fallback.gate
@@ -77,7 +77,7 @@ def calibrate_gate(cfg: RunConfig, parts: Parts, adapter: Path, dev_known: list[
         return None
     if (adapter / GATE_FILE).is_file() and not force:
         cal = load_gate(adapter)
-        if (cal.rule, cal.signal, cal.n_known, cal.n_unseen) == (g.rule, g.signal, len(dev_known), len(dev_unseen)):
+        if reusable_gate(cal, g, cfg.rag.generator, len(dev_known), len(dev_unseen)):
             parts.gate_threshold = gate_in_use(cal, g, echo)
             echo(f"          reusing gate calibration from {adapter / GATE_FILE}")
             return cal
@@ -90,10 +90,20 @@ def calibrate_gate(cfg: RunConfig, parts: Parts, adapter: Path, dev_known: list[
             vals.extend(det.gate_scores([x.question for x in items[s:s + 32]], [c[1] for c in ctx[s:s + 32]]))
             echo(f"          dev {label}: {min(s + 32, len(items))}/{len(items)}")
         readings.append(vals)
-    cal = calibrate(readings[0], readings[1], rule=g.rule, target=g.target, signal=g.signal)
+    cal = replace(calibrate(readings[0], readings[1], rule=g.rule, target=g.target, signal=g.signal),
+                  generator=generator_id(cfg.rag.generator))
     cal.save(adapter)
     parts.gate_threshold = gate_in_use(cal, g, echo)
     return cal
+
+
+def reusable_gate(cal: Any, g: Any, gen_cfg: Any, n_known: int, n_unseen: int) -> bool:
+    """A saved calibration still applies: same rule, signal, dev sizes and generator (a bf16
+    model reads other NLLs than an fp32 one; files from before the field never match)."""
+    from fallback.gate import generator_id
+
+    return (cal.rule, cal.signal, cal.n_known, cal.n_unseen, cal.generator) == (
+        g.rule, g.signal, n_known, n_unseen, generator_id(gen_cfg))
 
 
 def gate_in_use(cal: Any, g: Any, echo: Echo) -> float | None:

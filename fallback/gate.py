@@ -42,12 +42,19 @@ class GateCalibration:
     unseen_rejected: float  # share of dev never-learned items gated to unknown
     auroc: float  # the doubt score as a detector of never-learned items, on dev
     signal: str = "p_unknown"  # GateConfig.signal it was tuned on (older files: p_unknown)
+    generator: str = ""  # the generator that read the scores (`generator_id`); older files: ""
 
     def save(self, folder: str | Path) -> Path:
         """Write `gate.json` into `folder` (normally the adapter's folder)."""
         path = Path(folder) / GATE_FILE
         path.write_text(json.dumps(asdict(self), indent=2) + "\n", encoding="utf-8")
         return path
+
+
+def generator_id(cfg) -> str:
+    """What decides the gate's scores besides the adapter: kind, model, dtype, LM-head precision."""
+    head = " fp32-head" if cfg.kind == "transformers" and cfg.fp32_lm_head and cfg.dtype != "float32" else ""
+    return f"{cfg.kind} {cfg.model} {cfg.dtype}{head}"
 
 
 def load_gate(folder: str | Path) -> GateCalibration:

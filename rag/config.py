@@ -191,6 +191,10 @@ class GeneratorConfig(Strict):
     temperature: float = 0.0  # 0 = greedy
     max_model_len: int = 2048  # tokens; prompts longer than this are truncated (see generate.py)
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    # transformers kind: with a half-precision `dtype`, compute the LM head in fp32 so token
+    # probabilities (verdict scores, the NLL gate) do not tie on bf16's 8-bit mantissa; the body
+    # keeps the fast half-precision matmuls. (vLLM computes logits in the model dtype.)
+    fp32_lm_head: bool = True
     device: str = "cpu"
     batch_size: int = 16
     max_lora_rank: int = 64

@@ -181,6 +181,24 @@ class _LocalTemplate:
         return ids, "length"
 
 
+def fp32_lm_head(model) -> None:
+    """Replace a half-precision LM head by an fp32 copy fed fp32 hidden states (unties it from
+    the input embeddings, which stay in the model dtype). Extra memory: vocab x hidden x 4 bytes."""
+    import torch
+
+    head = model.get_output_embeddings()
+    new = torch.nn.Linear(head.in_features, head.out_features, bias=head.bias is not None,
+                          dtype=torch.float32, device=head.weight.device)
+    with torch.no_grad():
+        new.weight.copy_(head.weight.float())
+        if head.bias is not None:
+            new.bias.copy_(head.bias.float())
+    new.requires_grad_(False)
+    new.register_forward_pre_hook(lambda _m, args: (args[0].float(), *args[1:]))
+    model.config.tie_word_embeddings = False
+    model.set_output_embeddings(new)
+
+
 class TransformersGenerator(_LocalTemplate):
     """Local transformers model; peft adapters chosen per request."""
 
@@ -200,6 +218,8 @@ class TransformersGenerator(_LocalTemplate):
             model = PeftModel.from_pretrained(model, path, adapter_name=first)
             for name, p in rest:
                 model.load_adapter(p, adapter_name=name)
+        if cfg.fp32_lm_head and cfg.dtype != "float32":
+            fp32_lm_head(model.get_base_model() if hasattr(model, "get_base_model") else model)
         self.model = model.to(cfg.device).eval()
         eos = self.model.generation_config.eos_token_id
         eos = [eos] if isinstance(eos, int) else list(eos or [])
@@ -213,10 +233,15 @@ class TransformersGenerator(_LocalTemplate):
         prefixes = _check_args(self.cfg, conversations, adapter, prefixes)
         max_new = max_new_tokens or self.cfg.max_new_tokens
         encoded = [self._encode(c, p, max_new) for c, p in zip(conversations, prefixes)]
-        out: list[Generation] = []
-        for s in range(0, len(encoded), self.cfg.batch_size):
-            out.extend(self._batch(encoded[s: s + self.cfg.batch_size], adapter, max_new, top_logprobs))
-        return out
+        # Batch prompts of similar length (less left padding to prefill and attend over), then
+        # put the results back in input order (tests: same text as each prompt generated alone).
+        order = sorted(range(len(encoded)), key=lambda i: len(encoded[i][0]))
+        out: list[Generation | None] = [None] * len(encoded)
+        for s in range(0, len(order), self.cfg.batch_size):
+            part = order[s: s + self.cfg.batch_size]
+            for i, g in zip(part, self._batch([encoded[i] for i in part], adapter, max_new, top_logprobs)):
+                out[i] = g
+        return out  # type: ignore[return-value]
 
     def _batch(self, encoded, adapter, max_new, k) -> list[Generation]:
         import contextlib

@@ -63,3 +63,24 @@ def test_original_baseline_finds_the_source_chunk(tmp_path: Path) -> None:
     q = " ".join(texts[123].split()[10:15])
     top = speed.original_per_question(files, q, k=5)
     assert 123 in top
+
+
+def test_bench_cpu_on_a_tiny_model(tmp_path: Path, tiny_models, capsys) -> None:
+    import re
+
+    from bench import cpu
+
+    rx = cpu.upper_half_regex(4)
+    assert re.fullmatch(rx, "base_model.model.model.layers.2.mlp.down_proj")
+    assert re.fullmatch(rx, "base_model.model.model.layers.3.self_attn.k_proj")
+    assert not re.fullmatch(rx, "base_model.model.model.layers.1.self_attn.q_proj")
+    assert not re.fullmatch(rx, "base_model.model.model.layers.3.self_attn.q_norm")
+    res = cpu.run(tiny_models["lm"], 2, 4, 6, 4, tmp_path / "c.json")
+    steps = res["train_step"]
+    assert [s["speedup"] for s in steps][0] == 1.0 and len(steps) == 4
+    # the upper-half variant adapts half of the layers: half the LoRA parameters of the others
+    assert steps[3]["lora_params"] * 2 == steps[0]["lora_params"] == steps[1]["lora_params"]
+    g = res["generation"]
+    assert g["n"] == 6 and 0.0 <= g["same_greedy_text"] <= 1.0 and g["fp32_s"] > 0
+    assert json.loads((tmp_path / "c.json").read_text())["generation"]["n"] == 6
+    assert "speed-up vs baseline" in capsys.readouterr().out

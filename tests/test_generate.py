@@ -82,6 +82,16 @@ def test_greedy_matches_reference_loop_batched_and_with_adapter(gen, tiny_models
     assert gen.generate(CONVS[2:])[0].text == base[2].text
 
 
+def test_length_sorted_batches_return_results_in_input_order(gen):
+    """Prompts of mixed lengths over several batches (batch_size 4): each result is the one its
+    own prompt gets when generated alone."""
+    convs = [[Message("user", "word " * n + f"question {n}?")] for n in (40, 2, 25, 7, 60, 1, 13)]
+    together = gen.generate(convs, max_new_tokens=5)
+    alone = [gen.generate([c], max_new_tokens=5)[0] for c in convs]
+    assert [g.prompt for g in together] == [g.prompt for g in alone]
+    assert [g.text for g in together] == [g.text for g in alone]
+
+
 def test_prefix_continues_the_reply(gen, tiny_models):
     g = gen.generate(CONVS[:1], prefixes=["The capital"])[0]
     assert g.prompt.endswith("<think>\n\n</think>\n\nThe capital")
@@ -213,3 +223,36 @@ def test_server_without_tokenize_uses_the_byte_bound(fake_server, caplog):
     assert len(sent_user.encode()) + len("S") + 2 * 16 + 32 <= 512 - 64
     assert "[S1]" in sent_user and "[S6]" not in sent_user
     assert sent_user.endswith("Question: What is the capital?")
+
+
+def test_bf16_model_scores_tokens_with_an_fp32_lm_head(tiny_models, lora):
+    """dtype bfloat16: the body runs in bf16, the LM head in fp32 (no bf16-quantised logits)."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    cfg = GeneratorConfig(kind="transformers", model=str(tiny_models["lm"]), adapters={"sft": str(lora)},
+                          dtype="bfloat16", max_new_tokens=4, max_model_len=256, batch_size=4)
+    g = build_generator(cfg)
+    base = g.model.get_base_model()
+    assert base.get_input_embeddings().weight.dtype == torch.bfloat16
+    assert base.get_output_embeddings().weight.dtype == torch.float32
+    first = g.generate(CONVS[:1], top_logprobs=3)[0].top_logprobs[0]
+    tuned = g.generate(CONVS[:1], adapter="sft")[0]
+    g.close()
+    # Reference: the same bf16 body, its last hidden state projected by the fp32 head by hand.
+    tok = AutoTokenizer.from_pretrained(tiny_models["lm"])
+    ref = AutoModelForCausalLM.from_pretrained(tiny_models["lm"], dtype=torch.bfloat16).eval()
+    text = tok.apply_chat_template([{"role": m.role, "content": m.content} for m in CONVS[0]], tokenize=False,
+                                   add_generation_prompt=True, enable_thinking=False)
+    with torch.no_grad():
+        hidden = ref.model(torch.tensor([tok.encode(text, add_special_tokens=False)])).last_hidden_state[0, -1]
+        logp = (hidden.float() @ ref.lm_head.weight.float().T).log_softmax(-1)
+    top = logp.topk(3)
+    assert [v for _, v in first] == pytest.approx(top.values.tolist(), abs=1e-4)
+    # bf16 logits would sit on a grid of 2**-5 or coarser at these magnitudes; fp32 ones do not tie
+    assert len({round(v, 6) for _, v in first}) == 3
+    assert tuned.text  # the adapter path still generates with the replaced head
+    # and fp32_lm_head=False keeps the model's own (bf16) head
+    g2 = build_generator(cfg.model_copy(update={"fp32_lm_head": False, "adapters": {}}))
+    assert g2.model.get_output_embeddings().weight.dtype == torch.bfloat16
+    g2.close()

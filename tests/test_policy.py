@@ -91,3 +91,21 @@ def test_gate_json_records_its_signal_and_old_files_read_as_p_unknown(tmp_path):
     del data["signal"]  # a gate.json written before the field existed
     (tmp_path / "gate.json").write_text(json.dumps(data))
     assert load_gate(tmp_path).signal == "p_unknown"
+
+
+def test_saved_gate_is_reused_only_for_the_generator_that_read_it():
+    from dataclasses import replace
+
+    from fallback.calibration import reusable_gate
+    from fallback.config import GateConfig
+    from fallback.gate import generator_id
+    from rag.config import GeneratorConfig
+
+    bf16 = GeneratorConfig(kind="transformers", model="m", dtype="bfloat16")
+    g = GateConfig(signal="closed_book_nll", rule="youden")
+    cal = replace(calibrate([0.02, 0.05], [0.9, 1.4], signal="closed_book_nll"), generator=generator_id(bf16))
+    assert reusable_gate(cal, g, bf16, 2, 2)
+    assert not reusable_gate(cal, g, bf16.model_copy(update={"dtype": "float32"}), 2, 2)
+    assert not reusable_gate(cal, g, bf16.model_copy(update={"fp32_lm_head": False}), 2, 2)
+    assert not reusable_gate(cal, g, bf16, 3, 2)  # another dev split
+    assert not reusable_gate(replace(cal, generator=""), g, bf16, 2, 2)  # a file from before the field

@@ -115,18 +115,39 @@ def test_peft_kind_trains_writes_the_adapter_format_and_resumes(tmp_path, tiny_m
     from train.peft_trainer import train_peft
 
     args = {"lora_rank": 4, "lora_alpha": 8, "max_steps": 4, "save_steps": 2, "per_device_train_batch_size": 4,
-            "max_length": 128, "torch_dtype": "float32", "learning_rate": 5e-3}
+            "max_length": 512, "torch_dtype": "float32", "learning_rate": 5e-3}
     out = tmp_path / "peft"
     final = train_peft(str(tiny_models["lm"]), str(sft_file), str(out), args, seed=0)
     assert final.name == "checkpoint-4"
     assert (final / "adapter_config.json").is_file() and (final / "adapter_model.safetensors").is_file()
     log = [json.loads(x) for x in (out / "logging.jsonl").read_text().splitlines()]
     assert [r["step"] for r in log] == [1, 2, 3, 4]
+    assert all(0 < r["loss"] < 100 for r in log)  # finite: no batch without labels (NaN fails this)
     # Resume: with max_steps raised, it continues from checkpoint-4 (steps 5..6 only).
     train_peft(str(tiny_models["lm"]), str(sft_file), str(out), {**args, "max_steps": 6}, seed=0)
     log = [json.loads(x) for x in (out / "logging.jsonl").read_text().splitlines()]
     assert [r["step"] for r in log] == [1, 2, 3, 4, 5, 6]
     assert last_checkpoint(out).name == "checkpoint-6"
+
+
+def test_peft_kind_upper_layers_bf16_base_eager(tmp_path, tiny_models, sft_file):
+    """`target_regex` adapts only the matching layers; a bf16 base keeps fp32 LoRA weights."""
+    import torch
+    from safetensors.torch import load_file
+
+    torch.set_num_threads(1)
+    from train.peft_trainer import train_peft
+
+    args = {"lora_rank": 4, "lora_alpha": 8, "max_steps": 2, "save_steps": 2, "per_device_train_batch_size": 4,
+            "max_length": 512, "torch_dtype": "bfloat16", "attn_impl": "eager", "learning_rate": 5e-3,
+            "target_regex": r".*\.layers\.1\.(self_attn\.[qkvo]_proj|mlp\.(gate|up|down)_proj)"}
+    final = train_peft(str(tiny_models["lm"]), str(sft_file), str(tmp_path / "p"), args, seed=0)
+    weights = load_file(str(final / "adapter_model.safetensors"))
+    layers = {k.split(".layers.")[1].split(".")[0] for k in weights}
+    assert layers == {"1"} and len(weights) == 2 * 7  # lora_A + lora_B on 7 linears of layer 1 only
+    assert {w.dtype for w in weights.values()} == {torch.float32}
+    log = [json.loads(x) for x in (tmp_path / "p/logging.jsonl").read_text().splitlines()]
+    assert len(log) == 2 and all(r["loss"] == r["loss"] and r["loss"] > 0 for r in log)  # finite, not NaN
 
 
 def test_peft_labels_cover_only_the_reply(tiny_models):
@@ -143,6 +164,29 @@ def test_peft_labels_cover_only_the_reply(tiny_models):
     # (as ms-swift trains it), never the system or user text.
     text = tok.decode(kept)
     assert text.endswith("Lyon<|im_end|>") and "Question" not in text and text.count("<|im_start|>") == 0
+
+
+def test_peft_rows_over_max_length_are_dropped_or_cut_never_left_without_labels(tiny_models):
+    from transformers import AutoTokenizer
+
+    from train.peft_trainer import tokenize_rows
+
+    tok = AutoTokenizer.from_pretrained(tiny_models["lm"])
+
+    def row(q: str) -> dict:
+        return {"messages": [{"role": "user", "content": q}, {"role": "assistant", "content": "Lyon"}]}
+
+    short, long_ = row("Where?"), row("Where is it? " * 40)
+    n_short = len(tokenize_rows(tok, [short], 4096)[0][0])
+    n_long = len(tokenize_rows(tok, [long_], 4096)[0][0])
+    limit = n_short + 5
+    assert len(tokenize_rows(tok, [short, long_], limit)) == 1  # delete: the long row goes
+    # right: cut from the end; a row whose reply would be cut entirely is dropped as well
+    assert len(tokenize_rows(tok, [short, long_], limit, "right")) == 1
+    [(ids, labels)] = tokenize_rows(tok, [long_], n_long - 1, "right")
+    assert len(ids) == n_long - 1 and any(x != -100 for x in labels)
+    with pytest.raises(ValueError, match="max_length"):
+        tokenize_rows(tok, [long_], limit)
 
 
 @pytest.mark.slow

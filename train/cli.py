@@ -24,6 +24,18 @@ def _data_dir(cfg) -> Path:
 def register(app: typer.Typer, bench_app: typer.Typer) -> None:
     """Add this package's commands to the main app and to `lorarag bench`."""
 
+    @bench_app.command("cpu")
+    def bench_cpu_cmd(model: Path = typer.Option(None, help="model folder (default: the demo's SmolLM2)"),
+                      steps: int = typer.Option(6, help="timed training steps per variant"),
+                      batch: int = typer.Option(8, help="rows per training step"),
+                      n_gen: int = typer.Option(64, help="prompts generated per dtype"),
+                      new_tokens: int = typer.Option(24, help="new tokens per prompt"),
+                      out: Path = typer.Option(Path("runs/bench/cpu.json"), help="results JSON")) -> None:
+        """LoRA step and generation speed of the CPU-demo settings beside the slow baselines."""
+        from bench.cpu import run
+
+        run(model, steps, batch, n_gen, new_tokens, out)
+
     @app.command("world")
     def world_cmd(out: Path = typer.Option(Path("data/generated/demo"), help="output folder"),
                   seed: int = typer.Option(0), n_orgs: int = typer.Option(40, "--n-orgs")) -> None:

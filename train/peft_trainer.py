@@ -4,10 +4,13 @@ Why it exists: on 2 CPU cores ms-swift's step costs more than this loop (see
 docs/research-log.md for the measured flags). This loop does what makes CPU training fit:
 bf16 autocast (AVX512-BF16), no gradient checkpointing, length-grouped batches (little
 padding), and the LM head applied only at positions that carry a label (the 49k-vocabulary
-projection at every position is wasted work). It reads the same ms-swift argument names from
-`TrainConfig.swift` and writes the same adapter format (`checkpoint-N/adapter_config.json` +
-`adapter_model.safetensors`); loss is on the assistant reply and its end token only, as
-ms-swift's chatml template does. Resumable: each checkpoint keeps optimizer and RNG state.
+projection at every position is wasted work). As in ms-swift, `torch_dtype` is the dtype the
+frozen base is loaded in (the LoRA weights stay fp32), `attn_impl` picks the attention kernel and
+`target_regex` (a full-match regex over module names) overrides `target_modules`: LoRA on the
+upper layers only lets the backward pass stop there (`lorarag bench cpu` measures each gain).
+It reads the same ms-swift argument names from `TrainConfig.swift` and writes the same adapter
+format (`checkpoint-N/adapter_config.json` + `adapter_model.safetensors`); loss is on the assistant
+reply and its end token only, as ms-swift's chatml template does. Resumable: each checkpoint keeps optimizer and RNG state.
 """
 
 from __future__ import annotations
@@ -27,13 +30,22 @@ DEFAULTS: dict[str, Any] = {
     "learning_rate": 1e-3, "num_train_epochs": 1, "per_device_train_batch_size": 16,
     "max_length": 512, "warmup_ratio": 0.05, "save_steps": 50, "torch_dtype": "bfloat16",
     "weight_decay": 0.0, "lr_scheduler_type": "cosine", "max_steps": -1, "system": None,
+    "attn_impl": None, "target_regex": None, "truncation_strategy": "delete",
 }
 _ALL_LINEAR = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 
 
-def tokenize_rows(tok, rows: list[dict], max_length: int) -> list[tuple[list[int], list[int]]]:
-    """(input ids, labels) per messages row: labels only on the last assistant reply + <|im_end|>."""
-    out = []
+def tokenize_rows(tok, rows: list[dict], max_length: int,
+                  truncation: str = "delete") -> list[tuple[list[int], list[int]]]:
+    """(input ids, labels) per messages row: labels only on the last assistant reply + <|im_end|>.
+
+    Rows longer than `max_length` tokens are dropped (`delete`, ms-swift's default) or cut from
+    the end (`right`; a row whose whole reply is cut is dropped: it has nothing to learn and would
+    make the loss of an all-empty batch NaN). Raises ValueError when no row is left.
+    """
+    if truncation not in ("delete", "right"):
+        raise ValueError(f"truncation_strategy {truncation!r}: the peft kind supports delete and right")
+    out, dropped = [], 0
     for r in rows:
         msgs = r["messages"]
         prompt = tok.apply_chat_template(msgs[:-1], tokenize=False, add_generation_prompt=True)
@@ -43,9 +55,15 @@ def tokenize_rows(tok, rows: list[dict], max_length: int) -> list[tuple[list[int
         reply = full[len(prompt):].rstrip("\n")  # "<content><|im_end|>"
         p_ids = tok(prompt, add_special_tokens=False).input_ids
         r_ids = tok(reply, add_special_tokens=False).input_ids
-        ids = (p_ids + r_ids)[:max_length]
-        labels = ([-100] * len(p_ids) + r_ids)[:max_length]
-        out.append((ids, labels))
+        if len(p_ids) + len(r_ids) > max_length and (truncation == "delete" or len(p_ids) >= max_length):
+            dropped += 1
+            continue
+        out.append(((p_ids + r_ids)[:max_length], ([-100] * len(p_ids) + r_ids)[:max_length]))
+    if dropped:
+        log.warning("%d of %d rows are longer than max_length=%d tokens: %s", dropped, len(rows), max_length,
+                    "dropped (truncation_strategy delete)" if truncation == "delete" else "reply cut away, dropped")
+    if not out:
+        raise ValueError(f"no training row fits max_length={max_length} tokens; raise swift.max_length")
     return out
 
 
@@ -62,6 +80,23 @@ def length_batches(lengths: list[int], batch_size: int, rng: random.Random) -> l
     return batches
 
 
+def lora_targets(a: dict[str, Any]) -> list[str] | str:
+    """peft `target_modules`: `target_regex` (full match on module names) or the module list."""
+    if a["target_regex"]:
+        return str(a["target_regex"])
+    return _ALL_LINEAR if a["target_modules"] in ("all-linear", ["all-linear"]) else a["target_modules"]
+
+
+def load_base(model_dir: str, a: dict[str, Any]):
+    """The frozen base model in `torch_dtype` (fp32 when unset) with the `attn_impl` kernel."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    dtype = getattr(torch, a["torch_dtype"]) if a["torch_dtype"] else torch.float32
+    kw = {"attn_implementation": a["attn_impl"]} if a["attn_impl"] else {}
+    return AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype, **kw)
+
+
 def _last_checkpoint(out: Path) -> Path | None:
     cks = sorted((p for p in out.glob("checkpoint-*") if (p / "trainer_state.pt").is_file()),
                  key=lambda p: int(p.name.split("-")[1]))
@@ -75,7 +110,7 @@ def train_peft(model_dir: str, dataset: str, output_dir: str, args: dict[str, An
     from peft import LoraConfig, get_peft_model, set_peft_model_state_dict
     from safetensors.torch import load_file
     from tqdm import tqdm
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoTokenizer
 
     from train.sft import read_sft
 
@@ -88,11 +123,10 @@ def train_peft(model_dir: str, dataset: str, output_dir: str, args: dict[str, An
     if a["system"]:
         rows = [{"messages": ([{"role": "system", "content": a["system"]}] if r["messages"][0]["role"] != "system"
                               else []) + r["messages"]} for r in rows]
-    data = tokenize_rows(tok, rows, int(a["max_length"]))
-    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
-    targets = _ALL_LINEAR if a["target_modules"] in ("all-linear", ["all-linear"]) else a["target_modules"]
+    data = tokenize_rows(tok, rows, int(a["max_length"]), a["truncation_strategy"])
+    model = load_base(model_dir, a)
     lcfg = LoraConfig(r=int(a["lora_rank"]), lora_alpha=int(a["lora_alpha"]), lora_dropout=float(a["lora_dropout"]),
-                      target_modules=targets, task_type="CAUSAL_LM")
+                      target_modules=lora_targets(a), task_type="CAUSAL_LM")
     model = get_peft_model(model, lcfg)
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=float(a["learning_rate"]), weight_decay=float(a["weight_decay"]))
@@ -127,21 +161,9 @@ def train_peft(model_dir: str, dataset: str, output_dir: str, args: dict[str, An
     logf = (out / "logging.jsonl").open("a", encoding="utf-8")
     bar = tqdm(range(start, total), initial=start, total=total, desc="peft LoRA", unit="step")
     for step in bar:
-        batch = [data[i] for i in plan[step]]
-        width = max(len(ids) for ids, _ in batch)
-        pad = tok.pad_token_id
-        ids = torch.tensor([x + [pad] * (width - len(x)) for x, _ in batch])
-        att = torch.tensor([[1] * len(x) + [0] * (width - len(x)) for x, _ in batch])
-        lab = torch.tensor([y + [-100] * (width - len(y)) for _, y in batch])
         for g in opt.param_groups:
             g["lr"] = float(a["learning_rate"]) * lr_at(step)
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=use_bf16):
-            hidden = body(input_ids=ids, attention_mask=att).last_hidden_state  # [B, T, H]
-            tgt = lab[:, 1:]
-            keep = tgt != -100  # logits only where a label is: [N, V] instead of [B, T, V]
-            logits = lm_head(hidden[:, :-1][keep])
-        loss = torch.nn.functional.cross_entropy(logits.float(), tgt[keep])
-        loss.backward()
+        loss = loss_backward(body, lm_head, [data[i] for i in plan[step]], tok.pad_token_id, use_bf16)
         torch.nn.utils.clip_grad_norm_(params, 1.0)
         opt.step()
         opt.zero_grad(set_to_none=True)
@@ -157,6 +179,24 @@ def train_peft(model_dir: str, dataset: str, output_dir: str, args: dict[str, An
     if not (final / "adapter_model.safetensors").is_file():
         _save(model, opt, final, total)
     return final
+
+
+def loss_backward(body, lm_head, batch: list[tuple[list[int], list[int]]], pad: int, bf16: bool):
+    """Forward + backward of one right-padded batch of (ids, labels); returns the mean loss."""
+    import torch
+
+    width = max(len(ids) for ids, _ in batch)
+    ids = torch.tensor([x + [pad] * (width - len(x)) for x, _ in batch])
+    att = torch.tensor([[1] * len(x) + [0] * (width - len(x)) for x, _ in batch])
+    lab = torch.tensor([y + [-100] * (width - len(y)) for _, y in batch])
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+        hidden = body(input_ids=ids, attention_mask=att).last_hidden_state  # [B, T, H]
+        tgt = lab[:, 1:]
+        keep = tgt != -100  # logits only where a label is: [N, V] instead of [B, T, V]
+        logits = lm_head(hidden[:, :-1][keep])
+    loss = torch.nn.functional.cross_entropy(logits.float(), tgt[keep])
+    loss.backward()
+    return loss
 
 
 def _save(model, opt, folder: Path, step: int) -> None:

@@ -1,0 +1,148 @@
+"""`lorarag bench cpu`: what makes the CPU demo fit its budget, each beside the slow baseline in one run.
+
+(a) One LoRA training step (batch of SFT-like chat rows, bf16 autocast, loss on the reply only:
+    `train.peft_trainer.loss_backward`) with the session-2 recipe as the baseline — base loaded in
+    fp32 and cast by autocast, SDPA attention, LoRA on every layer — against: base loaded in bf16
+    (ms-swift's `torch_dtype`), eager attention (`attn_impl`), and LoRA on the upper half of the
+    layers only (`target_regex`), where the backward pass stops at the first adapted layer.
+(b) Batched greedy generation of grounded-prompt-sized inputs: fp32 weights vs bf16 weights with the
+    fp32 LM head (`GeneratorConfig.fp32_lm_head`); also how often the greedy answers agree and the
+    largest first-token log-probability difference.
+Model: `--model DIR` (the demo's SmolLM2 by default when converted, else a tiny Qwen3 built here,
+whose timings only show that the bench runs). Rows are synthetic with the demo's lengths.
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+import random
+import tempfile
+import time
+from pathlib import Path
+
+WORDS = ("company founded headquarters chief executive officer net profit fiscal year version product "
+         "flagship city robotics energy logistics source memory verdict answer outdated archive").split()
+DEMO_MODEL = Path("checkpoints/smollm2-135m-instruct")
+
+
+def _rows(n: int, seed: int) -> list[dict]:
+    """Chat rows shaped like the demo's SFT mix: 3 short closed-book rows per 4 RAG rows."""
+    rng = random.Random(seed)
+
+    def words(k: int) -> str:
+        return " ".join(rng.choice(WORDS) for _ in range(k))
+
+    rows = []
+    for i in range(n):
+        rag = i % 7 >= 3
+        user = (f"Sources:\n[S1] {words(30)}.\n[S2] {words(30)}.\nQuestion: {words(10)}?" if rag
+                else f"Question: {words(10)}?")
+        reply = f"memory: {words(3)} | source: {words(3)} | verdict: supported | answer: {words(3)}" if rag \
+            else words(3)
+        rows.append({"messages": [{"role": "system", "content": words(20)}, {"role": "user", "content": user},
+                                  {"role": "assistant", "content": reply}]})
+    return rows
+
+
+def upper_half_regex(n_layers: int) -> str:
+    """`target_regex` for every linear layer of the upper half of a Llama/Qwen-style decoder."""
+    layers = "|".join(str(i) for i in range(n_layers // 2, n_layers))
+    return rf".*\.layers\.({layers})\.(self_attn\.[qkvo]_proj|mlp\.(gate|up|down)_proj)"
+
+
+def bench_train_step(model_dir: Path, steps: int, batch: int) -> list[dict]:
+    """Seconds per training step of each variant on the same batches (after one warm-up step)."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoConfig, AutoTokenizer
+
+    from train.peft_trainer import DEFAULTS, length_batches, load_base, lora_targets, loss_backward, tokenize_rows
+
+    tok = AutoTokenizer.from_pretrained(model_dir)
+    data = tokenize_rows(tok, _rows(batch * (steps + 1), 0), 320)
+    plan = length_batches([len(d[0]) for d in data], batch, random.Random(0))[: steps + 1]
+    upper = upper_half_regex(AutoConfig.from_pretrained(model_dir).num_hidden_layers)
+    variants = [("baseline: fp32 base, sdpa, LoRA on all layers", {"torch_dtype": "float32"}),
+                ("bf16 base", {}),
+                ("bf16 base + eager attention", {"attn_impl": "eager"}),
+                ("bf16 base + eager + LoRA on the upper half", {"attn_impl": "eager", "target_regex": upper})]
+    out = []
+    for name, over in variants:
+        a = {**DEFAULTS, **over}
+        torch.manual_seed(0)
+        model = get_peft_model(load_base(str(model_dir), a), LoraConfig(
+            r=a["lora_rank"], lora_alpha=a["lora_alpha"], target_modules=lora_targets(a), task_type="CAUSAL_LM"))
+        params = [p for p in model.parameters() if p.requires_grad]
+        opt = torch.optim.AdamW(params, lr=1e-4)
+        body, head = model.get_base_model().model, model.get_output_embeddings()
+        times = []
+        for b in plan:
+            t0 = time.perf_counter()
+            loss = loss_backward(body, head, [data[i] for i in b], tok.pad_token_id, bf16=True)
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            times.append(time.perf_counter() - t0)
+        out.append({"variant": name, "s_per_step": sum(times[1:]) / len(times[1:]), "loss": loss.item(),
+                    "lora_params": sum(p.numel() for p in params)})
+        print(f"  {name}: {out[-1]['s_per_step']:.2f} s/step", flush=True)
+    for r in out:
+        r["speedup"] = out[0]["s_per_step"] / r["s_per_step"]
+    return out
+
+
+def bench_generation(model_dir: Path, n: int, new_tokens: int) -> dict:
+    """fp32 weights vs bf16 weights + fp32 LM head: time, greedy agreement, first-token logprob gap."""
+    from rag.config import GeneratorConfig
+    from rag.generate import Message, build_generator
+
+    rng = random.Random(1)
+    convs = [[Message("system", " ".join(rng.choice(WORDS) for _ in range(40))),
+              Message("user", " ".join(rng.choice(WORDS) for _ in range(140)) + f" question {i}?")]
+             for i in range(n)]
+    res = {}
+    for dtype in ("float32", "bfloat16"):
+        gen = build_generator(GeneratorConfig(kind="transformers", model=str(model_dir), dtype=dtype,
+                                              max_new_tokens=new_tokens, batch_size=32, max_model_len=1024,
+                                              chat_template_kwargs={}))
+        gen.generate(convs[:2], max_new_tokens=2)  # warm-up
+        t0 = time.perf_counter()
+        res[dtype] = (gen.generate(convs), time.perf_counter() - t0)
+        gen.close()
+        print(f"  generation {dtype}: {res[dtype][1]:.1f} s", flush=True)
+    (a, ta), (b, tb) = res["float32"], res["bfloat16"]
+    gaps = [abs(x.logprobs[0] - y.logprobs[0]) for x, y in zip(a, b)
+            if x.logprobs and y.logprobs and x.tokens[:1] == y.tokens[:1]]
+    return {"n": n, "new_tokens": new_tokens, "fp32_s": ta, "bf16_fp32_head_s": tb, "speedup": ta / tb,
+            "same_greedy_text": sum(x.text == y.text for x, y in zip(a, b)) / n,
+            "max_first_token_logprob_gap": max(gaps) if gaps else None}
+
+
+def run(model: Path | None, steps: int, batch: int, n_gen: int, new_tokens: int, out: Path) -> dict:
+    """Both parts; prints the tables and writes JSON to `out`."""
+    import torch
+
+    tmp = None
+    if model is None and (DEMO_MODEL / "config.json").is_file():
+        model = DEMO_MODEL
+    if model is None:
+        from rag.tiny import build_causal_lm
+
+        tmp = tempfile.TemporaryDirectory()
+        model = build_causal_lm(Path(tmp.name) / "lm", hidden_size=128, num_hidden_layers=4)
+    print(f"model {model}, {torch.get_num_threads()} threads")
+    result = {"model": str(model), "threads": torch.get_num_threads(), "machine": platform.machine(),
+              "train_step": bench_train_step(model, steps, batch),
+              "generation": bench_generation(model, n_gen, new_tokens)}
+    print("\n| training step variant | s/step | speed-up vs baseline |\n|---|---|---|")
+    for r in result["train_step"]:
+        print(f"| {r['variant']} | {r['s_per_step']:.2f} | {r['speedup']:.2f}x |")
+    g = result["generation"]
+    print(f"\ngeneration of {g['n']} prompts x {g['new_tokens']} tokens: fp32 {g['fp32_s']:.1f} s, "
+          f"bf16 + fp32 head {g['bf16_fp32_head_s']:.1f} s ({g['speedup']:.2f}x); same greedy text "
+          f"{g['same_greedy_text']:.0%}, max first-token logprob gap {g['max_first_token_logprob_gap']}")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+    if tmp is not None:
+        tmp.cleanup()
+    return result
