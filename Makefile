@@ -39,6 +39,7 @@ bench: $(STAMP)
 	$(VENV)/bin/lorarag bench retrieval
 	$(VENV)/bin/lorarag bench eval
 	$(VENV)/bin/lorarag bench rag
+	$(VENV)/bin/lorarag bench cpu
 
 clean:
 	rm -rf $(VENV) runs
