@@ -183,10 +183,15 @@ class _LocalTemplate:
 
 def fp32_lm_head(model) -> None:
     """Replace a half-precision LM head by an fp32 copy fed fp32 hidden states (unties it from
-    the input embeddings, which stay in the model dtype). Extra memory: vocab x hidden x 4 bytes."""
+    the input embeddings, which stay in the model dtype). Extra memory: vocab x hidden x 4 bytes.
+    A head that is not a plain Linear (an adapter trained on it) is left alone, with a warning."""
     import torch
 
     head = model.get_output_embeddings()
+    if type(head) is not torch.nn.Linear:
+        log.warning("fp32_lm_head: the LM head is a %s, not a plain Linear (an adapter on it?); "
+                    "kept in the model dtype", type(head).__name__)
+        return
     new = torch.nn.Linear(head.in_features, head.out_features, bias=head.bias is not None,
                           dtype=torch.float32, device=head.weight.device)
     with torch.no_grad():

@@ -256,3 +256,23 @@ def test_bf16_model_scores_tokens_with_an_fp32_lm_head(tiny_models, lora):
     g2 = build_generator(cfg.model_copy(update={"fp32_lm_head": False, "adapters": {}}))
     assert g2.model.get_output_embeddings().weight.dtype == torch.bfloat16
     g2.close()
+
+
+def test_fp32_lm_head_leaves_an_adapted_head_alone(tiny_models, caplog):
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from rag.generate import fp32_lm_head
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_models["lm"], dtype=torch.bfloat16)
+
+    class AdaptedHead(torch.nn.Linear):  # stands in for a peft LoRA layer wrapping the head
+        pass
+
+    old = model.get_output_embeddings()
+    head = AdaptedHead(old.in_features, old.out_features, bias=False, dtype=torch.bfloat16)
+    model.set_output_embeddings(head)
+    with caplog.at_level(logging.WARNING):
+        fp32_lm_head(model)
+    assert model.get_output_embeddings() is head and head.weight.dtype == torch.bfloat16
+    assert "not a plain Linear" in caplog.text
