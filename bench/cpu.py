@@ -54,10 +54,9 @@ def upper_half_regex(n_layers: int) -> str:
 def bench_train_step(model_dir: Path, steps: int, batch: int) -> list[dict]:
     """Seconds per training step of each variant on the same batches (after one warm-up step)."""
     import torch
-    from peft import LoraConfig, get_peft_model
     from transformers import AutoConfig, AutoTokenizer
 
-    from train.peft_trainer import DEFAULTS, length_batches, load_base, lora_targets, loss_backward, tokenize_rows
+    from train.peft_trainer import DEFAULTS, length_batches, lora_model, loss_backward, tokenize_rows
 
     tok = AutoTokenizer.from_pretrained(model_dir)
     data = tokenize_rows(tok, _rows(batch * (steps + 1), 0), 320)
@@ -71,8 +70,7 @@ def bench_train_step(model_dir: Path, steps: int, batch: int) -> list[dict]:
     for name, over in variants:
         a = {**DEFAULTS, **over}
         torch.manual_seed(0)
-        model = get_peft_model(load_base(str(model_dir), a), LoraConfig(
-            r=a["lora_rank"], lora_alpha=a["lora_alpha"], target_modules=lora_targets(a), task_type="CAUSAL_LM"))
+        model = lora_model(str(model_dir), a)
         params = [p for p in model.parameters() if p.requires_grad]
         opt = torch.optim.AdamW(params, lr=1e-4)
         body, head = model.get_base_model().model, model.get_output_embeddings()

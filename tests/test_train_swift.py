@@ -235,3 +235,13 @@ def test_swift_sft_kill_resume_export_reload(tmp_path, tiny_models, sft_file):
         via_merge = AutoModelForCausalLM.from_pretrained(merged, dtype=torch.float32)(ids).logits
     assert not torch.allclose(plain, via_peft, atol=1e-4)  # the adapter changed something
     assert torch.allclose(via_peft, via_merge, atol=1e-4)
+
+
+def test_peft_main_reports_rows_that_do_not_fit_in_one_line(tmp_path, tiny_models, sft_file):
+    from train.peft_trainer import main
+
+    with pytest.raises(SystemExit) as exc:
+        main(["--model", str(tiny_models["lm"]), "--dataset", str(sft_file), "--output_dir", str(tmp_path / "o"),
+              "--args", json.dumps({"max_length": 8})])
+    msg = str(exc.value.code)
+    assert msg.startswith("error: no training row fits max_length=8") and "\n" not in msg

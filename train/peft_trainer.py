@@ -97,6 +97,15 @@ def load_base(model_dir: str, a: dict[str, Any]):
     return AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype, **kw)
 
 
+def lora_model(model_dir: str, a: dict[str, Any]):
+    """The base (`load_base`) with fresh LoRA weights on `lora_targets(a)`."""
+    from peft import LoraConfig, get_peft_model
+
+    lcfg = LoraConfig(r=int(a["lora_rank"]), lora_alpha=int(a["lora_alpha"]), lora_dropout=float(a["lora_dropout"]),
+                      target_modules=lora_targets(a), task_type="CAUSAL_LM")
+    return get_peft_model(load_base(model_dir, a), lcfg)
+
+
 def _last_checkpoint(out: Path) -> Path | None:
     cks = sorted((p for p in out.glob("checkpoint-*") if (p / "trainer_state.pt").is_file()),
                  key=lambda p: int(p.name.split("-")[1]))
@@ -107,7 +116,7 @@ def train_peft(model_dir: str, dataset: str, output_dir: str, args: dict[str, An
                resume: bool = True) -> Path:
     """Train a LoRA on messages JSONL; returns the final checkpoint folder."""
     import torch
-    from peft import LoraConfig, get_peft_model, set_peft_model_state_dict
+    from peft import set_peft_model_state_dict
     from safetensors.torch import load_file
     from tqdm import tqdm
     from transformers import AutoTokenizer
@@ -124,10 +133,7 @@ def train_peft(model_dir: str, dataset: str, output_dir: str, args: dict[str, An
         rows = [{"messages": ([{"role": "system", "content": a["system"]}] if r["messages"][0]["role"] != "system"
                               else []) + r["messages"]} for r in rows]
     data = tokenize_rows(tok, rows, int(a["max_length"]), a["truncation_strategy"])
-    model = load_base(model_dir, a)
-    lcfg = LoraConfig(r=int(a["lora_rank"]), lora_alpha=int(a["lora_alpha"]), lora_dropout=float(a["lora_dropout"]),
-                      target_modules=lora_targets(a), task_type="CAUSAL_LM")
-    model = get_peft_model(model, lcfg)
+    model = lora_model(model_dir, a)
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=float(a["learning_rate"]), weight_decay=float(a["weight_decay"]))
     bs = int(a["per_device_train_batch_size"])
@@ -222,7 +228,10 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--args", default="{}", help="ms-swift argument names -> values, as JSON")
     ns = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    final = train_peft(ns.model, ns.dataset, ns.output_dir, json.loads(ns.args), ns.seed)
+    try:
+        final = train_peft(ns.model, ns.dataset, ns.output_dir, json.loads(ns.args), ns.seed)
+    except ValueError as exc:  # bad rows or arguments: one line, the caller names the run
+        raise SystemExit(f"error: {exc}") from None
     print(f"final adapter: {final}")
 
 
