@@ -116,7 +116,10 @@ class ClosedBook:
         convs = [[Message("system", SYSTEM_CLOSED_BOOK), Message("user", closed_book_user_turn(q))]
                  for q in todo]
         if todo:
-            gens = self.generator.generate(convs, adapter=self.adapter, max_new_tokens=self.max_new)
+            # top_logprobs=1 as `fallback.system.closed_book` asks: the LoRA-RAG memory pass is then
+            # the same request, answered from the transformers kind's memo
+            gens = self.generator.generate(convs, adapter=self.adapter, max_new_tokens=self.max_new,
+                                           top_logprobs=1)
             self._seen.update(zip(todo, gens))
         out = []
         for s in items:

@@ -27,6 +27,7 @@ from rag.config import ConfigError, GeneratorConfig
 from rag.prompt import fit_sources
 
 log = logging.getLogger(__name__)
+MEMO_SIZE = 8192  # greedy results kept by the transformers kind (a few KB each)
 
 
 @dataclass(frozen=True)
@@ -230,6 +231,7 @@ class TransformersGenerator(_LocalTemplate):
         eos = [eos] if isinstance(eos, int) else list(eos or [])
         self._stop_ids = [*eos, self.tokenizer.eos_token_id]
         self._pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else eos[0]
+        self._memo: dict[tuple, Generation] = {}  # (adapter, max_new, top-k, prompt ids) -> greedy result
 
     def generate(self, conversations: list[list[Message]], *, adapter: str | None = None,
                  max_new_tokens: int | None = None, top_logprobs: int = 0,
@@ -238,15 +240,28 @@ class TransformersGenerator(_LocalTemplate):
         prefixes = _check_args(self.cfg, conversations, adapter, prefixes)
         max_new = max_new_tokens or self.cfg.max_new_tokens
         encoded = [self._encode(c, p, max_new) for c, p in zip(conversations, prefixes)]
+        # Greedy decoding is a function of the request: a prompt asked again (the same question in
+        # four scenarios, closed-book or gold-only) is answered from the memo, never recomputed.
+        keys = [(adapter, max_new, top_logprobs, tuple(ids)) for ids, _, _ in encoded]
+        greedy = self.cfg.temperature == 0
+        first: dict[tuple, int] = {}  # request -> index of its first occurrence in this call
+        for i, k in enumerate(keys):
+            first.setdefault(k, i)
+        todo = [i for k, i in first.items() if k not in self._memo] if greedy else list(range(len(keys)))
         # Batch prompts of similar length (less left padding to prefill and attend over), then
         # put the results back in input order (tests: same text as each prompt generated alone).
-        order = sorted(range(len(encoded)), key=lambda i: len(encoded[i][0]))
-        out: list[Generation | None] = [None] * len(encoded)
+        order = sorted(todo, key=lambda i: len(encoded[i][0]))
+        fresh: dict[int, Generation] = {}
         for s in range(0, len(order), self.cfg.batch_size):
             part = order[s: s + self.cfg.batch_size]
-            for i, g in zip(part, self._batch([encoded[i] for i in part], adapter, max_new, top_logprobs)):
-                out[i] = g
-        return out  # type: ignore[return-value]
+            fresh.update(zip(part, self._batch([encoded[i] for i in part], adapter, max_new, top_logprobs)))
+        if not greedy:  # sampling: every request is its own draw
+            return [fresh[i] for i in range(len(keys))]
+        out = [fresh[first[k]] if first[k] in fresh else self._memo[k] for k in keys]
+        self._memo.update((keys[i], g) for i, g in fresh.items())
+        while len(self._memo) > MEMO_SIZE:  # oldest first (dicts keep insertion order)
+            del self._memo[next(iter(self._memo))]
+        return out
 
     def _batch(self, encoded, adapter, max_new, k) -> list[Generation]:
         import contextlib

@@ -78,7 +78,8 @@ def test_greedy_matches_reference_loop_batched_and_with_adapter(gen, tiny_models
     assert sum(b.text != t.text for b, t in zip(base, tuned)) >= 2  # the adapter bites
     # base after the adapter ran: adapter disabled again, same as before
     assert [g.text for g in gen.generate(CONVS)] == [b.text for b in base]
-    # batch of one == batch of three
+    # batch of one == batch of three (computed again, not answered from the memo)
+    gen._memo.clear()
     assert gen.generate(CONVS[2:])[0].text == base[2].text
 
 
@@ -87,9 +88,42 @@ def test_length_sorted_batches_return_results_in_input_order(gen):
     own prompt gets when generated alone."""
     convs = [[Message("user", "word " * n + f"question {n}?")] for n in (40, 2, 25, 7, 60, 1, 13)]
     together = gen.generate(convs, max_new_tokens=5)
-    alone = [gen.generate([c], max_new_tokens=5)[0] for c in convs]
+    alone = []
+    for c in convs:
+        gen._memo.clear()  # each one really generated alone
+        alone.append(gen.generate([c], max_new_tokens=5)[0])
     assert [g.prompt for g in together] == [g.prompt for g in alone]
     assert [g.text for g in together] == [g.text for g in alone]
+
+
+def test_greedy_requests_asked_again_are_answered_from_the_memo(gen, monkeypatch):
+    """A repeated greedy request (same prompt, adapter, length, top-k) runs the model once; the
+    duplicate inside one call too; any difference in the request is generated afresh."""
+    gen._memo.clear()
+    calls = []
+    real = gen.model.generate
+    monkeypatch.setattr(gen.model, "generate", lambda **kw: calls.append(kw["input_ids"].shape[0]) or real(**kw))
+    first = gen.generate([CONVS[0], CONVS[1], CONVS[0]], max_new_tokens=6)
+    assert calls == [2] and first[0] is first[2]  # two distinct prompts, one batch
+    again = gen.generate([CONVS[1], CONVS[0]], max_new_tokens=6)
+    assert calls == [2] and [g.text for g in again] == [first[1].text, first[0].text]
+    gen.generate([CONVS[0]], max_new_tokens=6, adapter="sft")
+    gen.generate([CONVS[0]], max_new_tokens=5)
+    gen.generate([CONVS[0]], max_new_tokens=6, top_logprobs=2)
+    gen.generate([CONVS[0]], max_new_tokens=6, prefixes=["The"])
+    assert calls == [2, 1, 1, 1, 1]
+
+
+def test_sampling_is_never_memoised(tiny_models, monkeypatch):
+    g = build_generator(GeneratorConfig(kind="transformers", model=str(tiny_models["lm"]), max_new_tokens=4,
+                                        max_model_len=256, batch_size=4, temperature=1.0))
+    calls = []
+    real = g.model.generate
+    monkeypatch.setattr(g.model, "generate", lambda **kw: calls.append(kw["input_ids"].shape[0]) or real(**kw))
+    g.generate([CONVS[0], CONVS[0]])
+    g.generate([CONVS[0]])
+    assert calls == [2, 1] and not g._memo
+    g.close()
 
 
 def test_prefix_continues_the_reply(gen, tiny_models):

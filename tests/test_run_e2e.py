@@ -52,6 +52,19 @@ def test_gpu_config_validates_and_dry_runs():
     assert len(lines) == 7 and "swift sft --model Qwen/Qwen3-4B --tuner_type lora" in lines[3]
 
 
+@pytest.mark.parametrize("name", ["cpu-demo", "cpu-demo-full", "ci-tiny"])
+def test_shipped_cpu_configs_validate_and_dry_run(name):
+    """Every shipped run config parses (unknown keys are errors) and plans all seven steps."""
+    from fallback.pipeline import run
+
+    cfg = load_config(REPO / f"configs/run/{name}.yaml", RunConfig)
+    lines: list[str] = []
+    run(cfg, dry_run=True, echo=lines.append)
+    assert [ln.split()[1] for ln in lines] == ["world", "index", "scenarios", "train", "calibrate", "evaluate",
+                                                 "report"]
+    assert lines[0].endswith(f"runs/{name}/world") and "known_fraction=0.5" in lines[0]
+
+
 @pytest.mark.slow
 def test_reduced_demo_end_to_end(tmp_path):
     import torch
