@@ -1,7 +1,8 @@
 """One batch-first `Generator` interface over three chat-LM backends, chosen by `kind:`.
 
 - `transformers`: local model, peft LoRA adapters loaded on the base and chosen per request
-  (adapter=None runs the base with the adapters disabled).
+  (adapter=None runs the base with the adapters disabled); a greedy request asked again is answered
+  from a memo of its first result.
 - `vllm`: offline `LLM` engine; adapters through `LoRARequest`.
 - `openai`: any OpenAI-compatible server (vLLM `--enable-lora --lora-modules name=path`,
   `swift deploy`, Ollama `/v1`); the adapter is chosen by sending its served name as `model`.
