@@ -28,7 +28,9 @@ from rag.config import ConfigError, GeneratorConfig
 from rag.prompt import fit_sources
 
 log = logging.getLogger(__name__)
-MEMO_SIZE = 8192  # greedy results kept by the transformers kind (a few KB each)
+# Greedy results kept by the transformers kind, least recently used dropped first. One result is
+# ~1 KB, or ~60 KB with 20 top log-probs over 25 tokens (a verdict pass): <= ~120 MB in all.
+MEMO_SIZE = 2048
 
 
 @dataclass(frozen=True)
@@ -258,11 +260,11 @@ class TransformersGenerator(_LocalTemplate):
             fresh.update(zip(part, self._batch([encoded[i] for i in part], adapter, max_new, top_logprobs)))
         if not greedy:  # sampling: every request is its own draw
             return [fresh[i] for i in range(len(keys))]
-        out = [fresh[first[k]] if first[k] in fresh else self._memo[k] for k in keys]
-        self._memo.update((keys[i], g) for i, g in fresh.items())
-        while len(self._memo) > MEMO_SIZE:  # oldest first (dicts keep insertion order)
+        got = {k: fresh[i] if i in fresh else self._memo.pop(k) for k, i in first.items()}
+        self._memo.update(got)  # (re)inserted last: dicts keep insertion order
+        while len(self._memo) > MEMO_SIZE:
             del self._memo[next(iter(self._memo))]
-        return out
+        return [got[k] for k in keys]
 
     def _batch(self, encoded, adapter, max_new, k) -> list[Generation]:
         import contextlib

@@ -114,6 +114,25 @@ def test_greedy_requests_asked_again_are_answered_from_the_memo(gen, monkeypatch
     assert calls == [2, 1, 1, 1, 1]
 
 
+def test_memo_drops_the_least_recently_used(gen, monkeypatch):
+    import rag.generate as G
+
+    monkeypatch.setattr(G, "MEMO_SIZE", 2)
+    gen._memo.clear()
+    calls = []
+    real = gen.model.generate
+    monkeypatch.setattr(gen.model, "generate", lambda **kw: calls.append(kw["input_ids"].shape[0]) or real(**kw))
+    a, b, c = CONVS
+    gen.generate([a, b], max_new_tokens=3)
+    gen.generate([a], max_new_tokens=3)  # a used again: b is now the oldest
+    gen.generate([c], max_new_tokens=3)  # evicts b
+    gen.generate([a, c], max_new_tokens=3)
+    assert calls == [2, 1]
+    gen.generate([b], max_new_tokens=3)
+    assert calls == [2, 1, 1]
+    assert len(gen.generate([a, b, c, a], max_new_tokens=3)) == 4  # more distinct requests than it keeps
+
+
 def test_sampling_is_never_memoised(tiny_models, monkeypatch):
     g = build_generator(GeneratorConfig(kind="transformers", model=str(tiny_models["lm"]), max_new_tokens=4,
                                         max_model_len=256, batch_size=4, temperature=1.0))
