@@ -105,11 +105,17 @@ class EvalSection(Strict):
 
 
 class ExtraSet(Strict):
-    """A real scenario set evaluated beside the demo world (GPU configs)."""
+    """A real conflict set evaluated beside the demo world by every system of the run.
+
+    `path` is the set's folder (ConflictNQ: `<split>.jsonl`; ConflictQA:
+    `strategyqa-chatgpt.jsonl`); its true passages get their own index (same retrieval config) so
+    `retrieved` systems retrieve, then see the fabricated passage in place of the true one.
+    """
 
     kind: Literal["conflictnq", "conflictqa"]
     path: str
-    max_items: int | None = None
+    split: Literal["test", "val"] = "test"  # conflictnq only
+    max_per_cell: int | None = None  # None: eval.max_per_cell
 
 
 class RunConfig(Strict):

@@ -119,3 +119,19 @@ def headline_markdown(cfg: Any, results: Mapping[str, Sequence[ItemResult]]) -> 
         for name, v, ok in targets(base[1], lora[1]):
             lines.append(f"| {name} | {_num(v)} | {'yes' if ok else '**MISSED**'} |")
     return "\n".join(lines) + "\n"
+
+
+def set_table(title: str, results: Mapping[str, Sequence[ItemResult]]) -> str:
+    """Markdown for a real conflict set: accuracy per cell (95 % CI) per system, and for systems
+    with a verdict, over-fallback on consistent sources and the detector's AUROC."""
+    cells = [(s, k) for s in SCENARIO_ORDER for k in sorted({r.knowledge for v in results.values() for r in v})
+             if any(_cell(v, s, k) for v in results.values())]
+    lines = [f"## {title}: accuracy by system", "",
+             "| system | " + " | ".join(f"{s} ({k})" for s, k in cells) + " | over-fallback | detector AUROC |",
+             "|---|" + "---|" * (len(cells) + 2)]
+    for name, items in results.items():
+        judged = any(r.flag_score is not None for r in items)
+        extra = ([_num(over_fallback(items)["value"]), _num(detector(items)["auroc"])] if judged else ["–", "–"])
+        lines.append(f"| {name} | " + " | ".join(_acc(_cell(items, s, k)) for s, k in cells) + " | "
+                     + " | ".join(extra) + " |")
+    return "\n".join(lines) + "\n"

@@ -82,17 +82,21 @@ def make_world(cfg: RunConfig, paths: Paths) -> Any:
 
 def make_index(cfg: RunConfig, world: Any) -> Any:
     """Index the world's chunks (ids `<doc>#<n>`, the ones scenarios name); open a retriever."""
+    return index_chunks(cfg, world.chunks(), len(world.documents), cfg.rag.index)
+
+
+def index_chunks(cfg: RunConfig, chunks: list[Any], n_documents: int, index_cfg: Any) -> Any:
+    """Index `chunks` under `index_cfg.dir` with the run's retrieval settings; open a retriever."""
     from rag.index import build_from_chunks
     from rag.retrieve import load_retriever
 
     embedder = None
-    if cfg.rag.index.dense is not None:
+    if index_cfg.dense is not None:
         from rag.embed import make_embedder
 
         embedder = make_embedder(cfg.rag.embedder)
-    build_from_chunks(world.chunks(), cfg.rag.index, embedder=embedder, embedder_cfg=cfg.rag.embedder,
-                      n_documents=len(world.documents))
-    return load_retriever(cfg.rag.index, cfg.rag.retrieval, cfg.rag.embedder, embedder=embedder)
+    build_from_chunks(chunks, index_cfg, embedder=embedder, embedder_cfg=cfg.rag.embedder, n_documents=n_documents)
+    return load_retriever(index_cfg, cfg.rag.retrieval, cfg.rag.embedder, embedder=embedder)
 
 
 def sample_cells(items: list[Scenario], per_cell: int | None, seed: int) -> list[Scenario]:
@@ -301,7 +305,9 @@ def plan(cfg: RunConfig, fresh: bool) -> list[tuple[str, str]]:
                       f"never-learned -> {root / 'scenarios'}"),
         ("train", base + _describe_training(cfg, fresh)),
         ("calibrate", gate),
-        ("evaluate", f"run_eval for {systems} -> {root / 'eval'}"),
+        ("evaluate", f"run_eval for {systems} -> {root / 'eval'}" + "".join(
+            f"; then on {x.kind} ({x.path}, {x.split}, <= {x.max_per_cell or cfg.eval.max_per_cell} per cell, "
+            f"its own index) -> {root / 'extra' / x.kind}" for x in cfg.extra_sets)),
         ("report", f"eval.report.write_report (all systems; base vs LoRA) + headline -> {root / 'report'}"),
     ]
 
@@ -312,14 +318,16 @@ def run(cfg: RunConfig, *, fresh: bool = False, dry_run: bool = False, echo: Ech
         for i, (step, what) in enumerate(plan(cfg, fresh), 1):
             echo(f"[{i}/{len(STEPS)}] {step:<9} {what}")
         return None
+    from fallback.extra import check_extra_sets, evaluate_extra_sets
     from lorarag.runinfo import start_run
 
+    extra_files = check_extra_sets(cfg)  # a missing data set fails now, not after the training
     paths = Paths(Path(cfg.runs_dir) / cfg.name)
     if fresh:
         shutil.rmtree(paths.eval, ignore_errors=True)
         shutil.rmtree(paths.report, ignore_errors=True)
     start_run(paths.root, cfg, seeds={"run": cfg.seed, "world": cfg.train.world.seed,
-                                      "train": cfg.train.seed, "eval": cfg.eval.seed})
+                                      "train": cfg.train.seed, "eval": cfg.eval.seed}, data=extra_files)
     p = Progress(echo)
     p.step("world", "generating the demo world")
     world = make_world(cfg, paths)
@@ -342,6 +350,7 @@ def run(cfg: RunConfig, *, fresh: bool = False, dry_run: bool = False, echo: Ech
     runs = evaluate(cfg, parts, test, paths, adapter)
     p.step("report", str(paths.report))
     table = report(cfg, paths, runs, echo)
+    evaluate_extra_sets(cfg, parts, paths.root / "extra", adapter, echo)
     parts.generator.close()
     echo(f"done in {time.perf_counter() - p.t0:.0f}s")
     return table

@@ -65,14 +65,43 @@ def test_shipped_cpu_configs_validate_and_dry_run(name):
     assert lines[0].endswith(f"runs/{name}/world") and "known_fraction=0.5" in lines[0]
 
 
+def _conflictnq_folder(tmp: Path) -> Path:
+    """Three questions in ConflictNQ's row format (one true passage, two fabricated each)."""
+    folder = tmp / "conflictnq"
+    folder.mkdir()
+    rows = [{"id": i, "question": f"who founded the {town} rowing club",
+             "real_passages": [{"passage": f"The {town} rowing club was founded by {real} in 1901."}],
+             "fake_passages": [{"passage": f"The {town} rowing club was founded by {fake} in 1901."},
+                               {"passage": f"{fake} founded the {town} rowing club in 1901."}],
+             "real_short_answer": real, "fake_short_answer": fake}
+            for i, (town, real, fake) in enumerate([("Elmira", "Ada Moss", "Tom Reed"),
+                                                    ("Dunmore", "Lena Park", "Ravi Shah"),
+                                                    ("Kelso", "Otto Lind", "Mia Cole")])]
+    (folder / "test.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return folder
+
+
+def test_missing_extra_set_fails_before_anything_runs(tmp_path):
+    from fallback.config import ExtraSet
+    from fallback.pipeline import run
+    from lorarag.cli import UserError
+
+    cfg = _in_tmp(tmp_path).model_copy(update={"extra_sets": [ExtraSet(kind="conflictnq", path=str(tmp_path / "no"))]})
+    with pytest.raises(UserError, match="conflictnq: .*no/test.jsonl not found"):
+        run(cfg, echo=lambda _: None)
+    assert not (tmp_path / "runs").exists()
+
+
 @pytest.mark.slow
 def test_reduced_demo_end_to_end(tmp_path):
     import torch
 
     torch.set_num_threads(1)
+    from fallback.config import ExtraSet
     from fallback.pipeline import run
 
-    cfg = _in_tmp(tmp_path)
+    cfg = _in_tmp(tmp_path).model_copy(update={"extra_sets": [
+        ExtraSet(kind="conflictnq", path=str(_conflictnq_folder(tmp_path)), max_per_cell=2)]})
     lines: list[str] = []
     table = run(cfg, echo=lines.append)
     root = tmp_path / "runs" / cfg.name
@@ -115,12 +144,31 @@ def test_reduced_demo_end_to_end(tmp_path):
     assert "### Targets" in table and "| consistent | known |" in table
     assert (root / "report/headline.md").read_text() == table
 
+    # the extra set: every system answered its sampled items (2 per cell) from its own index, where
+    # a retrieved factual-error context holds the fabricated passage in place of the true one
+    xroot = root / "extra/conflictnq"
+    xitems = [json.loads(x) for x in (xroot / "scenarios/test.jsonl").read_text().splitlines()]
+    assert sorted(i["scenario"] for i in xitems) == ["consistent"] * 2 + ["factual_error"] * 2
+    for s in cfg.systems:
+        rows = [json.loads(x) for x in (xroot / "eval" / s.name / "results.jsonl").read_text().splitlines()]
+        assert sorted(r["qid"] for r in rows) == sorted(i["qid"] for i in xitems)
+        assert all(r["source_set"] == "conflictnq" and r["knowledge"] == "unknown" for r in rows)
+        if s.kind == "base_rag":  # retrieved context: 3 passages indexed, top_n 5 -> all candidates
+            for r in rows:
+                fake = r["scenario"] == "factual_error"
+                assert any("~fake" in c for c in r["retrieved_ids"]) == fake
+                assert (r["relevant_ids"][0] in r["retrieved_ids"]) != fake
+    assert "## conflictnq: accuracy by system" in (xroot / "report/headline.md").read_text()
+    assert set(json.loads((xroot / "report/metrics.json").read_text())["systems"]) == {s.name for s in cfg.systems}
+    assert json.loads((root / "run.json").read_text())["data_hashes"]  # the set's file is hashed
+
     # a second run reuses the adapter and the finished evaluation (same table, nothing redone)
     again: list[str] = []
     assert run(cfg, echo=again.append) == table
     assert any("reusing adapter" in ln for ln in again)
     for s in cfg.systems:
         assert len((root / "eval" / s.name / "results.jsonl").read_text().splitlines()) == len(test)
+        assert len((xroot / "eval" / s.name / "results.jsonl").read_text().splitlines()) == len(xitems)
 
     # `lorarag eval` builds a single system from the same run config (components) and reuses its
     # world, index and adapter: every test item answered once, with the LoRA's decisions recorded.

@@ -99,18 +99,28 @@ def conflictqa(path: Path) -> tuple[list[Scenario], list[Chunk]]:
     return scenarios, chunks
 
 
-def import_set(name: str, data_dir: str | Path, out: str | Path, split: str = "test") -> int:
-    """Write `<out>` (scenarios) and `<out stem>.chunks.jsonl` (KB); returns the scenario count."""
-    data = Path(data_dir)
+def set_file(name: str, folder: str | Path, split: str = "test") -> Path:
+    """The file of conflict set `name` inside its own folder (e.g. ../shared/data/conflictnq)."""
     if name == "conflictnq":
         if split not in ("test", "val"):
             raise RecordError(f"conflictnq split must be test or val, not {split!r}")
-        scenarios, chunks = conflictnq(data / "conflictnq" / f"{split}.jsonl")
-    elif name == "conflictqa":
-        scenarios, chunks = conflictqa(data / "conflictqa" / "strategyqa-chatgpt.jsonl")
-    else:
-        raise RecordError(f"unknown conflict set {name!r} (conflictnq or conflictqa)")
+        return Path(folder) / f"{split}.jsonl"
+    if name == "conflictqa":
+        return Path(folder) / "strategyqa-chatgpt.jsonl"
+    raise RecordError(f"unknown conflict set {name!r} (conflictnq or conflictqa)")
+
+
+def load_set(name: str, folder: str | Path, split: str = "test") -> tuple[list[Scenario], list[Chunk]]:
+    """(scenarios, KB chunks) of conflict set `name` read from its folder, checked against the KB."""
+    reader = conflictnq if name == "conflictnq" else conflictqa
+    scenarios, chunks = reader(set_file(name, folder, split))
     validate_against_kb(scenarios, {c.chunk_id for c in chunks})
+    return scenarios, chunks
+
+
+def import_set(name: str, data_dir: str | Path, out: str | Path, split: str = "test") -> int:
+    """Write `<out>` (scenarios) and `<out stem>.chunks.jsonl` (KB); returns the scenario count."""
+    scenarios, chunks = load_set(name, Path(data_dir) / name, split)
     out = Path(out)
     write_jsonl(out.with_name(out.stem + ".chunks.jsonl"), chunks)
     return save_scenarios(out, scenarios)

@@ -1,0 +1,65 @@
+"""Stage 6b of `lorarag run`: every system on the real conflict sets of `extra_sets:`.
+
+Each set (ConflictNQ, ConflictQA; train/importers.py reads them) is evaluated as the demo world
+is, by the same systems and runner, with the same generator, adapter and gate:
+- its true passages are indexed on their own (`<run>/extra/<kind>/index`, the run's retrieval
+  settings: BM25, dense or hybrid, then the reranker), so a `retrieved` system retrieves and then
+  sees the fabricated passage in place of the true one in a factual-error scenario;
+- `presented` systems see the scenario's passages; the oracle sees the true passage alone.
+Results, scenarios and the report go to `<run>/extra/<kind>/`, resumable as the world's are.
+Every item is `unknown` knowledge: the LoRA never saw these facts, so the set measures how it
+treats sources about facts it cannot know (over-fallback, detector AUROC near 0.5).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from fallback.calibration import Echo, Parts
+from fallback.config import RunConfig
+
+
+def check_extra_sets(cfg: RunConfig) -> list[Path]:
+    """The data files of `cfg.extra_sets`; a missing one is a one-line UserError (before training)."""
+    from lorarag.cli import UserError
+    from train.importers import set_file
+
+    files = []
+    for x in cfg.extra_sets:
+        f = set_file(x.kind, x.path, x.split)
+        if not f.is_file():
+            raise UserError(f"extra_sets: {x.kind}: {f} not found (the shared data sets are in ../shared/data)")
+        files.append(f)
+    return files
+
+
+def evaluate_extra_sets(cfg: RunConfig, parts: Parts, root: Path, adapter: Path | None, echo: Echo) -> None:
+    """Evaluate every system on each extra set; write its report and echo its accuracy table."""
+    from eval.records import load_results
+    from eval.report import write_report
+    from fallback.headline import set_table
+    from fallback.pipeline import Paths, evaluate, index_chunks, sample_cells
+    from fallback.scenarios import save_scenarios
+    from fallback.systems import ScenarioContexts
+    from train.importers import load_set
+
+    for x in cfg.extra_sets:
+        paths = Paths(root / x.kind)
+        items, chunks = load_set(x.kind, x.path, x.split)
+        items = sample_cells(items, x.max_per_cell or cfg.eval.max_per_cell, cfg.eval.seed)
+        save_scenarios(paths.scenarios / "test.jsonl", items)
+        echo(f"          {x.kind}: {len(items)} items; indexing its {len(chunks)} true passages")
+        index_cfg = cfg.rag.index.model_copy(update={"dir": str(paths.root / "index")})
+        retriever = index_chunks(cfg, chunks, len({c.doc_id for c in chunks}), index_cfg)
+        contexts = ScenarioContexts(retriever, parts.contexts.reranker, cfg.rag.retrieval,
+                                    {c.chunk_id: c for c in chunks})
+        runs = evaluate(cfg, replace(parts, contexts=contexts), items, paths, adapter)
+        results = {name: load_results(p) for name, p in runs.items()}
+        write_report(results, paths.report, resamples=cfg.eval.bootstrap, seed=cfg.eval.seed,
+                     title=f"lorarag run {cfg.name}: {x.kind}")
+        table = set_table(x.kind, results)
+        (paths.report / "headline.md").write_text(table, encoding="utf-8")
+        echo(table)
+        echo(f"report: {paths.report / 'report.html'}")
