@@ -107,6 +107,21 @@ def test_find_adapter(tmp_path):
     assert cmd[cmd.index("--model") + 1] == "/m"  # no args.json: the base is named
 
 
+def test_peft_kind_rejects_swift_arguments_it_would_not_honour(tmp_path):
+    """gradient_accumulation_steps would change the training under ms-swift; the peft loop does not
+    implement it, so the config is refused rather than trained differently without a word."""
+    base = {"kind": "peft", "run_name": "r", "model": "/m", "dataset": "/d.jsonl"}
+    with pytest.raises(ValueError, match=r"swift.gradient_accumulation_steps: not implemented by the peft kind"
+                                         r".*also lr_scheduler_kwargs"):
+        TrainConfig.model_validate({**base, "swift": {"gradient_accumulation_steps": 2, "lora_rank": 8,
+                                                      "lr_scheduler_kwargs": {}}})
+    ok = {"model_type": "qwen3", "template": "qwen3", "logging_steps": 5, "bf16": True, "lora_rank": 8}
+    assert TrainConfig.model_validate({**base, "swift": ok}).swift == ok
+    with pytest.raises(ValueError, match="not implemented"):  # the swift kind takes it (ms-swift checks)
+        TrainConfig.model_validate({**base, "swift": {"gradient_accumulation_steps": 2}})
+    TrainConfig.model_validate({**base, "kind": "swift", "swift": {"gradient_accumulation_steps": 2}})
+
+
 def test_peft_kind_trains_writes_the_adapter_format_and_resumes(tmp_path, tiny_models, sft_file):
     """The CPU loop: loss falls on a repeated batch; a second call resumes from its checkpoint."""
     import torch

@@ -86,6 +86,13 @@ class TrainConfig(Strict):
         clash = sorted(reserved & set(self.swift))
         if clash:
             raise ValueError(f"swift.{clash[0]} is set by lorarag (use the top-level key)")
+        if self.kind == "peft":
+            from train.peft_trainer import unsupported_args
+
+            bad = unsupported_args(self.swift)
+            if bad:
+                raise ValueError(f"swift.{bad[0]}: not implemented by the peft kind (use kind: swift)"
+                                 + (f"; also {', '.join(bad[1:])}" if bad[1:] else ""))
         return self
 
 

@@ -1,4 +1,5 @@
-"""The `peft` trainer kind: a plain LoRA loop for the CPU demo only (GPUs use ms-swift).
+"""The `peft` trainer kind: a plain LoRA loop for the CPU demo (GPU runs use ms-swift; this loop
+also runs on a visible GPU, as ms-swift would, e.g. where ms-swift is not installed).
 
 Why it exists: on 2 CPU cores ms-swift's step costs more than this loop (see
 docs/research-log.md for the measured flags). This loop does what makes CPU training fit:
@@ -32,6 +33,17 @@ DEFAULTS: dict[str, Any] = {
     "weight_decay": 0.0, "lr_scheduler_type": "cosine", "max_steps": -1, "system": None,
     "attn_impl": None, "target_regex": None, "truncation_strategy": "delete",
 }
+# ms-swift arguments this loop accepts without implementing, because they do not change what is
+# trained (the chat template comes from the tokenizer, as `template` names it for ms-swift).
+NOT_TRAINING = {"model_type", "template", "logging_steps", "report_to", "eval_steps", "save_total_limit",
+                "dataloader_num_workers", "dataset_num_proc", "check_model", "add_version"}
+
+
+def unsupported_args(args: dict[str, Any]) -> list[str]:
+    """ms-swift arguments in `args` that this loop would silently not honour (bf16 is honoured)."""
+    return sorted(k for k in args if k not in DEFAULTS and k not in NOT_TRAINING and k != "bf16")
+
+
 _ALL_LINEAR = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 
 
@@ -133,7 +145,10 @@ def train_peft(model_dir: str, dataset: str, output_dir: str, args: dict[str, An
         rows = [{"messages": ([{"role": "system", "content": a["system"]}] if r["messages"][0]["role"] != "system"
                               else []) + r["messages"]} for r in rows]
     data = tokenize_rows(tok, rows, int(a["max_length"]), a["truncation_strategy"])
-    model = lora_model(model_dir, a)
+    # Like ms-swift, the GPU when one is visible (CUDA_VISIBLE_DEVICES= keeps it on the CPU).
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    model = lora_model(model_dir, a).to(device)
+    log.info("training on %s", device)
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=float(a["learning_rate"]), weight_decay=float(a["weight_decay"]))
     bs = int(a["per_device_train_batch_size"])
@@ -155,7 +170,7 @@ def train_peft(model_dir: str, dataset: str, output_dir: str, args: dict[str, An
     ck = _last_checkpoint(out) if resume else None
     if ck is not None:
         set_peft_model_state_dict(model, load_file(str(ck / "adapter_model.safetensors")))
-        state = torch.load(ck / "trainer_state.pt", weights_only=False)
+        state = torch.load(ck / "trainer_state.pt", weights_only=False, map_location=device)
         opt.load_state_dict(state["optimizer"])
         start = state["step"]
         log.info("resuming from %s (step %d of %d)", ck, start, total)
@@ -169,7 +184,7 @@ def train_peft(model_dir: str, dataset: str, output_dir: str, args: dict[str, An
     for step in bar:
         for g in opt.param_groups:
             g["lr"] = float(a["learning_rate"]) * lr_at(step)
-        loss = loss_backward(body, lm_head, [data[i] for i in plan[step]], tok.pad_token_id, use_bf16)
+        loss = loss_backward(body, lm_head, [data[i] for i in plan[step]], tok.pad_token_id, use_bf16, device)
         torch.nn.utils.clip_grad_norm_(params, 1.0)
         opt.step()
         opt.zero_grad(set_to_none=True)
@@ -187,15 +202,16 @@ def train_peft(model_dir: str, dataset: str, output_dir: str, args: dict[str, An
     return final
 
 
-def loss_backward(body, lm_head, batch: list[tuple[list[int], list[int]]], pad: int, bf16: bool):
+def loss_backward(body, lm_head, batch: list[tuple[list[int], list[int]]], pad: int, bf16: bool,
+                  device: str = "cpu"):
     """Forward + backward of one right-padded batch of (ids, labels); returns the mean loss."""
     import torch
 
     width = max(len(ids) for ids, _ in batch)
-    ids = torch.tensor([x + [pad] * (width - len(x)) for x, _ in batch])
-    att = torch.tensor([[1] * len(x) + [0] * (width - len(x)) for x, _ in batch])
-    lab = torch.tensor([y + [-100] * (width - len(y)) for _, y in batch])
-    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+    ids = torch.tensor([x + [pad] * (width - len(x)) for x, _ in batch], device=device)
+    att = torch.tensor([[1] * len(x) + [0] * (width - len(x)) for x, _ in batch], device=device)
+    lab = torch.tensor([y + [-100] * (width - len(y)) for _, y in batch], device=device)
+    with torch.autocast(torch.device(device).type, dtype=torch.bfloat16, enabled=bf16):
         hidden = body(input_ids=ids, attention_mask=att).last_hidden_state  # [B, T, H]
         tgt = lab[:, 1:]
         keep = tgt != -100  # logits only where a label is: [N, V] instead of [B, T, V]
