@@ -16,6 +16,8 @@ import re
 from dataclasses import dataclass
 from typing import Sequence
 
+from rag.prompt import neutralise
+
 VERDICTS = ("supported", "conflicting", "outdated", "irrelevant", "insufficient")
 UNKNOWN = "unknown"
 NONE = "none"
@@ -54,7 +56,9 @@ def rag_user_turn(question: str, sources: Sequence[SourceText]) -> str:
     """User message: numbered sources then the question (retrieved text stays in this block)."""
     lines = ["Sources:"]
     for i, s in enumerate(sources, 1):
-        body = " ".join(s.text.split())
+        # One line per source (the truncation rule cuts whole lines), made inert like the grounded
+        # prompt's: no chat-template control strings, no forged [Sn] labels.
+        body = " ".join(neutralise(s.text).split())
         lines.append(f"[S{i}] {body}")
     if not sources:
         lines.append("(no sources)")

@@ -18,6 +18,8 @@ Truncation rule (used by every generator when a prompt exceeds the model window,
 `fit_sources`): keep the system prompt and the question; drop whole sources from the END of the
 block (the least relevant after reranking) until the prompt fits; if the first source alone is still
 too long, cut its text from the end; if even an empty block does not fit, raise ContextWindowError.
+The block is this module's `<sources>` block or, in the conflict-aware prompt of fallback/format.py,
+its run of one-line `[Sn] …` entries.
 """
 
 from __future__ import annotations
@@ -147,6 +149,20 @@ class PromptBuilder:
         return BuiltPrompt(system, user, tuple(f"S{i}" for i in range(1, len(entries) + 1)), lang)
 
 
+def _sources_block(user: str) -> tuple[str, str, str]:
+    """(head, entries, tail) of a user turn: the `<sources>` block of the grounded prompt, or the
+    one-line `[Sn] …` entries of the conflict-aware prompt (fallback/format.py: "Sources:" lines)."""
+    start, end = user.rfind(OPEN), user.rfind(CLOSE)
+    if 0 <= start < end:
+        return user[: start + len(OPEN)], user[start + len(OPEN): end], user[end:]
+    entries = list(_ENTRY.finditer(user))
+    if not entries:
+        raise ContextWindowError("prompt longer than max_model_len and it has no sources block to cut")
+    stop = user.find("\n", entries[-1].start())
+    stop = len(user) if stop < 0 else stop
+    return user[: entries[0].start()], user[entries[0].start(): stop], user[stop + 1:]
+
+
 def fit_sources(user: str, fits: Callable[[str], bool]) -> tuple[str, bool]:
     """Apply the truncation rule to a user turn; returns (text, truncated). See module docstring.
 
@@ -154,10 +170,7 @@ def fit_sources(user: str, fits: Callable[[str], bool]) -> tuple[str, bool]:
     """
     if fits(user):
         return user, False
-    start, end = user.rfind(OPEN), user.rfind(CLOSE)
-    if start < 0 or end < start:
-        raise ContextWindowError("prompt longer than max_model_len and it has no sources block to cut")
-    head, body, tail = user[: start + len(OPEN)], user[start + len(OPEN): end], user[end:]
+    head, body, tail = _sources_block(user)
     cuts = [m.start() for m in _ENTRY.finditer(body)]
 
     def with_body(b: str) -> str:
@@ -179,7 +192,7 @@ def fit_sources(user: str, fits: Callable[[str], bool]) -> tuple[str, bool]:
             hi = mid - 1
     if lo > len("[S1] "):
         return with_body(first[:lo] + " …"), True
-    empty = head + "\n" + tail
+    empty = head + "\n" + tail if head.endswith(OPEN) else head + tail
     if fits(empty):
         return empty, True
     raise ContextWindowError("system prompt and question alone exceed max_model_len; "
