@@ -102,31 +102,24 @@ class BaseRAG:
 
 
 class ClosedBook:
-    """The model alone: no sources. Scenarios share questions, so each is asked once per run."""
+    """The model alone: no sources. Scenarios share questions; the generator's memo (rag/memo.py)
+    answers a question asked again without the model."""
 
     def __init__(self, name: str, generator: Any, adapter: str | None, max_new_tokens: int) -> None:
         self.name, self.generator, self.adapter, self.max_new = name, generator, adapter, max_new_tokens
-        self._seen: dict[str, Any] = {}  # question -> Generation (greedy: asking again is waste)
 
     def answer_scenarios(self, items: list[Scenario]) -> list[Answer]:
-        """One closed-book generation per distinct question."""
+        """One closed-book generation per scenario (a repeated question is a memo hit)."""
         from rag.generate import Message
 
-        todo = [q for q in dict.fromkeys(s.question for s in items) if q not in self._seen]
-        convs = [[Message("system", SYSTEM_CLOSED_BOOK), Message("user", closed_book_user_turn(q))]
-                 for q in todo]
-        if todo:
-            # top_logprobs=1 as `fallback.system.closed_book` asks: the LoRA-RAG memory pass is then
-            # the same request, answered from the transformers kind's memo
-            gens = self.generator.generate(convs, adapter=self.adapter, max_new_tokens=self.max_new,
-                                           top_logprobs=1)
-            self._seen.update(zip(todo, gens))
-        out = []
-        for s in items:
-            g = self._seen[s.question]
-            out.append(Answer(question=s.question, text=g.text.strip(),
-                              trace=Trace(question=s.question, prompt=g.prompt, raw_output=g.text)))
-        return out
+        convs = [[Message("system", SYSTEM_CLOSED_BOOK), Message("user", closed_book_user_turn(s.question))]
+                 for s in items]
+        # top_logprobs=1 as `fallback.system.closed_book` asks: the LoRA-RAG memory pass is then
+        # the same request, answered from the memo
+        gens = self.generator.generate(convs, adapter=self.adapter, max_new_tokens=self.max_new, top_logprobs=1)
+        return [Answer(question=s.question, text=g.text.strip(),
+                       trace=Trace(question=s.question, prompt=g.prompt, raw_output=g.text))
+                for s, g in zip(items, gens)]
 
 
 def build_system(cfg: SystemConfig, parts: Any) -> Any:

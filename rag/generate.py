@@ -28,9 +28,6 @@ from rag.config import ConfigError, GeneratorConfig
 from rag.prompt import fit_sources
 
 log = logging.getLogger(__name__)
-# Greedy results kept by the transformers kind, least recently used dropped first. One result is
-# ~1 KB, or ~60 KB with 20 top log-probs over 25 tokens (a verdict pass): <= ~120 MB in all.
-MEMO_SIZE = 2048
 
 
 @dataclass(frozen=True)
@@ -68,8 +65,9 @@ class UnknownAdapterError(ConfigError):
     """An adapter name that the generator config does not declare."""
 
 
-def _check_args(cfg: GeneratorConfig, conversations: list[list[Message]], adapter: str | None,
-                prefixes: list[str] | None) -> list[str]:
+def check_request(cfg: GeneratorConfig, conversations: list[list[Message]], adapter: str | None,
+                  prefixes: list[str] | None) -> list[str]:
+    """The prefixes of a generate() call (one per conversation); a bad adapter or count raises."""
     if adapter is not None and adapter not in cfg.adapters:
         raise UnknownAdapterError(f"generator: unknown adapter {adapter!r} "
                                   f"(declared: {sorted(cfg.adapters) or 'none'})")
@@ -234,37 +232,23 @@ class TransformersGenerator(_LocalTemplate):
         eos = [eos] if isinstance(eos, int) else list(eos or [])
         self._stop_ids = [*eos, self.tokenizer.eos_token_id]
         self._pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else eos[0]
-        self._memo: dict[tuple, Generation] = {}  # (adapter, max_new, top-k, prompt ids) -> greedy result
 
     def generate(self, conversations: list[list[Message]], *, adapter: str | None = None,
                  max_new_tokens: int | None = None, top_logprobs: int = 0,
                  prefixes: list[str] | None = None) -> list[Generation]:
         """Generate one completion per conversation, in batches of `cfg.batch_size`."""
-        prefixes = _check_args(self.cfg, conversations, adapter, prefixes)
+        prefixes = check_request(self.cfg, conversations, adapter, prefixes)
         max_new = max_new_tokens or self.cfg.max_new_tokens
         encoded = [self._encode(c, p, max_new) for c, p in zip(conversations, prefixes)]
-        # Greedy decoding is a function of the request: a prompt asked again (the same question in
-        # four scenarios, closed-book or gold-only) is answered from the memo, never recomputed.
-        keys = [(adapter, max_new, top_logprobs, tuple(ids)) for ids, _, _ in encoded]
-        greedy = self.cfg.temperature == 0
-        first: dict[tuple, int] = {}  # request -> index of its first occurrence in this call
-        for i, k in enumerate(keys):
-            first.setdefault(k, i)
-        todo = [i for k, i in first.items() if k not in self._memo] if greedy else list(range(len(keys)))
         # Batch prompts of similar length (less left padding to prefill and attend over), then
         # put the results back in input order (tests: same text as each prompt generated alone).
-        order = sorted(todo, key=lambda i: len(encoded[i][0]))
-        fresh: dict[int, Generation] = {}
+        # Repeated greedy requests never reach this point (rag/memo.py).
+        order = sorted(range(len(encoded)), key=lambda i: len(encoded[i][0]))
+        out: dict[int, Generation] = {}
         for s in range(0, len(order), self.cfg.batch_size):
             part = order[s: s + self.cfg.batch_size]
-            fresh.update(zip(part, self._batch([encoded[i] for i in part], adapter, max_new, top_logprobs)))
-        if not greedy:  # sampling: every request is its own draw
-            return [fresh[i] for i in range(len(keys))]
-        got = {k: fresh[i] if i in fresh else self._memo.pop(k) for k, i in first.items()}
-        self._memo.update(got)  # (re)inserted last: dicts keep insertion order
-        while len(self._memo) > MEMO_SIZE:
-            del self._memo[next(iter(self._memo))]
-        return [got[k] for k in keys]
+            out.update(zip(part, self._batch([encoded[i] for i in part], adapter, max_new, top_logprobs)))
+        return [out[i] for i in range(len(encoded))]
 
     def _batch(self, encoded, adapter, max_new, k) -> list[Generation]:
         import contextlib
@@ -358,7 +342,7 @@ class VLLMGenerator(_LocalTemplate):
         from vllm import SamplingParams
         from vllm.inputs import TokensPrompt
 
-        prefixes = _check_args(self.cfg, conversations, adapter, prefixes)
+        prefixes = check_request(self.cfg, conversations, adapter, prefixes)
         max_new = max_new_tokens or self.cfg.max_new_tokens
         encoded = [self._encode(c, p, max_new) for c, p in zip(conversations, prefixes)]
         params = SamplingParams(temperature=self.cfg.temperature, max_tokens=max_new,
@@ -414,5 +398,8 @@ GENERATORS: dict[str, Callable[[GeneratorConfig], Generator]] = {
 
 
 def build_generator(cfg: GeneratorConfig) -> Generator:
-    """The generator for `cfg.kind` (registry lookup; heavy imports happen in its __init__)."""
-    return GENERATORS[cfg.kind](cfg)
+    """The generator for `cfg.kind` (registry lookup; heavy imports happen in its __init__), with
+    repeated greedy requests answered from its memo (rag/memo.py)."""
+    from rag.memo import MemoGenerator
+
+    return MemoGenerator(GENERATORS[cfg.kind](cfg))

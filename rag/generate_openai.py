@@ -18,7 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from rag.config import GeneratorConfig
-from rag.generate import Generation, Message, _check_args, fit_conversation
+from rag.generate import Generation, Message, check_request, fit_conversation
 from rag.http import EndpointError, JSONClient, field
 
 log = logging.getLogger(__name__)
@@ -48,7 +48,7 @@ class OpenAIGenerator:
                  max_new_tokens: int | None = None, top_logprobs: int = 0,
                  prefixes: list[str] | None = None) -> list[Generation]:
         """One request per conversation, `batch_size` in flight at once; results in order."""
-        prefixes = _check_args(self.cfg, conversations, adapter, prefixes)
+        prefixes = check_request(self.cfg, conversations, adapter, prefixes)
         model = self.cfg.adapters[adapter] if adapter else self.cfg.model
         max_new = max_new_tokens or self.cfg.max_new_tokens
         jobs = list(zip(conversations, prefixes))

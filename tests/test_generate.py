@@ -115,9 +115,9 @@ def test_greedy_requests_asked_again_are_answered_from_the_memo(gen, monkeypatch
 
 
 def test_memo_drops_the_least_recently_used(gen, monkeypatch):
-    import rag.generate as G
+    import rag.memo as M
 
-    monkeypatch.setattr(G, "MEMO_SIZE", 2)
+    monkeypatch.setattr(M, "MEMO_SIZE", 2)
     gen._memo.clear()
     calls = []
     real = gen.model.generate
@@ -261,7 +261,24 @@ def test_server_without_logprobs_is_fine_unless_they_are_asked_for(fake_server):
         g.generate(CONVS[:1], top_logprobs=2)
     _Handler.mode = "badchoice"
     with pytest.raises(EndpointError, match="chat/completions"):
-        g.generate(CONVS[:1])
+        g.generate(CONVS[2:])  # a request not answered before (CONVS[0] is a memo hit now)
+
+
+def test_openai_kind_repeats_are_memo_hits_and_failures_are_not_kept(fake_server):
+    """The memo wraps every kind: a repeated greedy request never reaches the server again."""
+    _Handler.mode = "nolog"
+    g = _openai(fake_server)
+    g.generate([CONVS[0], CONVS[0]])
+    once = _Handler.hits  # one chat completion (+ the /tokenize probe)
+    g.generate([CONVS[0]])
+    assert once >= 1 and _Handler.hits == once
+    g.generate([CONVS[0]], max_new_tokens=3)  # another request
+    assert _Handler.hits > once
+    _Handler.mode = "badchoice"
+    with pytest.raises(EndpointError):
+        g.generate([CONVS[1]])
+    _Handler.mode = "nolog"
+    assert g.generate([CONVS[1]])[0].text == "Paris"  # the failure was not remembered
 
 
 def test_server_without_tokenize_uses_the_byte_bound(fake_server, caplog):
