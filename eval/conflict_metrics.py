@@ -156,6 +156,20 @@ def conflict_table(items: Sequence[ItemResult]) -> list[dict]:
     return rows
 
 
+def language_table(items: Sequence[ItemResult]) -> list[dict]:
+    """Accuracy (Wilson 95 % CI) per language x scenario x knowledge cell, then per language overall.
+
+    A bilingual world mixes a model's reading in each language into one cell: this splits it."""
+    rows = []
+    for lang in sorted({r.language for r in items}):
+        mine = [r for r in items if r.language == lang]
+        for s, k, sel in groups(mine)[:-1]:  # the cells and ("all", knowledge); the grand total below
+            acc = accuracy(sel)
+            rows.append({"language": lang, "scenario": s, "knowledge": k, "n": len(sel),
+                         "accuracy": acc["value"], "acc_lo": acc["lo"], "acc_hi": acc["hi"]})
+    return rows
+
+
 def detector_table(items: Sequence[ItemResult]) -> list[dict]:
     """Detector scores per knowledge split: all flawed types, then each type vs consistent."""
     rows = []

@@ -61,6 +61,7 @@ def system_metrics(items: Sequence[ItemResult]) -> dict:
         "retrieval": {"retrieved": rm.items_summary(items, "retrieved"),
                       "final": rm.items_summary(items, "final")},
         "conflict": cm.conflict_table(items),
+        "by_language": cm.language_table(items),
         "detector": cm.detector_table(items),
         "attribution": attribution_table(items),
     }
@@ -189,6 +190,7 @@ def _html_table(rows: Sequence[dict], cols: Sequence[str]) -> str:
 
 CONFLICT_COLS = ("scenario", "knowledge", "n", "accuracy", "acc_lo", "acc_hi", "context_bias", "prior_bias",
                  "fallback_success", "over_fallback", "abstain_rate")
+LANGUAGE_COLS = ("language", "scenario", "knowledge", "n", "accuracy", "acc_lo", "acc_hi")
 DETECTOR_COLS = ("knowledge", "positives", "n", "n_pos", "precision", "recall", "f1", "auroc", "n_invalid")
 ATTR_COLS = ("scenario", "knowledge", "n", *CLASSES)
 
@@ -202,6 +204,8 @@ def _sections(metrics: dict) -> list[tuple[str, list[dict], Sequence[str]]]:
         ans += [{"metric": f"judge_{k}", "value": v} for k, v in m.get("judge", {}).items()]
         out += [(f"{name}: answers", ans, ("metric", "value")),
                 (f"{name}: conflict and fallback", m["conflict"], CONFLICT_COLS)]
+        if len({r["language"] for r in m["by_language"]}) > 1:
+            out.append((f"{name}: accuracy by language", m["by_language"], LANGUAGE_COLS))
         if any(r["n"] for r in m["detector"]):
             out.append((f"{name}: detector", m["detector"], DETECTOR_COLS))
         if len(ret) > 1:  # more than the count: some item had a relevant chunk to find

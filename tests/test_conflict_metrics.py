@@ -74,3 +74,21 @@ def test_accuracy_table_cells_and_wilson():
     ci = binomtest(3, 4).proportion_ci(method="wilson")
     assert (cons["acc_lo"], cons["acc_hi"]) == pytest.approx((ci.low, ci.high))
     assert rows[-1]["scenario"] == "all" and rows[-1]["n"] == len(ITEMS)
+
+
+def test_accuracy_by_language_splits_a_bilingual_cell():
+    """4 en items (3 right) and 2 zh items (0 right) in one consistent/known cell: 0.5 together,
+    0.75 and 0.0 apart, each with its own Wilson interval (scipy as the reference)."""
+    from scipy.stats import binomtest
+
+    en = [make_item(qid=f"e{i}", answer="50 km/h" if i < 3 else "no idea") for i in range(4)]
+    zh = [make_item(qid=f"z{i}", language="zh", question="限速是多少？", gold_answers=("50公里",),
+                    answer="不知道") for i in range(2)]
+    rows = cm.language_table(en + zh)
+    cell = {(r["language"], r["scenario"]): r for r in rows}
+    assert [r["language"] for r in rows] == ["en", "en", "zh", "zh"]  # the cell, then each language's "all"
+    assert cell[("en", "consistent")]["n"] == 4 and cell[("en", "consistent")]["accuracy"] == pytest.approx(0.75)
+    assert cell[("zh", "consistent")]["n"] == 2 and cell[("zh", "consistent")]["accuracy"] == 0.0
+    ci = binomtest(0, 2).proportion_ci(method="wilson")
+    assert (cell[("zh", "all")]["acc_lo"], cell[("zh", "all")]["acc_hi"]) == pytest.approx((ci.low, ci.high))
+    assert cm.conflict_table(en + zh)[0]["accuracy"] == pytest.approx(0.5)

@@ -101,5 +101,11 @@ def test_single_system_without_detector_has_no_roc(tmp_path):
     p = _Collect()
     p.feed(html_path.read_text())
     assert len(p.imgs) == 2
+    md = (tmp_path / "report.md").read_text()
+    assert "accuracy by language" not in md  # one language: no split to show
+    _, lora = _fixture()  # 24 en items + one zh item
+    write_report({"lora_rag": lora}, tmp_path / "bi")
+    md = (tmp_path / "bi/report.md").read_text()
+    assert "## lora_rag: accuracy by language" in md and "| zh | consistent | known | 1 | 1.000" in md
     with pytest.raises(ValueError):
         write_report({"empty": []}, tmp_path / "x")
