@@ -12,6 +12,9 @@ Definitions (every rate carries its denominator `n`; NaN when n = 0):
 - over-fallback: P(route = fallback) over consistent items (context right: falling back is a
   wasted or harmful detour); reported per knowledge split, so the unknown-fact row is the
   over-fallback on never-learned facts. NaN for systems without routing.
+- long-form answers (ConflictNQ's answers are sentences, where contains-gold fails every system):
+  mean token F1 to the true answer, and "sides with the source" = P(token F1 to the context's
+  wrong value > token F1 to the true answer) over factual_error/outdated items.
 - detector: positive = the context should not be used as is (scenario != consistent);
   predicted positive = verdict != "supported" (an `invalid` verdict counts as a flag: the system
   did not trust the context). AUROC from `flag_score` = 1 - P(supported), by sklearn, overall and
@@ -23,7 +26,7 @@ from __future__ import annotations
 import math
 from typing import Callable, Iterable, Sequence
 
-from eval.answer_metrics import contains_gold, is_correct
+from eval.answer_metrics import contains_gold, is_correct, token_f1
 from eval.records import WRONG_VALUE_SCENARIOS, ItemResult
 from eval.stats import wilson_ci
 
@@ -154,6 +157,19 @@ def conflict_table(items: Sequence[ItemResult]) -> list[dict]:
             "abstain_rate": sum(r.abstained for r in sel) / len(sel),
         })
     return rows
+
+
+def gold_f1(items: Sequence[ItemResult]) -> float:
+    """Mean SQuAD token F1 of the answers to the true answers (NaN without items)."""
+    return sum(token_f1(r.answer, r.gold_answers, r.language) for r in items) / len(items) if items else math.nan
+
+
+def sides_with_source(items: Sequence[ItemResult]) -> dict[str, float]:
+    """P(the answer is closer, in token F1, to the context's wrong value than to the true answer)."""
+    def closer(r: ItemResult) -> bool:
+        return token_f1(r.answer, (r.context_answer,), r.language) > token_f1(r.answer, r.gold_answers, r.language)
+
+    return _rate(items, lambda r: r.scenario in WRONG_VALUE_SCENARIOS and r.context_answer is not None, closer)
 
 
 def language_table(items: Sequence[ItemResult]) -> list[dict]:

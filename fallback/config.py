@@ -116,6 +116,9 @@ class ExtraSet(Strict):
     path: str
     split: Literal["test", "val"] = "test"  # conflictnq only
     max_per_cell: int | None = None  # None: eval.max_per_cell
+    # false: a missing data folder skips the set with a note (shared data a machine may not have);
+    # true: the run stops before training
+    required: bool = True
 
 
 class RunConfig(Strict):

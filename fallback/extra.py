@@ -21,18 +21,26 @@ from fallback.calibration import Echo, Parts
 from fallback.config import RunConfig
 
 
-def check_extra_sets(cfg: RunConfig) -> list[Path]:
-    """The data files of `cfg.extra_sets`; a missing one is a one-line UserError (before training)."""
+def present_sets(cfg: RunConfig) -> list[Any]:
+    """The extra sets whose data file exists; a missing required one is a one-line UserError."""
     from lorarag.cli import UserError
     from train.importers import set_file
 
-    files = []
+    out = []
     for x in cfg.extra_sets:
         f = set_file(x.kind, x.path, x.split)
-        if not f.is_file():
+        if f.is_file():
+            out.append(x)
+        elif x.required:
             raise UserError(f"extra_sets: {x.kind}: {f} not found (the shared data sets are in ../shared/data)")
-        files.append(f)
-    return files
+    return out
+
+
+def check_extra_sets(cfg: RunConfig) -> list[Path]:
+    """The data files of the present extra sets (hashed into run.json); fails on a missing required one."""
+    from train.importers import set_file
+
+    return [set_file(x.kind, x.path, x.split) for x in present_sets(cfg)]
 
 
 def evaluate_extra_sets(cfg: RunConfig, parts: Parts, root: Path, adapter: Path | None, echo: Echo) -> None:
@@ -46,6 +54,9 @@ def evaluate_extra_sets(cfg: RunConfig, parts: Parts, root: Path, adapter: Path 
     from train.importers import load_set
 
     for x in cfg.extra_sets:
+        if x not in present_sets(cfg):
+            echo(f"          {x.kind}: skipped, {x.path} not found (extra set not required)")
+            continue
         paths = Paths(root / x.kind)
         items, chunks = load_set(x.kind, x.path, x.split)
         items = sample_cells(items, x.max_per_cell or cfg.eval.max_per_cell, cfg.eval.seed)

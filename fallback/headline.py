@@ -10,8 +10,8 @@ from __future__ import annotations
 import math
 from typing import Any, Mapping, Sequence
 
-from eval.conflict_metrics import (SCENARIO_ORDER, accuracy, context_bias, detector, fallback_success,
-                                   over_fallback)
+from eval.conflict_metrics import (SCENARIO_ORDER, accuracy, context_bias, detector, fallback_success, gold_f1,
+                                   over_fallback, sides_with_source)
 from eval.records import ItemResult
 
 
@@ -122,16 +122,18 @@ def headline_markdown(cfg: Any, results: Mapping[str, Sequence[ItemResult]]) -> 
 
 
 def set_table(title: str, results: Mapping[str, Sequence[ItemResult]]) -> str:
-    """Markdown for a real conflict set: accuracy per cell (95 % CI) per system, and for systems
-    with a verdict, over-fallback on consistent sources and the detector's AUROC."""
-    cells = [(s, k) for s in SCENARIO_ORDER for k in sorted({r.knowledge for v in results.values() for r in v})
-             if any(_cell(v, s, k) for v in results.values())]
-    lines = [f"## {title}: accuracy by system", "",
-             "| system | " + " | ".join(f"{s} ({k})" for s, k in cells) + " | over-fallback | detector AUROC |",
-             "|---|" + "---|" * (len(cells) + 2)]
+    """Markdown for a real conflict set, one row per system x cell: accuracy (95 % CI), mean token
+    F1 to the true answer and how often the answer sides with a wrong source (both readable where
+    answers are sentences), and for systems with a verdict, over-fallback and detector AUROC."""
+    lines = [f"## {title}: by system and cell", "",
+             "| system | cell | accuracy [95% CI] | token F1 to true answer | sides with wrong source "
+             "| over-fallback | detector AUROC |", "|---|---|---|---|---|---|---|"]
     for name, items in results.items():
         judged = any(r.flag_score is not None for r in items)
-        extra = ([_num(over_fallback(items)["value"]), _num(detector(items)["auroc"])] if judged else ["–", "–"])
-        lines.append(f"| {name} | " + " | ".join(_acc(_cell(items, s, k)) for s, k in cells) + " | "
-                     + " | ".join(extra) + " |")
+        extra = [_num(over_fallback(items)["value"]), _num(detector(items)["auroc"])] if judged else ["–", "–"]
+        cells = [(s, k) for s in SCENARIO_ORDER for k in sorted({r.knowledge for r in items}) if _cell(items, s, k)]
+        for i, (s, k) in enumerate(cells):
+            sel = _cell(items, s, k)
+            lines.append(f"| {name} | {s} ({k}) | {_acc(sel)} | {_num(gold_f1(sel))} | "
+                         f"{_num(sides_with_source(sel)['value'])} | " + " | ".join(extra if i == 0 else ["", ""]) + " |")
     return "\n".join(lines) + "\n"

@@ -92,3 +92,23 @@ def test_accuracy_by_language_splits_a_bilingual_cell():
     ci = binomtest(0, 2).proportion_ci(method="wilson")
     assert (cell[("zh", "all")]["acc_lo"], cell[("zh", "all")]["acc_hi"]) == pytest.approx((ci.low, ci.high))
     assert cm.conflict_table(en + zh)[0]["accuracy"] == pytest.approx(0.5)
+
+
+def test_long_form_answers_token_f1_and_siding_with_the_source():
+    """Sentence-long answers (ConflictNQ): contains-gold fails, token F1 reads them. By hand:
+    gold "a visa is required" (4 tokens after dropping "a" -> visa, is, required: 3), fabricated
+    "a curator pass is issued" (curator, pass, is, issued: 4)."""
+    gold, fake = ("A visa is required.",), "A curator pass is issued."
+    right = make_item(scenario="factual_error", gold_answers=gold, context_answer=fake,
+                      answer="Yes, a visa is required before travel.")
+    misled = make_item(qid="q2", scenario="factual_error", gold_answers=gold, context_answer=fake,
+                       answer="No visa: a curator pass is issued at the border.")
+    cons = make_item(qid="q3", gold_answers=gold, context_answer=gold[0], answer="visa")
+    # right: answer tokens yes, visa, is, required, before, travel (6) vs gold 3 -> P 3/6, R 1 -> F1 2/3
+    # misled: no, visa, curator, pass, is, issued, at, border (8, "the" dropped); gold overlap visa, is
+    #   -> P 2/8, R 2/3 -> F1 4/11; fake overlap curator, pass, is, issued -> P 4/8, R 1 -> F1 2/3
+    # cons: "visa" vs 3 gold tokens -> P 1, R 1/3 -> F1 1/2
+    assert cm.gold_f1([right, misled, cons]) == pytest.approx((2 / 3 + 4 / 11 + 1 / 2) / 3)
+    sides = cm.sides_with_source([right, misled, cons])
+    assert (sides["k"], sides["n"]) == (1, 2)  # the consistent item has no wrong value to side with
+    assert math.isnan(cm.gold_f1([]))

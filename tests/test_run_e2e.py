@@ -92,6 +92,23 @@ def test_missing_extra_set_fails_before_anything_runs(tmp_path):
     assert not (tmp_path / "runs").exists()
 
 
+def test_optional_extra_set_that_is_absent_is_skipped_with_a_note(tmp_path):
+    from fallback.config import ExtraSet
+    from fallback.extra import check_extra_sets, evaluate_extra_sets
+
+    here = _conflictnq_folder(tmp_path)
+    cfg = _in_tmp(tmp_path).model_copy(update={"extra_sets": [
+        ExtraSet(kind="conflictnq", path=str(tmp_path / "no"), required=False),
+        ExtraSet(kind="conflictqa", path=str(tmp_path / "no"), required=False)]})
+    assert check_extra_sets(cfg) == []
+    lines: list[str] = []
+    evaluate_extra_sets(cfg, None, tmp_path / "extra", None, lines.append)  # nothing to evaluate: no parts needed
+    assert len(lines) == 2 and all("skipped" in ln and "not found" in ln for ln in lines)
+    assert not (tmp_path / "extra").exists()
+    kept = cfg.model_copy(update={"extra_sets": [ExtraSet(kind="conflictnq", path=str(here), required=False)]})
+    assert check_extra_sets(kept) == [here / "test.jsonl"]
+
+
 @pytest.mark.slow
 def test_reduced_demo_end_to_end(tmp_path):
     import torch
@@ -158,7 +175,7 @@ def test_reduced_demo_end_to_end(tmp_path):
                 fake = r["scenario"] == "factual_error"
                 assert any("~fake" in c for c in r["retrieved_ids"]) == fake
                 assert (r["relevant_ids"][0] in r["retrieved_ids"]) != fake
-    assert "## conflictnq: accuracy by system" in (xroot / "report/headline.md").read_text()
+    assert "## conflictnq: by system and cell" in (xroot / "report/headline.md").read_text()
     assert set(json.loads((xroot / "report/metrics.json").read_text())["systems"]) == {s.name for s in cfg.systems}
     assert json.loads((root / "run.json").read_text())["data_hashes"]  # the set's file is hashed
 
