@@ -53,8 +53,10 @@ def evaluate_extra_sets(cfg: RunConfig, parts: Parts, root: Path, adapter: Path 
     from fallback.systems import ScenarioContexts
     from train.importers import load_set
 
+    present = present_sets(cfg)
+    world_retriever = parts.contexts.retriever if present else None
     for x in cfg.extra_sets:
-        if x not in present_sets(cfg):
+        if x not in present:
             echo(f"          {x.kind}: skipped, {x.path} not found (extra set not required)")
             continue
         paths = Paths(root / x.kind)
@@ -63,7 +65,9 @@ def evaluate_extra_sets(cfg: RunConfig, parts: Parts, root: Path, adapter: Path 
         save_scenarios(paths.scenarios / "test.jsonl", items)
         echo(f"          {x.kind}: {len(items)} items; indexing its {len(chunks)} true passages")
         index_cfg = cfg.rag.index.model_copy(update={"dir": str(paths.root / "index")})
-        retriever = index_chunks(cfg, chunks, len({c.doc_id for c in chunks}), index_cfg)
+        # the world retriever's embedder, already loaded (None for BM25)
+        retriever = index_chunks(cfg, chunks, len({c.doc_id for c in chunks}), index_cfg,
+                                 embedder=getattr(world_retriever, "embedder", None))
         contexts = ScenarioContexts(retriever, parts.contexts.reranker, cfg.rag.retrieval,
                                     {c.chunk_id: c for c in chunks})
         runs = evaluate(cfg, replace(parts, contexts=contexts), items, paths, adapter)

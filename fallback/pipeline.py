@@ -85,13 +85,13 @@ def make_index(cfg: RunConfig, world: Any) -> Any:
     return index_chunks(cfg, world.chunks(), len(world.documents), cfg.rag.index)
 
 
-def index_chunks(cfg: RunConfig, chunks: list[Any], n_documents: int, index_cfg: Any) -> Any:
-    """Index `chunks` under `index_cfg.dir` with the run's retrieval settings; open a retriever."""
+def index_chunks(cfg: RunConfig, chunks: list[Any], n_documents: int, index_cfg: Any, embedder: Any = None) -> Any:
+    """Index `chunks` under `index_cfg.dir` with the run's retrieval settings; open a retriever
+    (`embedder`: an already loaded one to reuse, else one is built when the index is dense)."""
     from rag.index import build_from_chunks
     from rag.retrieve import load_retriever
 
-    embedder = None
-    if index_cfg.dense is not None:
+    if index_cfg.dense is not None and embedder is None:
         from rag.embed import make_embedder
 
         embedder = make_embedder(cfg.rag.embedder)
