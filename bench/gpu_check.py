@@ -8,7 +8,7 @@ retrieval with the reranker, the gate calibration and every system of the config
 what the shapes decide -- time per stage and peak GPU memory -- and shows that every stage runs
 on the device. It says nothing about accuracy: random weights cannot read or remember.
 
-    python -m bench.gpu_check --shape qwen3-4b --device cuda     # on a GPU machine
+    lorarag bench gpu --shape qwen3-4b --device cuda             # on a GPU machine (= python -m bench.gpu_check)
     python -m bench.gpu_check --shape tiny --device cpu --steps 3  # the same path, small, here
 
 The generator kind is `transformers` unless `--generator vllm` (vLLM is not installed everywhere).

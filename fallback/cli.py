@@ -23,6 +23,14 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
         cfg = load_config(config, RunConfig)
         run(cfg, fresh=fresh, dry_run=dry_run, echo=typer.echo)
 
+    @bench_app.command("gpu", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+    def bench_gpu_cmd(ctx: typer.Context) -> None:
+        """The GPU run config end to end on random weights of its real shapes: stage times, peak memory
+        (options: `python -m bench.gpu_check --help`)."""
+        from bench.gpu_check import main
+
+        main(list(ctx.args))
+
     @app.command("calibrate")
     def calibrate_cmd(config: Path = typer.Argument(..., help="configs/run/*.yaml")) -> None:
         """Tune the self-knowledge gate on the dev split and save gate.json next to the adapter."""

@@ -84,3 +84,30 @@ def test_bench_cpu_on_a_tiny_model(tmp_path: Path, tiny_models, capsys) -> None:
     assert g["n"] == 6 and 0.0 <= g["same_greedy_text"] <= 1.0 and g["fp32_s"] > 0
     assert json.loads((tmp_path / "c.json").read_text())["generation"]["n"] == 6
     assert "speed-up vs baseline" in capsys.readouterr().out
+
+
+@pytest.mark.slow
+def test_gpu_check_runs_the_gpu_config_small_on_cpu(tmp_path: Path, monkeypatch) -> None:
+    """`lorarag bench gpu` path, tiny and on the CPU: the GPU config's retrieval/reranker/systems run
+    end to end on local random checkpoints, with stage times in the summary."""
+    import torch
+    import yaml
+
+    torch.set_num_threads(1)
+    repo = Path(__file__).resolve().parent.parent
+    monkeypatch.chdir(tmp_path)  # the config's relative runs/ paths land here
+    from bench.gpu_check import main
+
+    main(["--shape", "tiny", "--device", "cpu", "--config", str(repo / "configs/run/qwen3-4b.yaml"),
+          "--models", str(tmp_path / "models"), "--steps", "1", "--per-cell", "1", "--cal-items", "2",
+          "--train-kind", "peft", "--out", str(tmp_path / "summary.json")])
+    s = json.loads((tmp_path / "summary.json").read_text())
+    steps = [st["msg"].split()[1] for st in s["stages"] if st["msg"].startswith("[")]
+    assert steps == ["world", "index", "scenarios", "train", "calibrate", "evaluate", "report"]
+    assert (s["shape"], s["device"], s["train"]) == ("tiny", "cpu", "peft") and s["wall_s"] > 0
+    cfg = yaml.safe_load((tmp_path / "runs/gpu-check-tiny/derived-config.yaml").read_text())
+    assert cfg["rag"]["retrieval"]["mode"] == "hybrid" and cfg["rag"]["reranker"]["backend"] == "transformers"
+    assert cfg["rag"]["generator"]["kind"] == "transformers" and cfg["train"]["model"].endswith("models/tiny/lm")
+    assert "gradient_accumulation_steps" not in cfg["train"]["swift"]  # dropped for the peft loop, said so
+    assert [x["name"] for x in cfg["systems"]] == [x["name"] for x in yaml.safe_load(
+        (repo / "configs/run/qwen3-4b.yaml").read_text())["systems"]]
