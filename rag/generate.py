@@ -1,11 +1,12 @@
 """One batch-first `Generator` interface over three chat-LM backends, chosen by `kind:`.
 
 - `transformers`: local model, peft LoRA adapters loaded on the base and chosen per request
-  (adapter=None runs the base with the adapters disabled); a greedy request asked again is answered
-  from a memo of its first result.
+  (adapter=None runs the base with the adapters disabled).
 - `vllm`: offline `LLM` engine; adapters through `LoRARequest`.
 - `openai`: any OpenAI-compatible server (vLLM `--enable-lora --lora-modules name=path`,
   `swift deploy`, Ollama `/v1`); the adapter is chosen by sending its served name as `model`.
+`build_generator` wraps every kind in rag/memo.py: a greedy request asked again is answered from
+the memo of its first result.
 
 Every kind renders the chat template with `chat_template_kwargs` (default enable_thinking=False),
 decodes greedily when temperature is 0, and reports generated tokens as the decoded text of each
