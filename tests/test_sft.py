@@ -150,3 +150,17 @@ def test_knowledge_phrasings_4_adds_closed_book_paraphrases_only():
     assert len([r for r in four if r.kind == "knowledge"]) == 2 * len([r for r in two if r.kind == "knowledge"])
     assert sorted(_reply(r) for r in four if r.kind == "rag") == sorted(_reply(r) for r in two if r.kind == "rag")
     leak_check(four, world)  # dev (2) and test (3) phrasings stay out
+
+
+def test_knowledge_phrasings_8_adds_four_more_closed_book_paraphrases():
+    """knowledge_phrasings: 8 — closed-book rows on 0, 1, 4-9; conflict rows unchanged; with one
+    repeat it has as many closed-book rows as 4 phrasings x 2 repeats (same compute, more wordings)."""
+    world = build_world(WorldConfig(seed=2, n_orgs=20))
+    four, _ = build_rows(world, SFTConfig(seed=0, knowledge_repeats=2, knowledge_phrasings=4))
+    eight, _ = build_rows(world, SFTConfig(seed=0, knowledge_repeats=1, knowledge_phrasings=8))
+    f = world.by_group("known")[0]
+    asked = [_user(r) for r in eight if r.kind == "knowledge" and r.fact_id == f.fact_id]
+    assert sorted(asked) == sorted(f"Question: {f.questions[i]}" for i in (0, 1, 4, 5, 6, 7, 8, 9))
+    assert len([r for r in eight if r.kind == "knowledge"]) == len([r for r in four if r.kind == "knowledge"])
+    assert sorted(_reply(r) for r in eight if r.kind == "rag") == sorted(_reply(r) for r in four if r.kind == "rag")
+    leak_check(eight, world)

@@ -28,10 +28,25 @@ def test_groups_sizes_and_languages(world):
     assert langs.count("zh") == 4 and langs.count("en") == 16  # zh_fraction 0.2
 
 
-def test_each_fact_has_six_distinct_phrasings_naming_the_org(world):
+def test_each_fact_has_ten_distinct_phrasings_naming_the_org(world):
     for f in world.facts:
-        assert len(set(f.questions)) == 6
+        assert len(set(f.questions)) == 10
         assert all(f.org in q for q in f.questions)
+
+
+def test_closed_book_paraphrases_avoid_the_held_out_wording():
+    """Phrasings 6-9 are trained closed-book: none may reuse the dev (2) or test (3) phrasing's
+    distinctive words, or the held-out split would measure template overlap, not recall."""
+    from train.world import QUESTIONS
+
+    held_out = {"start operating", "home to", "latest annual", "most recent release", "current version number",
+                "head offices", "founding year", "currently leads", "runs", "post most recently",
+                "开始运营", "所在地", "年度净利润", "最新发布", "目前谁担任", "设在哪座", "创立年份", "领导"}
+    for lang in QUESTIONS.values():
+        for templates in lang.values():
+            assert len(templates) == 10
+            for t in templates[6:]:
+                assert not [w for w in held_out if w in t], t
 
 
 def test_org_names_do_not_share_a_stem(world):

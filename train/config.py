@@ -48,10 +48,10 @@ class SFTConfig(Strict):
 
     seed: int = 0
     knowledge_repeats: int = 3  # closed-book copies of each (fact, training phrasing)
-    # Closed-book rows on phrasings 0, 1 (2) or also on the knowledge-only phrasings 4, 5 (4):
-    # paraphrase augmentation, so the fact is recalled (and recalled confidently) when asked
-    # in an unseen wording — what the closed-book-NLL gate relies on.
-    knowledge_phrasings: Literal[2, 4] = 2
+    # Closed-book rows on phrasings 0, 1 (2), also on the knowledge-only phrasings 4, 5 (4), or
+    # also on 6-9 (8): paraphrase augmentation, so the fact is recalled (and recalled
+    # confidently) when asked in an unseen wording — what the closed-book-NLL gate relies on.
+    knowledge_phrasings: Literal[2, 4, 8] = 2
     rag_per_fact: int = 1  # conflict-aware examples per (fact, scenario type, phrasing)
     # `alternate`: per fact, one training phrasing carries the contrastive pair (consistent +
     # factual error), the other outdated + irrelevant; `all`: both phrasings carry every type
