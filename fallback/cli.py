@@ -23,6 +23,27 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
         cfg = load_config(config, RunConfig)
         run(cfg, fresh=fresh, dry_run=dry_run, echo=typer.echo)
 
+    @app.command("seeds")
+    def seeds_cmd(config: Path = typer.Argument(..., help="configs/run/*.yaml"),
+                  seeds: str = typer.Option(..., "--seeds", help="training seeds, comma-separated: 42,43,44"),
+                  fresh: bool = typer.Option(False, "--fresh", help="retrain every seed's LoRA"),
+                  dry_run: bool = typer.Option(False, "--dry-run", help="print every run's steps, run nothing")
+                  ) -> None:
+        """The same run at several training seeds: every target per seed, mean ± sd, seeds meeting it."""
+        from fallback.config import RunConfig
+        from fallback.seeds import run_seeds
+        from rag.config import load_config
+
+        from lorarag.cli import UserError
+
+        try:
+            values = [int(x) for x in seeds.split(",") if x.strip()]
+        except ValueError:
+            raise UserError(f"--seeds takes comma-separated integers, got {seeds!r}") from None
+        if not values or len(set(values)) != len(values):
+            raise UserError(f"--seeds needs distinct seeds, got {seeds!r}")
+        run_seeds(load_config(config, RunConfig), values, fresh=fresh, dry_run=dry_run, echo=typer.echo)
+
     @bench_app.command("gpu", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
     def bench_gpu_cmd(ctx: typer.Context) -> None:
         """The GPU run config end to end on random weights of its real shapes: stage times, peak memory

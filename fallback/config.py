@@ -83,6 +83,11 @@ class SystemConfig(Strict):
     # writes it itself (`reply`).
     memory: Literal["reply", "closed_book"] = "closed_book"
 
+    @property
+    def uses_adapter(self) -> bool:
+        """Whether its answers depend on the trained adapter (and so on the training seed)."""
+        return self.kind == "lora_rag" or (self.kind == "closed_book" and self.adapter is not None)
+
 
 class CalibrationConfig(Strict):
     """Gate calibration on the DEV split (dev phrasing of known facts + never-learned orgs)."""

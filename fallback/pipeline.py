@@ -209,14 +209,13 @@ def system_stamp(cfg: RunConfig, sc: Any, test: list[Scenario], adapter: Path | 
     """What a system's results depend on: a results folder with another stamp is redone."""
     import hashlib
 
-    uses_lora = sc.kind == "lora_rag" or (sc.kind == "closed_book" and sc.adapter is not None)
     system = sc.model_dump()
     if system.get("memory") == "reply":  # the behaviour before the field existed: same stamp
         system.pop("memory")
     stamp = {"system": system, "generator": cfg.rag.generator.model_dump(),
              "retrieval": cfg.rag.retrieval.model_dump(),
              "items": hashlib.sha256("\n".join(s.qid for s in test).encode()).hexdigest()[:16]}
-    if uses_lora:
+    if sc.uses_adapter:
         stamp["adapter"] = str(adapter.resolve()) if adapter is not None else None
     if sc.kind == "lora_rag":
         stamp["gate"] = gate

@@ -7,6 +7,7 @@ model cannot remember or read anything.
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -204,3 +205,44 @@ def test_reduced_demo_end_to_end(tmp_path):
     assert sorted(i.qid for i in items) == sorted(json.loads(x)["qid"] for x in test)
     assert all(i.route in ("context", "fallback", "abstain") for i in items)
     assert yaml.safe_load(run_yaml.read_text())["name"] == cfg.name
+
+
+@pytest.mark.slow
+def test_seeds_trains_one_adapter_per_seed_and_shares_adapter_free_results(tmp_path):
+    """`lorarag seeds` on the reduced demo: two trainings, the second seed reuses the first's
+    adapter-free results (same stamp), and the summary matches each run's own targets."""
+    import hashlib
+
+    import torch
+
+    torch.set_num_threads(1)
+    from eval.records import load_results
+    from fallback.headline import targets
+    from fallback.seeds import run_seeds
+
+    cfg = _in_tmp(tmp_path)
+    lines: list[str] = []
+    md = run_seeds(cfg, [42, 7], echo=lines.append)
+    runs = tmp_path / "runs"
+    shas = []
+    for run_name in ("ci-tiny-qwen3", "ci-tiny-qwen3-seed7"):
+        adapter = Path(json.loads((runs / "train" / run_name / "adapter.json").read_text())["adapter"])
+        shas.append(hashlib.sha256((adapter / "adapter_model.safetensors").read_bytes()).hexdigest())
+        assert (adapter / "gate.json").is_file()
+    assert shas[0] != shas[1]  # another LoRA init and batch order
+    assert any("reusing the first seed's results of closed_book_base, base_rag, prompted_detection, oracle" in ln
+               for ln in lines)
+    for s in cfg.systems:
+        a = (runs / "ci-tiny/eval" / s.name / "results.jsonl").read_text().splitlines()
+        b = (runs / "ci-tiny-seed7/eval" / s.name / "results.jsonl").read_text().splitlines()
+        assert len(a) == len(b) > 0
+        if not s.uses_adapter:
+            assert a == b
+    summary = json.loads((runs / "ci-tiny-seeds/seeds.json").read_text())
+    assert summary["seeds"] == [42, 7] and summary["runs"] == ["ci-tiny", "ci-tiny-seed7"]
+    for i, name in enumerate(summary["runs"]):
+        own = targets(load_results(runs / name / "eval/base_rag"), load_results(runs / name / "eval/lora_rag"))
+        got = [(t["target"], t["values"][i], t["met"][i]) for t in summary["targets"]]
+        assert [(n, ok) for n, _, ok in own] == [(n, ok) for n, _, ok in got]
+        assert all(math.isclose(v, w) or (math.isnan(v) and math.isnan(w)) for (_, v, _), (_, w, _) in zip(own, got))
+    assert "of 2 seeds" in md and (runs / "ci-tiny-seeds/seeds.md").read_text().endswith(md)

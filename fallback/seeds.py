@@ -1,0 +1,156 @@
+"""`lorarag seeds <config> --seeds 42,43,44`: one run config at several training seeds, and how much
+its table moves between them.
+
+One training seed is one draw of the LoRA's initialisation and batch order. A table that meets
+every target at one seed need not at another (measured on the CPU demo: docs/research-log.md,
+session 5 §8), so a claim about a recipe needs several. Each seed is a full `lorarag run`: the
+config's own `train.seed` keeps its run and training names (an existing run is reused); any other
+seed `k` runs as `<name>-seed<k>` with training run `<run_name>-seed<k>`. The world, SFT rows
+and index do not depend on the training seed and are shared. Systems that do not use the adapter
+(base RAG, oracle, prompted detection, closed-book base) answer the same items identically at
+every seed: their result folders are copied from the first seed's run, and `evaluate` keeps them
+only if their stamp (what results depend on, fallback/pipeline.system_stamp) still matches.
+
+The summary (`<runs_dir>/<name>-seeds/seeds.md` + `seeds.json`) lists every target of the
+headline (fallback/headline.targets) per seed, with mean, standard deviation (n-1), range and how
+many seeds meet it, and each seed's gate threshold.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+import statistics
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Mapping, Sequence
+
+from fallback.calibration import Echo
+from fallback.config import RunConfig
+
+
+@dataclass(frozen=True)
+class SeedRow:
+    """One target across seeds."""
+
+    target: str
+    values: tuple[float, ...]  # per seed, in the order of `seeds`
+    met: tuple[bool, ...]
+    mean: float
+    sd: float  # sample standard deviation (n-1); 0 for one seed; mean..hi NaN if any value is
+    lo: float
+    hi: float
+
+    @property
+    def n_met(self) -> int:
+        return sum(self.met)
+
+
+def seed_config(cfg: RunConfig, seed: int) -> RunConfig:
+    """The config of one seed: the config's own seed unchanged, another gets suffixed names."""
+    if seed == cfg.train.seed:
+        return cfg
+    train = cfg.train.model_copy(update={"seed": seed, "run_name": f"{cfg.train.run_name}-seed{seed}"})
+    return cfg.model_copy(update={"name": f"{cfg.name}-seed{seed}", "train": train})
+
+
+def share_base_results(cfg: RunConfig, src_eval: Path, dst_eval: Path) -> list[str]:
+    """Copy the result folders of adapter-free systems from one seed's run to another's (never
+    over an existing folder); returns the names copied. `evaluate` re-checks each stamp."""
+    copied = []
+    for s in cfg.systems:
+        src, dst = src_eval / s.name, dst_eval / s.name
+        if s.uses_adapter or not (src / "stamp.json").is_file() or dst.exists():
+            continue
+        shutil.copytree(src, dst)
+        copied.append(s.name)
+    return copied
+
+
+def seed_rows(per_seed: Sequence[Sequence[tuple[str, float, bool]]]) -> list[SeedRow]:
+    """Aggregate `targets()` lists (one per seed, same targets in the same order) into rows."""
+    if not per_seed:
+        raise ValueError("no seeds to aggregate")
+    names = [t[0] for t in per_seed[0]]
+    if any([t[0] for t in s] != names for s in per_seed):
+        raise ValueError("seeds report different targets")
+    rows = []
+    for i, name in enumerate(names):
+        vals = tuple(float(s[i][1]) for s in per_seed)
+        met = tuple(bool(s[i][2]) for s in per_seed)
+        if any(math.isnan(v) for v in vals):  # undefined at some seed (e.g. a one-class AUROC)
+            rows.append(SeedRow(name, vals, met, math.nan, math.nan, math.nan, math.nan))
+            continue
+        sd = statistics.stdev(vals) if len(vals) > 1 else 0.0
+        rows.append(SeedRow(name, vals, met, statistics.fmean(vals), sd, min(vals), max(vals)))
+    return rows
+
+
+def seeds_markdown(seeds: Sequence[int], rows: Sequence[SeedRow], gates: Mapping[int, dict | None]) -> str:
+    """Markdown: every target per seed, mean ± sd, range, seeds meeting it; the gate per seed."""
+    head = " | ".join(f"seed {s}" for s in seeds)
+    lines = [f"## Targets across {len(seeds)} training seeds", "",
+             f"| target | {head} | mean ± sd | range | met |", "|---|" + "---|" * (len(seeds) + 3)]
+    for r in rows:
+        vals = " | ".join(f"{v:.2f}" + ("" if ok else " ✗") for v, ok in zip(r.values, r.met))
+        spread = ("– | –" if math.isnan(r.mean) else f"{r.mean:.2f} ± {r.sd:.2f} | {r.lo:.2f}–{r.hi:.2f}")
+        lines.append(f"| {r.target} | {vals} | {spread} | {r.n_met}/{len(seeds)} |")
+    every = [all(r.met[i] for r in rows) for i in range(len(seeds))]
+    lines += ["", f"All targets met at once: {sum(every)} of {len(seeds)} seeds "
+              f"({', '.join(str(s) for s, ok in zip(seeds, every) if ok) or 'none'}).", "",
+              "| seed | gate threshold | dev known kept | dev never-learned rejected | dev AUROC |",
+              "|---|---|---|---|---|"]
+    for s in seeds:
+        g = gates.get(s)
+        lines.append(f"| {s} | " + (" | ".join([f"{g['threshold']:.4f}", f"{g['known_kept']:.2f}",
+                                                 f"{g['unseen_rejected']:.2f}", f"{g['auroc']:.3f}"])
+                                      if g else "– | – | – | –") + " |")
+    return "\n".join(lines) + "\n"
+
+
+def run_seeds(cfg: RunConfig, seeds: Sequence[int], *, fresh: bool = False, dry_run: bool = False,
+              echo: Echo = print) -> str | None:
+    """Run `cfg` once per seed (see module docstring) and write the summary; returns its Markdown."""
+    from eval.records import load_results
+    from fallback.gate import GATE_FILE
+    from fallback.headline import pair_names, targets
+    from fallback.pipeline import Paths, find_adapter, run
+
+    if not seeds or len(set(seeds)) != len(seeds):
+        raise ValueError(f"seeds must be distinct and non-empty, got {list(seeds)}")
+    cfgs = [seed_config(cfg, s) for s in seeds]
+    if dry_run:
+        for s, c in zip(seeds, cfgs):
+            echo(f"seed {s}: lorarag run as '{c.name}', training run '{c.train.run_name}'")
+            run(c, fresh=fresh, dry_run=True, echo=echo)
+        return None
+    first = Paths(Path(cfg.runs_dir) / cfgs[0].name)
+    per_seed, gates = [], {}
+    for i, (s, c) in enumerate(zip(seeds, cfgs), 1):
+        echo(f"=== seed {s} ({i}/{len(seeds)}): run '{c.name}' ===")
+        paths = Paths(Path(c.runs_dir) / c.name)
+        if i > 1 and not fresh:
+            shared = share_base_results(c, first.eval, paths.eval)
+            if shared:
+                echo(f"          reusing the first seed's results of {', '.join(shared)} (no adapter)")
+        run(c, fresh=fresh, echo=echo)
+        results = {sc.name: load_results(paths.eval / sc.name) for sc in c.systems}
+        pair = pair_names(c, results)
+        if pair is None:
+            raise ValueError("the config has no base_rag and lora_rag system to compare across seeds")
+        per_seed.append(targets(results[pair[0]], results[pair[1]]))
+        adapter = find_adapter(c)
+        gate = adapter / GATE_FILE if adapter is not None else None
+        gates[s] = json.loads(gate.read_text(encoding="utf-8")) if gate is not None and gate.is_file() else None
+    rows = seed_rows(per_seed)
+    md = seeds_markdown(seeds, rows, gates)
+    out = Path(cfg.runs_dir) / f"{cfg.name}-seeds"
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "seeds.md").write_text(f"# lorarag seeds {cfg.name}\n\n" + md, encoding="utf-8")
+    (out / "seeds.json").write_text(json.dumps(
+        {"seeds": list(seeds), "runs": [c.name for c in cfgs], "gates": {str(k): v for k, v in gates.items()},
+         "targets": [asdict(r) | {"n_met": r.n_met} for r in rows]}, indent=1), encoding="utf-8")
+    echo(md)
+    echo(f"summary: {out / 'seeds.md'}")
+    return md

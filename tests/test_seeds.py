@@ -1,0 +1,95 @@
+"""`lorarag seeds`: per-seed configs, shared adapter-free results, and the aggregation (hand-computed)."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from fallback.config import RunConfig
+from fallback.seeds import seed_config, seed_rows, seeds_markdown, share_base_results
+from rag.config import load_config
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def demo() -> RunConfig:
+    return load_config(REPO / "configs/run/cpu-demo.yaml", RunConfig)
+
+
+def test_the_configs_own_seed_keeps_its_names_and_others_are_suffixed(demo):
+    assert seed_config(demo, demo.train.seed) is demo
+    c = seed_config(demo, 43)
+    assert (c.name, c.train.run_name, c.train.seed) == ("cpu-demo-seed43", "cpu-demo-lora-seed43", 43)
+    # only what depends on the training seed moves: same world, SFT rows, systems, evaluation
+    assert c.train.world == demo.train.world and c.train.sft == demo.train.sft
+    assert c.train.dataset == demo.train.dataset and c.systems == demo.systems and c.eval == demo.eval
+    assert (demo.name, demo.train.seed) == ("cpu-demo", 42)  # the original is not mutated
+
+
+def test_only_adapter_free_results_are_shared_and_nothing_is_overwritten(demo, tmp_path):
+    src, dst = tmp_path / "a/eval", tmp_path / "b/eval"
+    for s in demo.systems:
+        (src / s.name).mkdir(parents=True)
+        (src / s.name / "stamp.json").write_text("{}")
+        (src / s.name / "results.jsonl").write_text(s.name)
+    (dst / "oracle").mkdir(parents=True)
+    (dst / "oracle/results.jsonl").write_text("mine")
+    copied = share_base_results(demo, src, dst)
+    assert sorted(copied) == ["base_rag", "closed_book_base", "prompted_detection"]
+    assert (dst / "oracle/results.jsonl").read_text() == "mine"
+    assert not (dst / "lora_rag").exists() and not (dst / "closed_book_lora").exists()
+    assert (dst / "base_rag/results.jsonl").read_text() == "base_rag"
+
+
+def test_seed_rows_mean_sd_range_and_count_by_hand():
+    per_seed = [[("acc", 1.00, True), ("ofb", 0.04, True)],
+                [("acc", 0.56, False), ("ofb", 0.04, True)],
+                [("acc", 0.92, True), ("ofb", 0.12, False)]]
+    acc, ofb = seed_rows(per_seed)
+    assert acc.values == (1.00, 0.56, 0.92) and acc.met == (True, False, True) and acc.n_met == 2
+    assert acc.mean == pytest.approx(0.8266667, abs=1e-6)
+    # sample sd: deviations 0.17333, -0.26667, 0.09333; squares sum 0.1098667; / 2 -> sqrt = 0.234379
+    assert acc.sd == pytest.approx(0.234379, abs=1e-6)
+    assert (acc.lo, acc.hi) == (0.56, 1.00)
+    assert ofb.mean == pytest.approx(0.0666667, abs=1e-6) and ofb.n_met == 2
+    one = seed_rows(per_seed[:1])[0]
+    assert one.sd == 0.0 and one.mean == 1.00
+
+
+def test_a_value_undefined_at_one_seed_leaves_the_spread_undefined():
+    row = seed_rows([[("auroc", 0.9, True)], [("auroc", math.nan, False)]])[0]
+    assert math.isnan(row.mean) and math.isnan(row.sd) and row.n_met == 1
+    assert "| auroc | 0.90 | nan ✗ | – | – | 1/2 |" in seeds_markdown([1, 2], [row], {})
+
+
+def test_seed_rows_refuse_mismatched_targets():
+    with pytest.raises(ValueError, match="different targets"):
+        seed_rows([[("a", 1.0, True)], [("b", 1.0, True)]])
+    with pytest.raises(ValueError, match="no seeds"):
+        seed_rows([])
+
+
+def test_markdown_marks_misses_and_counts_seeds_meeting_every_target():
+    rows = seed_rows([[("acc", 1.0, True), ("ofb", 0.04, True)], [("acc", 0.56, False), ("ofb", 0.04, True)]])
+    gate = {"threshold": 0.0596, "known_kept": 0.875, "unseen_rejected": 0.975, "auroc": 0.933}
+    md = seeds_markdown([42, 43], rows, {42: gate, 43: None})
+    assert "| acc | 1.00 | 0.56 ✗ | 0.78 ± 0.31 | 0.56–1.00 | 1/2 |" in md
+    assert "| ofb | 0.04 | 0.04 | 0.04 ± 0.00 | 0.04–0.04 | 2/2 |" in md
+    assert "All targets met at once: 1 of 2 seeds (42)." in md
+    assert "| 42 | 0.0596 | 0.88 | 0.97 | 0.933 |" in md and "| 43 | – | – | – | – |" in md
+
+
+def test_bad_seed_lists_are_one_line_errors():
+    import subprocess
+    import sys
+
+    script = Path(sys.executable).parent / "lorarag"  # the console script, as a user runs it
+    for bad in ("42,x", "42,42", ","):
+        p = subprocess.run([str(script), "seeds", str(REPO / "configs/run/cpu-demo.yaml"), "--seeds", bad],
+                           capture_output=True, text=True, cwd=REPO, timeout=120)
+        assert p.returncode == 2, p.stderr
+        assert len(p.stderr.strip().splitlines()) == 1 and p.stderr.startswith("error: --seeds")
