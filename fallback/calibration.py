@@ -27,6 +27,7 @@ class Parts:
     gate_threshold: float | None
     rag: Any
     contexts: Any
+    lenient_threshold: float | None = None  # GateConfig.lenient, when the gate is in use
 
 
 def build_parts(cfg: RunConfig, retriever: Any, adapter: Path | None, world: Any) -> Parts:
@@ -68,17 +69,18 @@ def _tokenizer(cfg: RunConfig, generator: Any) -> Any:
 def calibrate_gate(cfg: RunConfig, parts: Parts, adapter: Path, dev_known: list[Scenario],
                    dev_unseen: list[Scenario], echo: Echo, *, force: bool = False) -> Any:
     """The gate's doubt score on the dev split → threshold, saved as gate.json next to the adapter."""
-    from fallback.gate import GATE_FILE, calibrate, generator_id, load_gate
+    from fallback.gate import GATE_FILE, calibrate, generator_id, known_recall_threshold, load_gate
     from fallback.system import Detector
 
     g = cfg.fallback.gate
     if g.threshold is not None and not force:
         parts.gate_threshold = g.threshold if g.enabled else None
+        parts.lenient_threshold = g.lenient.threshold if g.enabled and g.lenient else None
         return None
     if (adapter / GATE_FILE).is_file() and not force:
         cal = load_gate(adapter)
         if reusable_gate(cal, g, cfg.rag.generator, len(dev_known), len(dev_unseen)):
-            parts.gate_threshold = gate_in_use(cal, g, echo)
+            parts.gate_threshold, parts.lenient_threshold = gate_in_use(cal, g, echo), lenient_in_use(cal, g)
             echo(f"          reusing gate calibration from {adapter / GATE_FILE}")
             return cal
     det = Detector(parts.generator, parts.first_tokens, cfg.fallback, None)
@@ -92,9 +94,24 @@ def calibrate_gate(cfg: RunConfig, parts: Parts, adapter: Path, dev_known: list[
         readings.append(vals)
     cal = replace(calibrate(readings[0], readings[1], rule=g.rule, target=g.target, signal=g.signal),
                   generator=generator_id(cfg.rag.generator))
+    if g.lenient is not None:
+        loose = max(cal.threshold, known_recall_threshold(readings[0], g.lenient.known_kept))
+        cal = replace(cal, lenient_threshold=loose, lenient_rule=lenient_rule(g))
     cal.save(adapter)
-    parts.gate_threshold = gate_in_use(cal, g, echo)
+    parts.gate_threshold, parts.lenient_threshold = gate_in_use(cal, g, echo), lenient_in_use(cal, g)
     return cal
+
+
+def lenient_rule(g: Any) -> str:
+    """How GateConfig.lenient chooses its threshold, as saved in gate.json ("" when unused)."""
+    return f"known_recall {g.lenient.known_kept}" if g.lenient is not None else ""
+
+
+def lenient_in_use(cal: Any, g: Any) -> float | None:
+    """The lenient threshold the system uses: None without `gate.lenient` or when the gate is off."""
+    if g.lenient is None or not g.enabled or not cal.auroc >= g.min_auroc:
+        return None
+    return cal.lenient_threshold
 
 
 def reusable_gate(cal: Any, g: Any, gen_cfg: Any, n_known: int, n_unseen: int) -> bool:
@@ -102,8 +119,8 @@ def reusable_gate(cal: Any, g: Any, gen_cfg: Any, n_known: int, n_unseen: int) -
     model reads other NLLs than an fp32 one; files from before the field never match)."""
     from fallback.gate import generator_id
 
-    return (cal.rule, cal.signal, cal.n_known, cal.n_unseen, cal.generator) == (
-        g.rule, g.signal, n_known, n_unseen, generator_id(gen_cfg))
+    return (cal.rule, cal.signal, cal.n_known, cal.n_unseen, cal.generator, cal.lenient_rule) == (
+        g.rule, g.signal, n_known, n_unseen, generator_id(gen_cfg), lenient_rule(g))
 
 
 def gate_in_use(cal: Any, g: Any, echo: Echo) -> float | None:

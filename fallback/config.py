@@ -22,6 +22,25 @@ class PolicyConfig(Strict):
     unknown_conflict: Literal["context", "abstain"] = "context"  # doubt but no memory
 
 
+class LenientGate(Strict):
+    """A second, looser gate threshold for verdicts where a kept memory costs little if it is wrong.
+
+    The strict threshold guards against over-fallback: an invented memory that contradicts a
+    correct source (verdict `conflicting`) would replace a right answer with a wrong one. When the
+    memory-informed verdict is `outdated` (the source is a dated archive statement) or
+    `irrelevant`, the source cannot give the asked, current value either, so discarding a real
+    memory loses the answer while keeping an invented one loses nothing the source would have
+    given. Where the strict gate fires but the doubt is under the lenient threshold, the scored
+    pass runs with the memory; if its verdict is one of `verdicts`, the memory counts, otherwise
+    the reply is redone from `memory: unknown |` as before (one extra pass for those items only).
+    """
+
+    verdicts: list[Literal["outdated", "irrelevant"]] = ["outdated", "irrelevant"]
+    # The lenient threshold keeps this share of the DEV known-fact memories (never below the strict one).
+    known_kept: float = Field(0.95, gt=0, le=1)
+    threshold: float | None = None  # fixed value; required when GateConfig.threshold is fixed
+
+
 class GateConfig(Strict):
     """The self-knowledge gate (fallback/gate.py): does the model's memory count?"""
 
@@ -37,6 +56,15 @@ class GateConfig(Strict):
     # A gate whose dev AUROC is below this carries no self-knowledge: it only throws away real
     # memories, so it stays off (measured for p_unknown: 0.48-0.56 on the CPU demo).
     min_auroc: float = 0.6
+    lenient: LenientGate | None = None  # None: one threshold for every verdict
+
+    @model_validator(mode="after")
+    def _check(self) -> "GateConfig":
+        if self.lenient is not None and self.threshold is not None and self.lenient.threshold is None:
+            raise ValueError("gate.lenient.threshold is required when gate.threshold is fixed")
+        if self.lenient is not None and self.signal != "closed_book_nll":
+            raise ValueError("gate.lenient needs signal: closed_book_nll (a doubt read before the verdict)")
+        return self
 
 
 class DetectorConfig(Strict):

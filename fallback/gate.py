@@ -43,6 +43,10 @@ class GateCalibration:
     auroc: float  # the doubt score as a detector of never-learned items, on dev
     signal: str = "p_unknown"  # GateConfig.signal it was tuned on (older files: p_unknown)
     generator: str = ""  # the generator that read the scores (`generator_id`); older files: ""
+    # GateConfig.lenient: the looser threshold for verdicts where a kept memory costs little, and
+    # how it was chosen ("known_recall <share>"; "" = none)
+    lenient_threshold: float | None = None
+    lenient_rule: str = ""
 
     def save(self, folder: str | Path) -> Path:
         """Write `gate.json` into `folder` (normally the adapter's folder)."""
@@ -89,6 +93,14 @@ def _auroc(neg: Sequence[float], pos: Sequence[float]) -> float:
     from scipy.stats import mannwhitneyu
 
     return float(mannwhitneyu(pos, neg, alternative="two-sided").statistic) / (len(pos) * len(neg))
+
+
+def known_recall_threshold(p_known: Sequence[float], target: float) -> float:
+    """The lowest threshold that keeps (doubt <= threshold) at least `target` of the known items."""
+    if not p_known:
+        raise ValueError("a known-recall threshold needs dev items of known facts")
+    known = sorted(float(x) for x in p_known)
+    return known[max(0, math.ceil(target * len(known) - 1e-9) - 1)]
 
 
 def calibrate(p_known: Sequence[float], p_unseen: Sequence[float], *, rule: str = "youden",

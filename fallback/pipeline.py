@@ -205,7 +205,7 @@ def train_or_reuse(cfg: RunConfig, world: Any, fresh: bool, echo: Echo) -> Path:
 # --- 6-7: evaluate, report ---------------------------------------------------------------------
 
 def system_stamp(cfg: RunConfig, sc: Any, test: list[Scenario], adapter: Path | None,
-                 gate: float | None) -> dict:
+                 gate: float | None, lenient: float | None = None) -> dict:
     """What a system's results depend on: a results folder with another stamp is redone."""
     import hashlib
 
@@ -219,8 +219,15 @@ def system_stamp(cfg: RunConfig, sc: Any, test: list[Scenario], adapter: Path | 
         stamp["adapter"] = str(adapter.resolve()) if adapter is not None else None
     if sc.kind == "lora_rag":
         stamp["gate"] = gate
+        if lenient is not None:  # absent otherwise: stamps from before the field stay valid
+            stamp["gate_lenient"] = lenient
     if sc.kind in ("lora_rag", "prompted_detection"):
-        stamp["fallback"] = cfg.fallback.model_dump()
+        fb = cfg.fallback.model_dump()
+        # absent when unused (stamps from before the field stay valid); prompted detection runs
+        # without a gate, so the lenient setting cannot change its answers
+        if fb["gate"]["lenient"] is None or sc.kind == "prompted_detection":
+            fb["gate"].pop("lenient")
+        stamp["fallback"] = fb
     return stamp
 
 
@@ -240,7 +247,7 @@ def evaluate(cfg: RunConfig, parts: Parts, test: list[Scenario], paths: Paths, a
     lora = cfg.fallback.detector.adapter
     for sc in sorted(systems or cfg.systems, key=lambda s: s.kind != "closed_book"):
         folder = paths.eval / sc.name
-        stamp = system_stamp(cfg, sc, test, adapter, parts.gate_threshold)
+        stamp = system_stamp(cfg, sc, test, adapter, parts.gate_threshold, parts.lenient_threshold)
         marker = folder / "stamp.json"
         if folder.exists() and (not marker.exists() or json.loads(marker.read_text(encoding="utf-8")) != stamp):
             log.info("%s: model, adapter, gate or items changed: evaluating it afresh", sc.name)

@@ -37,6 +37,7 @@ class Judgement:
     first_memory: str  # the memory before the gate (the reply's, or the closed-book answer)
     prompt: str
     doubt: float | None = None  # the gate's reading (GateConfig.signal); None: not read
+    lenient: bool = False  # the strict gate fired, but the lenient one kept the memory (its verdict)
 
 
 @dataclass(frozen=True)
@@ -66,13 +67,17 @@ class Detector:
 
     def __init__(self, generator: Any, first_tokens: dict[str, str], cfg: FallbackConfig,
                  gate_threshold: float | None, *, system_prompt: str = SYSTEM_RAG,
-                 memory: str = "reply") -> None:
+                 memory: str = "reply", lenient_threshold: float | None = None) -> None:
         self.generator = generator
         self.system_prompt = system_prompt
         self.memory = memory  # "reply" | "closed_book" (see SystemConfig.memory)
         self.first_tokens = first_tokens
         self.cfg = cfg
         self.gate_threshold = gate_threshold if cfg.gate.enabled else None
+        # GateConfig.lenient: where the strict gate fires but the doubt is under this threshold,
+        # the memory still counts if the memory-informed verdict is one of these
+        self.lenient_threshold = lenient_threshold if self.gate_threshold is not None else None
+        self.lenient_verdicts = frozenset(cfg.gate.lenient.verdicts) if cfg.gate.lenient else frozenset()
         self.invalid = 0  # replies that did not parse, counted over the detector's lifetime
 
     @property
@@ -88,6 +93,10 @@ class Detector:
 
     def _fires(self, doubt: float | None) -> bool:
         return self.gate_threshold is not None and gate_fires(doubt, self.gate_threshold)
+
+    def _probe(self, doubt: float | None) -> bool:
+        """The strict gate fires but the lenient one would not: try the memory, keep it by verdict."""
+        return self._fires(doubt) and self.lenient_threshold is not None and not gate_fires(doubt, self.lenient_threshold)
 
     def gate_scores(self, questions: Sequence[str], sources: Sequence[Sequence[Retrieved]]) -> list[float]:
         """The gate's doubt score per question (GateConfig.signal), for calibration on dev."""
@@ -108,7 +117,8 @@ class Detector:
         doubts = [c.nll for c in cb] if cb is not None and self.cfg.gate.signal == "closed_book_nll" \
             else [v.p_unknown for v, _ in first]
         redo = [i for i, (v, _) in enumerate(first)
-                if self._fires(doubts[i]) and not (v.valid and is_unknown(v.memory))]
+                if self._fires(doubts[i]) and not (v.valid and is_unknown(v.memory))
+                and not (self._probe(doubts[i]) and v.label in self.lenient_verdicts)]
         second = dict(zip(redo, self._pass([convs[i] for i in redo], [forced_unknown_prefix()] * len(redo)))) \
             if redo else {}  # no empty generate call (vLLM rejects an empty prompt list)
         out = []
@@ -118,18 +128,28 @@ class Detector:
                 # keep the first pass's gate reading on the regenerated verdict
                 final = replace(second[i][0], p_unknown=v.p_unknown)
             self.invalid += not final.valid
-            out.append(Judgement(final, i in second, v.memory, prompt, doubts[i]))
+            kept = self._fires(doubts[i]) and i not in second and not (v.valid and is_unknown(v.memory))
+            out.append(Judgement(final, i in second, v.memory, prompt, doubts[i], lenient=kept))
         return out
 
     def _judge_closed_book_memory(self, convs: list, cb: list[ClosedBookAnswer]) -> list[Judgement]:
         """The scored pass forced to start with the closed-book memory (or unknown, if gated)."""
         doubts = [c.nll for c in cb] if self.cfg.gate.signal == "closed_book_nll" else [None] * len(cb)
-        gated = [self._fires(x) or is_unknown(c.answer) for x, c in zip(doubts, cb)]
+        probe = [self._probe(x) and not is_unknown(c.answer) for x, c in zip(doubts, cb)]
+        gated = [(self._fires(x) or is_unknown(c.answer)) and not p for x, c, p in zip(doubts, cb, probe)]
         prefixes = [forced_unknown_prefix() if g else f"{memory_prefix()} {c.answer} |" for g, c in zip(gated, cb)]
+        first = self._pass(convs, prefixes)
+        # probed memories whose verdict is not lenient are judged again from `memory: unknown |`
+        redo = [i for i, (v, _) in enumerate(first) if probe[i] and v.label not in self.lenient_verdicts]
+        second = dict(zip(redo, self._pass([convs[i] for i in redo], [forced_unknown_prefix()] * len(redo)))) \
+            if redo else {}
         out = []
-        for (v, prompt), g, c, x in zip(self._pass(convs, prefixes), gated, cb, doubts):
+        for i, ((v, prompt), g, c, x) in enumerate(zip(first, gated, cb, doubts)):
+            if i in second:
+                (v, prompt), g = second[i], True
             self.invalid += not v.valid
-            out.append(Judgement(v, g and not is_unknown(c.answer), c.answer, prompt, x))
+            out.append(Judgement(v, g and not is_unknown(c.answer), c.answer, prompt, x,
+                                 lenient=probe[i] and i not in second))
         return out
 
 
@@ -158,6 +178,8 @@ def _answer(question: str, ctx: Context, j: Judgement, cfg: FallbackConfig, seco
         notes.append(f"gate doubt ({cfg.gate.signal})={j.doubt:.4f}")
     if j.gated:
         notes.append(f"gate: memory {j.first_memory!r} -> unknown")
+    if j.lenient:
+        notes.append(f"gate: memory {j.first_memory!r} kept by the lenient threshold ({v.label} verdict)")
     if not v.valid:
         notes.append("invalid reply")
     trace = Trace(question=question, retrieved=tuple(ctx[0]), reranked=tuple(ctx[1]), prompt=j.prompt,

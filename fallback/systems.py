@@ -131,7 +131,8 @@ def _lora_rag(cfg: SystemConfig, parts: Any) -> LoRARAG:
     # A memory given by the closed-book pass can only be gated on that pass's own confidence.
     gated = cfg.memory == "reply" or parts.fallback.gate.signal == "closed_book_nll"
     gate = parts.gate_threshold if gated else None
-    det = Detector(parts.generator, parts.first_tokens, parts.fallback, gate, memory=cfg.memory)
+    det = Detector(parts.generator, parts.first_tokens, parts.fallback, gate, memory=cfg.memory,
+                   lenient_threshold=parts.lenient_threshold if gated else None)
     return LoRARAG(cfg.name, AdvancedRAGSystem(parts.rag, det, parts.fallback), parts.contexts, cfg.context)
 
 
@@ -179,8 +180,7 @@ def build_eval_system(cfg: Any) -> Any:
     run_cfg = load_config(cfg.components, RunConfig)
     sc = validate_data(cfg.system, SystemConfig, "eval config: system")
     adapter = pipeline.find_adapter(run_cfg)
-    needs_adapter = sc.kind == "lora_rag" or (sc.kind == "closed_book" and sc.adapter is not None)
-    if needs_adapter and adapter is None:
+    if sc.uses_adapter and adapter is None:
         raise ConfigError(f"system {sc.name!r} needs the trained adapter of run "
                           f"'{run_cfg.train.run_name}': run `lorarag run {cfg.components}` first")
     paths = pipeline.Paths(Path(run_cfg.runs_dir) / run_cfg.name)
@@ -190,6 +190,12 @@ def build_eval_system(cfg: Any) -> Any:
     gate = run_cfg.fallback.gate
     if gate.threshold is not None:
         parts.gate_threshold = gate.threshold if gate.enabled else None
+        parts.lenient_threshold = gate.lenient.threshold if gate.enabled and gate.lenient else None
     elif adapter is not None and (adapter / GATE_FILE).is_file():
-        parts.gate_threshold = calibration.gate_in_use(load_gate(adapter), gate, log.info)
+        cal = load_gate(adapter)
+        if gate.lenient is not None and cal.lenient_rule != calibration.lenient_rule(gate):
+            raise ConfigError(f"{adapter / GATE_FILE}: calibrated without gate.lenient "
+                              f"({calibration.lenient_rule(gate)}): run `lorarag calibrate` first")
+        parts.gate_threshold = calibration.gate_in_use(cal, gate, log.info)
+        parts.lenient_threshold = calibration.lenient_in_use(cal, gate)
     return build_system(sc, parts)

@@ -344,3 +344,57 @@ def test_closed_book_nll_gate_in_reply_mode_regenerates_the_unsure_reply():
     assert gen.calls[-1][1] == ["memory: unknown |"]  # only the unsure one is redone
     assert known.trace.memory_answer == "7" and unseen.trace.memory_answer is None
     assert det.gate_scores(["q-known", "q-unseen"], [[], []]) == [0.02, 2.0]
+
+
+def _tail(verdict: str, ans: str) -> list[str]:
+    return [" ", "source", ":", " 9", " |", " verdict", ":", f" {verdict}", " |", " answer", ":", f" {ans}"]
+
+
+def test_lenient_gate_keeps_a_doubtful_memory_only_for_outdated_or_irrelevant_verdicts():
+    """gate.lenient: strict 0.1, lenient 0.5 nats. A doubt in between is tried with the memory; an
+    `outdated` verdict keeps it, a `conflicting` one is judged again from `memory: unknown |`."""
+    from fallback.config import LenientGate
+
+    closed = {"q-sure": ("7", (-0.02,)), "q-mid-out": ("8", (-0.3,)), "q-mid-con": ("6", (-0.3,)),
+              "q-far": ("5", (-0.9,))}
+    replies = {("q-sure", "memory: 7 |"): _reply(_tail("outdated", "7"), 0.5, "outdated", 0.9),
+               ("q-mid-out", "memory: 8 |"): _reply(_tail("outdated", "8"), 0.5, "outdated", 0.9),
+               ("q-mid-con", "memory: 6 |"): _reply(_tail("conflicting", "6"), 0.5, "conflicting", 0.9),
+               ("q-mid-con", "memory: unknown |"): _reply(_tail("supported", "9"), 0.5, "supported", 0.9),
+               ("q-far", "memory: unknown |"): _reply(_tail("supported", "9"), 0.5, "supported", 0.9),
+               ("q-mid-out", "memory: unknown |"): _reply(_tail("supported", "9"), 0.5, "supported", 0.9)}
+    qs = ["q-sure", "q-mid-out", "q-mid-con", "q-far"]
+    cfg = FallbackConfig(gate=GateConfig(signal="closed_book_nll", lenient=LenientGate()))
+    gen = CBGate(closed, replies)
+    det = Detector(gen, FIRST, cfg, gate_threshold=0.1, memory="closed_book", lenient_threshold=0.5)
+    sure, mid_out, mid_con, far = AdvancedRAGSystem(None, det, cfg).answer_with_context(qs, [((), (_src("x"),))] * 4)
+    assert gen.calls[1][1] == ["memory: 7 |", "memory: 8 |", "memory: 6 |", "memory: unknown |"]
+    assert gen.calls[2][1] == ["memory: unknown |"] and len(gen.calls) == 3  # only q-mid-con is redone
+    assert (sure.trace.route, sure.text) == ("fallback", "7")
+    assert (mid_out.trace.route, mid_out.text) == ("fallback", "8")
+    assert any("kept by the lenient threshold (outdated verdict)" in n for n in mid_out.trace.notes)
+    assert (mid_con.trace.route, mid_con.text) == ("context", "9")
+    assert any("gate: memory '6' -> unknown" in n for n in mid_con.trace.notes)
+    assert (far.trace.route, far.text) == ("context", "9")
+
+    # the same items without the lenient threshold: both doubtful memories are discarded at once
+    gen = CBGate(closed, replies)
+    det = Detector(gen, FIRST, cfg, gate_threshold=0.1, memory="closed_book")
+    answers = AdvancedRAGSystem(None, det, cfg).answer_with_context(qs, [((), (_src("x"),))] * 4)
+    assert gen.calls[1][1] == ["memory: 7 |", "memory: unknown |", "memory: unknown |", "memory: unknown |"]
+    assert [a.trace.route for a in answers] == ["fallback", "context", "context", "context"]
+
+
+def test_lenient_gate_in_reply_mode_skips_the_redo_for_a_lenient_verdict():
+    from fallback.config import LenientGate
+
+    closed = {"q-out": ("8", (-0.3,)), "q-con": ("6", (-0.3,))}
+    replies = {("q-out", "memory:"): _reply([" 8", " |"] + _tail("irrelevant", "8")[1:], 0.01, "irrelevant", 0.9),
+               ("q-con", "memory:"): _reply([" 6", " |"] + _tail("conflicting", "6")[1:], 0.01, "conflicting", 0.9),
+               ("q-con", "memory: unknown |"): _reply(_tail("supported", "9"), 0.01, "supported", 0.9)}
+    cfg = FallbackConfig(gate=GateConfig(signal="closed_book_nll", lenient=LenientGate()))
+    gen = CBGate(closed, replies)
+    det = Detector(gen, FIRST, cfg, gate_threshold=0.1, lenient_threshold=0.5)
+    out, con = AdvancedRAGSystem(None, det, cfg).answer_with_context(["q-out", "q-con"], [((), (_src("x"),))] * 2)
+    assert gen.calls[-1][1] == ["memory: unknown |"]  # only the conflicting one is redone
+    assert (out.trace.route, out.text) == ("fallback", "8") and (con.trace.route, con.text) == ("context", "9")

@@ -109,3 +109,45 @@ def test_saved_gate_is_reused_only_for_the_generator_that_read_it():
     assert not reusable_gate(cal, g, bf16.model_copy(update={"fp32_lm_head": False}), 2, 2)
     assert not reusable_gate(cal, g, bf16, 3, 2)  # another dev split
     assert not reusable_gate(replace(cal, generator=""), g, bf16, 2, 2)  # a file from before the field
+
+
+def test_known_recall_threshold_keeps_the_asked_share_by_hand():
+    from fallback.gate import known_recall_threshold
+
+    known = [0.40, 0.01, 0.03, 0.02, 0.10, 0.05, 0.04, 0.06, 0.07, 0.08]  # sorted: .01 .02 ... .10 .40
+    assert known_recall_threshold(known, 0.9) == 0.10  # keeps 9 of 10
+    assert known_recall_threshold(known, 0.95) == 0.40  # 9.5 -> all 10
+    assert known_recall_threshold(known, 0.5) == 0.05
+    assert known_recall_threshold([0.3], 0.01) == 0.3
+    kept = sum(x <= known_recall_threshold(known, 0.8) for x in known) / len(known)
+    assert kept == 0.8
+    with pytest.raises(ValueError):
+        known_recall_threshold([], 0.9)
+
+
+def test_lenient_gate_config_and_its_saved_calibration(tmp_path):
+    from dataclasses import replace
+
+    from fallback.calibration import lenient_in_use, lenient_rule, reusable_gate
+    from fallback.config import GateConfig, LenientGate
+    from fallback.gate import generator_id
+    from rag.config import GeneratorConfig
+
+    with pytest.raises(ValueError, match="lenient.threshold is required"):
+        GateConfig(threshold=0.1, lenient=LenientGate())
+    with pytest.raises(ValueError, match="needs signal: closed_book_nll"):
+        GateConfig(signal="p_unknown", lenient=LenientGate())
+    with pytest.raises(ValueError):
+        LenientGate(verdicts=["conflicting"])  # a conflicting source is what the strict gate is for
+    gen = GeneratorConfig(kind="transformers", model="m")
+    plain, lenient = GateConfig(), GateConfig(lenient=LenientGate(known_kept=0.9))
+    cal = replace(calibrate([0.02, 0.05], [0.9, 1.4], signal="closed_book_nll"), generator=generator_id(gen))
+    assert reusable_gate(cal, plain, gen, 2, 2) and not reusable_gate(cal, lenient, gen, 2, 2)
+    both = replace(cal, lenient_threshold=0.3, lenient_rule=lenient_rule(lenient))
+    both.save(tmp_path)
+    back = load_gate(tmp_path)
+    assert back == both and back.lenient_rule == "known_recall 0.9"
+    assert reusable_gate(back, lenient, gen, 2, 2) and not reusable_gate(back, plain, gen, 2, 2)
+    assert lenient_in_use(back, lenient) == 0.3 and lenient_in_use(back, plain) is None
+    assert lenient_in_use(back, lenient.model_copy(update={"enabled": False})) is None
+    assert lenient_in_use(replace(back, auroc=0.5), lenient) is None  # gate off below min_auroc
