@@ -11,7 +11,8 @@ and index do not depend on the training seed and are shared. Systems that do not
 every seed: their result folders are copied from the first seed's run, and `evaluate` keeps them
 only if their stamp (what results depend on, fallback/pipeline.system_stamp) still matches.
 
-The summary (`<runs_dir>/<name>-seeds/seeds.md` + `seeds.json`) lists every target of the
+The summary (`<runs_dir>/<name>-seeds/seeds.md` + `seeds.json`, beside the usual config.yaml and
+run.json) lists every target of the
 headline (fallback/headline.targets) per seed, with mean, standard deviation (n-1), range and how
 many seeds meet it, and each seed's gate threshold.
 """
@@ -125,6 +126,11 @@ def run_seeds(cfg: RunConfig, seeds: Sequence[int], *, fresh: bool = False, dry_
             echo(f"seed {s}: lorarag run as '{c.name}', training run '{c.train.run_name}'")
             run(c, fresh=fresh, dry_run=True, echo=echo)
         return None
+    from lorarag.runinfo import start_run
+
+    out = Path(cfg.runs_dir) / f"{cfg.name}-seeds"
+    start_run(out, cfg, seeds={"run": cfg.seed, "world": cfg.train.world.seed, "eval": cfg.eval.seed,
+                               **{f"train.{i}": s for i, s in enumerate(seeds)}})
     first = Paths(Path(cfg.runs_dir) / cfgs[0].name)
     per_seed, gates = [], {}
     for i, (s, c) in enumerate(zip(seeds, cfgs), 1):
@@ -145,8 +151,6 @@ def run_seeds(cfg: RunConfig, seeds: Sequence[int], *, fresh: bool = False, dry_
         gates[s] = json.loads(gate.read_text(encoding="utf-8")) if gate is not None and gate.is_file() else None
     rows = seed_rows(per_seed)
     md = seeds_markdown(seeds, rows, gates)
-    out = Path(cfg.runs_dir) / f"{cfg.name}-seeds"
-    out.mkdir(parents=True, exist_ok=True)
     (out / "seeds.md").write_text(f"# lorarag seeds {cfg.name}\n\n" + md, encoding="utf-8")
     (out / "seeds.json").write_text(json.dumps(
         {"seeds": list(seeds), "runs": [c.name for c in cfgs], "gates": {str(k): v for k, v in gates.items()},

@@ -240,6 +240,9 @@ def test_seeds_trains_one_adapter_per_seed_and_shares_adapter_free_results(tmp_p
             assert a == b
     summary = json.loads((runs / "ci-tiny-seeds/seeds.json").read_text())
     assert summary["seeds"] == [42, 7] and summary["runs"] == ["ci-tiny", "ci-tiny-seed7"]
+    info = json.loads((runs / "ci-tiny-seeds/run.json").read_text())
+    assert info["seeds"]["train.0"] == 42 and info["seeds"]["train.1"] == 7 and info["git_sha"]
+    assert (runs / "ci-tiny-seeds/config.yaml").is_file()
     for i, name in enumerate(summary["runs"]):
         own = targets(load_results(runs / name / "eval/base_rag"), load_results(runs / name / "eval/lora_rag"))
         got = [(t["target"], t["values"][i], t["met"][i]) for t in summary["targets"]]
