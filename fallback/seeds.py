@@ -13,8 +13,8 @@ only if their stamp (what results depend on, fallback/pipeline.system_stamp) sti
 
 The summary (`<runs_dir>/<name>-seeds/seeds.md` + `seeds.json`, beside the usual config.yaml and
 run.json) lists every target of the
-headline (fallback/headline.targets) per seed, with mean, standard deviation (n-1), range and how
-many seeds meet it, and each seed's gate threshold.
+headline (fallback/headline.targets) per seed, with mean, standard deviation (n-1), a 95 %
+t-interval of the mean over seeds, range and how many seeds meet it, and each seed's gate threshold.
 """
 
 from __future__ import annotations
@@ -42,6 +42,10 @@ class SeedRow:
     sd: float  # sample standard deviation (n-1); 0 for one seed; mean..hi NaN if any value is
     lo: float
     hi: float
+    # 95 % t-interval of the mean over seeds (seeds as the sample), clipped to [0, 1] since every
+    # target is a share or an AUROC; NaN for one seed
+    ci_lo: float = math.nan
+    ci_hi: float = math.nan
 
     @property
     def n_met(self) -> int:
@@ -83,8 +87,15 @@ def seed_rows(per_seed: Sequence[Sequence[tuple[str, float, bool]]]) -> list[See
         if any(math.isnan(v) for v in vals):  # undefined at some seed (e.g. a one-class AUROC)
             rows.append(SeedRow(name, vals, met, math.nan, math.nan, math.nan, math.nan))
             continue
+        mean = statistics.fmean(vals)
         sd = statistics.stdev(vals) if len(vals) > 1 else 0.0
-        rows.append(SeedRow(name, vals, met, statistics.fmean(vals), sd, min(vals), max(vals)))
+        ci = (math.nan, math.nan)
+        if len(vals) > 1:
+            from scipy.stats import t
+
+            half = float(t.ppf(0.975, len(vals) - 1)) * sd / math.sqrt(len(vals))
+            ci = (max(0.0, mean - half), min(1.0, mean + half))
+        rows.append(SeedRow(name, vals, met, mean, sd, min(vals), max(vals), *ci))
     return rows
 
 
@@ -92,10 +103,12 @@ def seeds_markdown(seeds: Sequence[int], rows: Sequence[SeedRow], gates: Mapping
     """Markdown: every target per seed, mean ± sd, range, seeds meeting it; the gate per seed."""
     head = " | ".join(f"seed {s}" for s in seeds)
     lines = [f"## Targets across {len(seeds)} training seeds", "",
-             f"| target | {head} | mean ± sd | range | met |", "|---|" + "---|" * (len(seeds) + 3)]
+             f"| target | {head} | mean ± sd | 95% CI of the mean (t) | range | met |",
+             "|---|" + "---|" * (len(seeds) + 4)]
     for r in rows:
         vals = " | ".join(f"{v:.2f}" + ("" if ok else " ✗") for v, ok in zip(r.values, r.met))
-        spread = ("– | –" if math.isnan(r.mean) else f"{r.mean:.2f} ± {r.sd:.2f} | {r.lo:.2f}–{r.hi:.2f}")
+        ci = "–" if math.isnan(r.ci_lo) else f"[{r.ci_lo:.2f}, {r.ci_hi:.2f}]"
+        spread = ("– | – | –" if math.isnan(r.mean) else f"{r.mean:.2f} ± {r.sd:.2f} | {ci} | {r.lo:.2f}–{r.hi:.2f}")
         lines.append(f"| {r.target} | {vals} | {spread} | {r.n_met}/{len(seeds)} |")
     every = [all(r.met[i] for r in rows) for i in range(len(seeds))]
     lines += ["", f"All targets met at once: {sum(every)} of {len(seeds)} seeds "

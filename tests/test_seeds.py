@@ -55,15 +55,17 @@ def test_seed_rows_mean_sd_range_and_count_by_hand():
     # sample sd: deviations 0.17333, -0.26667, 0.09333; squares sum 0.1098667; / 2 -> sqrt = 0.234379
     assert acc.sd == pytest.approx(0.234379, abs=1e-6)
     assert (acc.lo, acc.hi) == (0.56, 1.00)
+    # t(0.975, df=2) = 4.302653; se = 0.234379 / sqrt(3) = 0.135319 -> half-width 0.582237
+    assert acc.ci_lo == pytest.approx(0.8266667 - 0.582237, abs=1e-5) and acc.ci_hi == 1.0  # clipped
     assert ofb.mean == pytest.approx(0.0666667, abs=1e-6) and ofb.n_met == 2
     one = seed_rows(per_seed[:1])[0]
-    assert one.sd == 0.0 and one.mean == 1.00
+    assert one.sd == 0.0 and one.mean == 1.00 and math.isnan(one.ci_lo)
 
 
 def test_a_value_undefined_at_one_seed_leaves_the_spread_undefined():
     row = seed_rows([[("auroc", 0.9, True)], [("auroc", math.nan, False)]])[0]
     assert math.isnan(row.mean) and math.isnan(row.sd) and row.n_met == 1
-    assert "| auroc | 0.90 | nan ✗ | – | – | 1/2 |" in seeds_markdown([1, 2], [row], {})
+    assert "| auroc | 0.90 | nan ✗ | – | – | – | 1/2 |" in seeds_markdown([1, 2], [row], {})
 
 
 def test_seed_rows_refuse_mismatched_targets():
@@ -77,8 +79,9 @@ def test_markdown_marks_misses_and_counts_seeds_meeting_every_target():
     rows = seed_rows([[("acc", 1.0, True), ("ofb", 0.04, True)], [("acc", 0.56, False), ("ofb", 0.04, True)]])
     gate = {"threshold": 0.0596, "known_kept": 0.875, "unseen_rejected": 0.975, "auroc": 0.933}
     md = seeds_markdown([42, 43], rows, {42: gate, 43: None})
-    assert "| acc | 1.00 | 0.56 ✗ | 0.78 ± 0.31 | 0.56–1.00 | 1/2 |" in md
-    assert "| ofb | 0.04 | 0.04 | 0.04 ± 0.00 | 0.04–0.04 | 2/2 |" in md
+    # t(0.975, df=1) = 12.7062; se = 0.3111 / sqrt(2) = 0.22 -> [0, 1] after clipping
+    assert "| acc | 1.00 | 0.56 ✗ | 0.78 ± 0.31 | [0.00, 1.00] | 0.56–1.00 | 1/2 |" in md
+    assert "| ofb | 0.04 | 0.04 | 0.04 ± 0.00 | [0.04, 0.04] | 0.04–0.04 | 2/2 |" in md
     assert "All targets met at once: 1 of 2 seeds (42)." in md
     assert "| 42 | 0.0596 | 0.88 | 0.97 | 0.933 |" in md and "| 43 | – | – | – | – |" in md
 
