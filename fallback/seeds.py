@@ -108,7 +108,8 @@ def seeds_markdown(seeds: Sequence[int], rows: Sequence[SeedRow], gates: Mapping
     for r in rows:
         vals = " | ".join(f"{v:.2f}" + ("" if ok else " ✗") for v, ok in zip(r.values, r.met))
         ci = "–" if math.isnan(r.ci_lo) else f"[{r.ci_lo:.2f}, {r.ci_hi:.2f}]"
-        spread = ("– | – | –" if math.isnan(r.mean) else f"{r.mean:.2f} ± {r.sd:.2f} | {ci} | {r.lo:.2f}–{r.hi:.2f}")
+        spread = "– | – | –" if math.isnan(r.mean) else \
+            f"{r.mean:.2f} ± {r.sd:.2f} | {ci} | {r.lo:.2f}–{r.hi:.2f}"
         lines.append(f"| {r.target} | {vals} | {spread} | {r.n_met}/{len(seeds)} |")
     every = [all(r.met[i] for r in rows) for i in range(len(seeds))]
     lines += ["", f"All targets met at once: {sum(every)} of {len(seeds)} seeds "

@@ -96,7 +96,8 @@ class Detector:
 
     def _probe(self, doubt: float | None) -> bool:
         """The strict gate fires but the lenient one would not: try the memory, keep it by verdict."""
-        return self._fires(doubt) and self.lenient_threshold is not None and not gate_fires(doubt, self.lenient_threshold)
+        loose = self.lenient_threshold
+        return self._fires(doubt) and loose is not None and not gate_fires(doubt, loose)
 
     def gate_scores(self, questions: Sequence[str], sources: Sequence[Sequence[Retrieved]]) -> list[float]:
         """The gate's doubt score per question (GateConfig.signal), for calibration on dev."""
