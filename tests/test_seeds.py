@@ -75,6 +75,16 @@ def test_seed_rows_refuse_mismatched_targets():
         seed_rows([])
 
 
+def test_the_lora_targets_are_counted_apart_from_base_rags():
+    from fallback.headline import BASE_TARGET
+
+    rows = seed_rows([[(f"{BASE_TARGET}, consistent", 0.68, False), ("LoRA-RAG, outdated", 1.0, True)],
+                      [(f"{BASE_TARGET}, consistent", 0.68, False), ("LoRA-RAG, outdated", 0.56, False)]])
+    md = seeds_markdown([42, 43], rows, {})
+    assert "All targets met at once: 0 of 2 seeds (none)." in md
+    assert "All LoRA-RAG and detector targets met at once: 1 of 2 seeds (42)." in md
+
+
 def test_markdown_marks_misses_and_counts_seeds_meeting_every_target():
     rows = seed_rows([[("acc", 1.0, True), ("ofb", 0.04, True)], [("acc", 0.56, False), ("ofb", 0.04, True)]])
     gate = {"threshold": 0.0596, "known_kept": 0.875, "unseen_rejected": 0.975, "auroc": 0.933}
