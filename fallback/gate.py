@@ -103,13 +103,33 @@ def known_recall_threshold(p_known: Sequence[float], target: float) -> float:
     return known[max(0, math.ceil(target * len(known) - 1e-9) - 1)]
 
 
+LOG_FLOOR = 1e-6  # doubt scores are NLLs >= 0; log(0) would be -inf
+
+
+def logistic_threshold(known: Sequence[float], unseen: Sequence[float]) -> float:
+    """The doubt at which an L2 logistic regression (C=1) of never-learned on log(doubt) gives 1/2."""
+    import numpy as np
+    from sklearn.linear_model import LogisticRegression
+
+    x = np.log(np.maximum(np.asarray(list(known) + list(unseen), dtype=float), LOG_FLOOR))[:, None]
+    y = np.r_[np.zeros(len(known)), np.ones(len(unseen))]
+    m = LogisticRegression(C=1.0).fit(x, y)
+    slope, icpt = float(m.coef_[0, 0]), float(m.intercept_[0])
+    if slope <= 0:  # more doubt does not mean never learned: no usable threshold, keep every memory
+        return float(max(list(known) + list(unseen)))
+    return math.exp(-icpt / slope)
+
+
 def calibrate(p_known: Sequence[float], p_unseen: Sequence[float], *, rule: str = "youden",
               target: float = 0.95, signal: str = "p_unknown") -> GateCalibration:
     """Choose the threshold from dev doubt scores of known-fact items and never-learned items.
 
     - `youden`: maximise known_kept + unseen_rejected − 1 (ties: the highest threshold, which
       keeps more memories);
-    - `unknown_recall`: the highest threshold that still rejects ≥ `target` of never-learned items.
+    - `unknown_recall`: the highest threshold that still rejects ≥ `target` of never-learned items;
+    - `logistic`: where a logistic regression of "never learned" on log(doubt), fitted to every dev
+      reading (L2, C=1), crosses 1/2 — set by both distributions, not by the one or two readings at
+      the edge that decide Youden's threshold, so it moves less between training seeds.
     Candidate thresholds lie midway between consecutive distinct scores (plus both ends).
     """
     if not p_known or not p_unseen:
@@ -129,8 +149,10 @@ def calibrate(p_known: Sequence[float], p_unseen: Sequence[float], *, rule: str 
     elif rule == "unknown_recall":
         ok = [t for t in cands if rates(t)[1] >= target]
         best = max(ok) if ok else min(cands)
+    elif rule == "logistic":
+        best = logistic_threshold(known, unseen)
     else:
-        raise ValueError(f"unknown gate rule {rule!r} (youden | unknown_recall)")
+        raise ValueError(f"unknown gate rule {rule!r} (youden | unknown_recall | logistic)")
     kept, rejected = rates(best)
     auc = _auroc(known, unseen)
     return GateCalibration(best, rule, len(known), len(unseen), kept, rejected,

@@ -151,3 +151,19 @@ def test_lenient_gate_config_and_its_saved_calibration(tmp_path):
     assert lenient_in_use(back, lenient) == 0.3 and lenient_in_use(back, plain) is None
     assert lenient_in_use(back, lenient.model_copy(update={"enabled": False})) is None
     assert lenient_in_use(replace(back, auroc=0.5), lenient) is None  # gate off below min_auroc
+
+
+def test_logistic_rule_sits_at_the_centre_of_mirror_image_dev_readings():
+    """known and never-learned readings mirror each other around log(0.1) in log space, so the
+    fitted 1/2 crossing is 0.1 exactly (by symmetry, whatever the L2 strength on the slope)."""
+    from fallback.gate import logistic_threshold
+
+    known, unseen = [0.01, 0.02, 0.04], [0.25, 0.5, 1.0]
+    assert logistic_threshold(known, unseen) == pytest.approx(0.1, rel=1e-4)
+    cal = calibrate(known, unseen, rule="logistic", signal="closed_book_nll")
+    assert cal.rule == "logistic" and cal.threshold == pytest.approx(0.1, rel=1e-4)
+    assert (cal.known_kept, cal.unseen_rejected) == (1.0, 1.0)
+    # Youden puts its threshold at the edge (just under the lowest never-learned reading)
+    assert calibrate(known, unseen, rule="youden").threshold == pytest.approx((0.04 + 0.25) / 2)
+    # doubt that falls with "never learned": no usable threshold, every memory is kept
+    assert logistic_threshold([0.5, 0.6], [0.01, 0.02]) == 0.6
