@@ -223,9 +223,9 @@ def system_stamp(cfg: RunConfig, sc: Any, test: list[Scenario], adapter: Path | 
             stamp["gate_lenient"] = lenient
     if sc.kind in ("lora_rag", "prompted_detection"):
         fb = cfg.fallback.model_dump()
-        # absent when unused (stamps from before the field stay valid); prompted detection runs
-        # without a gate, so the lenient setting cannot change its answers
-        if fb["gate"]["lenient"] is None or sc.kind == "prompted_detection":
+        if sc.kind == "prompted_detection":  # it runs without a gate: no gate setting changes its answers
+            fb.pop("gate")
+        elif fb["gate"]["lenient"] is None:  # absent when unused: stamps from before the field stay valid
             fb["gate"].pop("lenient")
         stamp["fallback"] = fb
     return stamp

@@ -106,3 +106,15 @@ def test_bad_seed_lists_are_one_line_errors():
                            capture_output=True, text=True, cwd=REPO, timeout=120)
         assert p.returncode == 2, p.stderr
         assert len(p.stderr.strip().splitlines()) == 1 and p.stderr.startswith("error: --seeds")
+
+
+def test_stamps_change_only_for_systems_a_gate_setting_can_affect(demo):
+    """A new gate rule must redo LoRA-RAG, never prompted detection (it runs without a gate) or the
+    adapter-free systems."""
+    from fallback.pipeline import system_stamp
+
+    fb = demo.fallback.model_copy(update={"gate": demo.fallback.gate.model_copy(update={"rule": "youden"})})
+    other = demo.model_copy(update={"fallback": fb})
+    for s in demo.systems:
+        same = system_stamp(demo, s, [], None, 0.05) == system_stamp(other, s, [], None, 0.05)
+        assert same == (s.kind != "lora_rag"), s.name
