@@ -51,7 +51,7 @@ class GateConfig(Strict):
     #   closed-book answer (measured on the CPU demo: dev AUROC 0.86 vs 0.56 for p_unknown).
     signal: Literal["p_unknown", "closed_book_nll"] = "closed_book_nll"
     threshold: float | None = None  # None: read gate.json next to the adapter (calibrated)
-    rule: Literal["youden", "unknown_recall", "logistic"] = "youden"
+    rule: Literal["youden", "unknown_recall", "logistic"] = "logistic"  # see fallback/gate.calibrate
     target: float = 0.95  # unknown_recall rule: share of never-learned dev items to reject
     # A gate whose dev AUROC is below this carries no self-knowledge: it only throws away real
     # memories, so it stays off (measured for p_unknown: 0.48-0.56 on the CPU demo).

@@ -140,7 +140,8 @@ def test_lenient_gate_config_and_its_saved_calibration(tmp_path):
     with pytest.raises(ValueError):
         LenientGate(verdicts=["conflicting"])  # a conflicting source is what the strict gate is for
     gen = GeneratorConfig(kind="transformers", model="m")
-    plain, lenient = GateConfig(), GateConfig(lenient=LenientGate(known_kept=0.9))
+    plain = GateConfig(rule="youden")
+    lenient = GateConfig(rule="youden", lenient=LenientGate(known_kept=0.9))
     cal = replace(calibrate([0.02, 0.05], [0.9, 1.4], signal="closed_book_nll"), generator=generator_id(gen))
     assert reusable_gate(cal, plain, gen, 2, 2) and not reusable_gate(cal, lenient, gen, 2, 2)
     both = replace(cal, lenient_threshold=0.3, lenient_rule=lenient_rule(lenient))
