@@ -12,9 +12,9 @@ every seed: their result folders are copied from the first seed's run, and `eval
 only if their stamp (what results depend on, fallback/pipeline.system_stamp) still matches.
 
 The summary (`<runs_dir>/<name>-seeds/seeds.md` + `seeds.json`, beside the usual config.yaml and
-run.json) lists every target of the
-headline (fallback/headline.targets) per seed, with mean, standard deviation (n-1), a 95 %
-t-interval of the mean over seeds, range and how many seeds meet it, and each seed's gate threshold.
+run.json) lists every target of the headline (fallback/headline.targets) per seed, with mean,
+standard deviation (n-1), a 95 % t-interval of the mean over seeds, range and how many seeds meet
+it, and each seed's gate threshold.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ from typing import Mapping, Sequence
 from fallback.calibration import Echo
 from fallback.config import RunConfig
 from fallback.headline import BASE_TARGET
+from rag.config import ConfigError
 
 
 @dataclass(frozen=True)
@@ -139,6 +140,9 @@ def run_seeds(cfg: RunConfig, seeds: Sequence[int], *, fresh: bool = False, dry_
 
     if not seeds or len(set(seeds)) != len(seeds):
         raise ValueError(f"seeds must be distinct and non-empty, got {list(seeds)}")
+    kinds = {sc.kind for sc in cfg.systems}
+    if not {"base_rag", "lora_rag"} <= kinds:  # checked before any training, not after the first
+        raise ConfigError(f"lorarag seeds compares base_rag with lora_rag; {cfg.name} has neither or only one")
     cfgs = [seed_config(cfg, s) for s in seeds]
     if dry_run:
         for s, c in zip(seeds, cfgs):
@@ -162,8 +166,6 @@ def run_seeds(cfg: RunConfig, seeds: Sequence[int], *, fresh: bool = False, dry_
         run(c, fresh=fresh, echo=echo)
         results = {sc.name: load_results(paths.eval / sc.name) for sc in c.systems}
         pair = pair_names(c, results)
-        if pair is None:
-            raise ValueError("the config has no base_rag and lora_rag system to compare across seeds")
         per_seed.append(targets(results[pair[0]], results[pair[1]]))
         adapter = find_adapter(c)
         gate = adapter / GATE_FILE if adapter is not None else None

@@ -118,3 +118,14 @@ def test_stamps_change_only_for_systems_a_gate_setting_can_affect(demo):
     for s in demo.systems:
         same = system_stamp(demo, s, [], None, 0.05) == system_stamp(other, s, [], None, 0.05)
         assert same == (s.kind != "lora_rag"), s.name
+
+
+def test_a_config_without_the_base_vs_lora_pair_fails_before_any_run(demo, tmp_path):
+    from fallback.seeds import run_seeds
+    from rag.config import ConfigError
+
+    lone = demo.model_copy(update={"systems": [x for x in demo.systems if x.kind != "base_rag"],
+                                   "runs_dir": str(tmp_path)})
+    with pytest.raises(ConfigError, match="compares base_rag with lora_rag"):
+        run_seeds(lone, [42, 43], echo=lambda _: None)
+    assert not any(tmp_path.iterdir())  # nothing trained, nothing written
