@@ -99,6 +99,12 @@ class Detector:
         loose = self.lenient_threshold
         return self._fires(doubt) and loose is not None and not gate_fires(doubt, loose)
 
+    def _redo_unknown(self, convs: list, redo: list[int]) -> dict[int, tuple[Verdict, str]]:
+        """The scored pass again from `memory: unknown |` for the items `redo`, by index."""
+        if not redo:  # no empty generate call (vLLM rejects an empty prompt list)
+            return {}
+        return dict(zip(redo, self._pass([convs[i] for i in redo], [forced_unknown_prefix()] * len(redo))))
+
     def gate_scores(self, questions: Sequence[str], sources: Sequence[Sequence[Retrieved]]) -> list[float]:
         """The gate's doubt score per question (GateConfig.signal), for calibration on dev."""
         if self.cfg.gate.signal == "closed_book_nll":
@@ -120,8 +126,7 @@ class Detector:
         redo = [i for i, (v, _) in enumerate(first)
                 if self._fires(doubts[i]) and not (v.valid and is_unknown(v.memory))
                 and not (self._probe(doubts[i]) and v.label in self.lenient_verdicts)]
-        second = dict(zip(redo, self._pass([convs[i] for i in redo], [forced_unknown_prefix()] * len(redo)))) \
-            if redo else {}  # no empty generate call (vLLM rejects an empty prompt list)
+        second = self._redo_unknown(convs, redo)
         out = []
         for i, (v, prompt) in enumerate(first):
             final = v
@@ -142,8 +147,7 @@ class Detector:
         first = self._pass(convs, prefixes)
         # probed memories whose verdict is not lenient are judged again from `memory: unknown |`
         redo = [i for i, (v, _) in enumerate(first) if probe[i] and v.label not in self.lenient_verdicts]
-        second = dict(zip(redo, self._pass([convs[i] for i in redo], [forced_unknown_prefix()] * len(redo)))) \
-            if redo else {}
+        second = self._redo_unknown(convs, redo)
         out = []
         for i, ((v, prompt), g, c, x) in enumerate(zip(first, gated, cb, doubts)):
             if i in second:
