@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 import yaml
-from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -197,6 +197,10 @@ class GeneratorConfig(Strict):
     fp32_lm_head: bool = True
     device: str = "cpu"
     batch_size: int = 16
+    # transformers kind: also cap each batch's padded size, (longest prompt + new tokens) x rows,
+    # in tokens. The KV cache grows with it (Qwen3-4B: ~144 KiB per token in bf16), so 64 rows of
+    # 4k-token prompts need ~37 GiB of cache alone; None = `batch_size` rows whatever their length.
+    max_batch_tokens: int | None = Field(default=None, ge=1)
     max_lora_rank: int = 64
     chat_template_kwargs: dict[str, bool] = {"enable_thinking": False}
     base_url: str | None = None
@@ -205,6 +209,13 @@ class GeneratorConfig(Strict):
     max_retries: int = 3
     gpu_memory_utilization: float = 0.85  # vllm only
     extra_engine_args: dict[str, str | int | float | bool] = {}  # vllm only, passed to LLM()
+
+    @model_validator(mode="after")
+    def _check(self) -> "GeneratorConfig":
+        if self.max_batch_tokens is not None and self.kind != "transformers":
+            raise ValueError(f"max_batch_tokens is for the transformers kind, not {self.kind} "
+                             "(vLLM: extra_engine_args max_num_batched_tokens)")
+        return self
 
 
 class PromptConfig(Strict):

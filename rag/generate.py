@@ -184,6 +184,24 @@ class _LocalTemplate:
         return ids, "length"
 
 
+def prompt_batches(lengths: list[int], batch_size: int, max_tokens: int | None,
+                   max_new: int) -> list[list[int]]:
+    """Indices in batches of similar prompt length, shortest first: at most `batch_size` rows and,
+    when `max_tokens` is set, at most that many padded tokens, (longest prompt + max_new) x rows.
+    A prompt too long for the budget on its own still gets a batch of one (it fits max_model_len)."""
+    order = sorted(range(len(lengths)), key=lambda i: lengths[i])
+    batches: list[list[int]] = []
+    for i in order:
+        cur = batches[-1] if batches else None
+        # Sorted ascending, so prompt i is the longest of any batch it joins.
+        if cur is not None and len(cur) < batch_size and (
+                max_tokens is None or (len(cur) + 1) * (lengths[i] + max_new) <= max_tokens):
+            cur.append(i)
+        else:
+            batches.append([i])
+    return batches
+
+
 def fp32_lm_head(model) -> None:
     """Replace a half-precision LM head by an fp32 copy fed fp32 hidden states (unties it from
     the input embeddings, which stay in the model dtype). Extra memory: vocab x hidden x 4 bytes.
@@ -237,17 +255,17 @@ class TransformersGenerator(_LocalTemplate):
     def generate(self, conversations: list[list[Message]], *, adapter: str | None = None,
                  max_new_tokens: int | None = None, top_logprobs: int = 0,
                  prefixes: list[str] | None = None) -> list[Generation]:
-        """Generate one completion per conversation, in batches of `cfg.batch_size`."""
+        """Generate one completion per conversation, in batches of `cfg.batch_size` rows at most
+        (and `cfg.max_batch_tokens` padded tokens, when set)."""
         prefixes = check_request(self.cfg, conversations, adapter, prefixes)
         max_new = max_new_tokens or self.cfg.max_new_tokens
         encoded = [self._encode(c, p, max_new) for c, p in zip(conversations, prefixes)]
         # Batch prompts of similar length (less left padding to prefill and attend over), then
         # put the results back in input order (tests: same text as each prompt generated alone).
         # Repeated greedy requests never reach this point (rag/memo.py).
-        order = sorted(range(len(encoded)), key=lambda i: len(encoded[i][0]))
         out: dict[int, Generation] = {}
-        for s in range(0, len(order), self.cfg.batch_size):
-            part = order[s: s + self.cfg.batch_size]
+        for part in prompt_batches([len(e[0]) for e in encoded], self.cfg.batch_size,
+                                   self.cfg.max_batch_tokens, max_new):
             out.update(zip(part, self._batch([encoded[i] for i in part], adapter, max_new, top_logprobs)))
         return [out[i] for i in range(len(encoded))]
 

@@ -96,6 +96,44 @@ def test_length_sorted_batches_return_results_in_input_order(gen):
     assert [g.text for g in together] == [g.text for g in alone]
 
 
+def test_prompt_batches_respect_rows_and_padded_token_budget():
+    """Hand-computed: prompts sorted by length; a batch of n rows with longest prompt L costs
+    n * (L + max_new) padded tokens."""
+    from rag.generate import prompt_batches
+
+    lengths = [30, 10, 20, 100, 10]  # sorted order: 1, 4, 2, 0, 3
+    assert prompt_batches(lengths, 2, None, 5) == [[1, 4], [2, 0], [3]]
+    # budget 60, max_new 5: [1,4] = 2*15 = 30; +2 -> 3*25 = 75 > 60 -> new batch;
+    # [2,0] = 2*35 = 70 > 60 -> 0 alone; 3 (105 > 60) alone: too long for the budget, still served.
+    assert prompt_batches(lengths, 8, 60, 5) == [[1, 4], [2], [0], [3]]
+    assert prompt_batches(lengths, 8, 75, 5) == [[1, 4, 2], [0], [3]]
+    assert prompt_batches([], 4, 10, 1) == []
+
+
+def test_max_batch_tokens_is_refused_on_other_kinds():
+    with pytest.raises(ValueError, match="max_batch_tokens is for the transformers kind, not vllm"):
+        GeneratorConfig(kind="vllm", model="m", max_batch_tokens=4096)
+
+
+def test_token_budget_splits_batches_without_changing_answers(gen, monkeypatch):
+    """The real generator under `max_batch_tokens`: smaller batches, same texts as without it."""
+    convs = [[Message("user", "word " * n + f"question {n}?")] for n in (40, 2, 25, 7)]
+    gen._memo.clear()
+    free = gen.generate(convs, max_new_tokens=5)
+    lengths = sorted(len(gen._encode(c, "", 5)[0]) for c in convs)
+    budget = 2 * (lengths[1] + 5)  # room for the two shortest together, no more
+    calls = []
+    real = gen.model.generate
+    monkeypatch.setattr(gen.model, "generate",
+                        lambda **kw: calls.append(tuple(kw["input_ids"].shape)) or real(**kw))
+    monkeypatch.setattr(gen.inner, "cfg", gen.inner.cfg.model_copy(update={"max_batch_tokens": budget}))
+    gen._memo.clear()
+    capped = gen.generate(convs, max_new_tokens=5)
+    assert [rows for rows, _ in calls] == [2, 1, 1]  # the two shortest, then one each
+    assert calls[0][0] * (calls[0][1] + 5) <= budget
+    assert [g.text for g in capped] == [g.text for g in free]
+
+
 def test_greedy_requests_asked_again_are_answered_from_the_memo(gen, monkeypatch):
     """A repeated greedy request (same prompt, adapter, length, top-k) runs the model once; the
     duplicate inside one call too; any difference in the request is generated afresh."""
