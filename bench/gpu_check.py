@@ -100,6 +100,8 @@ def derive_config(base: dict, name: str, models: dict[str, Path], args) -> dict:
     g.update(kind=args.generator, model=str(models["lm"]), device=args.device, dtype=dtype)
     if args.generator == "transformers":
         g.pop("gpu_memory_utilization", None)
+        # vLLM pages its KV cache; HF generate holds rows x padded length of it at once.
+        g["max_batch_tokens"] = args.max_batch_tokens
     cfg["calibration"] = {"max_items": args.cal_items}
     cfg["eval"] = {**cfg.get("eval", {}), "max_per_cell": args.per_cell, "bootstrap": 1000}
     cfg["extra_sets"] = [{"kind": "conflictnq", "path": args.conflictnq}] if args.conflictnq else []
@@ -107,19 +109,32 @@ def derive_config(base: dict, name: str, models: dict[str, Path], args) -> dict:
 
 
 class GpuMemory:
-    """Polls nvidia-smi every 0.5 s for the peak memory used on the GPU (MiB), all processes."""
+    """Polls nvidia-smi every 0.5 s for the memory used on the GPU (MiB, all processes; the
+    caching allocators' reserve included): the peak, and the samples for per-stage peaks."""
 
-    def __init__(self) -> None:
-        self.peak = 0
+    def __init__(self, t0: float) -> None:
+        self.t0 = t0
+        self.samples: list[tuple[float, int]] = []  # (seconds since t0, MiB)
         self._stop = threading.Event()
         self._t = threading.Thread(target=self._poll, daemon=True)
+
+    @property
+    def peak(self) -> int:
+        """Most MiB seen in use."""
+        return max((m for _, m in self.samples), default=0)
+
+    def peak_between(self, start: float, end: float) -> int:
+        """Most MiB seen in use between two times (seconds since t0)."""
+        return max((m for t, m in self.samples if start <= t < end), default=0)
 
     def _poll(self) -> None:
         while not self._stop.is_set():
             try:
                 out = subprocess.run(["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits"],
                                      capture_output=True, text=True, timeout=5).stdout
-                self.peak = max([self.peak, *(int(x) for x in out.split() if x.isdigit())])
+                used = [int(x) for x in out.split() if x.isdigit()]
+                if used:
+                    self.samples.append((time.time() - self.t0, max(used)))
             except (OSError, subprocess.TimeoutExpired):
                 return  # no nvidia-smi (CPU run): nothing to poll
             self._stop.wait(0.5)
@@ -131,6 +146,18 @@ class GpuMemory:
     def __exit__(self, *exc) -> None:
         self._stop.set()
         self._t.join(timeout=5)
+
+
+def _torch_memory() -> dict[str, int]:
+    """This process's CUDA allocator (MiB): max allocated since the last call, reserved now; {} off the GPU."""
+    import torch
+
+    if not torch.cuda.is_initialized():
+        return {}
+    out = {"torch_max_allocated_mib": torch.cuda.max_memory_allocated() >> 20,
+           "torch_reserved_mib": torch.cuda.memory_reserved() >> 20}
+    torch.cuda.reset_peak_memory_stats()
+    return out
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -146,6 +173,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--n-orgs", type=int, default=30)
     ap.add_argument("--per-cell", type=int, default=25)
     ap.add_argument("--cal-items", type=int, default=40)
+    ap.add_argument("--max-batch-tokens", type=int, default=65536,
+                    help="transformers generator: padded tokens per batch (KV-cache bound)")
     ap.add_argument("--conflictnq", default=None, help="a ConflictNQ folder to evaluate beside the world")
     ap.add_argument("--out", default=None, help="write the summary JSON here too")
     args = ap.parse_args(argv)
@@ -155,15 +184,18 @@ def main(argv: list[str] | None = None) -> None:
 
     t0 = time.time()
     stamps: list[tuple[float, str]] = []
+    torch_mem: list[dict[str, int]] = []  # this process's allocator at each stage line (MiB)
 
     def echo(msg: str) -> None:
         stamps.append((time.time() - t0, msg))
+        torch_mem.append(_torch_memory())
         print(f"[{time.time() - t0:7.1f}s] {msg}", flush=True)
 
     shape = SHAPES[args.shape]
     dtype = "bfloat16" if args.device.startswith("cuda") else "float32"
     root = Path(args.models) / args.shape
-    with GpuMemory() as mem:
+    with GpuMemory(t0) as mem:
+        echo(f"building random checkpoints ({args.shape}) on {args.device}")
         models = {"lm": build_random(root / "lm", shape["lm"], args.device, dtype, 0),
                   "embedder": build_random(root / "embedder", shape["small"], args.device, dtype, 1),
                   "reranker": build_random(root / "reranker", shape["small"], args.device, dtype, 2)}
@@ -177,8 +209,18 @@ def main(argv: list[str] | None = None) -> None:
         run(cfg, fresh=True, echo=echo)
     summary = {"shape": args.shape, "device": args.device, "generator": args.generator, "train": cfg.train.kind,
                "steps": args.steps, "wall_s": round(time.time() - t0, 1), "peak_gpu_mib": mem.peak,
-               "stages": [{"t_s": round(t, 1), "msg": m} for t, m in stamps]}
+               # peak from each stage line to the next (MiB): which stage holds the memory
+               # and torch's own view in this process when the NEXT line came (the swift trainer is
+               # a subprocess: its memory shows in nvidia-smi's peak only)
+               "stages": [{"t_s": round(t, 1), "peak_gpu_mib": mem.peak_between(t, nxt), **tm_next, "msg": m}
+                          for (t, m), nxt, tm_next in zip(stamps, [s for s, _ in stamps[1:]] + [float("inf")],
+                                                          [*torch_mem[1:], _torch_memory()])]}
     print(json.dumps({k: v for k, v in summary.items() if k != "stages"}))
+    for st in summary["stages"]:
+        if st["peak_gpu_mib"]:
+            print(f"{st['t_s']:8.1f}s {st['peak_gpu_mib']:7d} MiB (torch: max allocated "
+                  f"{st.get('torch_max_allocated_mib', 0)}, reserved {st.get('torch_reserved_mib', 0)})  "
+                  f"{st['msg'].splitlines()[0][:80]}")
     for path in (run_dir / "gpu-check.json", *([Path(args.out)] if args.out else [])):
         path.write_text(json.dumps(summary, indent=1), encoding="utf-8")
 

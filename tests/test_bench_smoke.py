@@ -103,11 +103,25 @@ def test_gpu_check_runs_the_gpu_config_small_on_cpu(tmp_path: Path, monkeypatch)
           "--train-kind", "peft", "--out", str(tmp_path / "summary.json")])
     s = json.loads((tmp_path / "summary.json").read_text())
     steps = [st["msg"].split()[1] for st in s["stages"] if st["msg"].startswith("[")]
+    assert s["stages"][0]["msg"].startswith("building random checkpoints")
     assert steps == ["world", "index", "scenarios", "train", "calibrate", "evaluate", "report"]
     assert (s["shape"], s["device"], s["train"]) == ("tiny", "cpu", "peft") and s["wall_s"] > 0
     cfg = yaml.safe_load((tmp_path / "runs/gpu-check-tiny/derived-config.yaml").read_text())
     assert cfg["rag"]["retrieval"]["mode"] == "hybrid" and cfg["rag"]["reranker"]["backend"] == "transformers"
     assert cfg["rag"]["generator"]["kind"] == "transformers" and cfg["train"]["model"].endswith("models/tiny/lm")
+    assert cfg["rag"]["generator"]["max_batch_tokens"] == 65536  # HF generate's KV cache bounded
+    assert all(st["peak_gpu_mib"] == 0 for st in s["stages"])  # no GPU polled here
     assert "gradient_accumulation_steps" not in cfg["train"]["swift"]  # dropped for the peft loop, said so
     assert [x["name"] for x in cfg["systems"]] == [x["name"] for x in yaml.safe_load(
         (repo / "configs/run/qwen3-4b.yaml").read_text())["systems"]]
+
+
+def test_gpu_memory_peak_per_stage_window() -> None:
+    """Per-stage peaks read the samples in [stage start, next stage start)."""
+    from bench.gpu_check import GpuMemory
+
+    mem = GpuMemory(t0=0.0)
+    mem.samples = [(0.5, 100), (1.0, 900), (2.0, 300), (2.5, 4000), (3.0, 50)]
+    assert mem.peak == 4000
+    assert (mem.peak_between(0, 2.0), mem.peak_between(2.0, 2.5), mem.peak_between(2.5, float("inf"))) == (900, 300, 4000)
+    assert mem.peak_between(5, 6) == 0 and GpuMemory(0.0).peak == 0
