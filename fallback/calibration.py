@@ -74,13 +74,12 @@ def calibrate_gate(cfg: RunConfig, parts: Parts, adapter: Path, dev_known: list[
 
     g = cfg.fallback.gate
     if g.threshold is not None and not force:
-        parts.gate_threshold = g.threshold if g.enabled else None
-        parts.lenient_threshold = g.lenient.threshold if g.enabled and g.lenient else None
+        parts.gate_threshold, parts.lenient_threshold = fixed_thresholds(g)
         return None
     if (adapter / GATE_FILE).is_file() and not force:
         cal = load_gate(adapter)
         if reusable_gate(cal, g, cfg.rag.generator, len(dev_known), len(dev_unseen)):
-            parts.gate_threshold, parts.lenient_threshold = gate_in_use(cal, g, echo), lenient_in_use(cal, g)
+            parts.gate_threshold, parts.lenient_threshold = thresholds_in_use(cal, g, echo)
             echo(f"          reusing gate calibration from {adapter / GATE_FILE}")
             return cal
     det = Detector(parts.generator, parts.first_tokens, cfg.fallback, None)
@@ -98,8 +97,19 @@ def calibrate_gate(cfg: RunConfig, parts: Parts, adapter: Path, dev_known: list[
         loose = max(cal.threshold, known_recall_threshold(readings[0], g.lenient.known_kept))
         cal = replace(cal, lenient_threshold=loose, lenient_rule=lenient_rule(g))
     cal.save(adapter)
-    parts.gate_threshold, parts.lenient_threshold = gate_in_use(cal, g, echo), lenient_in_use(cal, g)
+    parts.gate_threshold, parts.lenient_threshold = thresholds_in_use(cal, g, echo)
     return cal
+
+
+def fixed_thresholds(g: Any) -> tuple[float | None, float | None]:
+    """(gate, lenient) thresholds as the config fixes them (`gate.threshold` set); None = not used."""
+    return (g.threshold if g.enabled else None,
+            g.lenient.threshold if g.enabled and g.lenient is not None else None)
+
+
+def thresholds_in_use(cal: Any, g: Any, echo: Echo) -> tuple[float | None, float | None]:
+    """(gate, lenient) thresholds the system uses from a dev calibration; None = not used."""
+    return gate_in_use(cal, g, echo), lenient_in_use(cal, g)
 
 
 def lenient_rule(g: Any) -> str:
@@ -114,13 +124,20 @@ def lenient_in_use(cal: Any, g: Any) -> float | None:
     return cal.lenient_threshold
 
 
-def reusable_gate(cal: Any, g: Any, gen_cfg: Any, n_known: int, n_unseen: int) -> bool:
-    """A saved calibration still applies: same rule, signal, dev sizes and generator (a bf16
-    model reads other NLLs than an fp32 one; files from before the field never match)."""
+def gate_mismatch(cal: Any, g: Any, gen_cfg: Any) -> list[str]:
+    """What a saved calibration was made with that the config no longer asks for: rule, signal,
+    lenient rule, generator (a bf16 model reads other NLLs than an fp32 one; files from before the
+    generator field never match)."""
     from fallback.gate import generator_id
 
-    return (cal.rule, cal.signal, cal.n_known, cal.n_unseen, cal.generator, cal.lenient_rule) == (
-        g.rule, g.signal, n_known, n_unseen, generator_id(gen_cfg), lenient_rule(g))
+    pairs = {"rule": (cal.rule, g.rule), "signal": (cal.signal, g.signal),
+             "lenient": (cal.lenient_rule, lenient_rule(g)), "generator": (cal.generator, generator_id(gen_cfg))}
+    return [f"{k} {saved!r} (config: {want!r})" for k, (saved, want) in pairs.items() if saved != want]
+
+
+def reusable_gate(cal: Any, g: Any, gen_cfg: Any, n_known: int, n_unseen: int) -> bool:
+    """A saved calibration still applies: nothing in gate_mismatch, same dev sizes."""
+    return not gate_mismatch(cal, g, gen_cfg) and (cal.n_known, cal.n_unseen) == (n_known, n_unseen)
 
 
 def gate_in_use(cal: Any, g: Any, echo: Echo) -> float | None:

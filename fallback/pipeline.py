@@ -212,7 +212,10 @@ def system_stamp(cfg: RunConfig, sc: Any, test: list[Scenario], adapter: Path | 
     system = sc.model_dump()
     if system.get("memory") == "reply":  # the behaviour before the field existed: same stamp
         system.pop("memory")
-    stamp = {"system": system, "generator": cfg.rag.generator.model_dump(),
+    gen = cfg.rag.generator.model_dump()
+    if gen.get("max_batch_tokens") is None:  # absent when unset: stamps from before the field stay valid
+        gen.pop("max_batch_tokens", None)
+    stamp = {"system": system, "generator": gen,
              "retrieval": cfg.rag.retrieval.model_dump(),
              "items": hashlib.sha256("\n".join(s.qid for s in test).encode()).hexdigest()[:16]}
     if sc.uses_adapter:

@@ -189,13 +189,11 @@ def build_eval_system(cfg: Any) -> Any:
     parts = calibration.build_parts(run_cfg, retriever, adapter, world)
     gate = run_cfg.fallback.gate
     if gate.threshold is not None:
-        parts.gate_threshold = gate.threshold if gate.enabled else None
-        parts.lenient_threshold = gate.lenient.threshold if gate.enabled and gate.lenient else None
+        parts.gate_threshold, parts.lenient_threshold = calibration.fixed_thresholds(gate)
     elif adapter is not None and (adapter / GATE_FILE).is_file():
         cal = load_gate(adapter)
-        if gate.lenient is not None and cal.lenient_rule != calibration.lenient_rule(gate):
-            raise ConfigError(f"{adapter / GATE_FILE}: calibrated without gate.lenient "
-                              f"({calibration.lenient_rule(gate)}): run `lorarag calibrate` first")
-        parts.gate_threshold = calibration.gate_in_use(cal, gate, log.info)
-        parts.lenient_threshold = calibration.lenient_in_use(cal, gate)
+        if gate.enabled and (stale := calibration.gate_mismatch(cal, gate, run_cfg.rag.generator)):
+            raise ConfigError(f"{adapter / GATE_FILE}: calibrated with {'; '.join(stale)}: "
+                              f"run `lorarag calibrate {cfg.components}` first")
+        parts.gate_threshold, parts.lenient_threshold = calibration.thresholds_in_use(cal, gate, log.info)
     return build_system(sc, parts)

@@ -111,6 +111,30 @@ def test_saved_gate_is_reused_only_for_the_generator_that_read_it():
     assert not reusable_gate(replace(cal, generator=""), g, bf16, 2, 2)  # a file from before the field
 
 
+def test_gate_mismatch_names_what_the_saved_calibration_was_made_with():
+    """`lorarag eval` refuses a gate.json tuned by another rule/signal/generator (it used to apply
+    its threshold silently); the run itself recalibrates on the same list."""
+    from dataclasses import replace
+
+    from fallback.calibration import fixed_thresholds, gate_mismatch, reusable_gate
+    from fallback.config import GateConfig
+    from fallback.gate import generator_id
+    from rag.config import GeneratorConfig
+
+    gen = GeneratorConfig(kind="transformers", model="m", dtype="bfloat16")
+    cal = replace(calibrate([0.02, 0.05], [0.9, 1.4], rule="youden", signal="closed_book_nll"),
+                  generator=generator_id(gen))
+    g = GateConfig(signal="closed_book_nll", rule="youden")
+    assert gate_mismatch(cal, g, gen) == []
+    logistic = g.model_copy(update={"rule": "logistic"})
+    assert gate_mismatch(cal, logistic, gen) == ["rule 'youden' (config: 'logistic')"]
+    assert not reusable_gate(cal, logistic, gen, 2, 2)
+    both = gate_mismatch(cal, logistic, gen.model_copy(update={"dtype": "float32"}))
+    assert [m.split()[0] for m in both] == ["rule", "generator"]
+    assert fixed_thresholds(g.model_copy(update={"threshold": 0.3})) == (0.3, None)
+    assert fixed_thresholds(g.model_copy(update={"threshold": 0.3, "enabled": False})) == (None, None)
+
+
 def test_known_recall_threshold_keeps_the_asked_share_by_hand():
     from fallback.gate import known_recall_threshold
 

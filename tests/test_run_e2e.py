@@ -205,6 +205,14 @@ def test_reduced_demo_end_to_end(tmp_path):
     assert sorted(i.qid for i in items) == sorted(json.loads(x)["qid"] for x in test)
     assert all(i.route in ("context", "fallback", "abstain") for i in items)
     assert yaml.safe_load(run_yaml.read_text())["name"] == cfg.name
+    # ... and refuses the saved gate when the config now asks for another rule (no silent reuse)
+    stale = yaml.safe_load(run_yaml.read_text())
+    stale["fallback"]["gate"]["rule"] = "youden"
+    (tmp_path / "stale.yaml").write_text(yaml.safe_dump(stale))
+    from rag.config import ConfigError
+
+    with pytest.raises(ConfigError, match=r"calibrated with rule 'logistic' \(config: 'youden'\)"):
+        build_system(ecfg.model_copy(update={"components": str(tmp_path / "stale.yaml")}))
 
 
 @pytest.mark.slow
