@@ -12,6 +12,7 @@ from pydantic import Field, model_validator
 
 from rag.config import RAGConfig, Strict
 from train.config import TrainConfig
+from train.world import untrained_phrasings
 
 
 class PolicyConfig(Strict):
@@ -124,6 +125,11 @@ class CalibrationConfig(Strict):
         "consistent", "factual_error", "outdated", "irrelevant"]
     max_items: int = 200  # per group (known / never-learned), seeded sample
     context: Literal["retrieved", "presented"] = "retrieved"  # as the lora_rag system sees it
+    # Each sampled dev fact is asked once in each of these wordings (duplicate facts dropped).
+    # `auto`: the dev phrasing + every closed-book paraphrase the SFT rows do not use (demo:
+    # 2, 6, 7, 8, 9), so the threshold reads the adapter's confidence on several new wordings,
+    # not on one (research log, session 7). Never the test phrasing or a trained one.
+    phrasings: Literal["auto"] | list[int] = "auto"
 
 
 class EvalSection(Strict):
@@ -184,5 +190,17 @@ class RunConfig(Strict):
         adapter = self.fallback.detector.adapter
         if adapter is not None and adapter in self.rag.generator.adapters:
             raise ValueError(f"rag.generator.adapters.{adapter}: set by the run (the trained adapter)")
+        if self.calibration.phrasings != "auto":
+            allowed = untrained_phrasings(self.train.sft.knowledge_phrasings if self.train.sft else None)
+            bad = [p for p in self.calibration.phrasings if p not in allowed]
+            if bad or not self.calibration.phrasings:
+                raise ValueError(f"calibration.phrasings: {bad or 'empty'} not allowed: dev questions use "
+                                 f"phrasings neither trained nor tested, here {list(allowed)}")
         return self
+
+    def dev_phrasings(self) -> tuple[int, ...]:
+        """The phrasings the gate's dev questions are asked in (`calibration.phrasings` resolved)."""
+        if self.calibration.phrasings != "auto":
+            return tuple(self.calibration.phrasings)
+        return untrained_phrasings(self.train.sft.knowledge_phrasings if self.train.sft else None)
 

@@ -116,7 +116,7 @@ def sample_cells(items: list[Scenario], per_cell: int | None, seed: int) -> list
 
 def make_scenarios(cfg: RunConfig, world: Any, paths: Paths) -> tuple[list[Scenario], list[Scenario], list[Scenario]]:
     """(test, dev known, dev never-learned) scenarios of the world, saved as JSONL."""
-    from train.scenarios_gen import index_world, world_scenarios
+    from train.scenarios_gen import ask_in_phrasings, index_world, world_scenarios
 
     wi = index_world(world)
     undated = cfg.train.world.undated_outdated_fraction
@@ -130,7 +130,7 @@ def make_scenarios(cfg: RunConfig, world: Any, paths: Paths) -> tuple[list[Scena
                                 types=cfg.calibration.scenarios)
         items = sorted(items, key=lambda s: s.qid)
         random.Random(seed).shuffle(items)
-        dev.append(items[: cfg.calibration.max_items])
+        dev.append(ask_in_phrasings(items[: cfg.calibration.max_items], world, cfg.dev_phrasings()))
     save_scenarios(paths.scenarios / "test.jsonl", test)
     save_scenarios(paths.scenarios / "dev-known.jsonl", dev[0])
     save_scenarios(paths.scenarios / "dev-unseen.jsonl", dev[1])
@@ -310,8 +310,9 @@ def plan(cfg: RunConfig, fresh: bool) -> list[tuple[str, str]]:
         ("index", f"build_from_chunks(world chunks) -> {cfg.rag.index.dir} ({r.mode}, top_n={r.top_n}, "
                   f"top_k={r.top_k}{', reranker ' + cfg.rag.reranker.model if cfg.rag.reranker else ''})"),
         ("scenarios", f"test: {'/'.join(cfg.eval.scenarios)} x {'/'.join(cfg.eval.knowledge)}, <= "
-                      f"{cfg.eval.max_per_cell} per cell; dev: <= {cfg.calibration.max_items} known + "
-                      f"never-learned -> {root / 'scenarios'}"),
+                      f"{cfg.eval.max_per_cell} per cell; dev: the facts of <= {cfg.calibration.max_items} "
+                      f"known + never-learned items, each in phrasings {list(cfg.dev_phrasings())} -> "
+                      f"{root / 'scenarios'}"),
         ("train", base + _describe_training(cfg, fresh)),
         ("calibrate", gate),
         ("evaluate", f"run_eval for {systems} -> {root / 'eval'}" + "".join(

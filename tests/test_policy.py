@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 from sklearn.metrics import roc_auc_score
@@ -192,3 +193,22 @@ def test_logistic_rule_sits_at_the_centre_of_mirror_image_dev_readings():
     assert calibrate(known, unseen, rule="youden").threshold == pytest.approx((0.04 + 0.25) / 2)
     # doubt that falls with "never learned": no usable threshold, every memory is kept
     assert logistic_threshold([0.5, 0.6], [0.01, 0.02]) == 0.6
+
+
+def test_calibration_phrasings_auto_and_refused_lists():
+    """`auto` follows the SFT wordings; a list naming the test phrasing or a trained one is refused."""
+    from fallback.config import RunConfig
+    from rag.config import ConfigError, load_config
+
+    cfg = load_config("configs/run/cpu-demo.yaml", RunConfig)  # knowledge_phrasings: 4
+    assert cfg.dev_phrasings() == (2, 6, 7, 8, 9)
+    data = cfg.model_dump()
+    data["train"]["sft"]["knowledge_phrasings"] = 8
+    assert RunConfig.model_validate(data).dev_phrasings() == (2,)
+    for bad, named in (([2, 3], "[3]"), ([4], "[4]"), ([], "empty")):
+        data["calibration"]["phrasings"] = bad
+        data["train"]["sft"]["knowledge_phrasings"] = 4
+        with pytest.raises(ValueError, match=re.escape(f"calibration.phrasings: {named} not allowed")):
+            RunConfig.model_validate(data)
+    data["calibration"]["phrasings"] = [6, 2]
+    assert RunConfig.model_validate(data).dev_phrasings() == (6, 2)

@@ -135,7 +135,13 @@ def test_reduced_demo_end_to_end(tmp_path):
     adapter = Path(json.loads((tmp_path / "runs/train/ci-tiny-qwen3/adapter.json").read_text())["adapter"])
     assert (adapter / "adapter_model.safetensors").is_file()
     gate = json.loads((adapter / "gate.json").read_text())
-    assert gate["n_known"] == gate["n_unseen"] == cfg.calibration.max_items
+    # each sampled dev fact read once in every untrained wording (ci-tiny: 2 wordings trained ->
+    # dev phrasing 2 + paraphrases 4-9)
+    dev_known = [json.loads(x) for x in (root / "scenarios/dev-known.jsonl").read_text().splitlines()]
+    assert cfg.dev_phrasings() == (2, 4, 5, 6, 7, 8, 9)
+    assert sorted({d["phrasing"] for d in dev_known}) == [2, 4, 5, 6, 7, 8, 9]
+    assert len(dev_known) == 7 * len({d["fact_id"] for d in dev_known}) == gate["n_known"]
+    assert 0 < gate["n_unseen"] <= 7 * cfg.calibration.max_items
     assert gate["signal"] == "closed_book_nll" and gate["threshold"] > 0  # an NLL in nats/token
 
     # every system answered every item exactly once, with its decisions recorded

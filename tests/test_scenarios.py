@@ -148,3 +148,31 @@ def test_any_corpus_and_qa_set():
     validate_against_kb(sc, {"c1", "c2", "c3"})
     with pytest.raises(RecordError, match="c9"):
         corpus_scenarios([QAItem("q3", "?", ("x",), ("c9",))], chunks, name="toy")
+
+
+def test_trained_and_untrained_phrasings_by_hand():
+    """Closed-book rows: 0, 1 (+ 4, 5 at 4 wordings, + 6-9 at 8); the gate's dev questions get the
+    dev phrasing 2 and what training leaves out; the test phrasing 3 is in neither."""
+    from train.world import closed_book_phrasings, untrained_phrasings
+
+    assert [closed_book_phrasings(k) for k in (2, 4, 8)] == [(0, 1), (0, 1, 4, 5), (0, 1, 4, 5, 6, 7, 8, 9)]
+    assert [untrained_phrasings(k) for k in (2, 4, 8, None)] == [
+        (2, 4, 5, 6, 7, 8, 9), (2, 6, 7, 8, 9), (2,), (2,)]
+
+
+def test_ask_in_phrasings_reads_each_fact_once_per_wording(built):
+    from train.scenarios_gen import ask_in_phrasings
+
+    world, wi, _ = built
+    dev = world_scenarios(world, wi, ("known",), "dev", seed=3)  # several types per fact, phrasing 2
+    sample = dev[:7]
+    facts = list(dict.fromkeys(s.fact_id for s in sample))
+    assert len(facts) < len(sample)  # the sample repeats facts: they must not count twice
+    out = ask_in_phrasings(sample, world, (2, 6, 7))
+    by_id = {f.fact_id: f for f in world.facts}
+    assert [(s.fact_id, s.phrasing) for s in out] == [(f, ph) for f in facts for ph in (2, 6, 7)]
+    assert all(s.question == by_id[s.fact_id].questions[s.phrasing] for s in out)
+    assert len({s.qid for s in out}) == len(out) and all(f"/p{s.phrasing}/" in s.qid for s in out)
+    first = {f: next(s for s in sample if s.fact_id == f) for f in facts}
+    assert all(s.scenario == first[s.fact_id].scenario and s.presented == first[s.fact_id].presented for s in out)
+    assert len({s.question for s in out}) == len(out)  # the wordings differ

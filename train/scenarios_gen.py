@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import random
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable, Iterable, Sequence
 
 from fallback.scenarios import PresentedChunk, Scenario
@@ -296,3 +296,15 @@ def corpus_scenarios(items: Sequence[QAItem], chunks: Sequence[Chunk], *, name: 
                                 presented=tuple(map(_pc, hard)), context_answer=None,
                                 removes=tuple(it.relevant_ids), **base))
     return out
+
+
+def ask_in_phrasings(items: Sequence[Scenario], world: World, phrasings: Sequence[int]) -> list[Scenario]:
+    """Each distinct fact of `items` (its first item: type and sources kept) asked once in each of
+    `phrasings`, facts in first-seen order; a fact sampled twice is read once (no double weight)."""
+    facts = {f.fact_id: f for f in world.facts}
+    first: dict[str, Scenario] = {}
+    for s in items:
+        first.setdefault(s.fact_id, s)
+    return [replace(s, question=facts[s.fact_id].questions[ph], phrasing=ph,
+                    qid=s.qid.replace(f"/p{s.phrasing}/", f"/p{ph}/", 1))
+            for s in first.values() for ph in phrasings]

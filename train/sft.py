@@ -27,8 +27,7 @@ from fallback.scenarios import Scenario
 from rag.records import RecordError
 from train.config import SFTConfig
 from train.scenarios_gen import index_world, world_scenarios
-from train.world import (DEV_PHRASING, EXTRA_KNOWLEDGE_PHRASINGS, KNOWLEDGE_ONLY_PHRASINGS, TEST_PHRASING,
-                         TRAIN_PHRASINGS, World)
+from train.world import DEV_PHRASING, TEST_PHRASING, World, closed_book_phrasings
 
 TRAIN_GROUPS = ("known", "context_only")
 HELD_OUT_GROUPS = ("unknown", "unknown_dev")
@@ -84,10 +83,8 @@ def build_rows(world: World, cfg: SFTConfig, undated_fraction: float = 0.5) -> t
     train_sc = world_scenarios(world, wi, TRAIN_GROUPS, "train", seed=cfg.seed, distractors=cfg.distractors,
                                undated_fraction=undated_fraction)
     rows: list[SFTRow] = []
-    extra = {2: (), 4: KNOWLEDGE_ONLY_PHRASINGS, 8: KNOWLEDGE_ONLY_PHRASINGS + EXTRA_KNOWLEDGE_PHRASINGS}
-    phrasings = TRAIN_PHRASINGS + extra[cfg.knowledge_phrasings]
     for f in world.by_group("known"):
-        for ph in phrasings:
+        for ph in closed_book_phrasings(cfg.knowledge_phrasings):
             rows += [knowledge_row(f.questions[ph], f.value, f.fact_id)] * cfg.knowledge_repeats
     # Per fact, one phrasing carries the contrastive pair (consistent + factual error, same
     # question) and the other the outdated + irrelevant contexts, alternating by fact.

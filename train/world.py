@@ -35,6 +35,21 @@ KNOWLEDGE_ONLY_PHRASINGS = (4, 5)  # closed-book rows only: more paraphrases of 
 EXTRA_KNOWLEDGE_PHRASINGS = (6, 7, 8, 9)  # closed-book rows only, `knowledge_phrasings: 8`
 DEV_PHRASING = 2
 TEST_PHRASING = 3
+
+
+def closed_book_phrasings(knowledge_phrasings: int) -> tuple[int, ...]:
+    """Phrasings the SFT closed-book rows are written in, for `SFTConfig.knowledge_phrasings` 2, 4 or 8."""
+    extra = {2: (), 4: KNOWLEDGE_ONLY_PHRASINGS, 8: KNOWLEDGE_ONLY_PHRASINGS + EXTRA_KNOWLEDGE_PHRASINGS}
+    return TRAIN_PHRASINGS + extra[knowledge_phrasings]
+
+
+def untrained_phrasings(knowledge_phrasings: int | None) -> tuple[int, ...]:
+    """The dev phrasing and every closed-book paraphrase the SFT rows leave out (never the test
+    phrasing); None (no SFT section: rows from elsewhere) = the dev phrasing alone."""
+    if knowledge_phrasings is None:
+        return (DEV_PHRASING,)
+    used = closed_book_phrasings(knowledge_phrasings)
+    return (DEV_PHRASING, *(p for p in KNOWLEDGE_ONLY_PHRASINGS + EXTRA_KNOWLEDGE_PHRASINGS if p not in used))
 CURRENT_YEAR = 2024
 UNANSWERABLE = "employees"  # asked about, but stated nowhere in the world
 
