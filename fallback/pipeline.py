@@ -306,7 +306,8 @@ def plan(cfg: RunConfig, fresh: bool) -> list[tuple[str, str]]:
             if cfg.fallback.gate.threshold is None else f"fixed threshold {cfg.fallback.gate.threshold}")
     return [
         ("world", f"build_world(seed={w.seed}, n_orgs={w.n_orgs}, known_fraction={w.known_fraction}, "
-                  f"context_only_fraction={w.context_only_fraction}) -> {root / 'world'}"),
+                  f"context_only_fraction={w.context_only_fraction}"
+                  f"{', stratify_languages=True' if w.stratify_languages else ''}) -> {root / 'world'}"),
         ("index", f"build_from_chunks(world chunks) -> {cfg.rag.index.dir} ({r.mode}, top_n={r.top_n}, "
                   f"top_k={r.top_k}{', reranker ' + cfg.rag.reranker.model if cfg.rag.reranker else ''})"),
         ("scenarios", f"test: {'/'.join(cfg.eval.scenarios)} x {'/'.join(cfg.eval.knowledge)}, <= "

@@ -28,6 +28,29 @@ def test_groups_sizes_and_languages(world):
     assert langs.count("zh") == 4 and langs.count("en") == 16  # zh_fraction 0.2
 
 
+def test_demo_world_leaves_chinese_out_of_never_learned_and_stratified_draw_does_not():
+    """Seed 0, 30 organisations (the CPU demo's world): one draw puts its 6 Chinese organisations in
+    known (2) and context-only (4); `stratify_languages` draws each language's groups with the same
+    fractions: zh 6 -> known 3, context-only round(1.2) = 1, unknown 1, unknown_dev 1; en 24 -> 12,
+    round(4.8) = 5, then 7 alternating unknown (4) / unknown_dev (3)."""
+    from collections import Counter
+
+    def counts(w):
+        return Counter((f.group, f.language) for f in {f.org_id: f for f in w.facts}.values())
+
+    plain = counts(build_world(WorldConfig(seed=0, n_orgs=30)))
+    assert {g for g, lang in plain if lang == "zh"} == {"known", "context_only"}
+    assert plain[("known", "zh")] == 2 and plain[("context_only", "zh")] == 4
+    strat_world = build_world(WorldConfig(seed=0, n_orgs=30, stratify_languages=True))
+    strat = counts(strat_world)
+    assert strat == Counter({("known", "zh"): 3, ("context_only", "zh"): 1, ("unknown", "zh"): 1,
+                             ("unknown_dev", "zh"): 1, ("known", "en"): 12, ("context_only", "en"): 5,
+                             ("unknown", "en"): 4, ("unknown_dev", "en"): 3})
+    # only the groups move: same organisations, same values
+    plain_w = build_world(WorldConfig(seed=0, n_orgs=30))
+    assert [(f.fact_id, f.value) for f in strat_world.facts] == [(f.fact_id, f.value) for f in plain_w.facts]
+
+
 def test_each_fact_has_ten_distinct_phrasings_naming_the_org(world):
     for f in world.facts:
         assert len(set(f.questions)) == 10

@@ -334,14 +334,11 @@ def _org_names(rng: random.Random, n: int, zh_fraction: float) -> list[tuple[str
     return out
 
 
-def build_world(cfg: "WorldConfig") -> World:
-    """Generate the world deterministically from `cfg.seed`."""
-    rng = random.Random(cfg.seed)
-    names = _org_names(rng, cfg.n_orgs, cfg.zh_fraction)
-    order = list(range(cfg.n_orgs))
-    rng.shuffle(order)  # groups drawn at random so each holds both languages
-    n_known = round(cfg.n_orgs * cfg.known_fraction)
-    n_ctx = round(cfg.n_orgs * cfg.context_only_fraction)
+def _assign_groups(order: list[int], cfg: "WorldConfig") -> dict[int, str]:
+    """Organisation index -> group: the first of `order` known, then context-only, the rest
+    alternating unknown / unknown_dev."""
+    n_known = round(len(order) * cfg.known_fraction)
+    n_ctx = round(len(order) * cfg.context_only_fraction)
     group_of = {}
     for rank, i in enumerate(order):
         if rank < n_known:
@@ -350,6 +347,21 @@ def build_world(cfg: "WorldConfig") -> World:
             group_of[i] = "context_only"
         else:
             group_of[i] = "unknown_dev" if (rank - n_known - n_ctx) % 2 else "unknown"
+    return group_of
+
+
+def build_world(cfg: "WorldConfig") -> World:
+    """Generate the world deterministically from `cfg.seed`."""
+    rng = random.Random(cfg.seed)
+    names = _org_names(rng, cfg.n_orgs, cfg.zh_fraction)
+    order = list(range(cfg.n_orgs))
+    rng.shuffle(order)  # groups drawn at random
+    if cfg.stratify_languages:  # the same fractions within each language: every group holds both
+        group_of = {}
+        for lang in ("en", "zh"):
+            group_of |= _assign_groups([i for i in order if names[i][1] == lang], cfg)
+    else:  # one draw over all organisations (a small world can leave a group with one language)
+        group_of = _assign_groups(order, cfg)
     facts: list[Fact] = []
     unanswerable: list[Fact] = []
     documents: list[Document] = []
