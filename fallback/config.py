@@ -191,7 +191,7 @@ class RunConfig(Strict):
         if adapter is not None and adapter in self.rag.generator.adapters:
             raise ValueError(f"rag.generator.adapters.{adapter}: set by the run (the trained adapter)")
         if self.calibration.phrasings != "auto":
-            allowed = untrained_phrasings(self.train.sft.knowledge_phrasings if self.train.sft else None)
+            allowed = self._untrained_phrasings()
             bad = [p for p in self.calibration.phrasings if p not in allowed]
             if bad or not self.calibration.phrasings:
                 raise ValueError(f"calibration.phrasings: {bad or 'empty'} not allowed: dev questions use "
@@ -202,5 +202,8 @@ class RunConfig(Strict):
         """The phrasings the gate's dev questions are asked in (`calibration.phrasings` resolved)."""
         if self.calibration.phrasings != "auto":
             return tuple(self.calibration.phrasings)
+        return self._untrained_phrasings()
+
+    def _untrained_phrasings(self) -> tuple[int, ...]:
         return untrained_phrasings(self.train.sft.knowledge_phrasings if self.train.sft else None)
 
