@@ -356,11 +356,11 @@ def build_world(cfg: "WorldConfig") -> World:
     names = _org_names(rng, cfg.n_orgs, cfg.zh_fraction)
     order = list(range(cfg.n_orgs))
     rng.shuffle(order)  # groups drawn at random
-    if cfg.stratify_languages:  # the same fractions within each language: every group holds both
+    if cfg.stratify_languages:  # the same fractions within each language, so no group is left to one
         group_of = {}
         for lang in ("en", "zh"):
             group_of |= _assign_groups([i for i in order if names[i][1] == lang], cfg)
-    else:  # one draw over all organisations (a small world can leave a group with one language)
+    else:  # one draw over all organisations (the demo world left every unknown group English)
         group_of = _assign_groups(order, cfg)
     facts: list[Fact] = []
     unanswerable: list[Fact] = []
