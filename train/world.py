@@ -356,7 +356,7 @@ def build_world(cfg: "WorldConfig") -> World:
     names = _org_names(rng, cfg.n_orgs, cfg.zh_fraction)
     order = list(range(cfg.n_orgs))
     rng.shuffle(order)  # groups drawn at random
-    if cfg.stratify_languages:  # the same fractions within each language, so no group is left to one
+    if cfg.stratify_languages:  # each language spread over the groups in the same fractions
         group_of = {}
         for lang in ("en", "zh"):
             group_of |= _assign_groups([i for i in order if names[i][1] == lang], cfg)
