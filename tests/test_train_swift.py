@@ -260,3 +260,78 @@ def test_peft_main_reports_rows_that_do_not_fit_in_one_line(tmp_path, tiny_model
               "--args", json.dumps({"max_length": 8})])
     msg = str(exc.value.code)
     assert msg.startswith("error: no training row fits max_length=8") and "\n" not in msg
+
+
+def test_shared_prefix_stops_before_the_first_label_and_needs_two_rows():
+    from train.peft_trainer import shared_prefix
+
+    a = ([1, 2, 3, 4, 5, 6, 7], [-100, -100, -100, -100, -100, 6, 7])  # first label at index 5
+    b = ([1, 2, 3, 4, 5, 9, 9, 9], [-100, -100, -100, -100, -100, -100, 9, 9])
+    c = ([1, 2, 8, 4, 5, 9], [-100, -100, -100, -100, 5, 9])
+    # a and b agree on 5 tokens, but the token at index 4 predicts a's first label: 4 are shared
+    assert shared_prefix([a, b], min_tokens=1) == 4
+    assert shared_prefix([a, b, c], min_tokens=1) == 2  # c differs at index 2
+    assert shared_prefix([a, c], min_tokens=3) == 0  # 2 < min_tokens: not worth a second pass
+    assert shared_prefix([a], min_tokens=1) == 0  # one row: nothing to share
+    assert shared_prefix([a, a], min_tokens=1) == 4
+
+
+def test_share_prefix_gives_the_padded_batch_loss_and_gradients(tiny_models, sft_file):
+    """The prefix pass + repeated cache is the same computation as the padded batch (fp32: equal
+    up to float rounding), on real SFT rows that share their system prompt."""
+    import torch
+    from transformers import AutoTokenizer
+
+    from train.peft_trainer import DEFAULTS, lora_model, loss_backward, shared_prefix, tokenize_rows
+    from train.sft import read_sft
+
+    torch.set_num_threads(1)
+    tok = AutoTokenizer.from_pretrained(tiny_models["lm"])
+    data = tokenize_rows(tok, read_sft(sft_file), 512)
+    batch = data[:6]
+    assert shared_prefix(batch) >= 8  # the rows do share a system prompt
+    torch.manual_seed(0)
+    model = lora_model(str(tiny_models["lm"]), {**DEFAULTS, "torch_dtype": "float32", "lora_rank": 4})
+    for name, p in model.named_parameters():  # non-zero B: the adapter's own gradient path counts too
+        if "lora_B" in name:
+            torch.nn.init.normal_(p, std=0.05)
+    params = [p for p in model.parameters() if p.requires_grad]
+    body, head = model.get_base_model().model, model.get_output_embeddings()
+    out = []
+    for share in (False, True):
+        loss = loss_backward(body, head, batch, tok.pad_token_id, bf16=False, share_prefix=share)
+        out.append((loss.item(), torch.cat([p.grad.flatten() for p in params]).clone()))
+        model.zero_grad(set_to_none=True)
+    (l0, g0), (l1, g1) = out
+    assert l1 == pytest.approx(l0, rel=1e-5)
+    assert float((g1 - g0).norm() / g0.norm()) < 1e-4
+
+
+def test_share_prefix_is_for_the_peft_kind_and_reaches_its_command(tmp_path):
+    from train.swift import peft_command
+
+    base = {"run_name": "r", "model": "/m", "dataset": "/d.jsonl", "share_prefix": True}
+    with pytest.raises(ValueError, match="share_prefix is for the peft kind"):
+        TrainConfig.model_validate({**base, "kind": "swift"})
+    cfg = TrainConfig.model_validate({**base, "kind": "peft"})
+    assert peft_command(cfg)[-1] == "--share_prefix"
+    assert "--share_prefix" not in peft_command(cfg.model_copy(update={"share_prefix": False}))
+
+
+def test_config_changes_name_what_differs_from_the_trained_run(tmp_path):
+    from lorarag.runinfo import start_run
+    from train.swift import config_changes
+
+    cfg = TrainConfig.model_validate({"kind": "peft", "run_name": "r", "model": "/m", "dataset": "/d.jsonl",
+                                      "runs_dir": str(tmp_path), "swift": {"lora_rank": 8}})
+    assert config_changes(cfg) == []  # never trained: nothing to compare
+    start_run(run_dir(cfg), cfg)
+    assert config_changes(cfg) == []
+    # where it runs is not what it trains; a launch field differs without a change
+    assert config_changes(cfg.model_copy(update={"nproc_per_node": 2})) == []
+    other = cfg.model_copy(update={"share_prefix": True, "swift": {"lora_rank": 16, "attn_impl": "eager"}})
+    assert config_changes(other) == ["share_prefix", "swift.attn_impl", "swift.lora_rank"]
+    # a saved config written before a field existed reads it as its default
+    saved = run_dir(cfg) / "config.yaml"
+    saved.write_text(saved.read_text().replace("share_prefix: false\n", ""))
+    assert config_changes(cfg) == []

@@ -47,6 +47,29 @@ def run_dir(cfg: TrainConfig) -> Path:
     return Path(cfg.runs_dir) / cfg.run_name
 
 
+# What says where or how a run is launched, not what it trains.
+LAUNCH_FIELDS = frozenset({"runs_dir", "nproc_per_node", "nnodes", "slurm"})
+
+
+def _flat(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        out.update(_flat(v, f"{prefix}{k}.") if isinstance(v, dict) else {f"{prefix}{k}": v})
+    return out
+
+
+def config_changes(cfg: TrainConfig) -> list[str]:
+    """The fields (dotted, e.g. `swift.attn_impl`) in which `cfg` differs from the config saved in
+    its run dir when that run was trained; [] when none was saved. Fields added since take
+    their defaults on the saved side, so an old run stays reusable by an unchanged recipe."""
+    saved = run_dir(cfg) / "config.yaml"
+    if not saved.is_file():
+        return []
+    old = _flat(load_train_config(saved).model_dump(mode="json", exclude=set(LAUNCH_FIELDS)))
+    new = _flat(cfg.model_dump(mode="json", exclude=set(LAUNCH_FIELDS)))
+    return sorted(k for k in old.keys() | new.keys() if old.get(k, KeyError) != new.get(k, KeyError))
+
+
 def _flag_values(value: Any) -> list[str]:
     if isinstance(value, bool):
         return ["true" if value else "false"]
@@ -97,7 +120,8 @@ def peft_command(cfg: TrainConfig) -> list[str]:
     """The command of the CPU `peft` trainer kind (resumes by itself from its last checkpoint)."""
     out = run_dir(cfg) / "output"
     return [sys.executable, "-m", "train.peft_trainer", "--model", cfg.model, "--dataset", cfg.dataset,
-            "--output_dir", str(out), "--seed", str(cfg.seed), "--args", json.dumps(cfg.swift)]
+            "--output_dir", str(out), "--seed", str(cfg.seed), "--args", json.dumps(cfg.swift),
+            *(["--share_prefix"] if cfg.share_prefix else [])]
 
 
 def train_env(cfg: TrainConfig) -> dict[str, str]:
