@@ -27,6 +27,7 @@ from typing import Any, Callable
 from fallback.calibration import Echo, Parts, build_parts, calibrate_gate
 from fallback.config import RunConfig
 from fallback.scenarios import Scenario, save_scenarios
+from rag.config import ConfigError
 
 log = logging.getLogger(__name__)
 
@@ -163,15 +164,29 @@ def train_dir(cfg: RunConfig) -> Path:
     return run_dir(cfg.train)
 
 
+def check_same_recipe(cfg: RunConfig) -> None:
+    """ConfigError when `train.run_name`'s run dir was trained (or started) with another config."""
+    from train.swift import config_changes
+
+    changed = config_changes(cfg.train)
+    if changed:
+        raise ConfigError(f"train run '{cfg.train.run_name}' was trained with another config (differs in "
+                          f"{', '.join(changed)}): retrain with `lorarag run --fresh` or name the run anew")
+
+
 def find_adapter(cfg: RunConfig) -> Path | None:
-    """The final adapter of a finished training run of `train.run_name`, or None."""
+    """The final adapter of a finished training run of `train.run_name`, or None; ConfigError
+    when that run was trained with another recipe (its saved config differs from `cfg.train`)."""
     from train.swift import find_adapter as find
 
     try:
         path = find(cfg.train.run_name, cfg.train.runs_dir)
     except FileNotFoundError:
         return None
-    return path if (path / "adapter_model.safetensors").is_file() else None
+    if not (path / "adapter_model.safetensors").is_file():
+        return None
+    check_same_recipe(cfg)
+    return path
 
 
 def build_sft(cfg: RunConfig, world: Any, echo: Echo) -> None:
@@ -196,6 +211,8 @@ def train_or_reuse(cfg: RunConfig, world: Any, fresh: bool, echo: Echo) -> Path:
     out = train_dir(cfg)
     if fresh:
         shutil.rmtree(out, ignore_errors=True)
+    else:  # an unfinished run resumes from its checkpoints only under the same recipe
+        check_same_recipe(cfg)
     build_sft(cfg, world, echo)
     from train.swift import train  # ms-swift (GPU) or the CPU peft loop, as `train.kind` says
 
@@ -213,8 +230,9 @@ def system_stamp(cfg: RunConfig, sc: Any, test: list[Scenario], adapter: Path | 
     if system.get("memory") == "reply":  # the behaviour before the field existed: same stamp
         system.pop("memory")
     gen = cfg.rag.generator.model_dump()
-    if gen.get("max_batch_tokens") is None:  # absent when unset: stamps from before the field stay valid
-        gen.pop("max_batch_tokens", None)
+    for key in ("max_batch_tokens", "attn_impl", "prefix_cache"):  # absent when unset: stamps from before them stay valid
+        if gen.get(key) in (None, False):
+            gen.pop(key, None)
     stamp = {"system": system, "generator": gen,
              "retrieval": cfg.rag.retrieval.model_dump(),
              "items": hashlib.sha256("\n".join(s.qid for s in test).encode()).hexdigest()[:16]}

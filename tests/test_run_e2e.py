@@ -42,6 +42,35 @@ def test_dry_run_prints_every_step_without_running(tmp_path):
     assert not (tmp_path / "runs").exists()
 
 
+def test_an_adapter_trained_with_another_recipe_is_refused_not_reused(tmp_path):
+    """A finished run of the same name trained by another config (here: no shared prefix, another
+    rank) is not silently reused, nor resumed from its checkpoints; the error names the fields."""
+    from fallback.pipeline import find_adapter, train_or_reuse
+    from lorarag.runinfo import start_run
+    from rag.config import ConfigError
+    from train.swift import run_dir
+
+    cfg = _in_tmp(tmp_path)
+    old = cfg.train.model_copy(update={"swift": {**cfg.train.swift, "lora_rank": 2}})
+    rd = start_run(run_dir(old), old)
+    ad = rd / "output/checkpoint-2"
+    ad.mkdir(parents=True)
+    (ad / "adapter_config.json").write_text("{}")
+    (ad / "adapter_model.safetensors").write_bytes(b"x")
+    (rd / "adapter.json").write_text(json.dumps({"adapter": str(ad), "base_model": old.model}))
+    assert find_adapter(cfg.model_copy(update={"train": old})) == ad  # its own recipe: reused
+    with pytest.raises(ConfigError, match=r"trained with another config \(differs in swift.lora_rank\)"):
+        find_adapter(cfg)
+    with pytest.raises(ConfigError, match="lorarag run --fresh"):
+        train_or_reuse(cfg, None, fresh=False, echo=lambda _: None)
+    # unfinished (no adapter pointer yet): its checkpoints are not resumed under the new recipe either
+    (rd / "adapter.json").unlink()
+    assert find_adapter(cfg) is None
+    with pytest.raises(ConfigError, match="differs in swift.lora_rank"):
+        train_or_reuse(cfg, None, fresh=False, echo=lambda _: None)
+    assert ad.is_dir()  # nothing lost
+
+
 def test_gpu_config_validates_and_dry_runs():
     from fallback.pipeline import run
 
