@@ -58,7 +58,9 @@ class GateCalibration:
 def generator_id(cfg) -> str:
     """What decides the gate's scores besides the adapter: kind, model, dtype, LM-head precision."""
     head = " fp32-head" if cfg.kind == "transformers" and cfg.fp32_lm_head and cfg.dtype != "float32" else ""
-    return f"{cfg.kind} {cfg.model} {cfg.dtype}{head}"
+    attn = f" attn-{cfg.attn_impl}" if cfg.attn_impl else ""  # another kernel rounds otherwise
+    cache = " prefix-cache" if cfg.kind == "transformers" and cfg.prefix_cache else ""  # so does a shared prefill
+    return f"{cfg.kind} {cfg.model} {cfg.dtype}{head}{attn}{cache}"
 
 
 def load_gate(folder: str | Path) -> GateCalibration:

@@ -117,7 +117,7 @@ def _generation_eos(model: str) -> list[int]:
     return [eos] if isinstance(eos, int) else list(eos or [])
 
 
-class _LocalTemplate:
+class LocalTemplate:
     """Chat-template rendering, token counting and truncation shared by the local kinds."""
 
     cfg: GeneratorConfig
@@ -184,149 +184,7 @@ class _LocalTemplate:
         return ids, "length"
 
 
-def prompt_batches(lengths: list[int], batch_size: int, max_tokens: int | None,
-                   max_new: int) -> list[list[int]]:
-    """Indices in batches of similar prompt length, shortest first: at most `batch_size` rows and,
-    when `max_tokens` is set, at most that many padded tokens, (longest prompt + max_new) x rows.
-    A prompt too long for the budget on its own still gets a batch of one (it fits max_model_len)."""
-    order = sorted(range(len(lengths)), key=lambda i: lengths[i])
-    batches: list[list[int]] = []
-    for i in order:
-        cur = batches[-1] if batches else None
-        # Sorted ascending, so prompt i is the longest of any batch it joins.
-        if cur is not None and len(cur) < batch_size and (
-                max_tokens is None or (len(cur) + 1) * (lengths[i] + max_new) <= max_tokens):
-            cur.append(i)
-        else:
-            batches.append([i])
-    return batches
-
-
-def fp32_lm_head(model) -> None:
-    """Replace a half-precision LM head by an fp32 copy fed fp32 hidden states (unties it from
-    the input embeddings, which stay in the model dtype). Extra memory: vocab x hidden x 4 bytes.
-    A head that is not a plain Linear (an adapter trained on it) is left alone, with a warning."""
-    import torch
-
-    head = model.get_output_embeddings()
-    if type(head) is not torch.nn.Linear:
-        log.warning("fp32_lm_head: the LM head is a %s, not a plain Linear (an adapter on it?); "
-                    "kept in the model dtype", type(head).__name__)
-        return
-    new = torch.nn.Linear(head.in_features, head.out_features, bias=head.bias is not None,
-                          dtype=torch.float32, device=head.weight.device)
-    with torch.no_grad():
-        new.weight.copy_(head.weight.float())
-        if head.bias is not None:
-            new.bias.copy_(head.bias.float())
-    new.requires_grad_(False)
-    new.register_forward_pre_hook(lambda _m, args: (args[0].float(), *args[1:]))
-    model.config.tie_word_embeddings = False
-    model.set_output_embeddings(new)
-
-
-class TransformersGenerator(_LocalTemplate):
-    """Local transformers model; peft adapters chosen per request."""
-
-    def __init__(self, cfg: GeneratorConfig) -> None:
-        import torch
-        from transformers import AutoModelForCausalLM, AutoTokenizer
-
-        self.cfg = cfg
-        self.torch = torch
-        self.tokenizer = AutoTokenizer.from_pretrained(cfg.model)
-        self.tokenizer.padding_side = "left"
-        model = AutoModelForCausalLM.from_pretrained(cfg.model, dtype=getattr(torch, cfg.dtype))
-        if cfg.adapters:
-            from peft import PeftModel
-
-            (first, path), *rest = cfg.adapters.items()
-            model = PeftModel.from_pretrained(model, path, adapter_name=first)
-            for name, p in rest:
-                model.load_adapter(p, adapter_name=name)
-        if cfg.fp32_lm_head and cfg.dtype != "float32":
-            fp32_lm_head(model.get_base_model() if hasattr(model, "get_base_model") else model)
-        self.model = model.to(cfg.device).eval()
-        eos = self.model.generation_config.eos_token_id
-        eos = [eos] if isinstance(eos, int) else list(eos or [])
-        self._stop_ids = [*eos, self.tokenizer.eos_token_id]
-        self._pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else eos[0]
-
-    def generate(self, conversations: list[list[Message]], *, adapter: str | None = None,
-                 max_new_tokens: int | None = None, top_logprobs: int = 0,
-                 prefixes: list[str] | None = None) -> list[Generation]:
-        """Generate one completion per conversation, in batches of `cfg.batch_size` rows at most
-        (and `cfg.max_batch_tokens` padded tokens, when set)."""
-        prefixes = check_request(self.cfg, conversations, adapter, prefixes)
-        max_new = max_new_tokens or self.cfg.max_new_tokens
-        encoded = [self._encode(c, p, max_new) for c, p in zip(conversations, prefixes)]
-        # Batch prompts of similar length (less left padding to prefill and attend over), then
-        # put the results back in input order (tests: same text as each prompt generated alone).
-        # Repeated greedy requests never reach this point (rag/memo.py).
-        out: dict[int, Generation] = {}
-        for part in prompt_batches([len(e[0]) for e in encoded], self.cfg.batch_size,
-                                   self.cfg.max_batch_tokens, max_new):
-            out.update(zip(part, self._batch([encoded[i] for i in part], adapter, max_new, top_logprobs)))
-        return [out[i] for i in range(len(encoded))]
-
-    def _batch(self, encoded, adapter, max_new, k) -> list[Generation]:
-        import contextlib
-
-        torch = self.torch
-        width = max(len(ids) for ids, _, _ in encoded)
-        ids = torch.full((len(encoded), width), self._pad, dtype=torch.long)
-        mask = torch.zeros_like(ids)
-        for r, (seq, _, _) in enumerate(encoded):  # left padding
-            ids[r, width - len(seq):] = torch.tensor(seq)
-            mask[r, width - len(seq):] = 1
-        sample = self.cfg.temperature > 0
-        if hasattr(self.model, "disable_adapter"):
-            if adapter is None:
-                ctx = self.model.disable_adapter()
-            else:
-                self.model.set_adapter(adapter)
-                ctx = contextlib.nullcontext()
-        else:
-            ctx = contextlib.nullcontext()
-        with ctx, torch.inference_mode():
-            res = self.model.generate(
-                input_ids=ids.to(self.cfg.device), attention_mask=mask.to(self.cfg.device),
-                max_new_tokens=max_new, do_sample=sample,
-                temperature=self.cfg.temperature if sample else None, top_p=None, top_k=None,
-                eos_token_id=self._stop_ids, pad_token_id=self._pad,
-                return_dict_in_generate=True, output_logits=True)
-        # res.logits: one (B, V) tensor of raw scores per step. Log-softmax in fp32 one step at a
-        # time, keeping only the chosen token's logprob (B, steps) and the top-k (B, steps, k).
-        new_ids = res.sequences[:, width:]  # (B, steps)
-        chosen, top_v, top_i = [], [], []
-        for t, step in enumerate(res.logits):
-            logp = step.float().log_softmax(-1)
-            chosen.append(logp.gather(1, new_ids[:, t: t + 1]).squeeze(1).cpu())
-            if k:
-                v, i = logp.topk(k, dim=-1)
-                top_v.append(v.cpu())
-                top_i.append(i.cpu())
-        gens = []
-        for r, (_, text, cut) in enumerate(encoded):
-            kept, reason = self._strip_stop(new_ids[r].tolist())
-            lp = tuple(float(chosen[t][r]) for t in range(len(kept)))
-            tops: tuple = ()
-            if k:
-                tops = tuple(tuple((self._tok_str(int(i), kept[:t]), float(v))
-                                   for v, i in zip(top_v[t][r], top_i[t][r]))
-                             for t in range(len(kept)))
-            gens.append(Generation(
-                text=self._text(kept),
-                tokens=self._token_strs(kept), logprobs=lp, top_logprobs=tops,
-                finish_reason=reason, truncated_prompt=cut, prompt=text))
-        return gens
-
-    def close(self) -> None:
-        """Free the model."""
-        self.model = None
-
-
-class VLLMGenerator(_LocalTemplate):
+class VLLMGenerator(LocalTemplate):
     """Offline vLLM engine; LoRA adapters through LoRARequest."""
 
     def __init__(self, cfg: GeneratorConfig) -> None:
@@ -403,6 +261,12 @@ class VLLMGenerator(_LocalTemplate):
             gc.collect()
 
 
+def _transformers(cfg: GeneratorConfig) -> Generator:
+    from rag.generate_hf import TransformersGenerator  # its own module: batching, LM head, prefix cache
+
+    return TransformersGenerator(cfg)
+
+
 def _openai(cfg: GeneratorConfig) -> Generator:
     from rag.generate_openai import OpenAIGenerator  # its own module: HTTP details
 
@@ -410,7 +274,7 @@ def _openai(cfg: GeneratorConfig) -> Generator:
 
 
 GENERATORS: dict[str, Callable[[GeneratorConfig], Generator]] = {
-    "transformers": TransformersGenerator,
+    "transformers": _transformers,
     "vllm": VLLMGenerator,
     "openai": _openai,
 }

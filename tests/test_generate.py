@@ -99,7 +99,7 @@ def test_length_sorted_batches_return_results_in_input_order(gen):
 def test_prompt_batches_respect_rows_and_padded_token_budget():
     """Hand-computed: prompts sorted by length; a batch of n rows with longest prompt L costs
     n * (L + max_new) padded tokens."""
-    from rag.generate import prompt_batches
+    from rag.generate_hf import prompt_batches
 
     lengths = [30, 10, 20, 100, 10]  # sorted order: 1, 4, 2, 0, 3
     assert prompt_batches(lengths, 2, None, 5) == [[1, 4], [2, 0], [3]]
@@ -113,6 +113,87 @@ def test_prompt_batches_respect_rows_and_padded_token_budget():
 def test_max_batch_tokens_is_refused_on_other_kinds():
     with pytest.raises(ValueError, match="max_batch_tokens is for the transformers kind, not vllm"):
         GeneratorConfig(kind="vllm", model="m", max_batch_tokens=4096)
+
+
+def test_attn_impl_is_refused_on_other_kinds():
+    with pytest.raises(ValueError, match="attn_impl is for the transformers kind, not openai"):
+        GeneratorConfig(kind="openai", model="m", attn_impl="eager")
+
+
+def test_eager_attention_matches_the_reference_loop(tiny_models, lora):
+    """`attn_impl: eager` loads the plain attention kernel and, batched with left padding, gives
+    the reference loop's greedy tokens and log-probs (base and adapter)."""
+    import torch
+
+    torch.set_num_threads(1)
+    g = build_generator(GeneratorConfig(kind="transformers", model=str(tiny_models["lm"]), attn_impl="eager",
+                                        adapters={"sft": str(lora)}, max_new_tokens=8, max_model_len=256,
+                                        batch_size=4))
+    try:
+        assert g.inner.model.config._attn_implementation == "eager"
+        for adapter, path in ((None, None), ("sft", lora)):
+            for conv, got in zip(CONVS, g.generate(CONVS, adapter=adapter)):
+                ids, lps, _ = _reference_greedy(tiny_models["lm"], path, conv, 8)
+                assert got.tokens == tuple(g._tok_str(i, ids[:n]) for n, i in enumerate(ids))
+                assert got.logprobs == pytest.approx(lps, abs=1e-4)
+    finally:
+        g.close()
+
+
+def test_shared_len_leaves_every_row_a_token_of_its_own():
+    from rag.generate_hf import shared_len
+
+    assert shared_len([[1, 2, 3, 4], [1, 2, 3, 5, 6]], min_tokens=1) == 3
+    assert shared_len([[1, 2, 3], [1, 2, 3, 4]], min_tokens=1) == 2  # the shorter keeps its last token
+    assert shared_len([[1, 2, 3], [1, 2, 3, 4]], min_tokens=3) == 0  # too short to be worth a pass
+    assert shared_len([[1, 2, 3], [9, 2, 3]], min_tokens=1) == 0
+    assert shared_len([[1, 2, 3]], min_tokens=1) == 0  # one row: nothing to share
+
+
+def test_prefix_cache_matches_the_reference_loop(tiny_models, lora, monkeypatch):
+    """`prefix_cache`: the batch's shared system prompt is prefilled once (one row, its keys and
+    values repeated); rows of different lengths still get the reference loop's greedy tokens and
+    log-probs, with and without the adapter."""
+    import torch
+
+    torch.set_num_threads(1)
+    system = "You answer questions in a few words, from what you know, and say so when you do not know."
+    convs = [[Message("system", system), Message("user", q)]
+             for q in ("What is the capital of France?", "When?", "机动车应当向哪个部门申请注册登记？")]
+    # another system prompt: batched apart (grouped by the first tokens), so the others still share
+    convs.insert(1, [Message("system", "Reply in French, in a few words."), Message("user", "Who wrote it?")])
+    g = build_generator(GeneratorConfig(kind="transformers", model=str(tiny_models["lm"]), prefix_cache=True,
+                                        adapters={"sft": str(lora)}, max_new_tokens=8, max_model_len=256,
+                                        batch_size=4))
+    from rag.generate_hf import shared_len
+
+    try:
+        same = [c for c in convs if c[0].content == system]
+        assert shared_len([g._encode(c, "", 8)[0] for c in same]) >= 16
+        seen = []
+        real = g.inner.model.generate
+
+        def spy(**kw):
+            cache = kw.get("past_key_values")
+            seen.append((kw["input_ids"].shape[0], cache.get_seq_length() if cache is not None else 0))
+            return real(**kw)
+
+        monkeypatch.setattr(g.inner.model, "generate", spy)
+        for adapter, path in ((None, None), ("sft", lora)):
+            for conv, got in zip(convs, g.generate(convs, adapter=adapter)):
+                ids, lps, _ = _reference_greedy(tiny_models["lm"], path, conv, 8)
+                assert got.tokens == tuple(g._tok_str(i, ids[:n]) for n, i in enumerate(ids))
+                assert got.logprobs == pytest.approx(lps, abs=1e-4)
+        # per adapter: the three rows with one system prompt from their shared prefill, the other alone
+        assert sorted(rows for rows, _ in seen) == [1, 1, 3, 3]
+        assert all((cached >= 16) == (rows == 3) for rows, cached in seen)
+    finally:
+        g.close()
+
+
+def test_prefix_cache_is_refused_on_other_kinds():
+    with pytest.raises(ValueError, match="prefix_cache is for the transformers kind, not vllm"):
+        GeneratorConfig(kind="vllm", model="m", prefix_cache=True)
 
 
 def test_token_budget_splits_batches_without_changing_answers(gen, monkeypatch):
@@ -370,7 +451,7 @@ def test_fp32_lm_head_leaves_an_adapted_head_alone(tiny_models, caplog):
     import torch
     from transformers import AutoModelForCausalLM
 
-    from rag.generate import fp32_lm_head
+    from rag.generate_hf import fp32_lm_head
 
     model = AutoModelForCausalLM.from_pretrained(tiny_models["lm"], dtype=torch.bfloat16)
 

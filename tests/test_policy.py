@@ -108,6 +108,8 @@ def test_saved_gate_is_reused_only_for_the_generator_that_read_it():
     assert reusable_gate(cal, g, bf16, 2, 2)
     assert not reusable_gate(cal, g, bf16.model_copy(update={"dtype": "float32"}), 2, 2)
     assert not reusable_gate(cal, g, bf16.model_copy(update={"fp32_lm_head": False}), 2, 2)
+    assert not reusable_gate(cal, g, bf16.model_copy(update={"attn_impl": "eager"}), 2, 2)  # another kernel
+    assert generator_id(bf16) == "transformers m bfloat16 fp32-head"  # unset: the id of gates saved before it
     assert not reusable_gate(cal, g, bf16, 3, 2)  # another dev split
     assert not reusable_gate(replace(cal, generator=""), g, bf16, 2, 2)  # a file from before the field
 

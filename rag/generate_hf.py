@@ -1,0 +1,193 @@
+"""The `transformers` generator kind: a local model with peft LoRA adapters chosen per request
+(adapter=None runs the base with the adapters disabled), batched by prompt length.
+
+Options that only this kind has (rag.config.GeneratorConfig): `fp32_lm_head` (token probabilities
+from an fp32 copy of the LM head under a half-precision body), `max_batch_tokens` (a cap on each
+batch's padded size), `attn_impl` (the attention kernel) and `prefix_cache` (a batch's common
+leading tokens, e.g. the system prompt, prefilled once and their keys/values shared by its rows).
+"""
+
+from __future__ import annotations
+
+import logging
+
+from rag.config import GeneratorConfig
+from rag.generate import Generation, Message, LocalTemplate, check_request
+
+log = logging.getLogger(__name__)
+
+
+def prompt_batches(lengths: list[int], batch_size: int, max_tokens: int | None,
+                   max_new: int) -> list[list[int]]:
+    """Indices in batches of similar prompt length, shortest first: at most `batch_size` rows and,
+    when `max_tokens` is set, at most that many padded tokens, (longest prompt + max_new) x rows.
+    A prompt too long for the budget on its own still gets a batch of one (it fits max_model_len)."""
+    order = sorted(range(len(lengths)), key=lambda i: lengths[i])
+    batches: list[list[int]] = []
+    for i in order:
+        cur = batches[-1] if batches else None
+        # Sorted ascending, so prompt i is the longest of any batch it joins.
+        if cur is not None and len(cur) < batch_size and (
+                max_tokens is None or (len(cur) + 1) * (lengths[i] + max_new) <= max_tokens):
+            cur.append(i)
+        else:
+            batches.append([i])
+    return batches
+
+
+MIN_SHARED = 16  # tokens: a shorter shared prefix is not worth its own forward pass
+
+
+def shared_len(rows: list[list[int]], min_tokens: int = MIN_SHARED) -> int:
+    """Leading tokens all `rows` share, leaving each row at least one token of its own; 0 when
+    fewer than `min_tokens` (a second forward pass would cost more than it saves) or one row."""
+    if len(rows) < 2:
+        return 0
+    limit, first = min(len(r) for r in rows) - 1, rows[0]
+    n = 0
+    while n < limit and all(r[n] == first[n] for r in rows):
+        n += 1
+    return n if n >= min_tokens else 0
+
+
+def fp32_lm_head(model) -> None:
+    """Replace a half-precision LM head by an fp32 copy fed fp32 hidden states (unties it from
+    the input embeddings, which stay in the model dtype). Extra memory: vocab x hidden x 4 bytes.
+    A head that is not a plain Linear (an adapter trained on it) is left alone, with a warning."""
+    import torch
+
+    head = model.get_output_embeddings()
+    if type(head) is not torch.nn.Linear:
+        log.warning("fp32_lm_head: the LM head is a %s, not a plain Linear (an adapter on it?); "
+                    "kept in the model dtype", type(head).__name__)
+        return
+    new = torch.nn.Linear(head.in_features, head.out_features, bias=head.bias is not None,
+                          dtype=torch.float32, device=head.weight.device)
+    with torch.no_grad():
+        new.weight.copy_(head.weight.float())
+        if head.bias is not None:
+            new.bias.copy_(head.bias.float())
+    new.requires_grad_(False)
+    new.register_forward_pre_hook(lambda _m, args: (args[0].float(), *args[1:]))
+    model.config.tie_word_embeddings = False
+    model.set_output_embeddings(new)
+
+
+class TransformersGenerator(LocalTemplate):
+    """Local transformers model; peft adapters chosen per request."""
+
+    def __init__(self, cfg: GeneratorConfig) -> None:
+        import torch
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        self.cfg = cfg
+        self.torch = torch
+        self.tokenizer = AutoTokenizer.from_pretrained(cfg.model)
+        self.tokenizer.padding_side = "left"
+        kw = {"attn_implementation": cfg.attn_impl} if cfg.attn_impl else {}
+        model = AutoModelForCausalLM.from_pretrained(cfg.model, dtype=getattr(torch, cfg.dtype), **kw)
+        if cfg.adapters:
+            from peft import PeftModel
+
+            (first, path), *rest = cfg.adapters.items()
+            model = PeftModel.from_pretrained(model, path, adapter_name=first)
+            for name, p in rest:
+                model.load_adapter(p, adapter_name=name)
+        if cfg.fp32_lm_head and cfg.dtype != "float32":
+            fp32_lm_head(model.get_base_model() if hasattr(model, "get_base_model") else model)
+        self.model = model.to(cfg.device).eval()
+        eos = self.model.generation_config.eos_token_id
+        eos = [eos] if isinstance(eos, int) else list(eos or [])
+        self._stop_ids = [*eos, self.tokenizer.eos_token_id]
+        self._pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else eos[0]
+
+    def generate(self, conversations: list[list[Message]], *, adapter: str | None = None,
+                 max_new_tokens: int | None = None, top_logprobs: int = 0,
+                 prefixes: list[str] | None = None) -> list[Generation]:
+        """Generate one completion per conversation, in batches of `cfg.batch_size` rows at most
+        (and `cfg.max_batch_tokens` padded tokens, when set)."""
+        prefixes = check_request(self.cfg, conversations, adapter, prefixes)
+        max_new = max_new_tokens or self.cfg.max_new_tokens
+        encoded = [self._encode(c, p, max_new) for c, p in zip(conversations, prefixes)]
+        # Batch prompts of similar length (less left padding to prefill and attend over), then
+        # put the results back in input order (tests: same text as each prompt generated alone).
+        # Repeated greedy requests never reach this point (rag/memo.py).
+        lengths = [len(e[0]) for e in encoded]
+        # With the prefix cache, prompts are first grouped by their first MIN_SHARED tokens (the
+        # system prompt: one per language in the demo), so a batch shares a prefix to prefill once.
+        groups: dict[tuple[int, ...], list[int]] = {}
+        for i, e in enumerate(encoded):
+            groups.setdefault(tuple(e[0][:MIN_SHARED]) if self.cfg.prefix_cache else (), []).append(i)
+        out: dict[int, Generation] = {}
+        for idx in groups.values():
+            for part in prompt_batches([lengths[i] for i in idx], self.cfg.batch_size,
+                                       self.cfg.max_batch_tokens, max_new):
+                rows = [idx[j] for j in part]
+                out.update(zip(rows, self._batch([encoded[i] for i in rows], adapter, max_new, top_logprobs)))
+        return [out[i] for i in range(len(encoded))]
+
+    def _batch(self, encoded, adapter, max_new, k) -> list[Generation]:
+        import contextlib
+
+        torch = self.torch
+        # Rows = [shared prefix (n tokens) | left padding | the row's own suffix]: positions come
+        # from the mask's running count, so every real token keeps its unpadded position.
+        n = shared_len([e[0] for e in encoded]) if self.cfg.prefix_cache else 0
+        width = n + max(len(ids) - n for ids, _, _ in encoded)
+        ids = torch.full((len(encoded), width), self._pad, dtype=torch.long)
+        mask = torch.zeros_like(ids)
+        for r, (seq, _, _) in enumerate(encoded):
+            ids[r, :n], mask[r, :n] = torch.tensor(seq[:n], dtype=torch.long), 1
+            ids[r, width - len(seq) + n:] = torch.tensor(seq[n:])
+            mask[r, width - len(seq) + n:] = 1
+        sample = self.cfg.temperature > 0
+        if hasattr(self.model, "disable_adapter"):
+            if adapter is None:
+                ctx = self.model.disable_adapter()
+            else:
+                self.model.set_adapter(adapter)
+                ctx = contextlib.nullcontext()
+        else:
+            ctx = contextlib.nullcontext()
+        with ctx, torch.inference_mode():
+            cache = {}
+            if n:  # prefill the prefix once (one row) and give every row its keys/values
+                kv = self.model(input_ids=ids[:1, :n].to(self.cfg.device), use_cache=True,
+                                logits_to_keep=1).past_key_values
+                kv.batch_repeat_interleave(len(encoded))
+                cache = {"past_key_values": kv}
+            res = self.model.generate(
+                input_ids=ids.to(self.cfg.device), attention_mask=mask.to(self.cfg.device),
+                max_new_tokens=max_new, do_sample=sample,
+                temperature=self.cfg.temperature if sample else None, top_p=None, top_k=None,
+                eos_token_id=self._stop_ids, pad_token_id=self._pad,
+                return_dict_in_generate=True, output_logits=True, **cache)
+        # res.logits: one (B, V) tensor of raw scores per step. Log-softmax in fp32 one step at a
+        # time, keeping only the chosen token's logprob (B, steps) and the top-k (B, steps, k).
+        new_ids = res.sequences[:, width:]  # (B, steps)
+        chosen, top_v, top_i = [], [], []
+        for t, step in enumerate(res.logits):
+            logp = step.float().log_softmax(-1)
+            chosen.append(logp.gather(1, new_ids[:, t: t + 1]).squeeze(1).cpu())
+            if k:
+                v, i = logp.topk(k, dim=-1)
+                top_v.append(v.cpu())
+                top_i.append(i.cpu())
+        gens = []
+        for r, (_, text, cut) in enumerate(encoded):
+            kept, reason = self._strip_stop(new_ids[r].tolist())
+            lp = tuple(float(chosen[t][r]) for t in range(len(kept)))
+            tops: tuple = ()
+            if k:
+                tops = tuple(tuple((self._tok_str(int(i), kept[:t]), float(v))
+                                   for v, i in zip(top_v[t][r], top_i[t][r]))
+                             for t in range(len(kept)))
+            gens.append(Generation(
+                text=self._text(kept),
+                tokens=self._token_strs(kept), logprobs=lp, top_logprobs=tops,
+                finish_reason=reason, truncated_prompt=cut, prompt=text))
+        return gens
+
+    def close(self) -> None:
+        """Free the model."""
+        self.model = None
