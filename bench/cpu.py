@@ -2,12 +2,14 @@
 
 (a) One LoRA training step (batch of SFT-like chat rows, bf16 autocast, loss on the reply only:
     `train.peft_trainer.loss_backward`) with the session-2 recipe as the baseline — base loaded in
-    fp32 and cast by autocast, SDPA attention, LoRA on every layer — against: base loaded in bf16
-    (ms-swift's `torch_dtype`), eager attention (`attn_impl`), and LoRA on the upper half of the
-    layers only (`target_regex`), where the backward pass stops at the first adapted layer.
+    fp32 and cast by autocast, SDPA attention, LoRA on every layer — against: eager attention
+    (`attn_impl`), eager + each batch's shared prefix run once (`share_prefix`; the demo's recipe
+    since session 8), base loaded in bf16 (ms-swift's `torch_dtype`) + eager, and that with LoRA on
+    the upper half of the layers only (`target_regex`), where the backward pass stops early.
 (b) Batched greedy generation of grounded-prompt-sized inputs: fp32 weights vs bf16 weights with the
-    fp32 LM head (`GeneratorConfig.fp32_lm_head`); also how often the greedy answers agree and the
-    largest first-token log-probability difference.
+    fp32 LM head (`GeneratorConfig.fp32_lm_head`), + eager attention (`attn_impl`), + the shared
+    system prompt prefilled once per batch (`prefix_cache`); also how often the greedy answers agree
+    with fp32's and the largest first-token log-probability difference.
 Model: `--model DIR` (the demo's SmolLM2 by default when converted, else a tiny Qwen3 built here,
 whose timings only show that the bench runs). Rows are synthetic with the demo's lengths.
 """
@@ -33,6 +35,8 @@ def _rows(n: int, seed: int) -> list[dict]:
     def words(k: int) -> str:
         return " ".join(rng.choice(WORDS) for _ in range(k))
 
+    # one system prompt per row type, as in the demo's SFT rows (what `share_prefix` shares)
+    system = {True: words(30), False: words(12)}
     rows = []
     for i in range(n):
         rag = i % 7 >= 3
@@ -40,7 +44,7 @@ def _rows(n: int, seed: int) -> list[dict]:
                 else f"Question: {words(10)}?")
         reply = f"memory: {words(3)} | source: {words(3)} | verdict: supported | answer: {words(3)}" if rag \
             else words(3)
-        rows.append({"messages": [{"role": "system", "content": words(20)}, {"role": "user", "content": user},
+        rows.append({"messages": [{"role": "system", "content": system[rag]}, {"role": "user", "content": user},
                                   {"role": "assistant", "content": reply}]})
     return rows
 
@@ -62,12 +66,14 @@ def bench_train_step(model_dir: Path, steps: int, batch: int) -> list[dict]:
     data = tokenize_rows(tok, _rows(batch * (steps + 1), 0), 320)
     plan = length_batches([len(d[0]) for d in data], batch, random.Random(0))[: steps + 1]
     upper = upper_half_regex(AutoConfig.from_pretrained(model_dir).num_hidden_layers)
-    variants = [("baseline: fp32 base, sdpa, LoRA on all layers", {"torch_dtype": "float32"}),
-                ("bf16 base", {}),
-                ("bf16 base + eager attention", {"attn_impl": "eager"}),
-                ("bf16 base + eager + LoRA on the upper half", {"attn_impl": "eager", "target_regex": upper})]
+    fp32 = {"torch_dtype": "float32"}
+    variants = [("baseline: fp32 base, sdpa, LoRA on all layers", fp32, False),
+                ("fp32 base + eager attention", {**fp32, "attn_impl": "eager"}, False),
+                ("fp32 base + eager + shared prefix (the demo)", {**fp32, "attn_impl": "eager"}, True),
+                ("bf16 base + eager attention", {"attn_impl": "eager"}, False),
+                ("bf16 base + eager + LoRA on the upper half", {"attn_impl": "eager", "target_regex": upper}, False)]
     out = []
-    for name, over in variants:
+    for name, over, share in variants:
         a = {**DEFAULTS, **over}
         torch.manual_seed(0)
         model = lora_model(str(model_dir), a)
@@ -77,7 +83,7 @@ def bench_train_step(model_dir: Path, steps: int, batch: int) -> list[dict]:
         times = []
         for b in plan:
             t0 = time.perf_counter()
-            loss = loss_backward(body, head, [data[i] for i in b], tok.pad_token_id, bf16=True)
+            loss = loss_backward(body, head, [data[i] for i in b], tok.pad_token_id, bf16=True, share_prefix=share)
             opt.step()
             opt.zero_grad(set_to_none=True)
             times.append(time.perf_counter() - t0)
@@ -90,29 +96,36 @@ def bench_train_step(model_dir: Path, steps: int, batch: int) -> list[dict]:
 
 
 def bench_generation(model_dir: Path, n: int, new_tokens: int) -> dict:
-    """fp32 weights vs bf16 weights + fp32 LM head: time, greedy agreement, first-token logprob gap."""
+    """fp32 weights vs bf16 weights + fp32 LM head (SDPA, then eager attention): time, greedy
+    agreement with fp32, first-token logprob gap."""
     from rag.config import GeneratorConfig
     from rag.generate import Message, build_generator
 
     rng = random.Random(1)
-    convs = [[Message("system", " ".join(rng.choice(WORDS) for _ in range(40))),
-              Message("user", " ".join(rng.choice(WORDS) for _ in range(140)) + f" question {i}?")]
+    system = " ".join(rng.choice(WORDS) for _ in range(40))  # one system prompt, as a grounded prompt has
+    convs = [[Message("system", system),
+              Message("user", " ".join(rng.choice(WORDS) for _ in range(rng.randint(60, 140))) + f" question {i}?")]
              for i in range(n)]
     res = {}
-    for dtype in ("float32", "bfloat16"):
+    for key, dtype, attn, cache in (("fp32", "float32", None, False), ("bf16", "bfloat16", None, False),
+                                    ("eager", "bfloat16", "eager", False), ("prefix", "bfloat16", "eager", True)):
         gen = build_generator(GeneratorConfig(kind="transformers", model=str(model_dir), dtype=dtype,
-                                              max_new_tokens=new_tokens, batch_size=32, max_model_len=1024,
-                                              chat_template_kwargs={}))
+                                              attn_impl=attn, prefix_cache=cache, max_new_tokens=new_tokens,
+                                              batch_size=32, max_model_len=1024, chat_template_kwargs={}))
         gen.generate(convs[:2], max_new_tokens=2)  # warm-up
         t0 = time.perf_counter()
-        res[dtype] = (gen.generate(convs), time.perf_counter() - t0)
+        res[key] = (gen.generate(convs), time.perf_counter() - t0)
         gen.close()
-        print(f"  generation {dtype}: {res[dtype][1]:.1f} s", flush=True)
-    (a, ta), (b, tb) = res["float32"], res["bfloat16"]
+        print(f"  generation {dtype}{' ' + attn if attn else ''}{' prefix cache' if cache else ''}: "
+              f"{res[key][1]:.1f} s", flush=True)
+    (a, ta), (b, tb), (e, te), (c, tc) = res["fp32"], res["bf16"], res["eager"], res["prefix"]
     gaps = [abs(x.logprobs[0] - y.logprobs[0]) for x, y in zip(a, b)
             if x.logprobs and y.logprobs and x.tokens[:1] == y.tokens[:1]]
     return {"n": n, "new_tokens": new_tokens, "fp32_s": ta, "bf16_fp32_head_s": tb, "speedup": ta / tb,
+            "bf16_eager_s": te, "eager_speedup": ta / te, "prefix_cache_s": tc, "prefix_cache_speedup": ta / tc,
             "same_greedy_text": sum(x.text == y.text for x, y in zip(a, b)) / n,
+            "eager_same_greedy_text": sum(x.text == y.text for x, y in zip(a, e)) / n,
+            "prefix_cache_same_greedy_text": sum(x.text == y.text for x, y in zip(a, c)) / n,
             "max_first_token_logprob_gap": max(gaps) if gaps else None}
 
 
@@ -137,8 +150,11 @@ def run(model: Path | None, steps: int, batch: int, n_gen: int, new_tokens: int,
         print(f"| {r['variant']} | {r['s_per_step']:.2f} | {r['speedup']:.2f}x |")
     g = result["generation"]
     print(f"\ngeneration of {g['n']} prompts x {g['new_tokens']} tokens: fp32 {g['fp32_s']:.1f} s, "
-          f"bf16 + fp32 head {g['bf16_fp32_head_s']:.1f} s ({g['speedup']:.2f}x); same greedy text "
-          f"{g['same_greedy_text']:.0%}, max first-token logprob gap {g['max_first_token_logprob_gap']}")
+          f"bf16 + fp32 head {g['bf16_fp32_head_s']:.1f} s ({g['speedup']:.2f}x), + eager attention "
+          f"{g['bf16_eager_s']:.1f} s ({g['eager_speedup']:.2f}x), + prefix cache {g['prefix_cache_s']:.1f} s "
+          f"({g['prefix_cache_speedup']:.2f}x); same greedy text as fp32 {g['same_greedy_text']:.0%} / "
+          f"{g['eager_same_greedy_text']:.0%} / {g['prefix_cache_same_greedy_text']:.0%}, max first-token "
+          f"logprob gap (bf16) {g['max_first_token_logprob_gap']}")
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
     if tmp is not None:
