@@ -207,14 +207,9 @@ def train_peft(model_dir: str, dataset: str, output_dir: str, args: dict[str, An
 def shared_prefix(batch: list[tuple[list[int], list[int]]], min_tokens: int = 8) -> int:
     """Leading tokens every row of `batch` has in common, stopping before the position that
     predicts any row's first label (so no label falls in it); 0 when under `min_tokens` or one row."""
-    if len(batch) < 2:
-        return 0
-    limit = min(next(i for i, y in enumerate(lab) if y != -100) for _, lab in batch) - 1
-    first = batch[0][0]
-    n = 0
-    while n < limit and all(ids[n] == first[n] for ids, _ in batch):
-        n += 1
-    return n if n >= min_tokens else 0
+    from rag.generate_hf import shared_len  # the same rule over each row's prompt (up to its first label)
+
+    return shared_len([ids[:next(i for i, y in enumerate(lab) if y != -100)] for ids, lab in batch], min_tokens)
 
 
 def loss_backward(body, lm_head, batch: list[tuple[list[int], list[int]]], pad: int, bf16: bool,
