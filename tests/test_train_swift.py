@@ -335,3 +335,11 @@ def test_config_changes_name_what_differs_from_the_trained_run(tmp_path):
     saved = run_dir(cfg) / "config.yaml"
     saved.write_text(saved.read_text().replace("share_prefix: false\n", ""))
     assert config_changes(cfg) == []
+    # `lorarag train` itself refuses to resume that run dir under the other recipe, keeping it
+    (tmp_path / "d.jsonl").write_text("{}\n")
+    other = other.model_copy(update={"model": str(tmp_path), "dataset": str(tmp_path / "d.jsonl")})
+    from train.swift import TrainError
+
+    with pytest.raises(TrainError, match=r"trained with another config \(differs in"):
+        train(other)
+    assert saved.is_file() and "share_prefix" not in saved.read_text()  # nothing rewritten

@@ -166,6 +166,10 @@ def train(cfg: TrainConfig, *, dry_run: bool = False, config_path: str | None = 
     for p in (cfg.model, cfg.dataset):
         if not Path(p).exists():
             raise TrainError(f"{cfg.run_name}: {p} does not exist")
+    changed = config_changes(cfg)  # start_run below rewrites the saved config: compare first
+    if changed:  # its checkpoints would be resumed under another recipe
+        raise TrainError(f"{cfg.run_name}: {run_dir(cfg)} was trained with another config (differs in "
+                         f"{', '.join(changed)}); remove it or name the run anew")
     from lorarag.runinfo import start_run
 
     data = [cfg.dataset] + ([cfg.val_dataset] if cfg.val_dataset else [])
