@@ -69,7 +69,7 @@ def _tokenizer(cfg: RunConfig, generator: Any) -> Any:
 def calibrate_gate(cfg: RunConfig, parts: Parts, adapter: Path, dev_known: list[Scenario],
                    dev_unseen: list[Scenario], echo: Echo, *, force: bool = False) -> Any:
     """The gate's doubt score on the dev split → threshold, saved as gate.json next to the adapter."""
-    from fallback.gate import GATE_FILE, calibrate, generator_id, known_recall_threshold, load_gate
+    from fallback.gate import GATE_FILE, calibrate_claimed, generator_id, known_recall_threshold, load_gate
     from fallback.system import Detector
 
     g = cfg.fallback.gate
@@ -83,18 +83,22 @@ def calibrate_gate(cfg: RunConfig, parts: Parts, adapter: Path, dev_known: list[
             echo(f"          reusing gate calibration from {adapter / GATE_FILE}")
             return cal
     det = Detector(parts.generator, parts.first_tokens, cfg.fallback, None)
-    readings: list[list[float]] = []
+    readings: list[list[float | None]] = []  # None: the closed-book answer declined
     for label, items in (("known", dev_known), ("never-learned", dev_unseen)):
         ctx = parts.contexts.contexts(items, cfg.calibration.context)
-        vals: list[float] = []
+        vals: list[float | None] = []
         for s in range(0, len(items), 32):
             vals.extend(det.gate_scores([x.question for x in items[s:s + 32]], [c[1] for c in ctx[s:s + 32]]))
             echo(f"          dev {label}: {min(s + 32, len(items))}/{len(items)}")
         readings.append(vals)
-    cal = replace(calibrate(readings[0], readings[1], rule=g.rule, target=g.target, signal=g.signal),
+    cal = replace(calibrate_claimed(readings[0], readings[1], rule=g.rule, target=g.target, signal=g.signal),
                   generator=generator_id(cfg.rag.generator))
+    if cal.known_declined or cal.unseen_declined:
+        echo(f"          declined closed-book (\"unknown\", left out of the fit): known "
+             f"{cal.known_declined}/{cal.n_known}, never-learned {cal.unseen_declined}/{cal.n_unseen}")
     if g.lenient is not None:
-        loose = max(cal.threshold, known_recall_threshold(readings[0], g.lenient.known_kept))
+        claimed = [x for x in readings[0] if x is not None]
+        loose = max(cal.threshold, known_recall_threshold(claimed, g.lenient.known_kept) if claimed else cal.threshold)
         cal = replace(cal, lenient_threshold=loose, lenient_rule=lenient_rule(g))
     cal.save(adapter)
     parts.gate_threshold, parts.lenient_threshold = thresholds_in_use(cal, g, echo)

@@ -19,9 +19,9 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
 from rag.config import ConfigError
 
@@ -47,6 +47,10 @@ class GateCalibration:
     # how it was chosen ("known_recall <share>"; "" = none)
     lenient_threshold: float | None = None
     lenient_rule: str = ""
+    # dev items whose closed-book answer was itself "unknown": the memory is unknown before any
+    # threshold, so they are left out of the fit and counted here (kept/rejected include them)
+    known_declined: int = 0
+    unseen_declined: int = 0
 
     def save(self, folder: str | Path) -> Path:
         """Write `gate.json` into `folder` (normally the adapter's folder)."""
@@ -159,3 +163,23 @@ def calibrate(p_known: Sequence[float], p_unseen: Sequence[float], *, rule: str 
     auc = _auroc(known, unseen)
     return GateCalibration(best, rule, len(known), len(unseen), kept, rejected,
                            auc if not math.isnan(auc) else float("nan"), signal)
+
+
+def calibrate_claimed(known: Sequence[float | None], unseen: Sequence[float | None], **kw: Any) -> GateCalibration:
+    """`calibrate` over the readings of claimed memories only; None marks an item whose closed-book
+    answer declined ("unknown"), which the gate never has to judge. Rates and counts stay over
+    every dev item: a declined never-learned item counts as rejected, a declined known one as lost."""
+    k = [x for x in known if x is not None]
+    u = [x for x in unseen if x is not None]
+    if not known or not unseen:
+        raise ValueError("gate calibration needs dev items of both known and never-learned facts")
+    if not k or not u:  # nothing left to separate: keep every claimed memory, AUROC undefined (gate off)
+        return GateCalibration(NO_ANSWER_NLL, kw.get("rule", "youden"), len(known), len(unseen),
+                               len(k) / len(known), 1 - len(u) / len(unseen), float("nan"),
+                               kw.get("signal", "p_unknown"), known_declined=len(known) - len(k),
+                               unseen_declined=len(unseen) - len(u))
+    cal = calibrate(k, u, **kw)
+    return replace(cal, n_known=len(known), n_unseen=len(unseen),
+                   known_kept=cal.known_kept * len(k) / len(known),
+                   unseen_rejected=(cal.unseen_rejected * len(u) + len(unseen) - len(u)) / len(unseen),
+                   known_declined=len(known) - len(k), unseen_declined=len(unseen) - len(u))

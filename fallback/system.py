@@ -105,10 +105,12 @@ class Detector:
             return {}
         return dict(zip(redo, self._pass([convs[i] for i in redo], [forced_unknown_prefix()] * len(redo))))
 
-    def gate_scores(self, questions: Sequence[str], sources: Sequence[Sequence[Retrieved]]) -> list[float]:
-        """The gate's doubt score per question (GateConfig.signal), for calibration on dev."""
+    def gate_scores(self, questions: Sequence[str], sources: Sequence[Sequence[Retrieved]]) -> list[float | None]:
+        """The gate's doubt score per question (GateConfig.signal), for calibration on dev; None
+        where the closed-book answer itself is "unknown" (no memory for the gate to judge)."""
         if self.cfg.gate.signal == "closed_book_nll":
-            return [c.nll for c in closed_book(self.generator, self.cfg.detector.adapter, questions)]
+            cb = closed_book(self.generator, self.cfg.detector.adapter, questions)
+            return [None if is_unknown(c.answer) else c.nll for c in cb]
         convs = [conversation(q, s, self.system_prompt) for q, s in zip(questions, sources)]
         first = self._pass(convs, [memory_prefix()] * len(convs))
         return [v.p_unknown if v.p_unknown is not None else 0.0 for v, _ in first]

@@ -329,6 +329,19 @@ def test_closed_book_nll_gate_keeps_confident_memories_and_drops_unsure_ones():
     assert any("closed_book_nll)=0.9000" in n for n in unseen.trace.notes)
 
 
+def test_declined_closed_book_answer_is_no_memory_and_no_gate_reading():
+    """A closed-book "unknown" (refusal-trained adapter) gives no reading for calibration and a
+    `memory: unknown |` scored pass whatever its NLL (a confident refusal is not a memory)."""
+    tail = ["source", ":", " 9", " |", " verdict", ":", " supported", " |", " answer", ":", " 9"]
+    closed = {"q-declined": ("unknown", (-0.001,)), "q-known": ("7", (-0.02,))}
+    replies = {("q-declined", "memory: unknown |"): _reply([" "] + tail, 0.5, "supported", 0.9)}
+    cfg = FallbackConfig(gate=GateConfig(signal="closed_book_nll"))
+    det = Detector(CBGate(closed, replies), FIRST, cfg, gate_threshold=0.5, memory="closed_book")
+    assert det.gate_scores(["q-declined", "q-known"], [(), ()]) == [None, pytest.approx(0.02)]
+    (a,) = AdvancedRAGSystem(None, det, cfg).answer_with_context(["q-declined"], [((), (_src("9"),))])
+    assert a.trace.route == "context" and a.text == "9" and a.trace.memory_answer is None
+
+
 def test_closed_book_nll_gate_in_reply_mode_regenerates_the_unsure_reply():
     """memory: reply + signal closed_book_nll: the closed-book NLL, not P(unknown), decides the redo."""
     tail = ["source", ":", " 9", " |", " verdict", ":", " supported", " |", " answer", ":", " 9"]

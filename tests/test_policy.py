@@ -9,7 +9,7 @@ import pytest
 from sklearn.metrics import roc_auc_score
 
 from fallback.config import PolicyConfig
-from fallback.gate import NO_ANSWER_NLL, answer_nll, calibrate, gate_fires, load_gate
+from fallback.gate import NO_ANSWER_NLL, answer_nll, calibrate, calibrate_claimed, gate_fires, load_gate
 from fallback.policy import decide_route, route_answer
 from rag.config import ConfigError
 
@@ -58,6 +58,23 @@ def test_gate_youden_threshold_hand_computed():
     assert cal.threshold == pytest.approx(0.45)
     assert (cal.known_kept, cal.unseen_rejected) == (1.0, 0.75)
     assert cal.auroc == pytest.approx(roc_auc_score([0] * 4 + [1] * 4, known + unseen))
+
+
+def test_declined_readings_are_left_out_of_the_fit_and_counted_in_the_rates():
+    """None = the closed-book answer was "unknown": the threshold is the one of the claimed readings
+    alone (the Youden case above); rates are over every item, a declined never-learned one rejected."""
+    known = [0.01, None, 0.02, 0.05, 0.30]
+    unseen = [0.20, None, None, 0.60, 0.80, 0.90]
+    cal = calibrate_claimed(known, unseen, rule="youden")
+    assert cal.threshold == pytest.approx(0.45)
+    assert (cal.n_known, cal.n_unseen, cal.known_declined, cal.unseen_declined) == (5, 6, 1, 2)
+    assert cal.known_kept == pytest.approx(4 / 5)  # 4 claimed, all under 0.45; the declined one is lost
+    assert cal.unseen_rejected == pytest.approx(5 / 6)  # 0.60, 0.80, 0.90 over it + 2 declined
+    assert cal.auroc == pytest.approx(roc_auc_score([0] * 4 + [1] * 4, [0.01, 0.02, 0.05, 0.30, 0.20, 0.60, 0.80, 0.90]))
+    assert calibrate_claimed([0.1], [0.9]) == calibrate([0.1], [0.9])  # nothing declined: the same
+    none_left = calibrate_claimed([0.1, 0.2], [None, None])
+    assert none_left.unseen_rejected == 1.0 and none_left.known_kept == 1.0 and not none_left.auroc >= 0.5
+    assert not gate_fires(0.2, none_left.threshold)
 
 
 def test_gate_unknown_recall_rule():

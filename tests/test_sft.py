@@ -164,3 +164,24 @@ def test_knowledge_phrasings_8_adds_four_more_closed_book_paraphrases():
     assert len([r for r in eight if r.kind == "knowledge"]) == len([r for r in four if r.kind == "knowledge"])
     assert sorted(_reply(r) for r in eight if r.kind == "rag") == sorted(_reply(r) for r in four if r.kind == "rag")
     leak_check(eight, world)
+
+
+def test_unknown_repeats_adds_closed_book_refusals_for_context_only_facts_only():
+    """unknown_repeats: 1 — one closed-book "unknown" row per (context-only fact, closed-book
+    phrasing); known facts' rows and the conflict-aware rows are the same multiset as without."""
+    world = build_world(WorldConfig(seed=2, n_orgs=20))
+    base, _ = build_rows(world, SFTConfig(seed=0, knowledge_repeats=1, knowledge_phrasings=4))
+    refuse, _ = build_rows(world, SFTConfig(seed=0, knowledge_repeats=1, knowledge_phrasings=4, unknown_repeats=1))
+    ctx = world.by_group("context_only")
+    assert ctx, "the test world needs context-only facts"
+    ref = [r for r in refuse if r.kind == "refusal"]
+    assert len(ref) == len(ctx) * 4
+    assert {r.fact_id for r in ref} == {f.fact_id for f in ctx}
+    f = ctx[0]
+    assert sorted(_user(r) for r in ref if r.fact_id == f.fact_id) == sorted(
+        f"Question: {f.questions[i]}" for i in (0, 1, 4, 5))
+    assert all(r.messages[0] == ("system", SYSTEM_CLOSED_BOOK) and _reply(r) == "unknown" for r in ref)
+    rest = sorted(r.messages for r in refuse if r.kind != "refusal")
+    assert rest == sorted(r.messages for r in base)
+    leak_check(refuse, world)
+    assert not [r for r in base if r.kind == "refusal"]

@@ -56,6 +56,10 @@ class SFTConfig(Strict):
     # also on 6-9 (8): paraphrase augmentation, so the fact is recalled (and recalled
     # confidently) when asked in an unseen wording — what the closed-book-NLL gate relies on.
     knowledge_phrasings: Literal[2, 4, 8] = 2
+    # Closed-book copies of each (context-only fact, closed-book phrasing) answered "unknown"
+    # (refusal-aware tuning, as R-Tuning): the model is shown facts it was never taught and told to
+    # decline, so an unseen organisation's question can get "unknown" instead of an invented value.
+    unknown_repeats: int = Field(default=0, ge=0)
     rag_per_fact: int = 1  # conflict-aware examples per (fact, scenario type, phrasing)
     # `alternate`: per fact, one training phrasing carries the contrastive pair (consistent +
     # factual error), the other outdated + irrelevant; `all`: both phrasings carry every type

@@ -2,6 +2,8 @@
 
 Kinds of examples (all prompts from fallback/format.py, so training and inference match):
 - knowledge: closed-book questions on `known` facts, training phrasings only, reply = value;
+- refusal (`unknown_repeats` > 0): the same closed-book questions on `context_only` facts, reply =
+  "unknown" (never taught closed-book, so the honest closed-book answer is to decline);
 - conflict-aware RAG: numbered sources + question, reply = `rag_reply(memory, source, verdict,
   answer)`. Known facts get CONTRASTIVE PAIRS (the same question with the gold chunk and with a
   factual-error copy of identical form), outdated (dated and undated) and irrelevant contexts
@@ -21,8 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Sequence
 
-from fallback.format import (SYSTEM_CLOSED_BOOK, SYSTEM_RAG, SourceText, closed_book_user_turn, rag_reply,
-                             rag_user_turn)
+from fallback.format import (SYSTEM_CLOSED_BOOK, SYSTEM_RAG, UNKNOWN, SourceText, closed_book_user_turn,
+                             rag_reply, rag_user_turn)
 from fallback.scenarios import Scenario
 from rag.records import RecordError
 from train.config import SFTConfig
@@ -42,7 +44,7 @@ class SFTRow:
     """One ms-swift `messages` row plus what it teaches (the metadata is not written)."""
 
     messages: tuple[tuple[str, str], ...]  # (role, content)
-    kind: str  # "knowledge" or "rag"
+    kind: str  # "knowledge", "refusal" or "rag"
     verdict: str | None
     fact_id: str
 
@@ -51,10 +53,10 @@ class SFTRow:
         return {"messages": [{"role": r, "content": c} for r, c in self.messages]}
 
 
-def knowledge_row(question: str, answer: str, fact_id: str) -> SFTRow:
+def knowledge_row(question: str, answer: str, fact_id: str, kind: str = "knowledge") -> SFTRow:
     """A closed-book example."""
     return SFTRow((("system", SYSTEM_CLOSED_BOOK), ("user", closed_book_user_turn(question)),
-                   ("assistant", answer)), "knowledge", None, fact_id)
+                   ("assistant", answer)), kind, None, fact_id)
 
 
 def target(s: Scenario, knows: bool) -> tuple[str, str]:
@@ -86,6 +88,9 @@ def build_rows(world: World, cfg: SFTConfig, undated_fraction: float = 0.5) -> t
     for f in world.by_group("known"):
         for ph in closed_book_phrasings(cfg.knowledge_phrasings):
             rows += [knowledge_row(f.questions[ph], f.value, f.fact_id)] * cfg.knowledge_repeats
+    for f in world.by_group("context_only"):  # unknown_repeats 0: none, the rows as before
+        for ph in closed_book_phrasings(cfg.knowledge_phrasings):
+            rows += [knowledge_row(f.questions[ph], UNKNOWN, f.fact_id, "refusal")] * cfg.unknown_repeats
     # Per fact, one phrasing carries the contrastive pair (consistent + factual error, same
     # question) and the other the outdated + irrelevant contexts, alternating by fact.
     for s in train_sc:
@@ -165,7 +170,7 @@ def read_sft(path: str | Path) -> list[dict]:
 
 def summary(rows: Sequence[SFTRow]) -> dict[str, int]:
     """Counts by kind and verdict (for logs and the results note)."""
-    c = Counter(r.kind if r.kind == "knowledge" else f"rag:{r.verdict}" for r in rows)
+    c = Counter(r.kind if r.kind != "rag" else f"rag:{r.verdict}" for r in rows)
     return dict(sorted(c.items()))
 
 
