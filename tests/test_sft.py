@@ -185,3 +185,27 @@ def test_unknown_repeats_adds_closed_book_refusals_for_context_only_facts_only()
     assert rest == sorted(r.messages for r in base)
     leak_check(refuse, world)
     assert not [r for r in base if r.kind == "refusal"]
+
+
+def test_phantom_orgs_are_refused_and_share_no_stem_with_any_world_organisation():
+    """phantom_orgs: n — closed-book "unknown" rows for n organisations that exist nowhere: every
+    attribute in every closed-book phrasing; no English stem prefix or Chinese character in common
+    with a world organisation (so none resembles a held-out one); the other rows unchanged."""
+    from train.world import phantom_questions
+
+    world = build_world(WorldConfig(seed=0, n_orgs=30))
+    base, _ = build_rows(world, SFTConfig(seed=0, knowledge_repeats=1, knowledge_phrasings=4))
+    ph, _ = build_rows(world, SFTConfig(seed=0, knowledge_repeats=1, knowledge_phrasings=4, phantom_orgs=10))
+    ref = [r for r in ph if r.kind == "refusal"]
+    assert len(ref) == 10 * 5 * 4 and all(_reply(r) == "unknown" for r in ref)
+    assert sorted(r.messages for r in ph if r.kind != "refusal") == sorted(r.messages for r in base)
+    names = sorted({n for n, _ in phantom_questions(world, 10, 0)})
+    assert len(names) == 10 and sum(not n.isascii() for n in names) == 2  # zh_fraction 0.2
+    world_names = {f.org for f in world.facts}
+    for n in names:
+        if n.isascii():
+            assert all(n[:3] != w[:3] for w in world_names if w.isascii())
+        else:
+            assert not set(n[:2]) & {c for w in world_names if not w.isascii() for c in w[:2]}
+    assert all(any(n in _user(r) for n in names) for r in ref)
+    leak_check(ph, world)

@@ -60,6 +60,10 @@ class SFTConfig(Strict):
     # (refusal-aware tuning, as R-Tuning): the model is shown facts it was never taught and told to
     # decline, so an unseen organisation's question can get "unknown" instead of an invented value.
     unknown_repeats: int = Field(default=0, ge=0)
+    # Closed-book "unknown" rows for this many organisations that exist nowhere (names sharing no
+    # stem with any world organisation), in every closed-book phrasing: refusals for names never
+    # seen, the situation of a held-out organisation (context-only names are seen in sources).
+    phantom_orgs: int = Field(default=0, ge=0)
     rag_per_fact: int = 1  # conflict-aware examples per (fact, scenario type, phrasing)
     # `alternate`: per fact, one training phrasing carries the contrastive pair (consistent +
     # factual error), the other outdated + irrelevant; `all`: both phrasings carry every type

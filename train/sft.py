@@ -3,7 +3,8 @@
 Kinds of examples (all prompts from fallback/format.py, so training and inference match):
 - knowledge: closed-book questions on `known` facts, training phrasings only, reply = value;
 - refusal (`unknown_repeats` > 0): the same closed-book questions on `context_only` facts, reply =
-  "unknown" (never taught closed-book, so the honest closed-book answer is to decline);
+  "unknown" (never taught closed-book, so the honest closed-book answer is to decline); with
+  `phantom_orgs` > 0 also on organisations that exist nowhere (`world.phantom_questions`);
 - conflict-aware RAG: numbered sources + question, reply = `rag_reply(memory, source, verdict,
   answer)`. Known facts get CONTRASTIVE PAIRS (the same question with the gold chunk and with a
   factual-error copy of identical form), outdated (dated and undated) and irrelevant contexts
@@ -29,7 +30,7 @@ from fallback.scenarios import Scenario
 from rag.records import RecordError
 from train.config import SFTConfig
 from train.scenarios_gen import index_world, world_scenarios
-from train.world import DEV_PHRASING, TEST_PHRASING, World, closed_book_phrasings
+from train.world import DEV_PHRASING, TEST_PHRASING, World, closed_book_phrasings, phantom_questions
 
 TRAIN_GROUPS = ("known", "context_only")
 HELD_OUT_GROUPS = ("unknown", "unknown_dev")
@@ -91,6 +92,10 @@ def build_rows(world: World, cfg: SFTConfig, undated_fraction: float = 0.5) -> t
     for f in world.by_group("context_only"):  # unknown_repeats 0: none, the rows as before
         for ph in closed_book_phrasings(cfg.knowledge_phrasings):
             rows += [knowledge_row(f.questions[ph], UNKNOWN, f.fact_id, "refusal")] * cfg.unknown_repeats
+    phantoms = phantom_questions(world, cfg.phantom_orgs, cfg.seed) if cfg.phantom_orgs else []
+    for i, (_org, qs) in enumerate(phantoms):  # one per (organisation, attribute)
+        rows += [knowledge_row(qs[ph], UNKNOWN, f"phantom/{i}", "refusal")
+                 for ph in closed_book_phrasings(cfg.knowledge_phrasings)]
     # Per fact, one phrasing carries the contrastive pair (consistent + factual error, same
     # question) and the other the outdated + irrelevant contexts, alternating by fact.
     for s in train_sc:

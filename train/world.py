@@ -301,14 +301,15 @@ def gold_variants(attribute: str, value: str) -> tuple[str, ...]:
     return (value,)
 
 
-def _org_names(rng: random.Random, n: int, zh_fraction: float) -> list[tuple[str, str, str]]:
-    """n unique (name, language, sector word) with unique stems (no near-duplicate names)."""
+def _org_names(rng: random.Random, n: int, zh_fraction: float, taken: tuple[str, ...] = ()) -> list[tuple[str, str, str]]:
+    """n unique (name, language, sector word) with unique stems (no near-duplicate names), none
+    sharing a stem prefix (en) or a character (zh) with the names `taken`."""
     n_zh = round(n * zh_fraction)
     en_stems = [s + e for s in _STEMS_EN for e in _ENDS_EN]
     rng.shuffle(en_stems)
     zh_stems = [a + b for a in _STEMS_ZH for b in _STEMS_ZH if a != b]
     rng.shuffle(zh_stems)
-    used_first_en: set[str] = set()
+    used_first_en: set[str] = {t[:3] for t in taken if t.isascii()}
     out: list[tuple[str, str, str]] = []
     for stem in en_stems:  # one org per stem prefix, so "Velova X" and "Velova Y" never coexist
         if len(out) == n - n_zh:
@@ -319,8 +320,8 @@ def _org_names(rng: random.Random, n: int, zh_fraction: float) -> list[tuple[str
         word, sector = rng.choice(_SECTORS_EN)
         out.append((f"{stem} {word}", "en", sector))
     if len(out) < n - n_zh:
-        raise ValueError(f"cannot name {n - n_zh} English organisations (at most {len(used_first_en)})")
-    used_zh: set[str] = set()
+        raise ValueError(f"cannot name {n - n_zh} English organisations (at most {len(out)})")
+    used_zh: set[str] = {ch for t in taken if not t.isascii() for ch in t[:2]}
     for stem in zh_stems:
         if len(out) == n:
             break
@@ -331,6 +332,19 @@ def _org_names(rng: random.Random, n: int, zh_fraction: float) -> list[tuple[str
         out.append((f"{stem}{word}", "zh", sector))
     if len(out) < n:
         raise ValueError(f"cannot name {n_zh} Chinese organisations with distinct characters")
+    return out
+
+
+def phantom_questions(world: World, n: int, seed: int, zh_fraction: float = 0.2) -> list[tuple[str, tuple[str, ...]]]:
+    """(org name, phrasings per attribute) of `n` organisations that exist nowhere: no stem prefix
+    or character shared with any world name (so none resembles a held-out one); for refusal rows."""
+    rng = random.Random(seed)
+    names = _org_names(rng, n, zh_fraction, taken=tuple({f.org for f in world.facts}))
+    attrs = list(dict.fromkeys(f.attribute for f in world.facts))
+    out = []
+    for name, lang, _sector in names:
+        product = rng.choice(_PRODUCTS_ZH if lang == "zh" else _PRODUCTS_EN)
+        out += [(name, tuple(q.format(org=name, product=product) for q in QUESTIONS[lang][a])) for a in attrs]
     return out
 
 
