@@ -188,7 +188,8 @@ def _answer(question: str, ctx: Context, j: Judgement, cfg: FallbackConfig, seco
     if j.lenient:
         notes.append(f"gate: memory {j.first_memory!r} kept by the lenient threshold ({v.label} verdict)")
     if not v.valid:
-        notes.append("invalid reply")
+        # the reply's opening, so a run's results say what the model wrote instead of the format
+        notes.append(f"invalid reply: {' '.join(v.raw.split())[:160]!r}")
     trace = Trace(question=question, retrieved=tuple(ctx[0]), reranked=tuple(ctx[1]), prompt=j.prompt,
                   raw_output=v.raw, timings_s=(("detect", seconds),), verdict=v.label,
                   verdict_score=v.score, verdict_probs=v.probs, route=route,

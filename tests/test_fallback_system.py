@@ -75,6 +75,8 @@ def test_random_tiny_model_output_is_invalid_and_counted(tiny_gen):
     for a in answers:
         assert a.trace.verdict == "invalid" and a.trace.route == "abstain" and a.abstained
         assert a.text == "" and a.trace.raw_output.startswith("memory:")
+        (note,) = [n for n in a.trace.notes if n.startswith("invalid reply")]
+        assert note == f"invalid reply: {' '.join(a.trace.raw_output.split())[:160]!r}"
     assert det.invalid == 2
 
 
