@@ -21,7 +21,7 @@ import json
 import math
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Sequence
 
 from rag.config import ConfigError
 
@@ -165,7 +165,8 @@ def calibrate(p_known: Sequence[float], p_unseen: Sequence[float], *, rule: str 
                            auc if not math.isnan(auc) else float("nan"), signal)
 
 
-def calibrate_claimed(known: Sequence[float | None], unseen: Sequence[float | None], **kw: Any) -> GateCalibration:
+def calibrate_claimed(known: Sequence[float | None], unseen: Sequence[float | None], *, rule: str = "youden",
+                      target: float = 0.95, signal: str = "p_unknown") -> GateCalibration:
     """`calibrate` over the readings of claimed memories only; None marks an item whose closed-book
     answer declined ("unknown"), which the gate never has to judge. Rates and counts stay over
     every dev item: a declined never-learned item counts as rejected, a declined known one as lost."""
@@ -174,11 +175,10 @@ def calibrate_claimed(known: Sequence[float | None], unseen: Sequence[float | No
     if not known or not unseen:
         raise ValueError("gate calibration needs dev items of both known and never-learned facts")
     if not k or not u:  # nothing left to separate: keep every claimed memory, AUROC undefined (gate off)
-        return GateCalibration(NO_ANSWER_NLL, kw.get("rule", "youden"), len(known), len(unseen),
-                               len(k) / len(known), 1 - len(u) / len(unseen), float("nan"),
-                               kw.get("signal", "p_unknown"), known_declined=len(known) - len(k),
-                               unseen_declined=len(unseen) - len(u))
-    cal = calibrate(k, u, **kw)
+        return GateCalibration(NO_ANSWER_NLL, rule, len(known), len(unseen), len(k) / len(known),
+                               1 - len(u) / len(unseen), float("nan"), signal,
+                               known_declined=len(known) - len(k), unseen_declined=len(unseen) - len(u))
+    cal = calibrate(k, u, rule=rule, target=target, signal=signal)
     return replace(cal, n_known=len(known), n_unseen=len(unseen),
                    known_kept=cal.known_kept * len(k) / len(known),
                    unseen_rejected=(cal.unseen_rejected * len(u) + len(unseen) - len(u)) / len(unseen),

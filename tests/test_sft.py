@@ -209,3 +209,12 @@ def test_phantom_orgs_are_refused_and_share_no_stem_with_any_world_organisation(
             assert not set(n[:2]) & {c for w in world_names if not w.isascii() for c in w[:2]}
     assert all(any(n in _user(r) for n in names) for r in ref)
     leak_check(ph, world)
+
+
+def test_too_many_phantom_orgs_is_a_one_line_config_error():
+    """The demo world leaves 12 English stems unused: asking for more names the option, no traceback."""
+    from rag.config import ConfigError
+
+    world = build_world(WorldConfig(seed=0, n_orgs=30))
+    with pytest.raises(ConfigError, match=r"^sft\.phantom_orgs: 60 is too many for this world \(cannot name 48 "):
+        build_rows(world, SFTConfig(seed=0, phantom_orgs=60))

@@ -92,8 +92,7 @@ def build_rows(world: World, cfg: SFTConfig, undated_fraction: float = 0.5) -> t
     for f in world.by_group("context_only"):  # unknown_repeats 0: none, the rows as before
         for ph in closed_book_phrasings(cfg.knowledge_phrasings):
             rows += [knowledge_row(f.questions[ph], UNKNOWN, f.fact_id, "refusal")] * cfg.unknown_repeats
-    phantoms = phantom_questions(world, cfg.phantom_orgs, cfg.seed) if cfg.phantom_orgs else []
-    for i, (_org, qs) in enumerate(phantoms):  # one per (organisation, attribute)
+    for i, (_org, qs) in enumerate(phantom_questions(world, cfg.phantom_orgs, cfg.seed)):  # per (org, attribute)
         rows += [knowledge_row(qs[ph], UNKNOWN, f"phantom/{i}", "refusal")
                  for ph in closed_book_phrasings(cfg.knowledge_phrasings)]
     # Per fact, one phrasing carries the contrastive pair (consistent + factual error, same

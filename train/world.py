@@ -197,8 +197,13 @@ def _org_names(rng: random.Random, n: int, zh_fraction: float, taken: tuple[str,
 def phantom_questions(world: World, n: int, seed: int, zh_fraction: float = 0.2) -> list[tuple[str, tuple[str, ...]]]:
     """(org name, phrasings per attribute) of `n` organisations that exist nowhere: no stem prefix
     or character shared with any world name (so none resembles a held-out one); for refusal rows."""
+    from rag.config import ConfigError
+
     rng = random.Random(seed)
-    names = _org_names(rng, n, zh_fraction, taken=tuple({f.org for f in world.facts}))
+    try:
+        names = _org_names(rng, n, zh_fraction, taken=tuple(sorted({f.org for f in world.facts})))
+    except ValueError as exc:  # the stems the world leaves unused run out
+        raise ConfigError(f"sft.phantom_orgs: {n} is too many for this world ({exc})") from None
     attrs = list(dict.fromkeys(f.attribute for f in world.facts))
     out = []
     for name, lang, _sector in names:
