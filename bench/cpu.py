@@ -1,10 +1,10 @@
 """`lorarag bench cpu`: what makes the CPU demo fit its budget, each beside the slow baseline in one run.
 
 (a) One LoRA training step (batch of SFT-like chat rows, bf16 autocast, loss on the reply only:
-    `train.peft_trainer.loss_backward`) with the session-2 recipe as the baseline — base loaded in
+    `train.peft_trainer.loss_backward`) with the first measured recipe as the baseline — base loaded in
     fp32 and cast by autocast, SDPA attention, LoRA on every layer — against: eager attention
-    (`attn_impl`), eager + each batch's shared prefix run once (`share_prefix`; the demo's recipe
-    since session 8), base loaded in bf16 (ms-swift's `torch_dtype`) + eager, and that with LoRA on
+    (`attn_impl`), eager + each batch's shared prefix run once (`share_prefix`; the demo's
+    recipe), base loaded in bf16 (ms-swift's `torch_dtype`) + eager, and that with LoRA on
     the upper half of the layers only (`target_regex`), where the backward pass stops early.
 (b) Batched greedy generation of grounded-prompt-sized inputs: fp32 weights vs bf16 weights with the
     fp32 LM head (`GeneratorConfig.fp32_lm_head`), + eager attention (`attn_impl`), + the shared
@@ -22,6 +22,18 @@ import random
 import tempfile
 import time
 from pathlib import Path
+
+from lorarag.rag.config import GeneratorConfig
+from lorarag.rag.generate import Message
+from lorarag.rag.generators import build_generator
+from lorarag.rag.tiny import build_causal_lm
+from lorarag.train.config import DEFAULTS
+from lorarag.train.peft_trainer import (
+    length_batches,
+    lora_model,
+    loss_backward,
+    tokenize_rows,
+)
 
 WORDS = ("company founded headquarters chief executive officer net profit fiscal year version product "
          "flagship city robotics energy logistics source memory verdict answer outdated archive").split()
@@ -60,7 +72,6 @@ def bench_train_step(model_dir: Path, steps: int, batch: int) -> list[dict]:
     import torch
     from transformers import AutoConfig, AutoTokenizer
 
-    from train.peft_trainer import DEFAULTS, length_batches, lora_model, loss_backward, tokenize_rows
 
     tok = AutoTokenizer.from_pretrained(model_dir)
     data = tokenize_rows(tok, _rows(batch * (steps + 1), 0), 320)
@@ -98,8 +109,6 @@ def bench_train_step(model_dir: Path, steps: int, batch: int) -> list[dict]:
 def bench_generation(model_dir: Path, n: int, new_tokens: int) -> dict:
     """fp32 weights vs bf16 weights + fp32 LM head (SDPA, then eager attention): time, greedy
     agreement with fp32, first-token logprob gap."""
-    from rag.config import GeneratorConfig
-    from rag.generate import Message, build_generator
 
     rng = random.Random(1)
     system = " ".join(rng.choice(WORDS) for _ in range(40))  # one system prompt, as a grounded prompt has
@@ -137,8 +146,6 @@ def run(model: Path | None, steps: int, batch: int, n_gen: int, new_tokens: int,
     if model is None and (DEMO_MODEL / "config.json").is_file():
         model = DEMO_MODEL
     if model is None:
-        from rag.tiny import build_causal_lm
-
         tmp = tempfile.TemporaryDirectory()
         model = build_causal_lm(Path(tmp.name) / "lm", hidden_size=128, num_hidden_layers=4)
     print(f"model {model}, {torch.get_num_threads()} threads")

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from eval import retrieval_metrics as rm
+from lorarag.eval import retrieval_metrics as rm
 
 KS = (1, 3, 5, 10)
 

@@ -8,8 +8,8 @@ retrieval with the reranker, the gate calibration and every system of the config
 what the shapes decide -- time per stage and peak GPU memory -- and shows that every stage runs
 on the device. It says nothing about accuracy: random weights cannot read or remember.
 
-    lorarag bench gpu --shape qwen3-4b --device cuda             # on a GPU machine (= python -m bench.gpu_check)
-    python -m bench.gpu_check --shape tiny --device cpu --steps 3  # the same path, small, here
+    lorarag bench gpu --shape qwen3-4b --device cuda             # on a GPU machine (= python -m lorarag.bench.gpu_check)
+    python -m lorarag.bench.gpu_check --shape tiny --device cpu --steps 3  # the same path, small, here
 
 The generator kind is `transformers` unless `--generator vllm` (vLLM is not installed everywhere).
 """
@@ -24,6 +24,11 @@ import time
 from pathlib import Path
 
 import yaml
+
+from lorarag.rag.tiny import build_tokenizer
+from lorarag.study.config import RunConfig
+from lorarag.study.pipeline import run
+from lorarag.train.config import unsupported_args
 
 # Architectures of the hub checkpoints the GPU config names (their config.json values), except the
 # vocabulary: the local tokenizer has ~1k entries (vocab_size None = its size), so embedding and LM
@@ -51,7 +56,6 @@ def build_random(out: Path, shape: dict, device: str, dtype: str, seed: int) -> 
     import torch
     from transformers import GenerationConfig, Qwen3Config, Qwen3ForCausalLM
 
-    from rag.tiny import build_tokenizer
 
     if (out / "model.safetensors.index.json").is_file() or (out / "model.safetensors").is_file():
         return out
@@ -85,7 +89,6 @@ def derive_config(base: dict, name: str, models: dict[str, Path], args) -> dict:
         t["kind"] = args.train_kind
     t["swift"].update(max_steps=args.steps, save_steps=args.steps, torch_dtype=dtype)
     if t.get("kind", "swift") == "peft":  # the loop refuses what it would not honour: say what is dropped
-        from train.peft_trainer import unsupported_args
 
         dropped = unsupported_args(t["swift"])
         print(f"peft kind: dropping ms-swift-only arguments {dropped}", flush=True)
@@ -179,8 +182,6 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--out", default=None, help="write the summary JSON here too")
     args = ap.parse_args(argv)
 
-    from fallback.config import RunConfig
-    from fallback.pipeline import run
 
     t0 = time.time()
     stamps: list[tuple[float, str]] = []

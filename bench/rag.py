@@ -23,6 +23,15 @@ import tempfile
 import time
 from pathlib import Path
 
+from lorarag.core.errors import UserError
+from lorarag.rag.config import EmbedderConfig, GeneratorConfig, RerankerConfig
+from lorarag.rag.embed import make_embedder
+from lorarag.rag.generate import Message
+from lorarag.rag.generate_openai import OpenAIGenerator
+from lorarag.rag.rerank import VLLM_OVERRIDES, Qwen3HTTPReranker
+from lorarag.rag.servers import free_port, launched, vllm_server_cmd
+from lorarag.rag.tiny import build_all
+
 SEED = 0
 WORDS = ("vehicle registration office owner licence plate traffic police safety road driver "
          "accident fine permit company founded headquarters capital city river law article").split()
@@ -42,17 +51,12 @@ def _timed(fn) -> float:
 
 
 def _server(model: Path, port: int, log: Path, *extra: str):
-    from rag.servers import launched, vllm_server_cmd
-
     cmd = vllm_server_cmd(model, port, "--max-num-seqs", "64", *extra)
     return launched(cmd, port, log_path=log)
 
 
 def bench_rerank(model: Path, n: int, work: Path) -> dict:
     """(a) one /v1/score request per candidate vs one request for all N."""
-    from rag.config import RerankerConfig
-    from rag.rerank import VLLM_OVERRIDES, Qwen3HTTPReranker
-    from rag.servers import free_port
 
     port = free_port()
     docs = _texts(n, 60, SEED)
@@ -73,9 +77,6 @@ def bench_rerank(model: Path, n: int, work: Path) -> dict:
 
 def bench_embed(model: Path, n: int, work: Path) -> dict:
     """(b) one /v1/embeddings request per chunk vs one request for all N."""
-    from rag.config import EmbedderConfig
-    from rag.embed import make_embedder
-    from rag.servers import free_port
 
     port = free_port()
     chunks = _texts(n, 80, SEED + 1)
@@ -93,10 +94,6 @@ def bench_embed(model: Path, n: int, work: Path) -> dict:
 
 def bench_answer(model: Path, n: int, max_new_tokens: int, work: Path) -> dict:
     """(c) Q chat requests one after the other vs one batched generate() call."""
-    from rag.config import GeneratorConfig
-    from rag.generate import Message
-    from rag.generate_openai import OpenAIGenerator
-    from rag.servers import free_port
 
     port = free_port()
     questions = _texts(n, 12, SEED + 2)
@@ -123,15 +120,11 @@ def run_bench(models: Path | None, *, candidates: int, chunks: int, questions: i
     with tempfile.TemporaryDirectory(prefix="bench-rag-") as tmp:
         work = Path(tmp)
         if models is None:
-            from rag.tiny import build_all
-
             paths = build_all(work / "models")
         else:
             paths = {k: models / k for k in ("lm", "embedder", "reranker")}
             missing = [str(p) for p in paths.values() if not p.exists()]
             if missing:
-                from lorarag.cli import UserError
-
                 raise UserError(f"--models: missing {', '.join(missing)}")
         results = {
             "rerank": bench_rerank(paths["reranker"], candidates, work),

@@ -22,6 +22,12 @@ from pathlib import Path
 
 import numpy as np
 
+from lorarag.core.errors import UserError
+from lorarag.rag.config import BM25Config, IndexConfig, RetrievalConfig
+from lorarag.rag.index import build_from_chunks
+from lorarag.rag.records import Chunk, iter_jsonl_dicts
+from lorarag.rag.retrieve import load_retriever
+
 Qrels = dict[str, dict[str, int]]  # query id -> {doc id: grade}
 Run = dict[str, list[str]]  # query id -> ranked doc ids
 
@@ -74,7 +80,6 @@ def evaluate(run: Run, qrels: Qrels) -> dict[str, float]:
 
 def load_beir(folder: Path, split: str) -> tuple[list[tuple[str, str]], dict[str, str], Qrels]:
     """(doc id, title + text) pairs, query texts by id, and the qrels of `split`."""
-    from rag.records import iter_jsonl_dicts
 
     docs = []
     for d in iter_jsonl_dicts(folder / "corpus.jsonl"):
@@ -93,10 +98,6 @@ def load_beir(folder: Path, split: str) -> tuple[list[tuple[str, str]], dict[str
 
 def run_ours(docs: list[tuple[str, str]], queries: list[tuple[str, str]], k: int) -> tuple[Run, float]:
     """Our product path; returns the run and the seconds spent answering."""
-    from rag.config import BM25Config, IndexConfig, RetrievalConfig
-    from rag.index import build_from_chunks
-    from rag.records import Chunk
-    from rag.retrieve import load_retriever
 
     chunks = [Chunk(chunk_id=i, doc_id=i, source=i, text=t, start=0, end=len(t)) for i, t in docs]
     with tempfile.TemporaryDirectory(prefix="lorarag-bench-") as tmp:
@@ -132,7 +133,6 @@ def run_baseline(docs: list[tuple[str, str]], queries: list[tuple[str, str]], k:
 
 def run(data_root: Path, datasets: list[str], split: str, out: Path) -> dict:
     """Evaluate both systems on each dataset, print a side-by-side table, write JSON."""
-    from lorarag.cli import UserError
 
     results: dict[str, dict] = {}
     for name in datasets:

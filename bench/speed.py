@@ -21,6 +21,17 @@ from pathlib import Path
 
 import numpy as np
 
+from lorarag.rag.config import (
+    BM25Config,
+    DenseIndexConfig,
+    IndexConfig,
+    RetrievalConfig,
+)
+from lorarag.rag.index import build_from_chunks
+from lorarag.rag.index_parts import DensePart
+from lorarag.rag.records import Chunk
+from lorarag.rag.retrieve import load_retriever
+
 SEED = 0
 CHUNKS_PER_FILE = 1000
 
@@ -93,10 +104,6 @@ def _timed(fn):
 
 def run(n_chunks: int, n_queries: int, baseline_queries: int, dim: int, out: Path) -> dict:
     """Time both systems, print the table and the ratio, write JSON."""
-    from rag.config import BM25Config, DenseIndexConfig, IndexConfig, RetrievalConfig
-    from rag.index import DensePart, build_from_chunks
-    from rag.records import Chunk
-    from rag.retrieve import load_retriever
 
     texts = make_corpus(n_chunks)
     queries = make_queries(texts, n_queries)

@@ -34,9 +34,9 @@ from collections import Counter
 from pathlib import Path
 from typing import Sequence
 
-from eval.answer_metrics import is_correct
-from eval.conflict_metrics import SCENARIO_ORDER
-from eval.records import ItemResult
+from lorarag.eval.answer_metrics import is_correct
+from lorarag.eval.records import ItemResult
+from lorarag.scenarios.records import SCENARIO_TYPES
 
 CLASSES = ("correct", "retrieval_miss", "rerank_drop", "generation_failure", "conflict_missed",
            "wrong_route", "fallback_wrong", "abstained_correctly", "abstained_wrongly")
@@ -80,7 +80,7 @@ def attribution_counts(items: Sequence[ItemResult]) -> dict[str, int]:
 def attribution_table(items: Sequence[ItemResult]) -> list[dict]:
     """Rows (scenario, knowledge, n, one count per class), then a total row."""
     rows = []
-    for s in SCENARIO_ORDER:
+    for s in SCENARIO_TYPES:
         for k in sorted({r.knowledge for r in items}):
             sel = [r for r in items if r.scenario == s and r.knowledge == k]
             if sel:

@@ -18,11 +18,11 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from eval import conflict_metrics as cm
-from eval.answer_metrics import exact_match, is_correct, token_f1
-from eval.attribution import attribution_counts
-from eval.records import WRONG_VALUE_SCENARIOS, ItemResult
-from eval.stats import mcnemar_exact, nan_to_none, paired_bootstrap, wilson_ci
+from lorarag.eval import conflict_metrics as cm
+from lorarag.eval.answer_metrics import exact_match, is_correct, token_f1
+from lorarag.eval.attribution import attribution_counts
+from lorarag.eval.records import WRONG_VALUE_SCENARIOS, ItemResult
+from lorarag.eval.stats import mcnemar_exact, nan_to_none, paired_bootstrap, wilson_ci
 
 log = logging.getLogger(__name__)
 
@@ -227,8 +227,8 @@ def headline_rows(base: Sequence[ItemResult], lora: Sequence[ItemResult], *, res
     for k in sorted({x.knowledge for x in pa}) + ["all"]:
         da = cm.detector([x for x in pa if k == "all" or x.knowledge == k])
         db = cm.detector([x for x in pb if k == "all" or x.knowledge == k])
-        rows.append(HeadlineRow("detector_auroc", "all", k, db["n"], da["auroc"], nan, nan, db["auroc"],
-                                nan, nan, db["auroc"] - da["auroc"], nan, nan))
+        rows.append(HeadlineRow("detector_auroc", "all", k, db.n, da.auroc, nan, nan, db.auroc,
+                                nan, nan, db.auroc - da.auroc, nan, nan))
     ca, cb = attribution_counts(pa), attribution_counts(pb)
     for cls in ca:
         rows.append(HeadlineRow(f"attribution:{cls}", "all", "all", len(pa), ca[cls], nan, nan, cb[cls],

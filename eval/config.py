@@ -1,9 +1,8 @@
 """`lorarag eval` config: which scenarios, which system, where results go, optional judge.
 
 The system is a `kind:` plus that kind's own keys (the `system:` mapping is handed unchanged to
-the factory, which validates it with its own Strict model). The factory is
-`fallback.systems.build_eval_system(cfg: EvalConfig) -> ScenarioSystem`, imported lazily so
-`eval/` works (metrics, reports, compare) without the fallback package.
+the study's factory, `study.systems.build_eval_system`, which validates it with its own Strict
+model); `eval/` itself only runs a system it is given, so it works without the study above it.
 """
 
 from __future__ import annotations
@@ -12,7 +11,7 @@ from typing import Any
 
 from pydantic import field_validator, model_validator
 
-from rag.config import ConfigError, Strict
+from lorarag.core.config import Strict
 
 
 class JudgeConfig(Strict):
@@ -59,16 +58,3 @@ class EvalConfig(Strict):
             raise ValueError("bootstrap_resamples must be >= 1000")
         return self
 
-
-def build_system(cfg: EvalConfig):
-    """The ScenarioSystem of `cfg.system`, from the fallback package's factory (lazy import)."""
-    try:
-        from fallback import systems
-    except ImportError as exc:
-        raise ConfigError(f"system kind {cfg.system['kind']!r} needs fallback.systems, which cannot be "
-                          f"imported ({exc})") from None
-    factory = getattr(systems, "build_eval_system", None)
-    if factory is None:
-        raise ConfigError("fallback.systems has no build_eval_system(cfg: EvalConfig); "
-                          "cannot build the system for `lorarag eval`")
-    return factory(cfg)

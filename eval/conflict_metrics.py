@@ -24,13 +24,13 @@ Definitions (every rate carries its denominator `n`; NaN when n = 0):
 from __future__ import annotations
 
 import math
+from dataclasses import asdict, dataclass
 from typing import Callable, Iterable, Sequence
 
-from eval.answer_metrics import contains_gold, is_correct, token_f1
-from eval.records import WRONG_VALUE_SCENARIOS, ItemResult
-from eval.stats import wilson_ci
-
-SCENARIO_ORDER = ("consistent", "factual_error", "outdated", "irrelevant", "unanswerable")
+from lorarag.eval.answer_metrics import contains_gold, is_correct, token_f1
+from lorarag.eval.records import WRONG_VALUE_SCENARIOS, ItemResult
+from lorarag.eval.stats import wilson_ci
+from lorarag.scenarios.records import SCENARIO_TYPES
 
 
 def closed_book_correct(r: ItemResult) -> bool | None:
@@ -56,52 +56,75 @@ def keeps_prior(r: ItemResult) -> bool:
     return contains_gold(r.answer, (cb,), r.language) or contains_gold(cb, (r.answer,), r.language)
 
 
+@dataclass(frozen=True)
+class Rate:
+    """k of n items, with the Wilson 95 % CI of k/n (NaN value and bounds when n is 0)."""
+
+    value: float
+    k: int
+    n: int
+    lo: float
+    hi: float
+
+
+@dataclass(frozen=True)
+class DetectorScore:
+    """The verdict flag as a detector of flawed contexts: precision, recall, F1 and flag_score's AUROC."""
+
+    precision: float
+    recall: float
+    f1: float
+    auroc: float
+    n: int
+    n_pos: int
+    n_invalid: int
+
+
 def _rate(items: Iterable[ItemResult], where: Callable[[ItemResult], bool],
-          hit: Callable[[ItemResult], bool]) -> dict[str, float]:
+          hit: Callable[[ItemResult], bool]) -> Rate:
     sel = [r for r in items if where(r)]
     k = sum(1 for r in sel if hit(r))
-    return {"value": k / len(sel) if sel else math.nan, "k": k, "n": len(sel)}
+    lo, hi = wilson_ci(k, len(sel))
+    return Rate(k / len(sel) if sel else math.nan, k, len(sel), lo, hi)
 
 
-def accuracy(items: Sequence[ItemResult]) -> dict[str, float]:
+def accuracy(items: Sequence[ItemResult]) -> Rate:
     """Accuracy with its Wilson 95 % CI."""
-    out = _rate(items, lambda r: True, is_correct)
-    out["lo"], out["hi"] = wilson_ci(int(out["k"]), int(out["n"]))
-    return out
+    return _rate(items, lambda r: True, is_correct)
 
 
-def context_bias(items: Sequence[ItemResult]) -> dict[str, float]:
+def context_bias(items: Sequence[ItemResult]) -> Rate:
     """P(misled by the context's wrong value | closed-book answer right)."""
     return _rate(items, lambda r: r.scenario in WRONG_VALUE_SCENARIOS and closed_book_correct(r) is True,
                  is_misled)
 
 
-def prior_bias(items: Sequence[ItemResult]) -> dict[str, float]:
+def prior_bias(items: Sequence[ItemResult]) -> Rate:
     """P(keeps its own wrong closed-book answer | context right)."""
     return _rate(items, lambda r: r.scenario == "consistent" and closed_book_correct(r) is False,
                  keeps_prior)
 
 
-def fallback_success(items: Sequence[ItemResult]) -> dict[str, float]:
+def fallback_success(items: Sequence[ItemResult]) -> Rate:
     """P(fell back and answered correctly) on factual_error/outdated items."""
     return _rate(items, lambda r: r.scenario in WRONG_VALUE_SCENARIOS and r.route is not None,
                  lambda r: r.route == "fallback" and is_correct(r))
 
 
-def over_fallback(items: Sequence[ItemResult]) -> dict[str, float]:
+def over_fallback(items: Sequence[ItemResult]) -> Rate:
     """P(fell back) on consistent contexts (NaN without routing)."""
     return _rate(items, lambda r: r.scenario == "consistent" and r.route is not None,
                  lambda r: r.route == "fallback")
 
 
-def detector(items: Sequence[ItemResult], positives: Sequence[str] | None = None) -> dict[str, float]:
+def detector(items: Sequence[ItemResult], positives: Sequence[str] | None = None) -> DetectorScore:
     """Precision, recall, F1 of the verdict flag and AUROC of flag_score.
 
     `positives`: flawed scenario types to score against the consistent items (default: all).
     """
     from sklearn.metrics import roc_auc_score
 
-    pos = set(positives) if positives else {s for s in SCENARIO_ORDER if s != "consistent"}
+    pos = set(positives) if positives else {s for s in SCENARIO_TYPES if s != "consistent"}
     sel = [r for r in items if r.flag_score is not None and (r.scenario in pos or r.scenario == "consistent")]
     y = [r.scenario in pos for r in sel]
     pred = [r.verdict is not None and r.verdict != "supported" for r in sel]
@@ -112,8 +135,7 @@ def detector(items: Sequence[ItemResult], positives: Sequence[str] | None = None
     rec = tp / (tp + fn) if tp + fn else math.nan
     f1 = 2 * tp / (2 * tp + fp + fn) if (tp + fp + fn) else math.nan
     auroc = (float(roc_auc_score(y, [r.flag_score for r in sel])) if 0 < sum(y) < len(y) else math.nan)
-    return {"precision": prec, "recall": rec, "f1": f1, "auroc": auroc, "n": len(sel),
-            "n_pos": sum(y), "n_invalid": sum(1 for r in sel if r.verdict == "invalid")}
+    return DetectorScore(prec, rec, f1, auroc, len(sel), sum(y), sum(1 for r in sel if r.verdict == "invalid"))
 
 
 def roc_points(items: Sequence[ItemResult]) -> tuple[list[float], list[float]]:
@@ -132,7 +154,7 @@ def groups(items: Sequence[ItemResult]) -> list[tuple[str, str, list[ItemResult]
     """(scenario, knowledge, items) for every present cell, then ("all", knowledge), then ("all", "all")."""
     out = []
     knows = sorted({r.knowledge for r in items})
-    for s in SCENARIO_ORDER:
+    for s in SCENARIO_TYPES:
         for k in knows:
             sel = [r for r in items if r.scenario == s and r.knowledge == k]
             if sel:
@@ -150,10 +172,10 @@ def conflict_table(items: Sequence[ItemResult]) -> list[dict]:
         acc = accuracy(sel)
         rows.append({
             "scenario": s, "knowledge": k, "n": len(sel),
-            "accuracy": acc["value"], "acc_lo": acc["lo"], "acc_hi": acc["hi"],
-            "context_bias": context_bias(sel)["value"], "prior_bias": prior_bias(sel)["value"],
-            "fallback_success": fallback_success(sel)["value"], "over_fallback": over_fallback(sel)["value"],
-            "fallback_rate": _rate(sel, lambda r: r.route is not None, lambda r: r.route == "fallback")["value"],
+            "accuracy": acc.value, "acc_lo": acc.lo, "acc_hi": acc.hi,
+            "context_bias": context_bias(sel).value, "prior_bias": prior_bias(sel).value,
+            "fallback_success": fallback_success(sel).value, "over_fallback": over_fallback(sel).value,
+            "fallback_rate": _rate(sel, lambda r: r.route is not None, lambda r: r.route == "fallback").value,
             "abstain_rate": sum(r.abstained for r in sel) / len(sel),
         })
     return rows
@@ -164,7 +186,7 @@ def gold_f1(items: Sequence[ItemResult]) -> float:
     return sum(token_f1(r.answer, r.gold_answers, r.language) for r in items) / len(items) if items else math.nan
 
 
-def sides_with_source(items: Sequence[ItemResult]) -> dict[str, float]:
+def sides_with_source(items: Sequence[ItemResult]) -> Rate:
     """P(the answer is closer, in token F1, to the context's wrong value than to the true answer)."""
     def closer(r: ItemResult) -> bool:
         return token_f1(r.answer, (r.context_answer,), r.language) > token_f1(r.answer, r.gold_answers, r.language)
@@ -182,7 +204,7 @@ def language_table(items: Sequence[ItemResult]) -> list[dict]:
         for s, k, sel in groups(mine)[:-1]:  # the cells and ("all", knowledge); the grand total below
             acc = accuracy(sel)
             rows.append({"language": lang, "scenario": s, "knowledge": k, "n": len(sel),
-                         "accuracy": acc["value"], "acc_lo": acc["lo"], "acc_hi": acc["hi"]})
+                         "accuracy": acc.value, "acc_lo": acc.lo, "acc_hi": acc.hi})
     return rows
 
 
@@ -191,8 +213,8 @@ def detector_table(items: Sequence[ItemResult]) -> list[dict]:
     rows = []
     for k in sorted({r.knowledge for r in items}) + ["all"]:
         sel = [r for r in items if k == "all" or r.knowledge == k]
-        rows.append({"knowledge": k, "positives": "all", **detector(sel)})
-        for s in SCENARIO_ORDER[1:]:
+        rows.append({"knowledge": k, "positives": "all", **asdict(detector(sel))})
+        for s in SCENARIO_TYPES[1:]:
             if any(r.scenario == s for r in sel):
-                rows.append({"knowledge": k, "positives": s, **detector(sel, [s])})
+                rows.append({"knowledge": k, "positives": s, **asdict(detector(sel, [s]))})
     return rows

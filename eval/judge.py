@@ -23,9 +23,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
-from eval.config import JudgeConfig
-from eval.records import ItemResult
-from rag.records import read_jsonl, register_nested
+from lorarag.eval.config import JudgeConfig
+from lorarag.eval.records import ItemResult
+from lorarag.rag.http import JSONClient, field
+from lorarag.rag.records import read_jsonl, register_nested, write_jsonl
 
 log = logging.getLogger(__name__)
 
@@ -129,8 +130,6 @@ class Judge:
     """Calls the judge endpoint with a disk cache; one instance per judge config."""
 
     def __init__(self, cfg: JudgeConfig) -> None:
-        from rag.http import JSONClient
-
         self.cfg = cfg
         self.cache = Path(cfg.cache_dir)
         self.cache.mkdir(parents=True, exist_ok=True)
@@ -144,7 +143,6 @@ class Judge:
 
     def complete(self, messages: list[dict[str, str]]) -> str:
         """The judge's reply text (cached by hash of model, messages and max_tokens)."""
-        from rag.http import field
 
         key_src = json.dumps({"model": self.cfg.model, "messages": messages, "max_tokens": self.cfg.max_tokens},
                              sort_keys=True, ensure_ascii=False)
@@ -185,7 +183,6 @@ class Judge:
 def judge_items(items: Sequence[ItemResult], cfg: JudgeConfig, out_path: str | Path | None = None,
                 *, progress: bool = True) -> list[JudgedItem]:
     """Judge every item (cached); optionally write them as JSONL to `out_path`."""
-    from rag.records import write_jsonl
 
     judge = Judge(cfg)
     seq = items

@@ -17,7 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Mapping
 
-from rag.records import Answer, RecordError, read_jsonl, write_jsonl
+from lorarag.core.errors import RecordError
+from lorarag.rag.records import Answer, read_jsonl, write_jsonl
 
 ROUTES = ("context", "fallback", "abstain")
 # Scenario types whose presented context asserts a wrong or no answer.

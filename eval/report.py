@@ -19,20 +19,26 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from eval import conflict_metrics as cm
-from eval import retrieval_metrics as rm
-from eval.answer_metrics import answer_summary
-from eval.attribution import CLASSES, attribute, attribution_table
-from eval.compare import comparison_markdown, compare_items, headline_markdown, headline_rows
-from eval.records import ItemResult, load_results
-from eval.stats import nan_to_none
+from lorarag.eval import conflict_metrics as cm
+from lorarag.eval import retrieval_metrics as rm
+from lorarag.eval.answer_metrics import answer_summary
+from lorarag.eval.attribution import CLASSES, attribute, attribution_table
+from lorarag.eval.compare import (
+    compare_items,
+    comparison_markdown,
+    headline_markdown,
+    headline_rows,
+)
+from lorarag.eval.judge import JUDGED_FILE, judge_summary, load_judged
+from lorarag.eval.records import ItemResult, load_results
+from lorarag.eval.stats import nan_to_none
+from lorarag.scenarios.records import SCENARIO_TYPES
 
 Runs = Sequence[str | Path] | Mapping[str, Sequence[ItemResult]]
 
 
 def _load(runs: Runs) -> tuple[dict[str, list[ItemResult]], dict[str, dict]]:
     """Results per system name, and the judge summary of runs that have a judged.jsonl."""
-    from eval.judge import JUDGED_FILE, judge_summary, load_judged
 
     judged: dict[str, dict] = {}
     if isinstance(runs, Mapping):
@@ -107,7 +113,7 @@ def plot_accuracy(systems: Mapping[str, Sequence[ItemResult]]) -> bytes:
     tables = {name: [r for r in cm.conflict_table(items) if r["scenario"] != "all"]
               for name, items in systems.items()}
     cells = sorted({(r["scenario"], r["knowledge"]) for rows in tables.values() for r in rows},
-                   key=lambda c: (cm.SCENARIO_ORDER.index(c[0]), c[1]))
+                   key=lambda c: (SCENARIO_TYPES.index(c[0]), c[1]))
     fig, ax = plt.subplots(figsize=(max(6, 1.2 * len(cells)), 3.6))
     width = 0.8 / max(1, len(tables))
     for j, (name, rows) in enumerate(tables.items()):
@@ -153,7 +159,7 @@ def plot_roc(systems: Mapping[str, Sequence[ItemResult]]) -> bytes | None:
     plt = _plt()
     fig, ax = plt.subplots(figsize=(4, 4))
     for name, (fpr, tpr) in curves.items():
-        auc = cm.detector(systems[name])["auroc"]
+        auc = cm.detector(systems[name]).auroc
         ax.plot(fpr, tpr, label=f"{name} (AUROC {auc:.3f})")
     ax.plot([0, 1], [0, 1], ls="--", color="grey", lw=0.8)
     ax.set_xlabel("false positive rate")

@@ -17,8 +17,16 @@ from typing import Iterable, Mapping, Protocol, Sequence, runtime_checkable
 
 from pydantic import BaseModel
 
-from eval.records import ItemResult, item_result, load_results, lookup_closed_book, results_path
-from rag.records import Answer, RecordError, to_dict
+from lorarag.core.errors import RecordError
+from lorarag.core.runinfo import git_sha, start_run
+from lorarag.eval.records import (
+    ItemResult,
+    item_result,
+    load_results,
+    lookup_closed_book,
+    results_path,
+)
+from lorarag.rag.records import Answer, to_dict
 
 log = logging.getLogger(__name__)
 
@@ -110,7 +118,6 @@ def run_eval(system: ScenarioSystem, scenarios: Sequence, out_dir: str | Path, *
     _cut_torn_tail(path)
     done = load_results(path) if path.exists() else []
     _check_existing(done, system.name, set(qids), path)
-    from lorarag.runinfo import git_sha, start_run
 
     if done or (out / "run.json").exists():
         with (out / "resumes.jsonl").open("a", encoding="utf-8") as fh:

@@ -3,12 +3,10 @@
 The memory-first LoRA sometimes "remembers" values for organisations it never learned (measured:
 37 % over-fallback on unknown facts). The gate reads one doubt score per question (higher = more
 likely never learned); above a threshold the memory counts as unknown and the reply is forced to
-start `memory: unknown |`. Two signals (`GateConfig.signal`):
-- `p_unknown`: P(" unknown") at the first token of the memory field of the scored pass
-  (fallback/verdict.py) — measured near chance (dev AUROC 0.48-0.56) on the CPU demo;
-- `closed_book_nll`: the mean negative log-likelihood per token (nats) of the adapter's greedy
-  closed-book answer — a value learned in training is produced with confidence, an invented one
-  is not (dev AUROC 0.86 with the same adapter).
+start `memory: unknown |`. The score (`SIGNAL`) is the mean negative log-likelihood per token
+(nats) of the adapter's greedy closed-book answer: a value learned in training is produced with
+confidence, an invented one is not (docs/research-log.md: dev AUROC 0.86 on the CPU demo, where
+P(" unknown") at the reply's memory field stayed near chance).
 
 The threshold is tuned on a DEV split only — a held-out dev phrasing of known facts (should keep
 their memory) plus never-learned organisations (should be rejected) — and saved next to the
@@ -18,14 +16,20 @@ adapter as `gate.json`, so evaluation never sees test items while tuning.
 from __future__ import annotations
 
 import json
+import logging
 import math
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Sequence
 
-from rag.config import ConfigError
+from lorarag.core.errors import ConfigError
+from lorarag.fallback.config import GateConfig
+from lorarag.rag.config import GeneratorConfig
+
+log = logging.getLogger(__name__)
 
 GATE_FILE = "gate.json"
+SIGNAL = "closed_book_nll"  # what the gate reads (see the module docstring)
 # An empty closed-book answer is maximal doubt; finite so that gate.json stays valid JSON.
 NO_ANSWER_NLL = 100.0
 
@@ -41,12 +45,8 @@ class GateCalibration:
     known_kept: float  # share of dev known-fact items whose memory is kept
     unseen_rejected: float  # share of dev never-learned items gated to unknown
     auroc: float  # the doubt score as a detector of never-learned items, on dev
-    signal: str = "p_unknown"  # GateConfig.signal it was tuned on (older files: p_unknown)
-    generator: str = ""  # the generator that read the scores (`generator_id`); older files: ""
-    # GateConfig.lenient: the looser threshold for verdicts where a kept memory costs little, and
-    # how it was chosen ("known_recall <share>"; "" = none)
-    lenient_threshold: float | None = None
-    lenient_rule: str = ""
+    signal: str = SIGNAL  # the doubt score it was tuned on
+    generator: str = ""  # the generator that read the scores (`generator_id`)
     # dev items whose closed-book answer was itself "unknown": the memory is unknown before any
     # threshold, so they are left out of the fit and counted here (kept/rejected include them)
     known_declined: int = 0
@@ -59,7 +59,7 @@ class GateCalibration:
         return path
 
 
-def generator_id(cfg) -> str:
+def generator_id(cfg: GeneratorConfig) -> str:
     """What decides the gate's scores besides the adapter: kind, model, dtype, LM-head precision."""
     head = " fp32-head" if cfg.kind == "transformers" and cfg.fp32_lm_head and cfg.dtype != "float32" else ""
     attn = f" attn-{cfg.attn_impl}" if cfg.attn_impl else ""  # another kernel rounds otherwise
@@ -101,14 +101,6 @@ def _auroc(neg: Sequence[float], pos: Sequence[float]) -> float:
     return float(mannwhitneyu(pos, neg, alternative="two-sided").statistic) / (len(pos) * len(neg))
 
 
-def known_recall_threshold(p_known: Sequence[float], target: float) -> float:
-    """The lowest threshold that keeps (doubt <= threshold) at least `target` of the known items."""
-    if not p_known:
-        raise ValueError("a known-recall threshold needs dev items of known facts")
-    known = sorted(float(x) for x in p_known)
-    return known[max(0, math.ceil(target * len(known) - 1e-9) - 1)]
-
-
 LOG_FLOOR = 1e-6  # doubt scores are NLLs >= 0; log(0) would be -inf
 
 
@@ -127,7 +119,7 @@ def logistic_threshold(known: Sequence[float], unseen: Sequence[float]) -> float
 
 
 def calibrate(p_known: Sequence[float], p_unseen: Sequence[float], *, rule: str = "youden",
-              target: float = 0.95, signal: str = "p_unknown") -> GateCalibration:
+              target: float = 0.95, signal: str = SIGNAL) -> GateCalibration:
     """Choose the threshold from dev doubt scores of known-fact items and never-learned items.
 
     - `youden`: maximise known_kept + unseen_rejected − 1 (ties: the highest threshold, which
@@ -166,7 +158,7 @@ def calibrate(p_known: Sequence[float], p_unseen: Sequence[float], *, rule: str 
 
 
 def calibrate_claimed(known: Sequence[float | None], unseen: Sequence[float | None], *, rule: str = "youden",
-                      target: float = 0.95, signal: str = "p_unknown") -> GateCalibration:
+                      target: float = 0.95, signal: str = SIGNAL) -> GateCalibration:
     """`calibrate` over the readings of claimed memories only; None marks an item whose closed-book
     answer declined ("unknown"), which the gate never has to judge. Rates and counts stay over
     every dev item: a declined never-learned item counts as rejected, a declined known one as lost."""
@@ -183,3 +175,36 @@ def calibrate_claimed(known: Sequence[float | None], unseen: Sequence[float | No
                    known_kept=cal.known_kept * len(k) / len(known),
                    unseen_rejected=(cal.unseen_rejected * len(u) + len(unseen) - len(u)) / len(unseen),
                    known_declined=len(known) - len(k), unseen_declined=len(unseen) - len(u))
+
+
+# --- which threshold a system uses ---------------------------------------------------------------
+
+def fixed_threshold(g: GateConfig) -> float | None:
+    """The threshold the config fixes (`gate.threshold` set); None when the gate is off."""
+    return g.threshold if g.enabled else None
+
+
+def threshold_in_use(cal: GateCalibration, g: GateConfig) -> float | None:
+    """The threshold the system uses from a dev calibration: None when the gate is off or carries
+    no information on dev (AUROC under `gate.min_auroc`: it would only discard real memories)."""
+    if not g.enabled:
+        return None
+    if not cal.auroc >= g.min_auroc:
+        log.warning("gate OFF: %s separates known from never-learned dev items with AUROC %.3f < %s",
+                    cal.signal, cal.auroc, g.min_auroc)
+        return None
+    return cal.threshold
+
+
+def gate_mismatch(cal: GateCalibration, g: GateConfig, gen_cfg: GeneratorConfig) -> list[str]:
+    """What a saved calibration was made with that the config no longer asks for: rule, signal,
+    generator (a bf16 model reads other NLLs than an fp32 one)."""
+    pairs = {"rule": (cal.rule, g.rule), "signal": (cal.signal, SIGNAL),
+             "generator": (cal.generator, generator_id(gen_cfg))}
+    return [f"{k} {saved!r} (config: {want!r})" for k, (saved, want) in pairs.items() if saved != want]
+
+
+def reusable_gate(cal: GateCalibration, g: GateConfig, gen_cfg: GeneratorConfig, n_known: int,
+                  n_unseen: int) -> bool:
+    """A saved calibration still applies: nothing in gate_mismatch, same dev sizes."""
+    return not gate_mismatch(cal, g, gen_cfg) and (cal.n_known, cal.n_unseen) == (n_known, n_unseen)

@@ -18,7 +18,7 @@ Rules (thresholds come from `PolicyConfig`):
 
 from __future__ import annotations
 
-from fallback.config import PolicyConfig
+from lorarag.fallback.config import PolicyConfig
 
 ROUTES = ("context", "fallback", "abstain")
 _DOUBT = ("conflicting", "outdated")

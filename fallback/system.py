@@ -3,8 +3,8 @@
 The LoRA reads the question and the numbered sources and replies
 `memory: … | source: … | verdict: … | answer: …` (fallback/format.py). One scored pass (forced
 prefix `memory:`, or `memory: <closed-book answer> |`; top logprobs at every position) gives the
-verdict distribution. If the calibrated gate (fallback/gate.py: P(" unknown") at the memory
-position, or the closed-book answer's NLL) says the memory is not real knowledge, the reply
+verdict distribution. If the calibrated gate (fallback/gate.py: the closed-book answer's NLL)
+says the memory is not real knowledge, the reply
 starts from `memory: unknown |` instead. The routing policy (a pure function) then picks the source
 value, the memory value or abstention. Every decision lands in the Trace.
 """
@@ -13,15 +13,28 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass, replace
-from typing import Any, Sequence
+from dataclasses import dataclass
+from typing import Literal, Protocol, Sequence
 
-from fallback.config import FallbackConfig
-from fallback.format import SYSTEM_RAG, SourceText, is_unknown, rag_user_turn
-from fallback.gate import answer_nll, gate_fires
-from fallback.policy import decide_route, route_answer
-from fallback.verdict import Verdict, forced_unknown_prefix, memory_prefix, read_verdict
-from rag.records import Answer, Retrieved, Trace
+from lorarag.fallback.config import FallbackConfig
+from lorarag.fallback.format import (
+    SYSTEM_CLOSED_BOOK,
+    SYSTEM_RAG,
+    SourceText,
+    closed_book_user_turn,
+    is_unknown,
+    rag_user_turn,
+)
+from lorarag.fallback.gate import SIGNAL, answer_nll, gate_fires
+from lorarag.fallback.policy import decide_route, route_answer
+from lorarag.fallback.verdict import (
+    Verdict,
+    forced_unknown_prefix,
+    memory_prefix,
+    read_verdict,
+)
+from lorarag.rag.generate import Generator, Message
+from lorarag.rag.records import Answer, Retrieved, Trace
 
 log = logging.getLogger(__name__)
 
@@ -32,12 +45,11 @@ Context = tuple[tuple[Retrieved, ...], tuple[Retrieved, ...]]  # (top-N retrieve
 class Judgement:
     """The detector's output for one question, after the gate."""
 
-    verdict: Verdict  # final reply's verdict (after a gated regeneration, if any)
+    verdict: Verdict  # the scored reply's verdict
     gated: bool  # True when the gate forced `memory: unknown`
-    first_memory: str  # the memory before the gate (the reply's, or the closed-book answer)
+    first_memory: str  # the memory before the gate (the closed-book answer, or the reply's own)
     prompt: str
-    doubt: float | None = None  # the gate's reading (GateConfig.signal); None: not read
-    lenient: bool = False  # the strict gate fired, but the lenient one kept the memory (its verdict)
+    doubt: float | None = None  # the gate's reading (closed-book NLL); None: not read
 
 
 @dataclass(frozen=True)
@@ -48,10 +60,8 @@ class ClosedBookAnswer:
     nll: float
 
 
-def conversation(question: str, sources: Sequence[Retrieved], system: str = SYSTEM_RAG) -> list[Any]:
+def conversation(question: str, sources: Sequence[Retrieved], system: str = SYSTEM_RAG) -> list[Message]:
     """The LoRA's chat turns for a question and its final sources (same as the SFT data)."""
-    from rag.generate import Message
-
     texts = [SourceText(r.chunk.text, r.chunk.date) for r in sources]
     return [Message("system", system), Message("user", rag_user_turn(question, texts))]
 
@@ -59,33 +69,26 @@ def conversation(question: str, sources: Sequence[Retrieved], system: str = SYST
 class Detector:
     """The scored verdict pass plus the self-knowledge gate, batched.
 
-    memory `reply`: the model writes its memory in the scored pass; where the gate fires, the reply
-    is regenerated from `memory: unknown |`. memory `closed_book`: a closed-book pass of the same
-    adapter answers first and the scored pass is forced to start `memory: <that answer> |` (or
-    `memory: unknown |` where the gate fires) — one scored pass either way.
+    memory `closed_book` (the LoRA): a closed-book pass of the same adapter answers first and the
+    scored pass is forced to start `memory: <that answer> |`, or `memory: unknown |` where the
+    gate fires on that answer's NLL — one scored pass per question. memory `reply` (a prompted base
+    model, no gate): the model writes its own memory in the scored pass.
     """
 
-    def __init__(self, generator: Any, first_tokens: dict[str, str], cfg: FallbackConfig,
+    def __init__(self, generator: Generator, first_tokens: dict[str, str], cfg: FallbackConfig,
                  gate_threshold: float | None, *, system_prompt: str = SYSTEM_RAG,
-                 memory: str = "reply", lenient_threshold: float | None = None) -> None:
+                 memory: Literal["closed_book", "reply"] = "closed_book") -> None:
+        self.gate_threshold = gate_threshold if cfg.gate.enabled else None
+        if memory == "reply" and self.gate_threshold is not None:
+            raise ValueError("a memory written in the reply has no closed-book reading to gate")
         self.generator = generator
         self.system_prompt = system_prompt
-        self.memory = memory  # "reply" | "closed_book" (see SystemConfig.memory)
+        self.memory = memory
         self.first_tokens = first_tokens
         self.cfg = cfg
-        self.gate_threshold = gate_threshold if cfg.gate.enabled else None
-        # GateConfig.lenient: where the strict gate fires but the doubt is under this threshold,
-        # the memory still counts if the memory-informed verdict is one of these
-        self.lenient_threshold = lenient_threshold if self.gate_threshold is not None else None
-        self.lenient_verdicts = frozenset(cfg.gate.lenient.verdicts) if cfg.gate.lenient else frozenset()
         self.invalid = 0  # replies that did not parse, counted over the detector's lifetime
 
-    @property
-    def _needs_closed_book(self) -> bool:
-        return self.memory == "closed_book" or (self.cfg.gate.signal == "closed_book_nll"
-                                                and self.gate_threshold is not None)
-
-    def _pass(self, convs: list[list[Any]], prefixes: Sequence[str]) -> list[tuple[Verdict, str]]:
+    def _pass(self, convs: list[list[Message]], prefixes: Sequence[str]) -> list[tuple[Verdict, str]]:
         d = self.cfg.detector
         gens = self.generator.generate(convs, adapter=d.adapter, max_new_tokens=d.max_new_tokens,
                                        top_logprobs=d.top_logprobs, prefixes=list(prefixes))
@@ -94,78 +97,32 @@ class Detector:
     def _fires(self, doubt: float | None) -> bool:
         return self.gate_threshold is not None and gate_fires(doubt, self.gate_threshold)
 
-    def _probe(self, doubt: float | None) -> bool:
-        """The strict gate fires but the lenient one would not: try the memory, keep it by verdict."""
-        loose = self.lenient_threshold
-        return self._fires(doubt) and loose is not None and not gate_fires(doubt, loose)
-
-    def _redo_unknown(self, convs: list, redo: list[int]) -> dict[int, tuple[Verdict, str]]:
-        """The scored pass again from `memory: unknown |` for the items `redo`, by index."""
-        if not redo:  # no empty generate call (vLLM rejects an empty prompt list)
-            return {}
-        return dict(zip(redo, self._pass([convs[i] for i in redo], [forced_unknown_prefix()] * len(redo))))
-
-    def gate_scores(self, questions: Sequence[str], sources: Sequence[Sequence[Retrieved]]) -> list[float | None]:
-        """The gate's doubt score per question (GateConfig.signal), for calibration on dev; None
-        where the closed-book answer itself is "unknown" (no memory for the gate to judge)."""
-        if self.cfg.gate.signal == "closed_book_nll":
-            cb = closed_book(self.generator, self.cfg.detector.adapter, questions)
-            return [None if is_unknown(c.answer) else c.nll for c in cb]
-        convs = [conversation(q, s, self.system_prompt) for q, s in zip(questions, sources)]
-        first = self._pass(convs, [memory_prefix()] * len(convs))
-        return [v.p_unknown if v.p_unknown is not None else 0.0 for v, _ in first]
+    def gate_scores(self, questions: Sequence[str]) -> list[float | None]:
+        """The gate's doubt score per question, for calibration on dev; None where the closed-book
+        answer itself is "unknown" (no memory for the gate to judge)."""
+        cb = closed_book(self.generator, self.cfg.detector.adapter, questions)
+        return [None if is_unknown(c.answer) else c.nll for c in cb]
 
     def judge(self, questions: Sequence[str], sources: Sequence[Sequence[Retrieved]]) -> list[Judgement]:
-        """One scored pass for every question; a gated second pass only where the gate fires."""
+        """One scored pass for every question, its memory from the closed-book pass (or the reply)."""
         convs = [conversation(q, s, self.system_prompt) for q, s in zip(questions, sources)]
-        adapter = self.cfg.detector.adapter
-        if self.memory == "closed_book":
-            return self._judge_closed_book_memory(convs, closed_book(self.generator, adapter, questions))
-        cb = closed_book(self.generator, adapter, questions) if self._needs_closed_book else None
-        first = self._pass(convs, [memory_prefix()] * len(convs))
-        doubts = [c.nll for c in cb] if cb is not None and self.cfg.gate.signal == "closed_book_nll" \
-            else [v.p_unknown for v, _ in first]
-        redo = [i for i, (v, _) in enumerate(first)
-                if self._fires(doubts[i]) and not (v.valid and is_unknown(v.memory))
-                and not (self._probe(doubts[i]) and v.label in self.lenient_verdicts)]
-        second = self._redo_unknown(convs, redo)
-        out = []
-        for i, (v, prompt) in enumerate(first):
-            final = v
-            if i in second:
-                # keep the first pass's gate reading on the regenerated verdict
-                final = replace(second[i][0], p_unknown=v.p_unknown)
-            self.invalid += not final.valid
-            kept = self._fires(doubts[i]) and i not in second and not (v.valid and is_unknown(v.memory))
-            out.append(Judgement(final, i in second, v.memory, prompt, doubts[i], lenient=kept))
-        return out
-
-    def _judge_closed_book_memory(self, convs: list, cb: list[ClosedBookAnswer]) -> list[Judgement]:
-        """The scored pass forced to start with the closed-book memory (or unknown, if gated)."""
-        doubts = [c.nll for c in cb] if self.cfg.gate.signal == "closed_book_nll" else [None] * len(cb)
-        probe = [self._probe(x) and not is_unknown(c.answer) for x, c in zip(doubts, cb)]
-        gated = [(self._fires(x) or is_unknown(c.answer)) and not p for x, c, p in zip(doubts, cb, probe)]
+        if self.memory == "reply":
+            first = self._pass(convs, [memory_prefix()] * len(convs))
+            self.invalid += sum(not v.valid for v, _ in first)
+            return [Judgement(v, False, v.memory, prompt) for v, prompt in first]
+        cb = closed_book(self.generator, self.cfg.detector.adapter, questions)
+        doubts = [c.nll for c in cb]
+        gated = [self._fires(x) or is_unknown(c.answer) for x, c in zip(doubts, cb)]
         prefixes = [forced_unknown_prefix() if g else f"{memory_prefix()} {c.answer} |" for g, c in zip(gated, cb)]
-        first = self._pass(convs, prefixes)
-        # probed memories whose verdict is not lenient are judged again from `memory: unknown |`
-        redo = [i for i, (v, _) in enumerate(first) if probe[i] and v.label not in self.lenient_verdicts]
-        second = self._redo_unknown(convs, redo)
         out = []
-        for i, ((v, prompt), g, c, x) in enumerate(zip(first, gated, cb, doubts)):
-            if i in second:
-                (v, prompt), g = second[i], True
+        for (v, prompt), g, c, x in zip(self._pass(convs, prefixes), gated, cb, doubts):
             self.invalid += not v.valid
-            out.append(Judgement(v, g and not is_unknown(c.answer), c.answer, prompt, x,
-                                 lenient=probe[i] and i not in second))
+            out.append(Judgement(v, g and not is_unknown(c.answer), c.answer, prompt, x))
         return out
 
 
-def closed_book(generator: Any, adapter: str | None, questions: Sequence[str]) -> list[ClosedBookAnswer]:
+def closed_book(generator: Generator, adapter: str | None, questions: Sequence[str]) -> list[ClosedBookAnswer]:
     """The adapter's closed-book answers and their NLL (its recall there beats the RAG reply's memory)."""
-    from rag.generate import Message
-
-    from fallback.format import SYSTEM_CLOSED_BOOK, closed_book_user_turn
-
     convs = [[Message("system", SYSTEM_CLOSED_BOOK), Message("user", closed_book_user_turn(q))] for q in questions]
     # top_logprobs=1 asks every backend (openai kind included) for the chosen tokens' logprobs
     gens = generator.generate(convs, adapter=adapter, max_new_tokens=24, top_logprobs=1)
@@ -182,11 +139,9 @@ def _answer(question: str, ctx: Context, j: Judgement, cfg: FallbackConfig, seco
     text = route_answer(route, v.memory, source_value)
     notes = [f"p_unknown={v.p_unknown:.4f}" if v.p_unknown is not None else "p_unknown=none"]
     if j.doubt is not None:
-        notes.append(f"gate doubt ({cfg.gate.signal})={j.doubt:.4f}")
+        notes.append(f"gate doubt ({SIGNAL})={j.doubt:.4f}")
     if j.gated:
         notes.append(f"gate: memory {j.first_memory!r} -> unknown")
-    if j.lenient:
-        notes.append(f"gate: memory {j.first_memory!r} kept by the lenient threshold ({v.label} verdict)")
     if not v.valid:
         # the reply's opening, so a run's results say what the model wrote instead of the format
         notes.append(f"invalid reply: {' '.join(v.raw.split())[:160]!r}")
@@ -200,10 +155,17 @@ def _answer(question: str, ctx: Context, j: Judgement, cfg: FallbackConfig, seco
                   abstained=route == "abstain", trace=trace)
 
 
+class Retrieval(Protocol):
+    """What the system needs of the wrapped RAGSystem (rag/system.py): its two retrieval stages."""
+
+    def retrieve_stages(self, questions: list[str]) -> tuple[list[list[Retrieved]], list[list[Retrieved]],
+                                                              float, float]: ...
+
+
 class AdvancedRAGSystem:
     """RAGSystem (injected) for retrieval; the LoRA detector, gate and policy for the answer."""
 
-    def __init__(self, rag: Any, detector: Detector, cfg: FallbackConfig) -> None:
+    def __init__(self, rag: Retrieval, detector: Detector, cfg: FallbackConfig) -> None:
         self.rag = rag
         self.detector = detector
         self.cfg = cfg

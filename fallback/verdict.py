@@ -18,7 +18,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
-from fallback.format import MEMORY_PREFIX, UNKNOWN, VERDICTS, parse_reply
+from lorarag.fallback.format import MEMORY_PREFIX, UNKNOWN, VERDICTS, parse_reply
 
 log = logging.getLogger(__name__)
 

@@ -13,7 +13,11 @@ from pathlib import Path
 
 from pydantic import model_validator
 
-from rag.config import ConfigError, GeneratorConfig, Strict
+from lorarag.core.config import Strict
+from lorarag.core.errors import ConfigError
+from lorarag.rag.config import GeneratorConfig
+from lorarag.rag.generate import Message, same_answer
+from lorarag.rag.generators import build_generator
 
 
 class BackendsCheckConfig(Strict):
@@ -81,7 +85,6 @@ def load_questions(cfg: BackendsCheckConfig) -> list[str]:
 
 def check_backends(cfg: BackendsCheckConfig) -> tuple[list[AgreementRow], float]:
     """Rows per (backend, adapter) and the base-vs-adapter difference rate on the reference."""
-    from rag.generate import Message, build_generator, same_answer
 
     questions = load_questions(cfg)
     convs = [[Message("system", cfg.system), Message("user", q)] for q in questions]

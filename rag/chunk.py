@@ -23,8 +23,8 @@ import json
 import re
 from typing import Callable
 
-from rag.config import ChunkerConfig
-from rag.records import Chunk, Document
+from lorarag.rag.config import ChunkerConfig
+from lorarag.rag.records import Chunk, Document
 
 _PARA_BREAK = re.compile(r"\n[ \t\u3000]*\n\s*")
 _HEADING = re.compile(r"^(#{1,6})[ \t]+(.+?)[ \t#]*$", re.MULTILINE)

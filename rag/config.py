@@ -1,84 +1,12 @@
-"""Config loading: YAML -> pydantic models with `extra="forbid"`, validated once at the edge.
-
-Every config model in the project derives from `Strict`. `load_config(path, Model)` turns
-any YAML or validation problem into a one-line `ConfigError` naming the file and the key,
-e.g. `configs/rag/cpu.yaml: chunker.chunk_szie: unknown key`.
-"""
+"""Configs of the rag package: corpus, chunker, index, retrieval, reranker, generator, prompt."""
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Literal
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import Field, model_validator
 
-M = TypeVar("M", bound=BaseModel)
-
-
-class ConfigError(ValueError):
-    """A config file that cannot be used; the message is one line naming file and key."""
-
-
-class Strict(BaseModel):
-    """Base for all config models: unknown keys are errors, instances are immutable."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True, protected_namespaces=())
-
-
-def _describe(err: dict[str, Any]) -> str:
-    loc = ".".join(str(p) for p in err.get("loc", ()))
-    kind = err.get("type", "")
-    if kind == "extra_forbidden":
-        return f"{loc}: unknown key"
-    if kind == "missing":
-        return f"{loc}: required key missing"
-    return f"{loc}: {err.get('msg', 'invalid')}" if loc else err.get("msg", "invalid")
-
-
-def validate_data(data: Any, model: type[M], source: str) -> M:
-    """Validate already-parsed data against `model`; ConfigError with one line per call."""
-    try:
-        return model.model_validate(data if data is not None else {})
-    except ValidationError as exc:
-        errs = exc.errors()
-        first = _describe(errs[0])
-        more = f" (+{len(errs) - 1} more)" if len(errs) > 1 else ""
-        raise ConfigError(f"{source}: {first}{more}") from None
-
-
-def read_yaml(path: str | Path) -> Any:
-    """Parse a YAML file; ConfigError (one line) if it cannot be read or parsed."""
-    path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ConfigError(f"{path}: no such config file") from None
-    except UnicodeDecodeError:
-        raise ConfigError(f"{path}: not UTF-8 text") from None
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read ({exc.strerror})") from None
-    try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" line {mark.line + 1}" if mark is not None else ""
-        problem = getattr(exc, "problem", None) or "invalid YAML"
-        raise ConfigError(f"{path}:{where}: {problem}") from None
-
-
-def load_config(path: str | Path, model: type[M]) -> M:
-    """Read and validate a YAML config file into `model`."""
-    data = read_yaml(path)
-    if data is not None and not isinstance(data, dict):
-        raise ConfigError(f"{path}: top level must be a mapping")
-    return validate_data(data, model, str(path))
-
-
-def dump_config(cfg: BaseModel) -> str:
-    """The resolved config as YAML text (for run directories)."""
-    return yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False, allow_unicode=True)
-
+from lorarag.core.config import Strict
 
 # ---------------------------------------------------------------------------------------
 # Sub-configs of the rag stages. Each stage receives only its own model.

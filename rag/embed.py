@@ -15,8 +15,9 @@ from typing import Callable
 
 import numpy as np
 
-from rag.config import ConfigError, EmbedderConfig
-from rag.http import EndpointError, JSONClient, field
+from lorarag.core.errors import ConfigError
+from lorarag.rag.config import EmbedderConfig
+from lorarag.rag.http import EndpointError, JSONClient, field
 
 log = logging.getLogger(__name__)
 

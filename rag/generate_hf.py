@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import logging
 
-from rag.config import GeneratorConfig
-from rag.generate import Generation, Message, LocalTemplate, check_request
+from lorarag.rag.config import GeneratorConfig
+from lorarag.rag.generate import Generation, LocalTemplate, Message, check_request
 
 log = logging.getLogger(__name__)
 

@@ -17,9 +17,10 @@ import logging
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from rag.config import GeneratorConfig
-from rag.generate import Generation, Message, check_request, fit_conversation
-from rag.http import EndpointError, JSONClient, field
+from lorarag.core.errors import ConfigError
+from lorarag.rag.config import GeneratorConfig
+from lorarag.rag.generate import Generation, Message, check_request, fit_conversation
+from lorarag.rag.http import EndpointError, JSONClient, field
 
 log = logging.getLogger(__name__)
 
@@ -32,8 +33,6 @@ class OpenAIGenerator:
 
     def __init__(self, cfg: GeneratorConfig) -> None:
         if not cfg.base_url:
-            from rag.config import ConfigError
-
             raise ConfigError("generator.base_url is required for kind: openai")
         self.cfg = cfg
         self.client = JSONClient(cfg.base_url, timeout_s=cfg.timeout_s, max_retries=cfg.max_retries,

@@ -17,8 +17,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from rag.config import ConfigError, CorpusConfig
-from rag.records import Document
+from lorarag.core.errors import ConfigError
+from lorarag.rag.config import CorpusConfig
+from lorarag.rag.records import Document
 
 log = logging.getLogger(__name__)
 

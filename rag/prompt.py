@@ -28,8 +28,9 @@ import re
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
-from rag.config import ConfigError, PromptConfig
-from rag.records import Retrieved
+from lorarag.core.errors import ConfigError
+from lorarag.rag.config import PromptConfig
+from lorarag.rag.records import Retrieved
 
 OPEN, CLOSE = "<sources>", "</sources>"
 _ENTRY = re.compile(r"^\[S(\d+)\] ", re.M)

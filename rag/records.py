@@ -10,17 +10,15 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Iterator, TypeVar
+
+from lorarag.core.errors import RecordError
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
-
-
-class RecordError(ValueError):
-    """A JSONL line that is not a valid record; the message names file and line."""
 
 
 @dataclass(frozen=True)

@@ -20,8 +20,11 @@ import logging
 from dataclasses import replace
 from typing import Callable, Protocol
 
-from rag.config import ConfigError, RerankerConfig
-from rag.records import Retrieved
+from lorarag.core.errors import ConfigError
+from lorarag.rag.config import RerankerConfig
+from lorarag.rag.http import EndpointError, JSONClient, field
+from lorarag.rag.records import Retrieved
+from lorarag.rag.vllm_compat import engine_start
 
 log = logging.getLogger(__name__)
 
@@ -120,7 +123,6 @@ class Qwen3VLLMReranker:
             args["enforce_eager"] = True
         else:  # leave the GPU to the generator's engine: a 0.6B scorer needs little KV cache
             args["gpu_memory_utilization"] = 0.2
-        from rag.vllm_compat import engine_start
 
         with engine_start():
             self.llm = LLM(**args)
@@ -145,8 +147,6 @@ class Qwen3HTTPReranker:
     """vLLM server `/v1/score` (served with the model card's `--hf-overrides`)."""
 
     def __init__(self, cfg: RerankerConfig) -> None:
-        from rag.http import JSONClient
-
         if not cfg.base_url:
             raise ConfigError("reranker.base_url is required for backend: http")
         self.cfg = cfg
@@ -156,7 +156,6 @@ class Qwen3HTTPReranker:
 
     def score(self, queries: list[str], docs: list[str]) -> list[float]:
         """P(yes) for each pair; `batch_size` pairs per request."""
-        from rag.http import EndpointError, field
 
         out: list[float] = []
         for s in range(0, len(queries), self.cfg.batch_size):

@@ -14,9 +14,10 @@ import logging
 
 import numpy as np
 
-from rag.config import EmbedderConfig, IndexConfig, RetrievalConfig
-from rag.index import Index, IndexMismatch, open_index
-from rag.records import Retrieved
+from lorarag.rag.config import EmbedderConfig, IndexConfig, RetrievalConfig
+from lorarag.rag.embed import make_embedder
+from lorarag.rag.index import Index, IndexMismatch, open_index
+from lorarag.rag.records import Retrieved
 
 log = logging.getLogger(__name__)
 
@@ -96,7 +97,5 @@ def load_retriever(index_cfg: IndexConfig, retrieval_cfg: RetrievalConfig,
         index_cfg = index_cfg.model_copy(update={"dense": None})
     index = open_index(index_cfg, embedder_cfg if dense_needed else None)
     if dense_needed and embedder is None:
-        from rag.embed import make_embedder
-
         embedder = make_embedder(embedder_cfg)
     return Retriever(index, retrieval_cfg.mode, embedder=embedder, rrf_k=index_cfg.rrf_k)

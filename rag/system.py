@@ -15,11 +15,14 @@ import time
 from pathlib import Path
 from typing import Protocol
 
-from rag.config import ConfigError, RAGConfig, RetrievalConfig
-from rag.generate import Generator, Message
-from rag.prompt import PromptBuilder, given_labels, parse_citations
-from rag.records import Answer, Retrieved, Trace, append_jsonl
-from rag.rerank import Reranker, rerank
+from lorarag.core.errors import ConfigError
+from lorarag.rag.config import RAGConfig, RetrievalConfig
+from lorarag.rag.generate import Generator, Message
+from lorarag.rag.generators import build_generator
+from lorarag.rag.prompt import PromptBuilder, given_labels, parse_citations
+from lorarag.rag.records import Answer, Retrieved, Trace, append_jsonl
+from lorarag.rag.rerank import Reranker, build_reranker, rerank
+from lorarag.rag.retrieve import load_retriever
 
 log = logging.getLogger(__name__)
 
@@ -126,9 +129,6 @@ class RAGSystem:
 
 def build_rag_system(cfg: RAGConfig, *, trace_path: str | Path | None = None) -> RAGSystem:
     """Build every component of `cfg` (the one place they are built) and wire them together."""
-    from rag.generate import build_generator
-    from rag.rerank import build_reranker
-    from rag.retrieve import load_retriever
 
     if cfg.generator is None:
         raise ConfigError("the config has no `generator` section; answering needs one")

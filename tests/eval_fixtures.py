@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from eval.records import ItemResult
+from lorarag.eval.records import ItemResult
 
 _DEFAULTS: dict[str, Any] = dict(
     system="sys", qid="q1", fact_id="f1", scenario="consistent", knowledge="known", language="en",

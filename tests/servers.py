@@ -4,6 +4,6 @@ The launcher lives in rag/servers.py so that benchmarks run through the installe
 script can use it too; this module keeps the tests' import path.
 """
 
-from rag.servers import free_port, launched, swift_deploy_cmd, vllm_server_cmd
+from lorarag.rag.servers import free_port, launched, swift_deploy_cmd, vllm_server_cmd
 
 __all__ = ["free_port", "launched", "swift_deploy_cmd", "vllm_server_cmd"]

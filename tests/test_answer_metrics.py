@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from eval import answer_metrics as am
+from lorarag.eval import answer_metrics as am
 from tests.eval_fixtures import make_item
 
 

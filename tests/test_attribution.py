@@ -6,10 +6,15 @@ import json
 
 import pytest
 
-from eval.attribution import CLASSES, attribute, attribution_counts, write_attribution
-from fallback.scenarios import PresentedChunk, Scenario
-from eval.records import item_result
-from rag.records import Answer, Chunk, Retrieved, Trace
+from lorarag.eval.attribution import (
+    CLASSES,
+    attribute,
+    attribution_counts,
+    write_attribution,
+)
+from lorarag.eval.records import item_result
+from lorarag.rag.records import Answer, Chunk, Retrieved, Trace
+from lorarag.scenarios.records import PresentedChunk, Scenario
 from tests.eval_fixtures import make_item
 
 WRONG = "70 km/h"

@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import pytest
 
-from rag.config import GeneratorConfig
-from rag.generate import Message, build_generator, same_answer
-from rag.prompt import given_labels
+from lorarag.rag.config import GeneratorConfig
+from lorarag.rag.generate import Message, same_answer
+from lorarag.rag.generators import build_generator
+from lorarag.rag.prompt import given_labels
 from tests.servers import free_port, launched, swift_deploy_cmd, vllm_server_cmd
 
 pytestmark = pytest.mark.slow

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from bench import retrieval, speed
+from lorarag.bench import retrieval, speed
 
 from .conftest import SHARED_DATA, shared_data
 
@@ -68,7 +68,7 @@ def test_original_baseline_finds_the_source_chunk(tmp_path: Path) -> None:
 def test_bench_cpu_on_a_tiny_model(tmp_path: Path, tiny_models, capsys) -> None:
     import re
 
-    from bench import cpu
+    from lorarag.bench import cpu
 
     rx = cpu.upper_half_regex(4)
     assert re.fullmatch(rx, "base_model.model.model.layers.2.mlp.down_proj")
@@ -100,7 +100,7 @@ def test_gpu_check_runs_the_gpu_config_small_on_cpu(tmp_path: Path, monkeypatch)
     torch.set_num_threads(1)
     repo = Path(__file__).resolve().parent.parent
     monkeypatch.chdir(tmp_path)  # the config's relative runs/ paths land here
-    from bench.gpu_check import main
+    from lorarag.bench.gpu_check import main
 
     main(["--shape", "tiny", "--device", "cpu", "--config", str(repo / "configs/run/qwen3-4b.yaml"),
           "--models", str(tmp_path / "models"), "--steps", "1", "--per-cell", "1", "--cal-items", "2",
@@ -122,7 +122,7 @@ def test_gpu_check_runs_the_gpu_config_small_on_cpu(tmp_path: Path, monkeypatch)
 
 def test_gpu_memory_peak_per_stage_window() -> None:
     """Per-stage peaks read the samples in [stage start, next stage start)."""
-    from bench.gpu_check import GpuMemory
+    from lorarag.bench.gpu_check import GpuMemory
 
     mem = GpuMemory(t0=0.0)
     mem.samples = [(0.5, 100), (1.0, 900), (2.0, 300), (2.5, 4000), (3.0, 50)]

@@ -7,10 +7,10 @@ import sys
 
 import pytest
 
-from rag.chunk import make_chunker, paragraphs, split_long
-from rag.config import ChunkerConfig, CorpusConfig
-from rag.ingest import ingest
-from rag.records import Document
+from lorarag.rag.chunk import make_chunker, paragraphs, split_long
+from lorarag.rag.config import ChunkerConfig, CorpusConfig
+from lorarag.rag.ingest import ingest
+from lorarag.rag.records import Document
 
 from .conftest import REPO, shared_data
 

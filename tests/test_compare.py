@@ -8,8 +8,13 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from eval.compare import compare_items, headline_markdown, headline_rows, write_comparison
-from eval.stats import mcnemar_exact, paired_bootstrap
+from lorarag.eval.compare import (
+    compare_items,
+    headline_markdown,
+    headline_rows,
+    write_comparison,
+)
+from lorarag.eval.stats import mcnemar_exact, paired_bootstrap
 from tests.eval_fixtures import make_item
 
 

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from eval import conflict_metrics as cm
+from lorarag.eval import conflict_metrics as cm
 from tests.eval_fixtures import make_item
 
 G, W, P = "50 km/h", "70 km/h", "30 km/h"  # gold, context's wrong value, model's wrong prior
@@ -39,30 +39,30 @@ ITEMS = [
 
 def test_clasheval_biases():
     cb = cm.context_bias(ITEMS)
-    assert (cb["k"], cb["n"]) == (1, 3)  # a misled; b, c not; d excluded (prior wrong); e not misled
+    assert (cb.k, cb.n) == (1, 3)  # a misled; b, c not; d excluded (prior wrong); e not misled
     pb = cm.prior_bias(ITEMS)
-    assert (pb["k"], pb["n"]) == (1, 2)  # f keeps, g follows context
+    assert (pb.k, pb.n) == (1, 2)  # f keeps, g follows context
 
 
 def test_fallback_rates():
     fs = cm.fallback_success(ITEMS)
-    assert (fs["k"], fs["n"]) == (2, 5)  # b and e
+    assert (fs.k, fs.n) == (2, 5)  # b and e
     of = cm.over_fallback(ITEMS)
-    assert (of["k"], of["n"]) == (1, 4)
-    assert math.isnan(cm.over_fallback([make_item(route=None)])["value"])
+    assert (of.k, of.n) == (1, 4)
+    assert math.isnan(cm.over_fallback([make_item(route=None)]).value)
 
 
 def test_detector_scores_by_hand():
     d = cm.detector(ITEMS)
     # positives a-e (flags: 0.2 0.9 0.7 0.2 0.8, predicted: b c e); negatives f-i (0.1 0.1 0.6 0.3, predicted: h)
-    assert d["precision"] == pytest.approx(3 / 4) and d["recall"] == pytest.approx(3 / 5)
-    assert d["f1"] == pytest.approx(2 * 3 / (2 * 3 + 1 + 2))
+    assert d.precision == pytest.approx(3 / 4) and d.recall == pytest.approx(3 / 5)
+    assert d.f1 == pytest.approx(2 * 3 / (2 * 3 + 1 + 2))
     # AUROC = P(score_pos > score_neg) + 0.5 P(tie) over 5 x 4 pairs, counted by hand:
     # 0.2 beats 0.1,0.1 (2) ; 0.9: 4 ; 0.7: 4 ; 0.2: 2 ; 0.8: 4  -> 16 / 20
-    assert d["auroc"] == pytest.approx(16 / 20)
+    assert d.auroc == pytest.approx(16 / 20)
     only_fe = cm.detector(ITEMS, ["factual_error"])
-    assert only_fe["n_pos"] == 4 and only_fe["auroc"] == pytest.approx(12 / 16)
-    assert math.isnan(cm.detector([ok("x", G, G)])["auroc"])
+    assert only_fe.n_pos == 4 and only_fe.auroc == pytest.approx(12 / 16)
+    assert math.isnan(cm.detector([ok("x", G, G)]).auroc)
 
 
 def test_accuracy_table_cells_and_wilson():
@@ -110,5 +110,5 @@ def test_long_form_answers_token_f1_and_siding_with_the_source():
     # cons: "visa" vs 3 gold tokens -> P 1, R 1/3 -> F1 1/2
     assert cm.gold_f1([right, misled, cons]) == pytest.approx((2 / 3 + 4 / 11 + 1 / 2) / 3)
     sides = cm.sides_with_source([right, misled, cons])
-    assert (sides["k"], sides["n"]) == (1, 2)  # the consistent item has no wrong value to side with
+    assert (sides.k, sides.n) == (1, 2)  # the consistent item has no wrong value to side with
     assert math.isnan(cm.gold_f1([]))

@@ -8,11 +8,18 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from rag.config import (BM25Config, ChunkerConfig, CorpusConfig, DenseIndexConfig, EmbedderConfig,
-                        IndexConfig, RetrievalConfig)
-from rag.embed import make_embedder, query_text
-from rag.index import IndexMismatch, build_index, open_index
-from rag.retrieve import Retriever, load_retriever
+from lorarag.rag.config import (
+    BM25Config,
+    ChunkerConfig,
+    CorpusConfig,
+    DenseIndexConfig,
+    EmbedderConfig,
+    IndexConfig,
+    RetrievalConfig,
+)
+from lorarag.rag.embed import make_embedder, query_text
+from lorarag.rag.index import IndexMismatch, build_index, open_index
+from lorarag.rag.retrieve import Retriever, load_retriever
 
 from .servers import free_port, launched, vllm_server_cmd
 
@@ -117,7 +124,7 @@ def test_embedder_mismatch_is_a_clear_error(tiny_models, tmp_path: Path) -> None
 
 
 def test_missing_model_and_empty_text_are_clear_errors(tiny_models, tmp_path: Path) -> None:
-    from rag.config import ConfigError
+    from lorarag.core.errors import ConfigError
 
     with pytest.raises(ConfigError, match="embedder model .*nope.* cannot be loaded"):
         make_embedder(_cfg(tmp_path / "nope"))
@@ -126,7 +133,7 @@ def test_missing_model_and_empty_text_are_clear_errors(tiny_models, tmp_path: Pa
 
 
 def test_openai_endpoint_down_is_one_line_error() -> None:
-    from rag.http import EndpointError
+    from lorarag.rag.http import EndpointError
 
     emb = make_embedder(EmbedderConfig(kind="openai", model="m", base_url=f"http://127.0.0.1:{free_port()}/v1",
                                        max_retries=1, timeout_s=2))

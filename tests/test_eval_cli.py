@@ -9,8 +9,8 @@ from pathlib import Path
 
 from typer.testing import CliRunner
 
-from eval.records import save_results
 from lorarag.cli import app
+from lorarag.eval.records import save_results
 from tests.test_report import _fixture
 
 REPO = Path(__file__).resolve().parent.parent

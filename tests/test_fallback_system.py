@@ -11,13 +11,12 @@ from dataclasses import dataclass
 
 import pytest
 
-from fallback.config import FallbackConfig, GateConfig, PolicyConfig
-from fallback.format import VERDICTS
-from fallback.system import AdvancedRAGSystem, Detector, conversation
-from fallback.verdict import label_first_tokens, label_probs
-from rag.config import GeneratorConfig
-from rag.records import Chunk, Retrieved
-
+from lorarag.fallback.config import FallbackConfig, GateConfig, PolicyConfig
+from lorarag.fallback.format import VERDICTS
+from lorarag.fallback.system import AdvancedRAGSystem, Detector, conversation
+from lorarag.fallback.verdict import label_first_tokens, label_probs
+from lorarag.rag.config import GeneratorConfig
+from lorarag.rag.records import Chunk, Retrieved
 
 
 def _src(text: str, cid: str = "c1") -> Retrieved:
@@ -29,7 +28,7 @@ def tiny_gen(tiny_models, lora):
     import torch
 
     torch.set_num_threads(1)
-    from rag.generate import build_generator
+    from lorarag.rag.generators import build_generator
 
     cfg = GeneratorConfig(kind="transformers", model=str(tiny_models["lm"]), adapters={"lora": str(lora)},
                           max_new_tokens=12, batch_size=4)
@@ -123,38 +122,36 @@ def _toks(mem, src, verdict, ans):
             " answer", ":", f" {ans}"]
 
 
-def test_gate_regenerates_with_forced_unknown_and_policy_routes():
-    gated_tail = [" source", ":", " 9", " |", " verdict", ":", " supported", " |", " answer", ":", " 9"]
+def test_reply_memory_pass_routes_by_verdict_without_a_gate():
+    """memory `reply` (the prompted baseline): one scored pass writes memory, source and verdict."""
     replies = {
-        # known fact, factual error in the source: memory kept (P(unknown) low) -> fallback to memory
+        # known fact, factual error in the source: the memory is kept -> fallback to memory
         ("q-known", "memory:"): _reply(_toks("12", "9", "conflicting", "12"), 0.05, "conflicting", 0.9),
-        # never-learned fact: the model "remembers" 7, but P(unknown) is high -> gate fires
-        ("q-unseen", "memory:"): _reply(_toks("7", "9", "conflicting", "7"), 0.6, "conflicting", 0.8),
-        ("q-unseen", "memory: unknown |"): _reply(gated_tail, 0.5, "supported", 0.95),
+        ("q-ok", "memory:"): _reply(_toks("9", "9", "supported", "9"), 0.6, "supported", 0.95),
     }
     gen = Scripted(replies)
-    cfg = FallbackConfig(policy=PolicyConfig(flag_threshold=0.5), gate=GateConfig(signal="p_unknown"))
-    det = Detector(gen, FIRST, cfg, gate_threshold=0.3)
+    cfg = FallbackConfig(policy=PolicyConfig(flag_threshold=0.5))
+    det = Detector(gen, FIRST, cfg, gate_threshold=None, memory="reply")
     out = AdvancedRAGSystem(None, det, cfg).answer_with_context(
-        ["q-known", "q-unseen"], [((), (_src("x"),)), ((), (_src("x"),))])
-    assert [c[0] for c in gen.calls] == [2, 1]  # one scored pass for all, regeneration for one
-    assert gen.calls[1][1] == ["memory: unknown |"] and gen.calls[0][2] == "lora"
-    known, unseen = out
+        ["q-known", "q-ok"], [((), (_src("x"),)), ((), (_src("x"),))])
+    assert [c[0] for c in gen.calls] == [2]  # one scored pass for all
+    assert gen.calls[0][1] == ["memory:", "memory:"] and gen.calls[0][2] == "lora"
+    known, ok = out
     assert known.text == "12" and known.trace.route == "fallback"
     assert known.trace.verdict == "conflicting" and known.trace.verdict_score == pytest.approx(0.9)
     assert dict(known.trace.verdict_probs)["supported"] == pytest.approx(0.1)
     assert known.trace.memory_answer == "12" and known.trace.context_answer == "9"
-    assert unseen.text == "9" and unseen.trace.route == "context" and unseen.trace.verdict == "supported"
-    assert unseen.trace.memory_answer is None
-    assert any("gate: memory '7' -> unknown" in n for n in unseen.trace.notes)
-    assert any(n == "p_unknown=0.6000" for n in unseen.trace.notes)
+    assert ok.text == "9" and ok.trace.route == "context" and ok.trace.verdict == "supported"
+    assert any(n == "p_unknown=0.6000" for n in ok.trace.notes)
+    with pytest.raises(ValueError, match="no closed-book reading"):
+        Detector(gen, FIRST, cfg, gate_threshold=0.3, memory="reply")
 
 
 def test_without_gate_the_invented_memory_wins():
     replies = {("q-unseen", "memory:"): _reply(_toks("7", "9", "conflicting", "7"), 0.6, "conflicting", 0.8)}
     cfg = FallbackConfig(gate=GateConfig(enabled=False))
     gen = Scripted(replies)
-    det = Detector(gen, FIRST, cfg, gate_threshold=0.3)
+    det = Detector(gen, FIRST, cfg, gate_threshold=0.3, memory="reply")  # the gate is off: no threshold
     (a,) = AdvancedRAGSystem(None, det, cfg).answer_with_context(["q-unseen"], [((), (_src("x"),))])
     assert a.text == "7" and a.trace.route == "fallback"
     assert [n for n, _, _ in gen.calls] == [1]  # one scored pass; no empty second call
@@ -193,7 +190,7 @@ def reference(tiny_gen):
 
 @pytest.mark.slow
 def test_vllm_offline_base_and_lora_on_one_engine(tiny_models, lora, reference):
-    from rag.generate import build_generator
+    from lorarag.rag.generators import build_generator
 
     gen = build_generator(GeneratorConfig(kind="vllm", model=str(tiny_models["lm"]), adapters={"lora": str(lora)},
                                           max_new_tokens=12, max_model_len=512, batch_size=4, max_lora_rank=8))
@@ -210,7 +207,7 @@ def test_vllm_offline_base_and_lora_on_one_engine(tiny_models, lora, reference):
 def test_openai_server_with_lora_modules(tiny_models, tmp_path_factory, lora, reference):
     from transformers import AutoTokenizer
 
-    from rag.generate import build_generator
+    from lorarag.rag.generators import build_generator
     from tests.servers import free_port, launched, vllm_server_cmd
 
     tmp = tmp_path_factory.mktemp("srv")
@@ -226,9 +223,9 @@ def test_openai_server_with_lora_modules(tiny_models, tmp_path_factory, lora, re
 # --- scenario contexts: poison the clean retrieval, then rerank --------------------------------
 
 def _kb_retriever(tmp_path, texts):
-    from rag.config import IndexConfig, RetrievalConfig
-    from rag.index import build_from_chunks
-    from rag.retrieve import load_retriever
+    from lorarag.rag.config import IndexConfig, RetrievalConfig
+    from lorarag.rag.index import build_from_chunks
+    from lorarag.rag.retrieve import load_retriever
 
     chunks = [Chunk(f"d#{i}", "d.md", "d.md", t, 0, len(t)) for i, t in enumerate(texts)]
     icfg = IndexConfig(dir=str(tmp_path / "idx"))
@@ -244,9 +241,9 @@ class LengthReranker:
 
 
 def test_retrieved_context_is_poisoned_then_reranked(tmp_path):
-    from fallback.scenarios import PresentedChunk, Scenario
-    from fallback.systems import ScenarioContexts
-    from rag.config import RetrievalConfig
+    from lorarag.rag.config import RetrievalConfig
+    from lorarag.scenarios.records import PresentedChunk, Scenario
+    from lorarag.study.systems import ScenarioContexts
 
     texts = ["Vesova Dynamics reported a net profit of 12.5 million.",
              "Vesova Dynamics archive 2021: net profit of 9.1 million dollars in that year.",
@@ -288,8 +285,8 @@ def test_closed_book_memory_is_forced_into_the_reply():
             return [_reply(toks, 0.5, "conflicting", 0.9)]
 
     gen = TwoPass()
-    cfg = FallbackConfig(gate=GateConfig(signal="p_unknown"))  # P(unknown) cannot gate a given memory
-    det = Detector(gen, FIRST, cfg, gate_threshold=0.01, memory="closed_book")
+    cfg = FallbackConfig()
+    det = Detector(gen, FIRST, cfg, gate_threshold=None)  # no gate: the closed-book answer is the memory
     (a,) = AdvancedRAGSystem(None, det, cfg).answer_with_context(["q"], [((), (_src("x"),))])
     assert gen.calls[0][0].startswith("You answer questions from your own knowledge")
     assert gen.calls[1][1] == ["memory: 12 million |"]  # "|" in the answer cannot break the format
@@ -311,14 +308,14 @@ class CBGate:
 
 
 def test_closed_book_nll_gate_keeps_confident_memories_and_drops_unsure_ones():
-    """memory: closed_book + signal closed_book_nll: an unsure closed-book answer becomes `memory: unknown`."""
+    """An unsure closed-book answer (high NLL) becomes `memory: unknown`."""
     conflict = ["source", ":", " 9", " |", " verdict", ":", " conflicting", " |", " answer", ":", " 7"]
     closed = {"q-known": ("7", (-0.01, -0.03)),  # NLL 0.02 nats/token: learned
               "q-unseen": ("5", (-1.2, -0.6))}  # NLL 0.9: invented
     replies = {("q-known", "memory: 7 |"): _reply([" "] + conflict, 0.5, "conflicting", 0.9),
                ("q-unseen", "memory: unknown |"): _reply([" "] + conflict, 0.5, "conflicting", 0.9)}
     gen = CBGate(closed, replies)
-    cfg = FallbackConfig(gate=GateConfig(signal="closed_book_nll"))
+    cfg = FallbackConfig(gate=GateConfig())
     det = Detector(gen, FIRST, cfg, gate_threshold=0.5, memory="closed_book")
     known, unseen = AdvancedRAGSystem(None, det, cfg).answer_with_context(
         ["q-known", "q-unseen"], [((), (_src("x"),))] * 2)
@@ -337,79 +334,10 @@ def test_declined_closed_book_answer_is_no_memory_and_no_gate_reading():
     tail = ["source", ":", " 9", " |", " verdict", ":", " supported", " |", " answer", ":", " 9"]
     closed = {"q-declined": ("unknown", (-0.001,)), "q-known": ("7", (-0.02,))}
     replies = {("q-declined", "memory: unknown |"): _reply([" "] + tail, 0.5, "supported", 0.9)}
-    cfg = FallbackConfig(gate=GateConfig(signal="closed_book_nll"))
+    cfg = FallbackConfig(gate=GateConfig())
     det = Detector(CBGate(closed, replies), FIRST, cfg, gate_threshold=0.5, memory="closed_book")
-    assert det.gate_scores(["q-declined", "q-known"], [(), ()]) == [None, pytest.approx(0.02)]
+    assert det.gate_scores(["q-declined", "q-known"]) == [None, pytest.approx(0.02)]
     (a,) = AdvancedRAGSystem(None, det, cfg).answer_with_context(["q-declined"], [((), (_src("9"),))])
     assert a.trace.route == "context" and a.text == "9" and a.trace.memory_answer is None
 
 
-def test_closed_book_nll_gate_in_reply_mode_regenerates_the_unsure_reply():
-    """memory: reply + signal closed_book_nll: the closed-book NLL, not P(unknown), decides the redo."""
-    tail = ["source", ":", " 9", " |", " verdict", ":", " supported", " |", " answer", ":", " 9"]
-    closed = {"q-known": ("7", (-0.02,)), "q-unseen": ("5", (-2.0,))}
-    replies = {("q-known", "memory:"): _reply([" 7", " |"] + tail, 0.9, "supported", 0.9),  # high P(unknown)
-               ("q-unseen", "memory:"): _reply([" 5", " |"] + tail, 0.01, "supported", 0.9),
-               ("q-unseen", "memory: unknown |"): _reply([" "] + tail, 0.01, "supported", 0.9)}
-    gen = CBGate(closed, replies)
-    cfg = FallbackConfig(gate=GateConfig(signal="closed_book_nll"))
-    det = Detector(gen, FIRST, cfg, gate_threshold=1.0)
-    known, unseen = AdvancedRAGSystem(None, det, cfg).answer_with_context(
-        ["q-known", "q-unseen"], [((), (_src("x"),))] * 2)
-    assert gen.calls[-1][1] == ["memory: unknown |"]  # only the unsure one is redone
-    assert known.trace.memory_answer == "7" and unseen.trace.memory_answer is None
-    assert det.gate_scores(["q-known", "q-unseen"], [[], []]) == [0.02, 2.0]
-
-
-def _tail(verdict: str, ans: str) -> list[str]:
-    return [" ", "source", ":", " 9", " |", " verdict", ":", f" {verdict}", " |", " answer", ":", f" {ans}"]
-
-
-def test_lenient_gate_keeps_a_doubtful_memory_only_for_outdated_or_irrelevant_verdicts():
-    """gate.lenient: strict 0.1, lenient 0.5 nats. A doubt in between is tried with the memory; an
-    `outdated` verdict keeps it, a `conflicting` one is judged again from `memory: unknown |`."""
-    from fallback.config import LenientGate
-
-    closed = {"q-sure": ("7", (-0.02,)), "q-mid-out": ("8", (-0.3,)), "q-mid-con": ("6", (-0.3,)),
-              "q-far": ("5", (-0.9,))}
-    replies = {("q-sure", "memory: 7 |"): _reply(_tail("outdated", "7"), 0.5, "outdated", 0.9),
-               ("q-mid-out", "memory: 8 |"): _reply(_tail("outdated", "8"), 0.5, "outdated", 0.9),
-               ("q-mid-con", "memory: 6 |"): _reply(_tail("conflicting", "6"), 0.5, "conflicting", 0.9),
-               ("q-mid-con", "memory: unknown |"): _reply(_tail("supported", "9"), 0.5, "supported", 0.9),
-               ("q-far", "memory: unknown |"): _reply(_tail("supported", "9"), 0.5, "supported", 0.9),
-               ("q-mid-out", "memory: unknown |"): _reply(_tail("supported", "9"), 0.5, "supported", 0.9)}
-    qs = ["q-sure", "q-mid-out", "q-mid-con", "q-far"]
-    cfg = FallbackConfig(gate=GateConfig(signal="closed_book_nll", lenient=LenientGate()))
-    gen = CBGate(closed, replies)
-    det = Detector(gen, FIRST, cfg, gate_threshold=0.1, memory="closed_book", lenient_threshold=0.5)
-    sure, mid_out, mid_con, far = AdvancedRAGSystem(None, det, cfg).answer_with_context(qs, [((), (_src("x"),))] * 4)
-    assert gen.calls[1][1] == ["memory: 7 |", "memory: 8 |", "memory: 6 |", "memory: unknown |"]
-    assert gen.calls[2][1] == ["memory: unknown |"] and len(gen.calls) == 3  # only q-mid-con is redone
-    assert (sure.trace.route, sure.text) == ("fallback", "7")
-    assert (mid_out.trace.route, mid_out.text) == ("fallback", "8")
-    assert any("kept by the lenient threshold (outdated verdict)" in n for n in mid_out.trace.notes)
-    assert (mid_con.trace.route, mid_con.text) == ("context", "9")
-    assert any("gate: memory '6' -> unknown" in n for n in mid_con.trace.notes)
-    assert (far.trace.route, far.text) == ("context", "9")
-
-    # the same items without the lenient threshold: both doubtful memories are discarded at once
-    gen = CBGate(closed, replies)
-    det = Detector(gen, FIRST, cfg, gate_threshold=0.1, memory="closed_book")
-    answers = AdvancedRAGSystem(None, det, cfg).answer_with_context(qs, [((), (_src("x"),))] * 4)
-    assert gen.calls[1][1] == ["memory: 7 |", "memory: unknown |", "memory: unknown |", "memory: unknown |"]
-    assert [a.trace.route for a in answers] == ["fallback", "context", "context", "context"]
-
-
-def test_lenient_gate_in_reply_mode_skips_the_redo_for_a_lenient_verdict():
-    from fallback.config import LenientGate
-
-    closed = {"q-out": ("8", (-0.3,)), "q-con": ("6", (-0.3,))}
-    replies = {("q-out", "memory:"): _reply([" 8", " |"] + _tail("irrelevant", "8")[1:], 0.01, "irrelevant", 0.9),
-               ("q-con", "memory:"): _reply([" 6", " |"] + _tail("conflicting", "6")[1:], 0.01, "conflicting", 0.9),
-               ("q-con", "memory: unknown |"): _reply(_tail("supported", "9"), 0.01, "supported", 0.9)}
-    cfg = FallbackConfig(gate=GateConfig(signal="closed_book_nll", lenient=LenientGate()))
-    gen = CBGate(closed, replies)
-    det = Detector(gen, FIRST, cfg, gate_threshold=0.1, lenient_threshold=0.5)
-    out, con = AdvancedRAGSystem(None, det, cfg).answer_with_context(["q-out", "q-con"], [((), (_src("x"),))] * 2)
-    assert gen.calls[-1][1] == ["memory: unknown |"]  # only the conflicting one is redone
-    assert (out.trace.route, out.text) == ("fallback", "8") and (con.trace.route, con.text) == ("context", "9")

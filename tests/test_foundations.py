@@ -8,8 +8,10 @@ import sys
 
 import pytest
 
-from rag.config import ChunkerConfig, ConfigError, RAGConfig, load_config
-from rag.records import Answer, Chunk, RecordError, Retrieved, Trace, read_jsonl, write_jsonl
+from lorarag.core.config import load_config
+from lorarag.core.errors import ConfigError, RecordError
+from lorarag.rag.config import ChunkerConfig, RAGConfig
+from lorarag.rag.records import Answer, Chunk, Retrieved, Trace, read_jsonl, write_jsonl
 
 from .conftest import REPO
 

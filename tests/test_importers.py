@@ -6,10 +6,11 @@ import json
 
 import pytest
 
-from fallback.scenarios import load_scenarios, validate_against_kb
-from rag.records import RecordError, read_jsonl, Chunk
+from lorarag.core.errors import RecordError
+from lorarag.rag.records import Chunk, read_jsonl
+from lorarag.scenarios.importers import conflictnq, conflictqa, import_set
+from lorarag.scenarios.records import load_scenarios, validate_against_kb
 from tests.conftest import shared_data
-from train.importers import conflictnq, conflictqa, import_set
 
 
 def test_conflictnq_counts_match_the_file():

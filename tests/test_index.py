@@ -12,10 +12,22 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from rag.config import BM25Config, ChunkerConfig, CorpusConfig, IndexConfig, RetrievalConfig
-from rag.index import IndexMismatch, build_index, open_index, read_manifest, top_k
-from rag.retrieve import load_retriever, rrf_fuse
-from rag.textsplit import tokenize
+from lorarag.rag.config import (
+    BM25Config,
+    ChunkerConfig,
+    CorpusConfig,
+    IndexConfig,
+    RetrievalConfig,
+)
+from lorarag.rag.index import (
+    IndexMismatch,
+    build_index,
+    open_index,
+    read_manifest,
+)
+from lorarag.rag.index_parts import top_k
+from lorarag.rag.retrieve import load_retriever, rrf_fuse
+from lorarag.rag.textsplit import tokenize
 
 from .conftest import REPO, shared_data
 
@@ -108,12 +120,12 @@ def test_interrupted_build_keeps_previous_index(tmp_path: Path, monkeypatch) -> 
     first = build_index(c, ch, ix)
     _write(corpus, {"b.md": "gamma delta"})
 
-    import rag.index
+    import lorarag.rag.index
 
     def crash(*a, **k):
         raise KeyboardInterrupt  # as if the user pressed Ctrl-C mid-build
 
-    monkeypatch.setattr(rag.index.BM25Part, "save", crash)
+    monkeypatch.setattr(lorarag.rag.index.BM25Part, "save", crash)
     with pytest.raises(KeyboardInterrupt):
         build_index(c, ch, ix)
     monkeypatch.undo()
@@ -123,7 +135,7 @@ def test_interrupted_build_keeps_previous_index(tmp_path: Path, monkeypatch) -> 
 
 
 def test_nothing_indexable_is_an_error(tmp_path: Path) -> None:
-    from rag.ingest import IngestError
+    from lorarag.rag.ingest import IngestError
 
     corpus = _write(tmp_path / "kb", {"empty.md": ""})
     c, ch, ix = _cfgs(tmp_path, corpus)

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from rag.config import CorpusConfig
-from rag.ingest import IngestError, ingest
+from lorarag.rag.config import CorpusConfig
+from lorarag.rag.ingest import IngestError, ingest
 
 from .conftest import shared_data
 

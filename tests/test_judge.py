@@ -8,8 +8,13 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from eval.config import JudgeConfig
-from eval.judge import judge_items, judge_summary, parse_faithfulness, parse_relevance
+from lorarag.eval.config import JudgeConfig
+from lorarag.eval.judge import (
+    judge_items,
+    judge_summary,
+    parse_faithfulness,
+    parse_relevance,
+)
 from tests.eval_fixtures import make_item
 
 REPLIES = {  # question marker -> (faithfulness reply, relevance reply)
@@ -77,9 +82,9 @@ def test_judge_through_stub_endpoint_with_cache(stub_server, tmp_path):
     assert json.loads(lines[0])["faithfulness"]["raw"].startswith("```json")
 
     # The report picks the judge phase up from the run directory.
-    from eval.judge import load_judged
-    from eval.records import save_results
-    from eval.report import write_report
+    from lorarag.eval.judge import load_judged
+    from lorarag.eval.records import save_results
+    from lorarag.eval.report import write_report
 
     assert load_judged(tmp_path / "judged.jsonl") == judged
     save_results(tmp_path / "results.jsonl", items)

@@ -10,9 +10,9 @@ from sklearn.linear_model import LogisticRegression
 from sklearn.metrics import roc_auc_score
 from sklearn.model_selection import GroupShuffleSplit
 
-from train.config import WorldConfig
-from train.scenarios_gen import index_world, world_scenarios
-from train.world import build_world
+from lorarag.scenarios.config import WorldConfig
+from lorarag.scenarios.from_world import index_world, world_scenarios
+from lorarag.scenarios.world import build_world
 
 
 @pytest.fixture(scope="module")

@@ -8,8 +8,8 @@ from html.parser import HTMLParser
 
 import pytest
 
-from eval.records import save_results
-from eval.report import write_report
+from lorarag.eval.records import save_results
+from lorarag.eval.report import write_report
 from tests.eval_fixtures import make_item
 
 G, W = "50 km/h", "70 km/h"

@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from rag.config import RerankerConfig
-from rag.records import Chunk, Retrieved
-from rag.rerank import VLLM_OVERRIDES, build_reranker, rerank
+from lorarag.rag.config import RerankerConfig
+from lorarag.rag.records import Chunk, Retrieved
+from lorarag.rag.rerank import VLLM_OVERRIDES, build_reranker, rerank
 from tests.servers import free_port, launched, vllm_server_cmd
 
 QUERIES = ["capital of France", "capital of France", "机动车 注册登记", "founded when"]
@@ -129,7 +129,7 @@ def test_vllm_offline_and_score_server_match_the_model_card(tiny_models, referen
 
 
 def test_http_reranker_down_is_an_endpoint_error_naming_it():
-    from rag.http import EndpointError
+    from lorarag.rag.http import EndpointError
 
     url = f"http://127.0.0.1:{free_port()}/v1"
     r = build_reranker(RerankerConfig(kind="qwen3", backend="http", model="rr", base_url=url,

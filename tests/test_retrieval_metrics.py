@@ -8,7 +8,7 @@ import random
 import numpy as np
 import pytest
 
-from eval import retrieval_metrics as rm
+from lorarag.eval import retrieval_metrics as rm
 
 KS = (1, 3, 5, 10)
 VEC = {"P": rm.precision_at_k, "recall": rm.recall_at_k, "ndcg_cut": rm.ndcg_at_k,

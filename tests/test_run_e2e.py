@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from fallback.config import RunConfig
-from rag.config import load_config
+from lorarag.core.config import load_config
+from lorarag.study.config import RunConfig
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -33,22 +33,22 @@ def _in_tmp(tmp: Path) -> RunConfig:
 
 
 def test_dry_run_prints_every_step_without_running(tmp_path):
-    from fallback.pipeline import STEPS, run
+    from lorarag.study.pipeline import STEPS, run
 
     lines: list[str] = []
     assert run(_in_tmp(tmp_path), dry_run=True, echo=lines.append) is None
     assert [ln.split()[1] for ln in lines] == list(STEPS)
-    assert "train.peft_trainer" in lines[3] and '"lora_rank": 4' in lines[3]
+    assert "lorarag.train.peft_trainer" in lines[3] and '"lora_rank": 4' in lines[3]
     assert not (tmp_path / "runs").exists()
 
 
 def test_an_adapter_trained_with_another_recipe_is_refused_not_reused(tmp_path):
     """A finished run of the same name trained by another config (here: no shared prefix, another
     rank) is not silently reused, nor resumed from its checkpoints; the error names the fields."""
-    from fallback.pipeline import find_adapter, train_or_reuse
-    from lorarag.runinfo import start_run
-    from rag.config import ConfigError
-    from train.swift import run_dir
+    from lorarag.core.errors import ConfigError
+    from lorarag.core.runinfo import start_run
+    from lorarag.study.pipeline import find_adapter, train_or_reuse
+    from lorarag.train.swift import run_dir
 
     cfg = _in_tmp(tmp_path)
     old = cfg.train.model_copy(update={"swift": {**cfg.train.swift, "lora_rank": 2}})
@@ -72,7 +72,7 @@ def test_an_adapter_trained_with_another_recipe_is_refused_not_reused(tmp_path):
 
 
 def test_gpu_config_validates_and_dry_runs():
-    from fallback.pipeline import run
+    from lorarag.study.pipeline import run
 
     cfg = load_config(REPO / "configs/run/qwen3-4b.yaml", RunConfig)
     assert cfg.rag.generator.kind == "vllm" and cfg.train.kind == "swift"
@@ -85,7 +85,7 @@ def test_gpu_config_validates_and_dry_runs():
 @pytest.mark.parametrize("name", ["cpu-demo", "cpu-demo-full", "cpu-demo-stratified", "ci-tiny"])
 def test_shipped_cpu_configs_validate_and_dry_run(name):
     """Every shipped run config parses (unknown keys are errors) and plans all seven steps."""
-    from fallback.pipeline import run
+    from lorarag.study.pipeline import run
 
     cfg = load_config(REPO / f"configs/run/{name}.yaml", RunConfig)
     lines: list[str] = []
@@ -112,9 +112,9 @@ def _conflictnq_folder(tmp: Path) -> Path:
 
 
 def test_missing_extra_set_fails_before_anything_runs(tmp_path):
-    from fallback.config import ExtraSet
-    from fallback.pipeline import run
-    from lorarag.cli import UserError
+    from lorarag.core.errors import UserError
+    from lorarag.study.config import ExtraSet
+    from lorarag.study.pipeline import run
 
     cfg = _in_tmp(tmp_path).model_copy(update={"extra_sets": [ExtraSet(kind="conflictnq", path=str(tmp_path / "no"))]})
     with pytest.raises(UserError, match="conflictnq: .*no/test.jsonl not found"):
@@ -123,8 +123,8 @@ def test_missing_extra_set_fails_before_anything_runs(tmp_path):
 
 
 def test_optional_extra_set_that_is_absent_is_skipped_with_a_note(tmp_path):
-    from fallback.config import ExtraSet
-    from fallback.extra import check_extra_sets, evaluate_extra_sets
+    from lorarag.study.config import ExtraSet
+    from lorarag.study.extra import check_extra_sets, evaluate_extra_sets
 
     here = _conflictnq_folder(tmp_path)
     cfg = _in_tmp(tmp_path).model_copy(update={"extra_sets": [
@@ -144,8 +144,8 @@ def test_reduced_demo_end_to_end(tmp_path):
     import torch
 
     torch.set_num_threads(1)
-    from fallback.config import ExtraSet
-    from fallback.pipeline import run
+    from lorarag.study.config import ExtraSet
+    from lorarag.study.pipeline import run
 
     cfg = _in_tmp(tmp_path).model_copy(update={"extra_sets": [
         ExtraSet(kind="conflictnq", path=str(_conflictnq_folder(tmp_path)), max_per_cell=2)]})
@@ -227,16 +227,17 @@ def test_reduced_demo_end_to_end(tmp_path):
     # world, index and adapter: every test item answered once, with the LoRA's decisions recorded.
     import yaml
 
-    from eval.config import EvalConfig, build_system
-    from eval.runner import run_eval
-    from fallback.scenarios import load_scenarios
-    from rag.config import dump_config
+    from lorarag.core.config import dump_config
+    from lorarag.eval.config import EvalConfig
+    from lorarag.eval.runner import run_eval
+    from lorarag.scenarios.records import load_scenarios
+    from lorarag.study.eval_system import build_eval_system
 
     run_yaml = tmp_path / "run.yaml"
     run_yaml.write_text(dump_config(cfg))
     ecfg = EvalConfig(scenarios=str(root / "scenarios/test.jsonl"), components=str(run_yaml),
                       system={"name": "lora_rag", "kind": "lora_rag"}, out_dir=str(tmp_path / "standalone"))
-    items = run_eval(build_system(ecfg), load_scenarios(ecfg.scenarios), ecfg.out_dir, batch_size=8)
+    items = run_eval(build_eval_system(ecfg), load_scenarios(ecfg.scenarios), ecfg.out_dir, batch_size=8)
     assert sorted(i.qid for i in items) == sorted(json.loads(x)["qid"] for x in test)
     assert all(i.route in ("context", "fallback", "abstain") for i in items)
     assert yaml.safe_load(run_yaml.read_text())["name"] == cfg.name
@@ -244,10 +245,10 @@ def test_reduced_demo_end_to_end(tmp_path):
     stale = yaml.safe_load(run_yaml.read_text())
     stale["fallback"]["gate"]["rule"] = "youden"
     (tmp_path / "stale.yaml").write_text(yaml.safe_dump(stale))
-    from rag.config import ConfigError
+    from lorarag.core.errors import ConfigError
 
     with pytest.raises(ConfigError, match=r"calibrated with rule 'logistic' \(config: 'youden'\)"):
-        build_system(ecfg.model_copy(update={"components": str(tmp_path / "stale.yaml")}))
+        build_eval_system(ecfg.model_copy(update={"components": str(tmp_path / "stale.yaml")}))
 
 
 @pytest.mark.slow
@@ -259,9 +260,9 @@ def test_seeds_trains_one_adapter_per_seed_and_shares_adapter_free_results(tmp_p
     import torch
 
     torch.set_num_threads(1)
-    from eval.records import load_results
-    from fallback.headline import targets
-    from fallback.seeds import run_seeds
+    from lorarag.eval.records import load_results
+    from lorarag.study.headline import targets
+    from lorarag.study.seeds import run_seeds
 
     cfg = _in_tmp(tmp_path)
     lines: list[str] = []

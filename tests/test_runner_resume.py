@@ -12,10 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from eval.records import load_results
-from eval.runner import run_eval
-from fallback.scenarios import PresentedChunk, Scenario, save_scenarios
-from rag.records import Answer, RecordError, Retrieved, Chunk, Trace
+from lorarag.core.errors import RecordError
+from lorarag.eval.records import load_results
+from lorarag.eval.runner import run_eval
+from lorarag.rag.records import Answer, Chunk, Retrieved, Trace
+from lorarag.scenarios.records import PresentedChunk, Scenario, save_scenarios
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -24,8 +25,8 @@ REPO = Path(__file__).resolve().parent.parent
 CHILD = r"""
 import sys, time
 sys.path.insert(0, sys.argv[3])
-from fallback.scenarios import load_scenarios
-from eval.runner import run_eval
+from lorarag.scenarios.records import load_scenarios
+from lorarag.eval.runner import run_eval
 from tests.test_runner_resume import EchoSystem
 run_eval(EchoSystem(delay=float(sys.argv[4])), load_scenarios(sys.argv[1]), sys.argv[2],
          batch_size=3, progress=False)

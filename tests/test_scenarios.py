@@ -9,12 +9,26 @@ import re
 
 import pytest
 
-from fallback.scenarios import Scenario, load_scenarios, save_scenarios, validate_against_kb
-from rag.records import Chunk, RecordError
-from train.config import WorldConfig
-from train.scenarios_gen import (PerturbationError, QAItem, answer_type, corpus_scenarios, index_world,
-                                 replace_span, substitute_value, world_scenarios)
-from train.world import build_world
+from lorarag.core.errors import RecordError
+from lorarag.rag.records import Chunk
+from lorarag.scenarios.config import WorldConfig
+from lorarag.scenarios.from_world import (
+    PerturbationError,
+    QAItem,
+    answer_type,
+    corpus_scenarios,
+    index_world,
+    replace_span,
+    substitute_value,
+    world_scenarios,
+)
+from lorarag.scenarios.records import (
+    Scenario,
+    load_scenarios,
+    save_scenarios,
+    validate_against_kb,
+)
+from lorarag.scenarios.world import build_world
 
 
 @pytest.fixture(scope="module")
@@ -153,7 +167,7 @@ def test_any_corpus_and_qa_set():
 def test_trained_and_untrained_phrasings_by_hand():
     """Closed-book rows: 0, 1 (+ 4, 5 at 4 wordings, + 6-9 at 8); the gate's dev questions get the
     dev phrasing 2 and what training leaves out; the test phrasing 3 is in neither."""
-    from train.world import closed_book_phrasings, untrained_phrasings
+    from lorarag.scenarios.world import closed_book_phrasings, untrained_phrasings
 
     assert [closed_book_phrasings(k) for k in (2, 4, 8)] == [(0, 1), (0, 1, 4, 5), (0, 1, 4, 5, 6, 7, 8, 9)]
     assert [untrained_phrasings(k) for k in (2, 4, 8, None)] == [
@@ -161,7 +175,7 @@ def test_trained_and_untrained_phrasings_by_hand():
 
 
 def test_ask_in_phrasings_reads_each_fact_once_per_wording(built):
-    from train.scenarios_gen import ask_in_phrasings
+    from lorarag.scenarios.from_world import ask_in_phrasings
 
     world, wi, _ = built
     dev = world_scenarios(world, wi, ("known",), "dev", seed=3)  # several types per fact, phrasing 2

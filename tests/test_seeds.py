@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 
 import pytest
 
-from fallback.config import RunConfig
-from fallback.seeds import seed_config, seed_rows, seeds_markdown, share_base_results
-from rag.config import load_config
+from lorarag.core.config import load_config
+from lorarag.study.config import RunConfig
+from lorarag.study.seeds import (
+    seed_config,
+    seed_rows,
+    seeds_markdown,
+    share_base_results,
+)
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -76,7 +80,7 @@ def test_seed_rows_refuse_mismatched_targets():
 
 
 def test_the_lora_targets_are_counted_apart_from_base_rags():
-    from fallback.headline import BASE_TARGET
+    from lorarag.study.headline import BASE_TARGET
 
     rows = seed_rows([[(f"{BASE_TARGET}, consistent", 0.68, False), ("LoRA-RAG, outdated", 1.0, True)],
                       [(f"{BASE_TARGET}, consistent", 0.68, False), ("LoRA-RAG, outdated", 0.56, False)]])
@@ -111,7 +115,7 @@ def test_bad_seed_lists_are_one_line_errors():
 def test_stamps_change_only_for_systems_a_gate_setting_can_affect(demo):
     """A new gate rule must redo LoRA-RAG, never prompted detection (it runs without a gate) or the
     adapter-free systems."""
-    from fallback.pipeline import system_stamp
+    from lorarag.study.evaluate import system_stamp
 
     fb = demo.fallback.model_copy(update={"gate": demo.fallback.gate.model_copy(update={"rule": "youden"})})
     other = demo.model_copy(update={"fallback": fb})
@@ -121,8 +125,8 @@ def test_stamps_change_only_for_systems_a_gate_setting_can_affect(demo):
 
 
 def test_a_config_without_the_base_vs_lora_pair_fails_before_any_run(demo, tmp_path):
-    from fallback.seeds import run_seeds
-    from rag.config import ConfigError
+    from lorarag.core.errors import ConfigError
+    from lorarag.study.seeds import run_seeds
 
     lone = demo.model_copy(update={"systems": [x for x in demo.systems if x.kind != "base_rag"],
                                    "runs_dir": str(tmp_path)})

@@ -6,11 +6,20 @@ import json
 
 import pytest
 
-from fallback.format import SYSTEM_CLOSED_BOOK, SYSTEM_RAG, parse_reply
-from rag.records import RecordError
-from train.config import SFTConfig, WorldConfig
-from train.sft import LeakError, build_demo_data, build_rows, knowledge_row, leak_check, read_sft, write_sft
-from train.world import build_world
+from lorarag.core.errors import RecordError
+from lorarag.fallback.format import SYSTEM_CLOSED_BOOK, SYSTEM_RAG, parse_reply
+from lorarag.scenarios.config import WorldConfig
+from lorarag.scenarios.world import build_world
+from lorarag.train.config import SFTConfig
+from lorarag.train.sft import (
+    LeakError,
+    build_demo_data,
+    build_rows,
+    knowledge_row,
+    leak_check,
+    read_sft,
+    write_sft,
+)
 
 
 @pytest.fixture(scope="module")
@@ -191,7 +200,7 @@ def test_phantom_orgs_are_refused_and_share_no_stem_with_any_world_organisation(
     """phantom_orgs: n — closed-book "unknown" rows for n organisations that exist nowhere: every
     attribute in every closed-book phrasing; no English stem prefix or Chinese character in common
     with a world organisation (so none resembles a held-out one); the other rows unchanged."""
-    from train.world import phantom_questions
+    from lorarag.scenarios.world import phantom_questions
 
     world = build_world(WorldConfig(seed=0, n_orgs=30))
     base, _ = build_rows(world, SFTConfig(seed=0, knowledge_repeats=1, knowledge_phrasings=4))
@@ -213,7 +222,7 @@ def test_phantom_orgs_are_refused_and_share_no_stem_with_any_world_organisation(
 
 def test_too_many_phantom_orgs_is_a_one_line_config_error():
     """The demo world leaves 12 English stems unused: asking for more names the option, no traceback."""
-    from rag.config import ConfigError
+    from lorarag.core.errors import ConfigError
 
     world = build_world(WorldConfig(seed=0, n_orgs=30))
     with pytest.raises(ConfigError, match=r"^sft\.phantom_orgs: 60 is too many for this world \(cannot name 48 "):

@@ -12,14 +12,23 @@ from pathlib import Path
 
 import pytest
 
-from rag.config import ConfigError
-from train.config import SFTConfig, TrainConfig, WorldConfig, check_swift_args
-from train.export import export_command
-from train.sft import build_rows, write_sft
-from train.swift import (command_for, find_adapter, last_checkpoint, launch_env, load_train_config, run_dir,
-                         slurm_script,
-                         swift_command, train)
-from train.world import build_world
+from lorarag.core.errors import ConfigError
+from lorarag.scenarios.config import WorldConfig
+from lorarag.scenarios.world import build_world
+from lorarag.train.config import SFTConfig, TrainConfig, check_swift_args
+from lorarag.train.export import export_command
+from lorarag.train.sft import build_rows, write_sft
+from lorarag.train.swift import (
+    command_for,
+    find_adapter,
+    last_checkpoint,
+    launch_env,
+    load_train_config,
+    run_dir,
+    slurm_script,
+    swift_command,
+    train,
+)
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -89,7 +98,7 @@ def test_unknown_swift_argument_and_reserved_keys_are_config_errors(tmp_path, sf
 
 
 def test_find_adapter(tmp_path):
-    from train.swift import final_adapter
+    from lorarag.train.swift import final_adapter
 
     with pytest.raises(FileNotFoundError, match="nope"):
         find_adapter("nope", tmp_path)
@@ -127,7 +136,7 @@ def test_peft_kind_trains_writes_the_adapter_format_and_resumes(tmp_path, tiny_m
     import torch
 
     torch.set_num_threads(1)
-    from train.peft_trainer import train_peft
+    from lorarag.train.peft_trainer import train_peft
 
     args = {"lora_rank": 4, "lora_alpha": 8, "max_steps": 4, "save_steps": 2, "per_device_train_batch_size": 4,
             "max_length": 512, "torch_dtype": "float32", "learning_rate": 5e-3}
@@ -151,7 +160,7 @@ def test_peft_kind_upper_layers_bf16_base_eager(tmp_path, tiny_models, sft_file)
     from safetensors.torch import load_file
 
     torch.set_num_threads(1)
-    from train.peft_trainer import train_peft
+    from lorarag.train.peft_trainer import train_peft
 
     args = {"lora_rank": 4, "lora_alpha": 8, "max_steps": 2, "save_steps": 2, "per_device_train_batch_size": 4,
             "max_length": 512, "torch_dtype": "bfloat16", "attn_impl": "eager", "learning_rate": 5e-3,
@@ -168,7 +177,7 @@ def test_peft_kind_upper_layers_bf16_base_eager(tmp_path, tiny_models, sft_file)
 def test_peft_labels_cover_only_the_reply(tiny_models):
     from transformers import AutoTokenizer
 
-    from train.peft_trainer import tokenize_rows
+    from lorarag.train.peft_trainer import tokenize_rows
 
     tok = AutoTokenizer.from_pretrained(tiny_models["lm"])
     row = {"messages": [{"role": "system", "content": "s"}, {"role": "user", "content": "Question: q?"},
@@ -184,7 +193,7 @@ def test_peft_labels_cover_only_the_reply(tiny_models):
 def test_peft_rows_over_max_length_are_dropped_or_cut_never_left_without_labels(tiny_models):
     from transformers import AutoTokenizer
 
-    from train.peft_trainer import tokenize_rows
+    from lorarag.train.peft_trainer import tokenize_rows
 
     tok = AutoTokenizer.from_pretrained(tiny_models["lm"])
 
@@ -253,7 +262,7 @@ def test_swift_sft_kill_resume_export_reload(tmp_path, tiny_models, sft_file):
 
 
 def test_peft_main_reports_rows_that_do_not_fit_in_one_line(tmp_path, tiny_models, sft_file):
-    from train.peft_trainer import main
+    from lorarag.train.peft_trainer import main
 
     with pytest.raises(SystemExit) as exc:
         main(["--model", str(tiny_models["lm"]), "--dataset", str(sft_file), "--output_dir", str(tmp_path / "o"),
@@ -263,7 +272,7 @@ def test_peft_main_reports_rows_that_do_not_fit_in_one_line(tmp_path, tiny_model
 
 
 def test_shared_prefix_stops_before_the_first_label_and_needs_two_rows():
-    from train.peft_trainer import shared_prefix
+    from lorarag.train.peft_trainer import shared_prefix
 
     a = ([1, 2, 3, 4, 5, 6, 7], [-100, -100, -100, -100, -100, 6, 7])  # first label at index 5
     b = ([1, 2, 3, 4, 5, 9, 9, 9], [-100, -100, -100, -100, -100, -100, 9, 9])
@@ -282,8 +291,14 @@ def test_share_prefix_gives_the_padded_batch_loss_and_gradients(tiny_models, sft
     import torch
     from transformers import AutoTokenizer
 
-    from train.peft_trainer import DEFAULTS, lora_model, loss_backward, shared_prefix, tokenize_rows
-    from train.sft import read_sft
+    from lorarag.train.config import DEFAULTS
+    from lorarag.train.peft_trainer import (
+        lora_model,
+        loss_backward,
+        shared_prefix,
+        tokenize_rows,
+    )
+    from lorarag.train.sft import read_sft
 
     torch.set_num_threads(1)
     tok = AutoTokenizer.from_pretrained(tiny_models["lm"])
@@ -308,7 +323,7 @@ def test_share_prefix_gives_the_padded_batch_loss_and_gradients(tiny_models, sft
 
 
 def test_share_prefix_is_for_the_peft_kind_and_reaches_its_command(tmp_path):
-    from train.swift import peft_command
+    from lorarag.train.swift import peft_command
 
     base = {"run_name": "r", "model": "/m", "dataset": "/d.jsonl", "share_prefix": True}
     with pytest.raises(ValueError, match="share_prefix is for the peft kind"):
@@ -319,8 +334,8 @@ def test_share_prefix_is_for_the_peft_kind_and_reaches_its_command(tmp_path):
 
 
 def test_config_changes_name_what_differs_from_the_trained_run(tmp_path):
-    from lorarag.runinfo import start_run
-    from train.swift import config_changes
+    from lorarag.core.runinfo import start_run
+    from lorarag.train.swift import config_changes
 
     cfg = TrainConfig.model_validate({"kind": "peft", "run_name": "r", "model": "/m", "dataset": "/d.jsonl",
                                       "runs_dir": str(tmp_path), "swift": {"lora_rank": 8}})
@@ -338,7 +353,7 @@ def test_config_changes_name_what_differs_from_the_trained_run(tmp_path):
     # `lorarag train` itself refuses to resume that run dir under the other recipe, keeping it
     (tmp_path / "d.jsonl").write_text("{}\n")
     other = other.model_copy(update={"model": str(tmp_path), "dataset": str(tmp_path / "d.jsonl")})
-    from train.swift import TrainError
+    from lorarag.train.swift import TrainError
 
     with pytest.raises(TrainError, match=r"trained with another config \(differs in"):
         train(other)

@@ -7,7 +7,12 @@ from dataclasses import dataclass
 
 import pytest
 
-from fallback.verdict import INVALID, forced_unknown_prefix, label_first_tokens, read_verdict
+from lorarag.fallback.verdict import (
+    INVALID,
+    forced_unknown_prefix,
+    label_first_tokens,
+    read_verdict,
+)
 
 FIRST = {"supported": " supported", "conflicting": " conflicting", "outdated": " outdated",
          "irrelevant": " irrelevant", "insufficient": " insufficient", "unknown": " unknown"}

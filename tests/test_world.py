@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from rag.config import ConfigError, validate_data
-from train.config import WorldConfig
-from train.world import GROUPS, build_world, write_world
+from lorarag.core.config import validate_data
+from lorarag.core.errors import ConfigError
+from lorarag.scenarios.config import WorldConfig
+from lorarag.scenarios.world import GROUPS, build_world, write_world
 
 
 @pytest.fixture(scope="module")
@@ -60,7 +61,7 @@ def test_each_fact_has_ten_distinct_phrasings_naming_the_org(world):
 def test_closed_book_paraphrases_avoid_the_held_out_wording():
     """Phrasings 6-9 are trained closed-book: none may reuse the dev (2) or test (3) phrasing's
     distinctive words, or the held-out split would measure template overlap, not recall."""
-    from train.world import QUESTIONS
+    from lorarag.scenarios.world import QUESTIONS
 
     held_out = {"start operating", "home to", "latest annual", "most recent release", "current version number",
                 "head offices", "founding year", "currently leads", "runs", "post most recently",

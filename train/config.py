@@ -11,40 +11,29 @@ from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
-from rag.config import ConfigError, Strict
+from lorarag.core.config import Strict
+from lorarag.core.errors import ConfigError
+from lorarag.scenarios.config import WorldConfig
+
+# The peft kind's loop (train/peft_trainer.py): its defaults, and the ms-swift arguments it accepts
+# without implementing.
+DEFAULTS: dict[str, Any] = {
+    "lora_rank": 32, "lora_alpha": 64, "lora_dropout": 0.0, "target_modules": "all-linear",
+    "learning_rate": 1e-3, "num_train_epochs": 1, "per_device_train_batch_size": 16,
+    "max_length": 512, "warmup_ratio": 0.05, "save_steps": 50, "torch_dtype": "bfloat16",
+    "weight_decay": 0.0, "lr_scheduler_type": "cosine", "max_steps": -1, "system": None,
+    "attn_impl": None, "target_regex": None, "truncation_strategy": "delete",
+}
+# ms-swift arguments this loop accepts without implementing, because they do not change what is
+# trained (the chat template comes from the tokenizer, as `template` names it for ms-swift).
+NOT_TRAINING = {"model_type", "template", "logging_steps", "report_to", "eval_steps", "save_total_limit",
+                "dataloader_num_workers", "dataset_num_proc", "check_model", "add_version"}
 
 
-class WorldConfig(Strict):
-    """The seeded demo world: fictional organisations with versioned facts."""
+def unsupported_args(args: dict[str, Any]) -> list[str]:
+    """ms-swift arguments in `args` that this loop would silently not honour (bf16 is honoured)."""
+    return sorted(k for k in args if k not in DEFAULTS and k not in NOT_TRAINING and k != "bf16")
 
-    seed: int = 0
-    n_orgs: int = 40
-    zh_fraction: float = 0.2  # share of organisations written in Chinese
-    # Organisation groups (fractions of n_orgs, the rest is `unknown`): `known` facts are taught
-    # closed-book; `context_only` facts appear in training only with a source to copy;
-    # `unknown` facts never appear in training (half of them form the dev split for thresholds).
-    known_fraction: float = 0.5
-    context_only_fraction: float = 0.2
-    # Draw the groups within each language (same fractions), so never-learned facts, the gate's dev
-    # split and over-fallback include Chinese ones. Off: one draw over all organisations, as the
-    # measured demo world (seed 0: its 6 Chinese organisations are all known or context-only).
-    stratify_languages: bool = False
-    attributes: list[str] = Field(default_factory=lambda: [
-        "ceo", "headquarters", "founded", "net_profit", "product_version"])
-    undated_outdated_fraction: float = 0.5  # outdated contexts that carry no date at all
-
-    @model_validator(mode="after")
-    def _check(self) -> "WorldConfig":
-        if self.n_orgs < 4:
-            raise ValueError("n_orgs must be at least 4")
-        if self.known_fraction + self.context_only_fraction >= 1.0:
-            raise ValueError("known_fraction + context_only_fraction must leave room for unknown orgs")
-        from train.world import ATTRIBUTES  # light module, no heavy imports
-
-        bad = [a for a in self.attributes if a not in ATTRIBUTES]
-        if bad:
-            raise ValueError(f"unknown attribute(s) {bad} (known: {', '.join(ATTRIBUTES)})")
-        return self
 
 
 class SFTConfig(Strict):
@@ -105,8 +94,6 @@ class TrainConfig(Strict):
         if self.share_prefix and self.kind != "peft":
             raise ValueError("share_prefix is for the peft kind (ms-swift: swift.padding_free / packing)")
         if self.kind == "peft":
-            from train.peft_trainer import unsupported_args
-
             bad = unsupported_args(self.swift)
             if bad:
                 raise ValueError(f"swift.{bad[0]}: not implemented by the peft kind (use kind: swift)"

@@ -5,7 +5,13 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-from train.swift import TrainError, adapter_info, find_adapter, render
+from lorarag.train.swift import (
+    TrainError,
+    adapter_info,
+    find_adapter,
+    launch_env,
+    render,
+)
 
 
 def export_command(run: str, output_dir: str | None = None, runs_dir: str = "runs/train") -> list[str]:
@@ -33,7 +39,6 @@ def export(run: str, output_dir: str | None = None, runs_dir: str = "runs/train"
     env = dict(os.environ)
     env.setdefault("HF_HUB_OFFLINE", "1")
     env.setdefault("MODELSCOPE_OFFLINE", "1")
-    from train.swift import launch_env
 
     proc = subprocess.run(cmd, env=launch_env(env))
     out = cmd[cmd.index("--output_dir") + 1]

@@ -25,25 +25,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+from lorarag.rag.generate_hf import shared_len
+from lorarag.train.config import DEFAULTS
+from lorarag.train.sft import read_sft
+
 log = logging.getLogger(__name__)
-
-DEFAULTS: dict[str, Any] = {
-    "lora_rank": 32, "lora_alpha": 64, "lora_dropout": 0.0, "target_modules": "all-linear",
-    "learning_rate": 1e-3, "num_train_epochs": 1, "per_device_train_batch_size": 16,
-    "max_length": 512, "warmup_ratio": 0.05, "save_steps": 50, "torch_dtype": "bfloat16",
-    "weight_decay": 0.0, "lr_scheduler_type": "cosine", "max_steps": -1, "system": None,
-    "attn_impl": None, "target_regex": None, "truncation_strategy": "delete",
-}
-# ms-swift arguments this loop accepts without implementing, because they do not change what is
-# trained (the chat template comes from the tokenizer, as `template` names it for ms-swift).
-NOT_TRAINING = {"model_type", "template", "logging_steps", "report_to", "eval_steps", "save_total_limit",
-                "dataloader_num_workers", "dataset_num_proc", "check_model", "add_version"}
-
-
-def unsupported_args(args: dict[str, Any]) -> list[str]:
-    """ms-swift arguments in `args` that this loop would silently not honour (bf16 is honoured)."""
-    return sorted(k for k in args if k not in DEFAULTS and k not in NOT_TRAINING and k != "bf16")
-
 
 _ALL_LINEAR = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 
@@ -134,7 +120,6 @@ def train_peft(model_dir: str, dataset: str, output_dir: str, args: dict[str, An
     from tqdm import tqdm
     from transformers import AutoTokenizer
 
-    from train.sft import read_sft
 
     a = {**DEFAULTS, **args}
     out = Path(output_dir)
@@ -207,7 +192,6 @@ def train_peft(model_dir: str, dataset: str, output_dir: str, args: dict[str, An
 def shared_prefix(batch: list[tuple[list[int], list[int]]], min_tokens: int = 8) -> int:
     """Leading tokens every row of `batch` has in common, stopping before the position that
     predicts any row's first label (so no label falls in it); 0 when under `min_tokens` or one row."""
-    from rag.generate_hf import shared_len  # the same rule over each row's prompt (up to its first label)
 
     return shared_len([ids[:next(i for i, y in enumerate(lab) if y != -100)] for ids, lab in batch], min_tokens)
 
@@ -256,7 +240,7 @@ def _save(model, opt, folder: Path, step: int) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """`python -m train.peft_trainer --model M --dataset D --output_dir O --seed S --args JSON`."""
+    """`python -m lorarag.train.peft_trainer --model M --dataset D --output_dir O --seed S --args JSON`."""
     import argparse
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])

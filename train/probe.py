@@ -11,9 +11,19 @@ import re
 from dataclasses import dataclass
 from typing import Sequence
 
-from fallback.format import SYSTEM_CLOSED_BOOK, SYSTEM_RAG, SourceText, closed_book_user_turn, parse_reply, \
-    rag_user_turn
-from fallback.scenarios import Scenario
+from lorarag.fallback.format import (
+    SYSTEM_CLOSED_BOOK,
+    SYSTEM_RAG,
+    SourceText,
+    closed_book_user_turn,
+    parse_reply,
+    rag_user_turn,
+)
+from lorarag.scenarios.from_world import index_world, world_scenarios
+from lorarag.scenarios.records import Scenario
+from lorarag.scenarios.world import TEST_PHRASING, build_world
+from lorarag.train.sft import target
+from lorarag.train.swift import find_adapter
 
 
 def normalize(text: str) -> str:
@@ -84,7 +94,6 @@ def closed_book(model, tok, items: Sequence[tuple[str, str, Sequence[str]]]) -> 
 
 def conflict_aware(model, tok, scenarios: Sequence[Scenario], known_groups: set[str] | None = None) -> list[ProbeRow]:
     """Reply to each scenario; verdict vs the SFT target's verdict, answer vs the right answer."""
-    from train.sft import target
 
     chats = [[{"role": "system", "content": SYSTEM_RAG},
               {"role": "user", "content": rag_user_turn(s.question, [SourceText(p.text, p.date) for p in s.presented])}]
@@ -124,9 +133,6 @@ def probe_run(cfg, *, base: bool = False, limit: int = 0, out=None, conflicts: b
     import random
     from pathlib import Path
 
-    from train.scenarios_gen import index_world, world_scenarios
-    from train.swift import find_adapter
-    from train.world import TEST_PHRASING, build_world
 
     if cfg.world is None:
         raise ValueError(f"{cfg.run_name}: probe needs a world: section")

@@ -24,13 +24,28 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Sequence
 
-from fallback.format import (SYSTEM_CLOSED_BOOK, SYSTEM_RAG, UNKNOWN, SourceText, closed_book_user_turn,
-                             rag_reply, rag_user_turn)
-from fallback.scenarios import Scenario
-from rag.records import RecordError
-from train.config import SFTConfig
-from train.scenarios_gen import index_world, world_scenarios
-from train.world import DEV_PHRASING, TEST_PHRASING, World, closed_book_phrasings, phantom_questions
+from lorarag.core.errors import RecordError
+from lorarag.fallback.format import (
+    SYSTEM_CLOSED_BOOK,
+    SYSTEM_RAG,
+    UNKNOWN,
+    SourceText,
+    closed_book_user_turn,
+    rag_reply,
+    rag_user_turn,
+)
+from lorarag.scenarios.from_world import index_world, world_scenarios
+from lorarag.scenarios.records import Scenario, save_scenarios, validate_against_kb
+from lorarag.scenarios.world import (
+    DEV_PHRASING,
+    TEST_PHRASING,
+    World,
+    build_world,
+    closed_book_phrasings,
+    phantom_questions,
+    write_world,
+)
+from lorarag.train.config import SFTConfig
 
 TRAIN_GROUPS = ("known", "context_only")
 HELD_OUT_GROUPS = ("unknown", "unknown_dev")
@@ -186,8 +201,6 @@ def build_demo_data(world_cfg, sft_cfg: SFTConfig, out_dir: str | Path, train_pa
     {train,dev,test}.jsonl: train = training groups x training phrasings; dev = known facts
     (phrasing 2) + `unknown_dev` orgs; test = known facts (held-out phrasing 3) + `unknown` orgs.
     """
-    from fallback.scenarios import save_scenarios, validate_against_kb
-    from train.world import build_world, write_world
 
     out = Path(out_dir)
     world = build_world(world_cfg)

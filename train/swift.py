@@ -19,8 +19,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from rag.config import ConfigError, load_config
-from train.config import TrainConfig, check_swift_args
+from lorarag.core.config import load_config
+from lorarag.core.errors import ConfigError
+from lorarag.core.runinfo import start_run
+from lorarag.train.config import TrainConfig, check_swift_args
 
 # ms-swift 4.x flags that make a local, offline run work (see the measured-stack notes).
 SWIFT_DEFAULTS: dict[str, Any] = {
@@ -119,7 +121,7 @@ def swift_command(cfg: TrainConfig, resume_from: Path | None = None) -> list[str
 def peft_command(cfg: TrainConfig) -> list[str]:
     """The command of the CPU `peft` trainer kind (resumes by itself from its last checkpoint)."""
     out = run_dir(cfg) / "output"
-    return [sys.executable, "-m", "train.peft_trainer", "--model", cfg.model, "--dataset", cfg.dataset,
+    return [sys.executable, "-m", "lorarag.train.peft_trainer", "--model", cfg.model, "--dataset", cfg.dataset,
             "--output_dir", str(out), "--seed", str(cfg.seed), "--args", json.dumps(cfg.swift),
             *(["--share_prefix"] if cfg.share_prefix else [])]
 
@@ -170,7 +172,6 @@ def train(cfg: TrainConfig, *, dry_run: bool = False, config_path: str | None = 
     if changed:  # its checkpoints would be resumed under another recipe
         raise TrainError(f"{cfg.run_name}: {run_dir(cfg)} was trained with another config (differs in "
                          f"{', '.join(changed)}); remove it or name the run anew")
-    from lorarag.runinfo import start_run
 
     data = [cfg.dataset] + ([cfg.val_dataset] if cfg.val_dataset else [])
     rd = start_run(run_dir(cfg), cfg, seeds={"seed": cfg.seed}, data=data, command=cmd)

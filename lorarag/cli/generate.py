@@ -22,11 +22,12 @@ def ask_cmd(
     trace: Path = typer.Option(Path("runs/traces/ask.jsonl"), help="JSONL file the trace is appended to"),
 ) -> None:
     """Retrieve, rerank and answer QUESTION; print the answer and its sources."""
-    from lorarag.cli import UserError
-    from rag.config import RAGConfig, load_config
-    from rag.http import EndpointError
-    from rag.records import to_dict
-    from rag.system import build_rag_system
+    from lorarag.core.config import load_config
+    from lorarag.core.errors import UserError
+    from lorarag.rag.config import RAGConfig
+    from lorarag.rag.http import EndpointError
+    from lorarag.rag.records import to_dict
+    from lorarag.rag.system import build_rag_system
 
     if not question.strip():
         raise UserError("empty question")
@@ -63,10 +64,10 @@ def check_backends_cmd(
     min_rate: Optional[float] = typer.Option(None, help="exit 1 if any agreement rate is below"),
 ) -> None:
     """Run the same questions greedily through each backend; report the agreement rates."""
-    from lorarag.cli import UserError
-    from rag.backends_check import BackendsCheckConfig, check_backends
-    from rag.config import load_config
-    from rag.http import EndpointError
+    from lorarag.core.config import load_config
+    from lorarag.core.errors import UserError
+    from lorarag.rag.backends_check import BackendsCheckConfig, check_backends
+    from lorarag.rag.http import EndpointError
 
     cfg = load_config(config, BackendsCheckConfig)
     try:
@@ -98,7 +99,7 @@ def bench_rag_cmd(
     out: Path = typer.Option(Path("runs/bench/rag.json"), help="results JSON"),
 ) -> None:
     """On local vLLM servers: one request per item vs one batched call, for rerank/embed/answer."""
-    from bench.rag import run_bench
+    from lorarag.bench.rag import run_bench
 
     res = run_bench(models, candidates=candidates, chunks=chunks, questions=questions,
                     max_new_tokens=max_new_tokens, out=out)

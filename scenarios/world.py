@@ -21,16 +21,13 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-from rag.records import Chunk, Document
-from train import world_text as vocab
-from train.world_text import ARCHIVE, PROFILE, QUESTIONS, UNANSWERABLE
+from lorarag.core.errors import ConfigError
+from lorarag.rag.records import Chunk, Document, write_jsonl
+from lorarag.scenarios import world_text as vocab
+from lorarag.scenarios.config import WorldConfig
+from lorarag.scenarios.world_text import ARCHIVE, PROFILE, QUESTIONS, UNANSWERABLE
 
-if TYPE_CHECKING:
-    from train.config import WorldConfig
-
-ATTRIBUTES = ("ceo", "headquarters", "founded", "net_profit", "product_version")
 GROUPS = ("known", "context_only", "unknown_dev", "unknown")
 TRAIN_PHRASINGS = (0, 1)
 KNOWLEDGE_ONLY_PHRASINGS = (4, 5)  # closed-book rows only: more paraphrases of each fact
@@ -197,7 +194,6 @@ def _org_names(rng: random.Random, n: int, zh_fraction: float, taken: tuple[str,
 def phantom_questions(world: World, n: int, seed: int, zh_fraction: float = 0.2) -> list[tuple[str, tuple[str, ...]]]:
     """(org name, phrasings per attribute) of `n` organisations that exist nowhere: no stem prefix
     or character shared with any world name (so none resembles a held-out one); for refusal rows."""
-    from rag.config import ConfigError
 
     rng = random.Random(seed)
     try:
@@ -288,7 +284,6 @@ def _documents(org_id: str, name: str, lang: str, facts: list[Fact]) -> list[Doc
 
 def write_world(world: World, out_dir: str | Path) -> Path:
     """Write the Markdown documents and `facts.jsonl` under `out_dir`; returns the corpus folder."""
-    from rag.records import write_jsonl
 
     out = Path(out_dir)
     corpus = out / "corpus"

@@ -1,6 +1,6 @@
 """Stage 6b of `lorarag run`: every system on the real conflict sets of `extra_sets:`.
 
-Each set (ConflictNQ, ConflictQA; train/importers.py reads them) is evaluated as the demo world
+Each set (ConflictNQ, ConflictQA; scenarios/importers.py reads them) is evaluated as the demo world
 is, by the same systems and runner, with the same generator, adapter and gate:
 - its true passages are indexed on their own (`<run>/extra/<kind>/index`, the run's retrieval
   settings: BM25, dense or hybrid, then the reranker), so a `retrieved` system retrieves and then
@@ -15,17 +15,23 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
-from fallback.calibration import Echo, Parts
-from fallback.config import RunConfig
+from lorarag.core.errors import UserError
+from lorarag.eval.records import load_results
+from lorarag.eval.report import write_report
+from lorarag.scenarios.importers import load_set, set_file
+from lorarag.scenarios.records import save_scenarios
+from lorarag.study.config import ExtraSet, RunConfig
+from lorarag.study.contexts import ScenarioContexts
+from lorarag.study.evaluate import evaluate
+from lorarag.study.headline import set_table
+from lorarag.study.layout import Echo, Paths
+from lorarag.study.parts import Parts
+from lorarag.study.prepare import index_chunks, sample_cells
 
 
-def present_sets(cfg: RunConfig) -> list[Any]:
+def present_sets(cfg: RunConfig) -> list[ExtraSet]:
     """The extra sets whose data file exists; a missing required one is a one-line UserError."""
-    from lorarag.cli import UserError
-    from train.importers import set_file
-
     out = []
     for x in cfg.extra_sets:
         f = set_file(x.kind, x.path, x.split)
@@ -38,20 +44,12 @@ def present_sets(cfg: RunConfig) -> list[Any]:
 
 def check_extra_sets(cfg: RunConfig) -> list[Path]:
     """The data files of the present extra sets (hashed into run.json); fails on a missing required one."""
-    from train.importers import set_file
 
     return [set_file(x.kind, x.path, x.split) for x in present_sets(cfg)]
 
 
 def evaluate_extra_sets(cfg: RunConfig, parts: Parts, root: Path, adapter: Path | None, echo: Echo) -> None:
     """Evaluate every system on each extra set; write its report and echo its accuracy table."""
-    from eval.records import load_results
-    from eval.report import write_report
-    from fallback.headline import set_table
-    from fallback.pipeline import Paths, evaluate, index_chunks, sample_cells
-    from fallback.scenarios import save_scenarios
-    from fallback.systems import ScenarioContexts
-    from train.importers import load_set
 
     present = present_sets(cfg)
     world_retriever = parts.contexts.retriever if present else None

@@ -18,9 +18,19 @@ import re
 from dataclasses import dataclass, replace
 from typing import Callable, Iterable, Sequence
 
-from fallback.scenarios import PresentedChunk, Scenario
-from rag.records import Chunk, RecordError
-from train.world import DEV_PHRASING, TEST_PHRASING, TRAIN_PHRASINGS, VALUE_MAKERS, Fact, World
+from lorarag.core.errors import RecordError
+from lorarag.rag.config import BM25Config
+from lorarag.rag.index_parts import BM25Part
+from lorarag.rag.records import Chunk
+from lorarag.scenarios.records import PresentedChunk, Scenario
+from lorarag.scenarios.world import (
+    DEV_PHRASING,
+    TEST_PHRASING,
+    TRAIN_PHRASINGS,
+    VALUE_MAKERS,
+    Fact,
+    World,
+)
 
 # Which phrasings each split uses (see train/world.py).
 SPLIT_PHRASINGS = {"train": TRAIN_PHRASINGS, "dev": (DEV_PHRASING,), "test": (TEST_PHRASING,)}
@@ -35,8 +45,6 @@ Searcher = Callable[[list[str], int], list[list[str]]]  # queries, depth -> rank
 
 def bm25_searcher(chunks: Sequence[Chunk]) -> Searcher:
     """A BM25 searcher over `chunks` (rag.index.BM25Part, auto tokenizer: CJK bigrams)."""
-    from rag.config import BM25Config
-    from rag.index import BM25Part
 
     part = BM25Part.build([c.text for c in chunks], BM25Config())
     ids = [c.chunk_id for c in chunks]

@@ -17,12 +17,13 @@ def _eval(config: Path = typer.Argument(..., help="configs/eval/*.yaml"),
           limit: int = typer.Option(None, help="only the first N scenarios (overrides the config)"),
           out: Path = typer.Option(None, help="run directory (overrides out_dir)")) -> None:
     """Run a system over a scenario set; results.jsonl is written incrementally and resumes."""
-    from eval.config import EvalConfig, build_system
-    from eval.records import closed_book_map, load_results
-    from eval.report import write_report
-    from eval.runner import run_eval
-    from fallback.scenarios import load_scenarios
-    from rag.config import load_config
+    from lorarag.core.config import load_config
+    from lorarag.eval.config import EvalConfig
+    from lorarag.eval.records import closed_book_map, load_results
+    from lorarag.eval.report import write_report
+    from lorarag.eval.runner import run_eval
+    from lorarag.scenarios.records import load_scenarios
+    from lorarag.study.eval_system import build_eval_system
 
     cfg = load_config(config, EvalConfig)
     if limit is not None or out is not None:
@@ -32,11 +33,11 @@ def _eval(config: Path = typer.Argument(..., help="configs/eval/*.yaml"),
     if cfg.limit:
         scenarios = scenarios[:cfg.limit]
     cb = closed_book_map(load_results(cfg.closed_book_run)) if cfg.closed_book_run else None
-    system = build_system(cfg)
+    system = build_eval_system(cfg)
     items = run_eval(system, scenarios, cfg.out_dir, batch_size=cfg.batch_size, closed_book=cb,
                      config=cfg, data=[cfg.scenarios])
     if cfg.judge.enabled:
-        from eval.judge import judge_items, judge_summary
+        from lorarag.eval.judge import judge_items, judge_summary
 
         judged = judge_items(items, cfg.judge, Path(cfg.out_dir) / "judged.jsonl")
         typer.echo(f"judge: {judge_summary(judged)}")
@@ -54,9 +55,9 @@ def _compare(run_a: Path = typer.Argument(..., help="baseline run dir (or result
     from rich.console import Console
     from rich.table import Table
 
-    from eval.compare import compare_items, write_comparison
-    from eval.records import load_results
-    from lorarag.cli import UserError
+    from lorarag.core.errors import UserError
+    from lorarag.eval.compare import compare_items, write_comparison
+    from lorarag.eval.records import load_results
 
     try:
         c = compare_items(load_results(run_a), load_results(run_b), resamples=resamples, seed=seed)
@@ -84,8 +85,8 @@ def _report(runs: list[Path] = typer.Argument(..., help="run dirs (or results.js
             resamples: int = typer.Option(2000, help="bootstrap resamples (>= 1000)"),
             seed: int = typer.Option(0, help="bootstrap seed")) -> None:
     """Write metrics.json, report.md and a self-contained report.html for one or more runs."""
-    from eval.report import write_report
-    from lorarag.cli import UserError
+    from lorarag.core.errors import UserError
+    from lorarag.eval.report import write_report
 
     try:
         html = write_report(runs, out, resamples=resamples, seed=seed)
@@ -96,7 +97,7 @@ def _report(runs: list[Path] = typer.Argument(..., help="run dirs (or results.js
 
 def _bench(n: int = typer.Option(100_000, help="result items"), seed: int = typer.Option(0)) -> None:
     """Retrieval metrics over N items: vectorised numpy vs a per-item Python loop."""
-    from bench.eval import run
+    from lorarag.bench.eval import run
 
     r = run(n, seed)
     typer.echo(f"{r.n_items} items, 6 metrics x K=1,3,5,10 + MRR: vectorised {r.vector_s:.3f}s "

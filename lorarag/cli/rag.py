@@ -16,7 +16,8 @@ import typer
 
 
 def _load(config: Path):
-    from rag.config import RAGConfig, load_config
+    from lorarag.core.config import load_config
+    from lorarag.rag.config import RAGConfig
 
     return load_config(config, RAGConfig)
 
@@ -29,8 +30,8 @@ def _print_report(report, err: bool) -> None:
 
 def _build(cfg, strict: bool = False, err: bool = False):
     """Ingest, print the report, build the index; return the manifest."""
-    from rag.index import build_index
-    from rag.ingest import ingest
+    from lorarag.rag.index import build_index
+    from lorarag.rag.ingest import ingest
 
     corpus = cfg.corpus.model_copy(update={"strict": True}) if strict else cfg.corpus
     report = ingest(corpus)
@@ -57,10 +58,10 @@ def search_cmd(
     trace: Optional[Path] = typer.Option(None, help="trace path (default: INDEX_DIR/last-retrieval.json)"),
 ) -> None:
     """Print the chunks ranked for QUESTION and write the retrieval trace JSON."""
-    from lorarag.cli import UserError
-    from rag.index import check_chunker, read_manifest
-    from rag.records import to_dict
-    from rag.retrieve import load_retriever
+    from lorarag.core.errors import UserError
+    from lorarag.rag.index import check_chunker, read_manifest
+    from lorarag.rag.records import to_dict
+    from lorarag.rag.retrieve import load_retriever
 
     cfg = _load(config)
     if not question.strip():
@@ -108,7 +109,7 @@ def bench_retrieval_cmd(
     out: Path = typer.Option(Path("runs/bench/retrieval.json"), help="results JSON"),
 ) -> None:
     """Recall@5/10, MRR@10, nDCG@10 of our BM25 beside a plain character-bigram BM25."""
-    from bench.retrieval import run
+    from lorarag.bench.retrieval import run
 
     run(data_root, [d.strip() for d in datasets.split(",") if d.strip()], split, out)
 
@@ -121,7 +122,7 @@ def bench_speed_cmd(
     out: Path = typer.Option(Path("runs/bench/speed.json"), help="results JSON"),
 ) -> None:
     """Index build time and queries/s vs re-reading the corpus and re-fitting TF-IDF per query."""
-    from bench.speed import run
+    from lorarag.bench.speed import run
 
     run(n_chunks, n_queries, baseline_queries, dim, out)
 

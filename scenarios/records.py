@@ -2,7 +2,7 @@
 
 The record format is our own, stored as JSONL and loadable with `datasets`
 (`datasets.load_dataset("json", data_files=...)`). Generators (demo world, perturbation,
-importers) live in `train/`; the fallback system and `eval/` read these records.
+importers) live beside this module; the fallback system and `eval/` read these records.
 
 How a scenario meets retrieval: the knowledge base is the clean corpus. A scenario says what
 the context looks like in its world:
@@ -18,12 +18,22 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Iterable
+from typing import Iterable, Literal, get_args
 
-from rag.records import Chunk, RecordError, Retrieved, read_jsonl, register_nested, write_jsonl
+from lorarag.core.errors import RecordError
+from lorarag.rag.records import (
+    Chunk,
+    Retrieved,
+    read_jsonl,
+    register_nested,
+    write_jsonl,
+)
 
-SCENARIO_TYPES = ("consistent", "factual_error", "outdated", "irrelevant", "unanswerable")
-KNOWLEDGE_SPLITS = ("known", "unknown")
+# The one definition of the scenario types and knowledge splits (configs take the Literals).
+ScenarioName = Literal["consistent", "factual_error", "outdated", "irrelevant", "unanswerable"]
+KnowledgeName = Literal["known", "unknown"]
+SCENARIO_TYPES: tuple[str, ...] = get_args(ScenarioName)
+KNOWLEDGE_SPLITS: tuple[str, ...] = get_args(KnowledgeName)
 
 
 @dataclass(frozen=True)

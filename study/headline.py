@@ -10,9 +10,17 @@ from __future__ import annotations
 import math
 from typing import Any, Mapping, Sequence
 
-from eval.conflict_metrics import (SCENARIO_ORDER, accuracy, context_bias, detector, fallback_success, gold_f1,
-                                   over_fallback, sides_with_source)
-from eval.records import ItemResult
+from lorarag.eval.conflict_metrics import (
+    accuracy,
+    context_bias,
+    detector,
+    fallback_success,
+    gold_f1,
+    over_fallback,
+    sides_with_source,
+)
+from lorarag.eval.records import ItemResult
+from lorarag.scenarios.records import SCENARIO_TYPES
 
 
 def _first(cfg: Any, results: Mapping[str, Sequence[ItemResult]], kind: str) -> tuple[str, list[ItemResult]] | None:
@@ -36,7 +44,7 @@ def _acc(items: Sequence[ItemResult]) -> str:
     if not items:
         return "–"
     a = accuracy(items)
-    return f"{a['value']:.2f} [{a['lo']:.2f}, {a['hi']:.2f}] (n={a['n']})"
+    return f"{a.value:.2f} [{a.lo:.2f}, {a.hi:.2f}] (n={a.n})"
 
 
 def _num(x: float) -> str:
@@ -50,13 +58,13 @@ def targets(base: Sequence[ItemResult], lora: Sequence[ItemResult]) -> list[tupl
     """(target, measured, met) for every target of the CPU demo."""
     def acc(items, s, k):
         sel = _cell(items, s, k)
-        return accuracy(sel)["value"] if sel else math.nan
+        return accuracy(sel).value if sel else math.nan
 
     def auroc(items, k, pos=None):
         sel = [r for r in items if r.knowledge == k]
-        return detector(sel, pos)["auroc"] if sel else math.nan
+        return detector(sel, pos).auroc if sel else math.nan
 
-    ofb = over_fallback([r for r in lora if r.knowledge == "unknown"])["value"]
+    ofb = over_fallback([r for r in lora if r.knowledge == "unknown"]).value
     fe_unknown = auroc(lora, "unknown", ["factual_error"])
     rows = [
         (f"{BASE_TARGET}, consistent (known) >= 0.9", acc(base, "consistent", "known"), lambda v: v >= 0.9),
@@ -85,7 +93,7 @@ def headline_markdown(cfg: Any, results: Mapping[str, Sequence[ItemResult]]) -> 
              "| scenario | knowledge | " + " | ".join(f"{n} accuracy [95% CI]" for n, _ in names) + " |",
              "|---|---|" + "---|" * len(names)]
     knows = sorted({r.knowledge for _, items in names for r in items})
-    for s in SCENARIO_ORDER:
+    for s in SCENARIO_TYPES:
         for k in knows:
             cells = [_cell(items, s, k) for _, items in names]
             if any(cells):
@@ -95,11 +103,11 @@ def headline_markdown(cfg: Any, results: Mapping[str, Sequence[ItemResult]]) -> 
                          ("fallback success (known)", fallback_success, "known"),
                          ("over-fallback, consistent (known)", over_fallback, "known"),
                          ("over-fallback, consistent (unknown)", over_fallback, "unknown")):
-        vals = [fn([r for r in items if r.knowledge == k])["value"] for _, items in names]
+        vals = [fn([r for r in items if r.knowledge == k]).value for _, items in names]
         lines.append(f"| {label} | " + " | ".join(_num(v) for v in vals) + " |")
     for k in knows:
         for pos in (None, "factual_error", "outdated", "irrelevant"):
-            vals = [detector([r for r in items if r.knowledge == k], [pos] if pos else None)["auroc"]
+            vals = [detector([r for r in items if r.knowledge == k], [pos] if pos else None).auroc
                     for _, items in names]
             lines.append(f"| detector AUROC ({k}, {pos or 'all flawed'}) | " +
                          " | ".join(_num(v) for v in vals) + " |")
@@ -109,13 +117,13 @@ def headline_markdown(cfg: Any, results: Mapping[str, Sequence[ItemResult]]) -> 
                      f"| invalid replies | {inv} of {len(lora[1])} |")
     others = [n for n in results if n not in {x for x, _ in names}]
     if others:
-        lines += ["", "| other system | " + " | ".join(f"{s} ({k})" for s in SCENARIO_ORDER for k in knows
+        lines += ["", "| other system | " + " | ".join(f"{s} ({k})" for s in SCENARIO_TYPES for k in knows
                                                         if any(_cell(results[o], s, k) for o in others)) + " |"]
-        cols = [(s, k) for s in SCENARIO_ORDER for k in knows if any(_cell(results[o], s, k) for o in others)]
+        cols = [(s, k) for s in SCENARIO_TYPES for k in knows if any(_cell(results[o], s, k) for o in others)]
         lines.append("|---|" + "---|" * len(cols))
         for o in others:
             lines.append(f"| {o} | " + " | ".join(
-                _num(accuracy(_cell(results[o], s, k))["value"]) if _cell(results[o], s, k) else "–"
+                _num(accuracy(_cell(results[o], s, k)).value) if _cell(results[o], s, k) else "–"
                 for s, k in cols) + " |")
     if base is not None and lora is not None:
         lines += ["", "### Targets", "", "| target | measured | met |", "|---|---|---|"]
@@ -133,10 +141,10 @@ def set_table(title: str, results: Mapping[str, Sequence[ItemResult]]) -> str:
              "| over-fallback | detector AUROC |", "|---|---|---|---|---|---|---|"]
     for name, items in results.items():
         judged = any(r.flag_score is not None for r in items)
-        extra = [_num(over_fallback(items)["value"]), _num(detector(items)["auroc"])] if judged else ["–", "–"]
-        cells = [(s, k) for s in SCENARIO_ORDER for k in sorted({r.knowledge for r in items}) if _cell(items, s, k)]
+        extra = [_num(over_fallback(items).value), _num(detector(items).auroc)] if judged else ["–", "–"]
+        cells = [(s, k) for s in SCENARIO_TYPES for k in sorted({r.knowledge for r in items}) if _cell(items, s, k)]
         for i, (s, k) in enumerate(cells):
             sel = _cell(items, s, k)
             lines.append(f"| {name} | {s} ({k}) | {_acc(sel)} | {_num(gold_f1(sel))} | "
-                         f"{_num(sides_with_source(sel)['value'])} | " + " | ".join(extra if i == 0 else ["", ""]) + " |")
+                         f"{_num(sides_with_source(sel).value)} | " + " | ".join(extra if i == 0 else ["", ""]) + " |")
     return "\n".join(lines) + "\n"

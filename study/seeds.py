@@ -3,7 +3,7 @@ its table moves between them.
 
 One training seed is one draw of the LoRA's initialisation and batch order. A table that meets
 every target at one seed need not at another (measured on the CPU demo: docs/research-log.md,
-session 5 §8), so a claim about a recipe needs several. Each seed is a full `lorarag run`: the
+E5.8), so a claim about a recipe needs several. Each seed is a full `lorarag run`: the
 config's own `train.seed` keeps its run and training names (an existing run is reused); any other
 seed `k` runs as `<name>-seed<k>` with training run `<run_name>-seed<k>`. The world, SFT rows
 and index do not depend on the training seed and are shared. Systems that do not use the adapter
@@ -27,10 +27,14 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from fallback.calibration import Echo
-from fallback.config import RunConfig
-from fallback.headline import BASE_TARGET
-from rag.config import ConfigError
+from lorarag.core.errors import ConfigError
+from lorarag.core.runinfo import start_run
+from lorarag.eval.records import load_results
+from lorarag.fallback.gate import GATE_FILE
+from lorarag.study.calibration import Echo
+from lorarag.study.config import RunConfig
+from lorarag.study.headline import BASE_TARGET, pair_names, targets
+from lorarag.study.pipeline import Paths, find_adapter, run
 
 
 @dataclass(frozen=True)
@@ -133,10 +137,6 @@ def seeds_markdown(seeds: Sequence[int], rows: Sequence[SeedRow], gates: Mapping
 def run_seeds(cfg: RunConfig, seeds: Sequence[int], *, fresh: bool = False, dry_run: bool = False,
               echo: Echo = print) -> str | None:
     """Run `cfg` once per seed (see module docstring) and write the summary; returns its Markdown."""
-    from eval.records import load_results
-    from fallback.gate import GATE_FILE
-    from fallback.headline import pair_names, targets
-    from fallback.pipeline import Paths, find_adapter, run
 
     if not seeds or len(set(seeds)) != len(seeds):
         raise ValueError(f"seeds must be distinct and non-empty, got {list(seeds)}")
@@ -149,7 +149,6 @@ def run_seeds(cfg: RunConfig, seeds: Sequence[int], *, fresh: bool = False, dry_
             echo(f"seed {s}: lorarag run as '{c.name}', training run '{c.train.run_name}'")
             run(c, fresh=fresh, dry_run=True, echo=echo)
         return None
-    from lorarag.runinfo import start_run
 
     out = Path(cfg.runs_dir) / f"{cfg.name}-seeds"
     start_run(out, cfg, seeds={"run": cfg.seed, "world": cfg.train.world.seed, "eval": cfg.eval.seed,

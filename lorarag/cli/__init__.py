@@ -14,7 +14,8 @@ from pathlib import Path
 
 import typer
 
-from rag.config import ConfigError, load_config
+from lorarag.core.config import load_config
+from lorarag.core.errors import ConfigError, UserError
 
 # Offline by design: no hub downloads, here or in CI.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -34,14 +35,15 @@ app.add_typer(bench_app, name="bench")
 
 # Which schema validates which folder of configs/ ("module:Class", imported lazily).
 CONFIG_SCHEMAS: dict[str, str] = {
-    "rag": "rag.config:RAGConfig",
-    "train": "train.config:TrainConfig",
-    "eval": "eval.config:EvalConfig",
-    "run": "fallback.config:RunConfig",
-    "check": "rag.backends_check:BackendsCheckConfig",
+    "rag": "lorarag.rag.config:RAGConfig",
+    "train": "lorarag.train.config:TrainConfig",
+    "eval": "lorarag.eval.config:EvalConfig",
+    "run": "lorarag.study.config:RunConfig",
+    "check": "lorarag.rag.backends_check:BackendsCheckConfig",
 }
 
-_SUBCOMMAND_MODULES = ("rag.cli", "rag.cli_generate", "train.cli", "eval.cli", "fallback.cli")
+_SUBCOMMAND_MODULES = ("lorarag.cli.rag", "lorarag.cli.generate", "lorarag.cli.train", "lorarag.cli.eval",
+                       "lorarag.cli.study")
 
 
 def schema_for(path: Path) -> type:
@@ -86,19 +88,14 @@ for _mod in _SUBCOMMAND_MODULES:
     _m.register(app, bench_app)
 
 
-class UserError(Exception):
-    """An error caused by the user's input: printed as one line, no traceback."""
-
-
 def main() -> None:
     """Entry point: run the app, turning user errors into one-line messages and exit 2."""
     logging.basicConfig(level=os.environ.get("LORARAG_LOG", "INFO"),
                         format="%(levelname)s %(name)s: %(message)s")
-    from rag.records import RecordError
 
     try:
         app()
-    except (ConfigError, RecordError, UserError, FileNotFoundError) as exc:
+    except (UserError, FileNotFoundError) as exc:
         typer.echo(f"error: {exc}", err=True)
         sys.exit(2)
 

@@ -16,8 +16,14 @@ import json
 import re
 from pathlib import Path
 
-from fallback.scenarios import PresentedChunk, Scenario, save_scenarios, validate_against_kb
-from rag.records import Chunk, RecordError, write_jsonl
+from lorarag.core.errors import RecordError
+from lorarag.rag.records import Chunk, write_jsonl
+from lorarag.scenarios.records import (
+    PresentedChunk,
+    Scenario,
+    save_scenarios,
+    validate_against_kb,
+)
 
 _NEG = re.compile(r"\b(not|no|never|cannot|neither|nor)\b|n't\b", re.IGNORECASE)
 

@@ -32,7 +32,7 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
                       new_tokens: int = typer.Option(24, help="new tokens per prompt"),
                       out: Path = typer.Option(Path("runs/bench/cpu.json"), help="results JSON")) -> None:
         """LoRA step and generation speed of the CPU-demo settings beside the slow baselines."""
-        from bench.cpu import run
+        from lorarag.bench.cpu import run
 
         run(model, steps, batch, n_gen, new_tokens, out)
 
@@ -40,8 +40,8 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
     def world_cmd(out: Path = typer.Option(Path("data/generated/demo"), help="output folder"),
                   seed: int = typer.Option(0), n_orgs: int = typer.Option(40, "--n-orgs")) -> None:
         """Write the seeded demo world: corpus/*.md, facts.jsonl, chunks.jsonl."""
-        from train.config import WorldConfig
-        from train.world import build_world, write_world
+        from lorarag.scenarios.config import WorldConfig
+        from lorarag.scenarios.world import build_world, write_world
 
         world = build_world(WorldConfig(seed=seed, n_orgs=n_orgs))
         corpus = write_world(world, out)
@@ -50,10 +50,10 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
     @app.command("sft")
     def sft_cmd(config: Path = typer.Argument(..., help="configs/train/*.yaml with world: and sft:")) -> None:
         """Build world, scenario splits and SFT JSONL for a train config (leak-checked)."""
-        from lorarag.cli import UserError
-        from train.config import SFTConfig
-        from train.sft import build_demo_data, read_sft
-        from train.swift import load_train_config
+        from lorarag.core.errors import UserError
+        from lorarag.train.config import SFTConfig
+        from lorarag.train.sft import build_demo_data, read_sft
+        from lorarag.train.swift import load_train_config
 
         cfg = load_train_config(config)
         if cfg.world is None:
@@ -68,9 +68,9 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
                   dry_run: bool = typer.Option(False, "--dry-run", help="print the exact command, run nothing"),
                   slurm: Path = typer.Option(None, "--slurm", help="write an sbatch script here and exit")) -> None:
         """Train a LoRA (ms-swift, or the CPU peft loop); resumes from the last checkpoint."""
-        from train.config import SFTConfig
-        from train.sft import build_demo_data
-        from train.swift import load_train_config, slurm_script, train
+        from lorarag.train.config import SFTConfig
+        from lorarag.train.sft import build_demo_data
+        from lorarag.train.swift import load_train_config, slurm_script, train
 
         cfg = load_train_config(config)
         if slurm is not None:
@@ -81,7 +81,7 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
         if not dry_run and cfg.world is not None and not Path(cfg.dataset).is_file():
             build_demo_data(cfg.world, cfg.sft or SFTConfig(), _data_dir(cfg), cfg.dataset, cfg.val_dataset)
         if not dry_run and Path(cfg.model).name == "smollm2-135m-instruct":
-            from train.smollm2 import ensure_smollm2
+            from lorarag.train.smollm2 import ensure_smollm2
 
             ensure_smollm2(cfg.model)
         result = train(cfg, dry_run=dry_run, config_path=str(config))
@@ -93,7 +93,7 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
                    runs_dir: str = typer.Option("runs/train"),
                    dry_run: bool = typer.Option(False, "--dry-run")) -> None:
         """Merge the LoRA into the base model (swift export --merge_lora true)."""
-        from train.export import export
+        from lorarag.train.export import export
 
         typer.echo(export(run, out, runs_dir, dry_run))
 
@@ -104,8 +104,8 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
                   out: Path = typer.Option(None, help="write the rows as JSONL here"),
                   conflicts: bool = typer.Option(True, help="also the conflict-aware scenarios")) -> None:
         """Closed-book accuracy (held-out phrasing) and conflict-aware accuracy on the test split."""
-        from train.probe import probe_run
-        from train.swift import load_train_config
+        from lorarag.train.probe import probe_run
+        from lorarag.train.swift import load_train_config
 
         summary = probe_run(load_train_config(config), base=base, limit=limit, out=out, conflicts=conflicts)
         typer.echo(json.dumps(summary, indent=2))
@@ -116,7 +116,7 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
                    data: Path = typer.Option(Path("../shared/data"), help="the shared data folder"),
                    split: str = typer.Option("test", help="conflictnq split: test or val")) -> None:
         """Convert a shared conflict data set into scenario records (+ its KB chunks next to it)."""
-        from train.importers import import_set
+        from lorarag.scenarios.importers import import_set
 
         n = import_set(name, data, out, split=split)
         typer.echo(f"{n} scenarios -> {out}")

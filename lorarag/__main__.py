@@ -1,0 +1,5 @@
+"""`python -m lorarag ...`: the console script."""
+
+from lorarag.cli import main
+
+main()

@@ -1,0 +1,1 @@
+"""Shared core below every layer: config base and loading, errors, run provenance."""

@@ -1,0 +1,40 @@
+"""The generator registry: `kind:` -> backend, each wrapped in the memo (rag/memo.py).
+
+Backends live in their own modules and import torch / vLLM / HTTP clients only when built.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from lorarag.rag.config import GeneratorConfig
+from lorarag.rag.generate import Generator
+from lorarag.rag.generate_hf import TransformersGenerator
+from lorarag.rag.generate_openai import OpenAIGenerator
+from lorarag.rag.generate_vllm import VLLMGenerator
+from lorarag.rag.memo import MemoGenerator
+
+
+def _transformers(cfg: GeneratorConfig) -> Generator:
+    return TransformersGenerator(cfg)
+
+
+def _openai(cfg: GeneratorConfig) -> Generator:
+    return OpenAIGenerator(cfg)
+
+
+def _vllm(cfg: GeneratorConfig) -> Generator:
+    return VLLMGenerator(cfg)
+
+
+GENERATORS: dict[str, Callable[[GeneratorConfig], Generator]] = {
+    "transformers": _transformers,
+    "vllm": _vllm,
+    "openai": _openai,
+}
+
+
+def build_generator(cfg: GeneratorConfig) -> Generator:
+    """The generator for `cfg.kind` (registry lookup; heavy imports happen in its __init__), with
+    repeated greedy requests answered from its memo (rag/memo.py)."""
+    return MemoGenerator(GENERATORS[cfg.kind](cfg))

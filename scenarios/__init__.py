@@ -1,0 +1,1 @@
+"""Scenario and data layer: scenario records, the demo world, scenario generators, importers."""

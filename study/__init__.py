@@ -1,0 +1,1 @@
+"""The study layer: world or knowledge base -> index -> train -> calibrate -> evaluate -> report."""

@@ -1,0 +1,72 @@
+"""Stage 5 of a run: the self-knowledge gate's threshold, tuned on the DEV split only.
+
+`calibrate_gate` reads the gate's doubt score (the closed-book answer's NLL) on dev known facts
+(asked in wordings training left out) and never-learned facts, and saves the threshold as
+gate.json next to the adapter, so test items never tune it.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from lorarag.core.errors import ConfigError
+from lorarag.fallback.gate import (
+    GATE_FILE,
+    GateCalibration,
+    calibrate_claimed,
+    fixed_threshold,
+    generator_id,
+    load_gate,
+    reusable_gate,
+    threshold_in_use,
+)
+from lorarag.fallback.system import Detector
+from lorarag.scenarios.records import Scenario
+from lorarag.study.config import RunConfig
+from lorarag.study.layout import Echo
+from lorarag.study.parts import Parts
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class GateReading:
+    """What stage 5 decided: the threshold the systems use and the calibration behind it."""
+
+    threshold: float | None  # None: the gate is off
+    calibration: GateCalibration | None  # None: the threshold is fixed by the config
+
+
+def calibrate_gate(cfg: RunConfig, parts: Parts, adapter: Path, dev_known: list[Scenario],
+                   dev_unseen: list[Scenario], echo: Echo, *, force: bool = False) -> GateReading:
+    """The gate's doubt score on the dev split -> threshold, saved as gate.json next to the adapter
+    (a saved one is reused when it was read by the same rule, generator and dev sizes)."""
+    g = cfg.fallback.gate
+    if g.threshold is not None and not force:
+        return GateReading(fixed_threshold(g), None)
+    if (adapter / GATE_FILE).is_file() and not force:
+        try:
+            cal = load_gate(adapter)
+        except ConfigError as exc:  # our own cache file, from an older format: read the dev split again
+            log.warning("%s; calibrating afresh", exc)
+        else:
+            if reusable_gate(cal, g, cfg.rag.generator, len(dev_known), len(dev_unseen)):
+                echo(f"          reusing gate calibration from {adapter / GATE_FILE}")
+                return GateReading(threshold_in_use(cal, g), cal)
+    det = Detector(parts.generator, parts.first_tokens, cfg.fallback, None)
+    readings: list[list[float | None]] = []  # None: the closed-book answer declined
+    for label, items in (("known", dev_known), ("never-learned", dev_unseen)):
+        vals: list[float | None] = []
+        for s in range(0, len(items), 32):
+            vals.extend(det.gate_scores([x.question for x in items[s:s + 32]]))
+            echo(f"          dev {label}: {min(s + 32, len(items))}/{len(items)}")
+        readings.append(vals)
+    cal = replace(calibrate_claimed(readings[0], readings[1], rule=g.rule, target=g.target),
+                  generator=generator_id(cfg.rag.generator))
+    if cal.known_declined or cal.unseen_declined:
+        echo(f"          declined closed-book (\"unknown\", left out of the fit): known "
+             f"{cal.known_declined}/{cal.n_known}, never-learned {cal.unseen_declined}/{cal.n_unseen}")
+    cal.save(adapter)
+    return GateReading(threshold_in_use(cal, g), cal)

@@ -1,0 +1,62 @@
+"""The system `lorarag eval` runs: built from what `lorarag run` left (index, adapter, gate.json).
+
+Nothing is rebuilt: the world is regenerated in memory from its seed (it is deterministic and the
+scenarios name its chunk ids), the index is opened as `lorarag run` wrote it, and the gate's
+threshold is read from the adapter's gate.json; a missing or stale piece is a one-line error.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from lorarag.core.config import load_config, validate_data
+from lorarag.core.errors import ConfigError
+from lorarag.eval.config import EvalConfig
+from lorarag.fallback.gate import (
+    GATE_FILE,
+    fixed_threshold,
+    gate_mismatch,
+    load_gate,
+    threshold_in_use,
+)
+from lorarag.rag.index import IndexMismatch
+from lorarag.rag.retrieve import load_retriever
+from lorarag.scenarios.world import build_world
+from lorarag.study.config import RunConfig, SystemConfig
+from lorarag.study.parts import build_parts
+from lorarag.study.systems import ScenarioSystem, build_system
+from lorarag.study.training import find_adapter
+
+
+def build_eval_system(cfg: EvalConfig) -> ScenarioSystem:
+    """The system for `lorarag eval`: models, index and adapter of the run config in `components`.
+
+    The gate is used only if its saved dev calibration passed `gate.min_auroc`, as in the run itself.
+    """
+    if cfg.components is None:
+        raise ConfigError("eval config: `components:` must name a run config (configs/run/*.yaml) "
+                          f"to build the {cfg.system['kind']} system from")
+    run_cfg = load_config(cfg.components, RunConfig)
+    sc = validate_data(cfg.system, SystemConfig, "eval config: system")
+    adapter = find_adapter(run_cfg)
+    if sc.uses_adapter and adapter is None:
+        raise ConfigError(f"system {sc.name!r} needs the trained adapter of run "
+                          f"'{run_cfg.train.run_name}': run `lorarag run {cfg.components}` first")
+    world = build_world(run_cfg.train.world)
+    try:
+        retriever = load_retriever(run_cfg.rag.index, run_cfg.rag.retrieval, run_cfg.rag.embedder)
+    except (FileNotFoundError, IndexMismatch) as exc:
+        raise ConfigError(f"{run_cfg.rag.index.dir}: no usable index of run '{run_cfg.name}' ({exc}): "
+                          f"run `lorarag run {cfg.components}` first") from None
+    parts = build_parts(run_cfg, retriever, adapter, world.chunks())
+    gate = run_cfg.fallback.gate
+    threshold = None
+    if gate.threshold is not None:
+        threshold = fixed_threshold(gate)
+    elif adapter is not None and (adapter / GATE_FILE).is_file():
+        cal = load_gate(adapter)
+        if gate.enabled and (stale := gate_mismatch(cal, gate, run_cfg.rag.generator)):
+            raise ConfigError(f"{adapter / GATE_FILE}: calibrated with {'; '.join(stale)}: "
+                              f"run `lorarag calibrate {cfg.components}` first")
+        threshold = threshold_in_use(cal, gate)
+    return build_system(sc, replace(parts, gate_threshold=threshold))

@@ -1,0 +1,81 @@
+"""Stages 6-7 of a run: every system on the test items (resumable, stamped), then the report."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import shutil
+from pathlib import Path
+
+from lorarag.eval.records import closed_book_map, load_results
+from lorarag.eval.report import write_report
+from lorarag.eval.runner import run_eval
+from lorarag.scenarios.records import Scenario
+from lorarag.study.config import RunConfig, SystemConfig
+from lorarag.study.headline import headline_markdown, pair_names
+from lorarag.study.layout import Echo, Paths
+from lorarag.study.parts import Parts
+from lorarag.study.systems import build_system
+
+log = logging.getLogger(__name__)
+
+
+def system_stamp(cfg: RunConfig, sc: SystemConfig, test: list[Scenario], adapter: Path | None,
+                 gate: float | None) -> dict:
+    """What a system's results depend on: a results folder with another stamp is redone."""
+    stamp = {"system": sc.model_dump(), "generator": cfg.rag.generator.model_dump(),
+             "retrieval": cfg.rag.retrieval.model_dump(),
+             "items": hashlib.sha256("\n".join(s.qid for s in test).encode()).hexdigest()[:16]}
+    if sc.uses_adapter:
+        stamp["adapter"] = str(adapter.resolve()) if adapter is not None else None
+    if sc.kind == "lora_rag":
+        stamp["gate"] = gate
+    if sc.kind in ("lora_rag", "prompted_detection"):  # prompted detection runs without a gate
+        stamp["fallback"] = cfg.fallback.model_dump(exclude={"gate"} if sc.kind == "prompted_detection" else None)
+    return stamp
+
+
+def evaluate(cfg: RunConfig, parts: Parts, test: list[Scenario], paths: Paths, adapter: Path | None,
+             systems: list[SystemConfig] | None = None) -> dict[str, Path]:
+    """Closed-book systems first (their answers feed the bias metrics), then the rest.
+
+    Each system's folder keeps a stamp of what its results depend on (model, adapter, gate,
+    items); a changed stamp means that system is evaluated afresh, the others resume.
+    """
+    closed: dict[str | None, dict[str, str]] = {}
+    out: dict[str, Path] = {}
+    lora = cfg.fallback.detector.adapter
+    for sc in sorted(systems or cfg.systems, key=lambda s: s.kind != "closed_book"):
+        folder = paths.eval / sc.name
+        stamp = system_stamp(cfg, sc, test, adapter, parts.gate_threshold)
+        marker = folder / "stamp.json"
+        if folder.exists() and (not marker.exists() or json.loads(marker.read_text(encoding="utf-8")) != stamp):
+            log.info("%s: model, adapter, gate or items changed: evaluating it afresh", sc.name)
+            shutil.rmtree(folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        marker.write_text(json.dumps(stamp, indent=1), encoding="utf-8")
+        model = sc.adapter if sc.kind == "closed_book" else (lora if sc.kind == "lora_rag" else None)
+        results = run_eval(build_system(sc, parts), test, folder, closed_book=closed.get(model), config=cfg,
+                           batch_size=32)
+        if sc.kind == "closed_book":
+            closed[sc.adapter] = closed_book_map(results)
+        out[sc.name] = folder
+    return out
+
+
+def report(cfg: RunConfig, paths: Paths, runs: dict[str, Path], echo: Echo) -> str:
+    """The comparison report (eval.report: all systems, and the base-vs-LoRA pair) + headline."""
+    results = {name: load_results(p) for name, p in runs.items()}
+    title = f"lorarag run {cfg.name}"
+    write_report(results, paths.report, resamples=cfg.eval.bootstrap, seed=cfg.eval.seed, title=title)
+    pair = pair_names(cfg, results)
+    if pair is not None:
+        write_report({n: results[n] for n in pair}, paths.report / "base-vs-lora",
+                     resamples=cfg.eval.bootstrap, seed=cfg.eval.seed, title=f"{title}: {pair[1]} vs {pair[0]}")
+    table = headline_markdown(cfg, results)
+    (paths.report / "headline.md").write_text(table, encoding="utf-8")
+    echo(table)
+    echo(f"report: {paths.report / 'report.html'}"
+         + (f" and {paths.report / 'base-vs-lora' / 'report.html'}" if pair else ""))
+    return table

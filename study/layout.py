@@ -1,0 +1,48 @@
+"""Where one run's artefacts live, and the step banners of a long run."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+Echo = Callable[[str], None]
+
+STEPS = ("world", "index", "scenarios", "train", "calibrate", "evaluate", "report")
+
+
+@dataclass(frozen=True)
+class Paths:
+    """Where one run's artefacts live."""
+
+    root: Path
+
+    @property
+    def world(self) -> Path:
+        return self.root / "world"
+
+    @property
+    def scenarios(self) -> Path:
+        return self.root / "scenarios"
+
+    @property
+    def eval(self) -> Path:
+        return self.root / "eval"
+
+    @property
+    def report(self) -> Path:
+        return self.root / "report"
+
+
+class Progress:
+    """Step banners with elapsed wall time, so a long run is visible throughout."""
+
+    def __init__(self, echo: Echo) -> None:
+        self.echo = echo
+        self.t0 = time.perf_counter()
+
+    def step(self, name: str, what: str) -> None:
+        """Print `[i/7] name what (t=…s)`."""
+        i = STEPS.index(name) + 1
+        self.echo(f"[{i}/{len(STEPS)}] {name:<9} {what}   (t={time.perf_counter() - self.t0:.0f}s)")

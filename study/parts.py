@@ -1,0 +1,69 @@
+"""The components every scenario system shares, built once: generator, RAGSystem, contexts."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from lorarag.fallback.config import FallbackConfig
+from lorarag.fallback.verdict import label_first_tokens
+from lorarag.rag.config import GeneratorConfig, RAGConfig
+from lorarag.rag.generate import Generator
+from lorarag.rag.generators import build_generator
+from lorarag.rag.prompt import PromptBuilder
+from lorarag.rag.records import Chunk
+from lorarag.rag.rerank import Reranker, build_reranker
+from lorarag.rag.retrieve import Retriever
+from lorarag.rag.system import RAGSystem
+from lorarag.study.config import RunConfig
+from lorarag.study.contexts import ScenarioContexts
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
+
+
+@dataclass(frozen=True)
+class Parts:
+    """Components built once and injected into every scenario system."""
+
+    generator: Generator
+    first_tokens: dict[str, str]  # verdict label -> its first token (fallback/verdict.py)
+    fallback: FallbackConfig
+    rag: RAGSystem
+    contexts: ScenarioContexts
+    gate_threshold: float | None = None  # None: the gate is off (or not yet calibrated)
+
+
+def with_adapter_name(gen_cfg: GeneratorConfig, adapter_path: str, name: str = "lora") -> GeneratorConfig:
+    """The generator config with the trained adapter declared under `name`."""
+    return gen_cfg.model_copy(update={"adapters": {**gen_cfg.adapters, name: adapter_path}})
+
+
+def build_parts(cfg: RunConfig, retriever: Retriever | None, adapter: Path | None, kb: list[Chunk]) -> Parts:
+    """One generator (base + the trained adapter, if any), the RAGSystem and the scenario contexts
+    (`kb`: the clean knowledge base's chunks, for the oracle)."""
+    name = cfg.fallback.detector.adapter or "lora"
+    gen_cfg = cfg.rag.generator if adapter is None else with_adapter_name(cfg.rag.generator, str(adapter), name)
+    generator = build_generator(gen_cfg)
+    reranker = None
+    if cfg.rag.reranker is not None:
+        reranker = build_reranker(cfg.rag.reranker)
+    rag = _rag_system(cfg.rag.model_copy(update={"generator": gen_cfg}), retriever, reranker, generator)
+    ctx = ScenarioContexts(retriever, reranker, cfg.rag.retrieval, {c.chunk_id: c for c in kb})
+    return Parts(generator, label_first_tokens(_tokenizer(cfg, generator)), cfg.fallback, rag, ctx)
+
+
+def _rag_system(rag_cfg: RAGConfig, retriever: Retriever | None, reranker: Reranker | None,
+                generator: Generator) -> RAGSystem:
+    return RAGSystem(retriever, generator, PromptBuilder(rag_cfg.prompt), rag_cfg.retrieval, reranker=reranker)
+
+
+def _tokenizer(cfg: RunConfig, generator: Generator) -> PreTrainedTokenizerBase:
+    """The generator's own tokenizer; a local one for a server-side generator (the openai kind)."""
+    tok = getattr(generator, "tokenizer", None)
+    if tok is not None:
+        return tok
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(cfg.fallback.detector.tokenizer or cfg.rag.generator.model)

@@ -1,0 +1,125 @@
+"""`lorarag run <config>`: the end-to-end study, one stage per module, in order.
+
+    1 world      generate the demo world (Markdown corpus + facts) from its seed   study/prepare.py
+    2 index      index the world's chunks (the clean knowledge base)               study/prepare.py
+    3 scenarios  test scenarios (held-out phrasing; known + unknown facts), dev    study/prepare.py
+    4 train      train the LoRA, or reuse the adapter of an earlier run            study/training.py
+    5 calibrate  tune the self-knowledge gate on the dev split; gate.json          study/calibration.py
+    6 evaluate   every system on every scenario x knowledge cell (resumable)       study/evaluate.py
+    7 report     comparison report (Markdown + HTML + metrics.json) + headline     study/evaluate.py
+
+Everything lands under `<runs_dir>/<name>/` (training under `train.runs_dir/<run_name>/`).
+Evaluation resumes item by item; results of an older adapter or gate are never mixed in (each
+system's folder records what produced it).
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+from dataclasses import replace
+from pathlib import Path
+
+from lorarag.core.errors import UserError
+from lorarag.core.runinfo import start_run
+from lorarag.fallback.gate import SIGNAL, GateCalibration
+from lorarag.study.calibration import calibrate_gate
+from lorarag.study.config import RunConfig
+from lorarag.study.evaluate import evaluate, report
+from lorarag.study.extra import check_extra_sets, evaluate_extra_sets
+from lorarag.study.layout import STEPS, Echo, Paths, Progress
+from lorarag.study.parts import build_parts
+from lorarag.study.prepare import make_index, make_scenarios, make_world
+from lorarag.study.training import (
+    BASE_PREPARERS,
+    describe_training,
+    find_adapter,
+    train_or_reuse,
+)
+
+
+def plan(cfg: RunConfig, fresh: bool) -> list[tuple[str, str]]:
+    """(step, what it does) for every step, with the exact training command (--dry-run)."""
+    root = Path(cfg.runs_dir) / cfg.name
+    w, r = cfg.train.world, cfg.rag.retrieval
+    systems = ", ".join(f"{s.name} ({s.kind}, {s.context})" for s in cfg.systems)
+    base = f"prepare base model ({cfg.prepare_base}) -> {cfg.train.model}; " if cfg.prepare_base else ""
+    gate = (f"{SIGNAL} on dev, rule={cfg.fallback.gate.rule} -> <adapter>/gate.json"
+            if cfg.fallback.gate.threshold is None else f"fixed threshold {cfg.fallback.gate.threshold}")
+    return [
+        ("world", f"build_world(seed={w.seed}, n_orgs={w.n_orgs}, known_fraction={w.known_fraction}, "
+                  f"context_only_fraction={w.context_only_fraction}"
+                  f"{', stratify_languages=True' if w.stratify_languages else ''}) -> {root / 'world'}"),
+        ("index", f"build_from_chunks(world chunks) -> {cfg.rag.index.dir} ({r.mode}, top_n={r.top_n}, "
+                  f"top_k={r.top_k}{', reranker ' + cfg.rag.reranker.model if cfg.rag.reranker else ''})"),
+        ("scenarios", f"test: {'/'.join(cfg.eval.scenarios)} x {'/'.join(cfg.eval.knowledge)}, <= "
+                      f"{cfg.eval.max_per_cell} per cell; dev: the facts of <= {cfg.calibration.max_items} "
+                      f"known + never-learned items, each in phrasings {list(cfg.dev_phrasings())} -> "
+                      f"{root / 'scenarios'}"),
+        ("train", base + describe_training(cfg, fresh)),
+        ("calibrate", gate),
+        ("evaluate", f"run_eval for {systems} -> {root / 'eval'}" + "".join(
+            f"; then on {x.kind} ({x.path}, {x.split}, <= {x.max_per_cell or cfg.eval.max_per_cell} per cell, "
+            f"its own index) -> {root / 'extra' / x.kind}" for x in cfg.extra_sets)),
+        ("report", f"eval.report.write_report (all systems; base vs LoRA) + headline -> {root / 'report'}"),
+    ]
+
+
+def run(cfg: RunConfig, *, fresh: bool = False, dry_run: bool = False, echo: Echo = print) -> str | None:
+    """The whole run (see module docstring); returns the headline table (None on --dry-run)."""
+    if dry_run:
+        for i, (step, what) in enumerate(plan(cfg, fresh), 1):
+            echo(f"[{i}/{len(STEPS)}] {step:<9} {what}")
+        return None
+    extra_files = check_extra_sets(cfg)  # a missing data set fails now, not after the training
+    paths = Paths(Path(cfg.runs_dir) / cfg.name)
+    if fresh:
+        shutil.rmtree(paths.eval, ignore_errors=True)
+        shutil.rmtree(paths.report, ignore_errors=True)
+    start_run(paths.root, cfg, seeds={"run": cfg.seed, "world": cfg.train.world.seed,
+                                      "train": cfg.train.seed, "eval": cfg.eval.seed}, data=extra_files)
+    p = Progress(echo)
+    p.step("world", "generating the demo world")
+    world = make_world(cfg, paths)
+    p.step("index", f"indexing {len(world.chunks())} chunks")
+    retriever = make_index(cfg, world)
+    p.step("scenarios", "building test and dev scenarios")
+    test, dev_known, dev_unseen = make_scenarios(cfg, world, paths)
+    echo(f"          {len(test)} test items; dev {len(dev_known)} known + {len(dev_unseen)} never-learned")
+    p.step("train", f"LoRA run '{cfg.train.run_name}'")
+    if cfg.prepare_base is not None:
+        BASE_PREPARERS[cfg.prepare_base](cfg.train.model)
+    adapter = train_or_reuse(cfg, world, fresh, echo)
+    p.step("calibrate", "gate threshold on the dev split")
+    parts = build_parts(cfg, retriever, adapter, world.chunks())
+    gate = calibrate_gate(cfg, parts, adapter, dev_known, dev_unseen, echo)
+    if gate.calibration is not None:
+        cal = gate.calibration
+        echo(f"          threshold {cal.threshold:.4f}: keeps {cal.known_kept:.0%} of known, rejects "
+             f"{cal.unseen_rejected:.0%} of never-learned (AUROC {cal.auroc:.3f})"
+             + ("" if gate.threshold is not None else "; the gate stays OFF"))
+    parts = replace(parts, gate_threshold=gate.threshold)
+    p.step("evaluate", f"{len(cfg.systems)} systems x {len(test)} items")
+    runs = evaluate(cfg, parts, test, paths, adapter)
+    p.step("report", str(paths.report))
+    table = report(cfg, paths, runs, echo)
+    evaluate_extra_sets(cfg, parts, paths.root / "extra", adapter, echo)
+    parts.generator.close()
+    echo(f"done in {time.perf_counter() - p.t0:.0f}s")
+    return table
+
+
+def calibrate_only(cfg: RunConfig, *, echo: Echo = print) -> GateCalibration:
+    """`lorarag calibrate`: steps 1-3, the trained adapter, and a fresh gate.json."""
+    paths = Paths(Path(cfg.runs_dir) / cfg.name)
+    adapter = find_adapter(cfg)
+    if adapter is None:
+        raise UserError(f"no trained adapter for run '{cfg.train.run_name}': run `lorarag run` first")
+    world = make_world(cfg, paths)
+    retriever = make_index(cfg, world)
+    _, dev_known, dev_unseen = make_scenarios(cfg, world, paths)
+    parts = build_parts(cfg, retriever, adapter, world.chunks())
+    gate = calibrate_gate(cfg, parts, adapter, dev_known, dev_unseen, echo, force=True)
+    parts.generator.close()
+    assert gate.calibration is not None  # force=True always reads the dev split
+    return gate.calibration

@@ -1,0 +1,122 @@
+"""Scenario systems for evaluation: each a config `kind:` in a small registry.
+
+Every system has a `name` and `answer_scenarios(items: list[Scenario]) -> list[Answer]`, the
+interface of `eval.runner.run_eval`. The context a system sees per scenario comes from
+study/contexts.py: `retrieved` (the clean KB, then poisoned into the scenario's world) or
+`presented` (the scenario's own chunks).
+
+Kinds: `lora_rag` (AdvancedRAGSystem), `base_rag` (plain grounded RAG, no detection),
+`prompted_detection` (the base model asked for the same verdict format, no LoRA), `closed_book`
+(base or LoRA, no retrieval) and `oracle` (the gold chunk only, answered by the base RAG prompt).
+Components (generator, retrieval, tokenizer) are built once in study/parts.py and injected.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Callable, Protocol
+
+from lorarag.fallback.format import (
+    SYSTEM_CLOSED_BOOK,
+    SYSTEM_RAG,
+    closed_book_user_turn,
+)
+from lorarag.fallback.system import AdvancedRAGSystem, Detector
+from lorarag.rag.generate import Generator, Message
+from lorarag.rag.records import Answer, Trace
+from lorarag.rag.system import RAGSystem
+from lorarag.scenarios.records import Scenario
+from lorarag.study.config import SystemConfig
+from lorarag.study.contexts import ScenarioContexts
+from lorarag.study.parts import Parts
+
+
+class ScenarioSystem(Protocol):
+    """What eval.runner.run_eval evaluates."""
+
+    name: str
+
+    def answer_scenarios(self, items: list[Scenario]) -> list[Answer]: ...
+
+
+# The prompted-detection baseline gets the format spelled out (the LoRA learned it from data).
+PROMPTED_SYSTEM = (SYSTEM_RAG + " Reply in exactly one line of this form: memory: <what you remember, "
+                   "or unknown> | source: <what the sources say, or none> | verdict: <supported, "
+                   "conflicting, outdated, irrelevant or insufficient> | answer: <your final answer>")
+
+
+class LoRARAG:
+    """AdvancedRAGSystem on scenario contexts."""
+
+    def __init__(self, name: str, system: AdvancedRAGSystem, ctx: ScenarioContexts, mode: str) -> None:
+        self.name, self.system, self.ctx, self.mode = name, system, ctx, mode
+
+    def answer_scenarios(self, items: list[Scenario]) -> list[Answer]:
+        """Judge and route each scenario's context."""
+        return self.system.answer_with_context([s.question for s in items], self.ctx.contexts(items, self.mode))
+
+
+class BaseRAG:
+    """The plain grounded RAG prompt (no detection) on scenario or oracle contexts."""
+
+    def __init__(self, name: str, rag: RAGSystem, ctx: ScenarioContexts, mode: str, max_new_tokens: int) -> None:
+        self.name, self.rag, self.ctx, self.mode, self.max_new = name, rag, ctx, mode, max_new_tokens
+
+    def answer_scenarios(self, items: list[Scenario]) -> list[Answer]:
+        """Answer from the context, as the base RAGSystem does."""
+        ctxs = self.ctx.oracle(items) if self.mode == "oracle" else self.ctx.contexts(items, self.mode)
+        answers = self.rag.answer_with_context([s.question for s in items], [list(c[1]) for c in ctxs],
+                                               candidates=[list(c[0] or c[1]) for c in ctxs],
+                                               max_new_tokens=self.max_new)
+        # Record the sources actually given as the final list (RAGSystem leaves `reranked` empty
+        # without a reranker, which would make the top-N candidates look like the model's input).
+        return [replace(a, trace=replace(a.trace, reranked=tuple(c[1]))) if a.trace else a
+                for a, c in zip(answers, ctxs)]
+
+
+class ClosedBook:
+    """The model alone: no sources. Scenarios share questions; the generator's memo (rag/memo.py)
+    answers a question asked again without the model."""
+
+    def __init__(self, name: str, generator: Generator, adapter: str | None, max_new_tokens: int) -> None:
+        self.name, self.generator, self.adapter, self.max_new = name, generator, adapter, max_new_tokens
+
+    def answer_scenarios(self, items: list[Scenario]) -> list[Answer]:
+        """One closed-book generation per scenario (a repeated question is a memo hit)."""
+
+        convs = [[Message("system", SYSTEM_CLOSED_BOOK), Message("user", closed_book_user_turn(s.question))]
+                 for s in items]
+        # top_logprobs=1 as `fallback.system.closed_book` asks: the LoRA-RAG memory pass is then
+        # the same request, answered from the memo
+        gens = self.generator.generate(convs, adapter=self.adapter, max_new_tokens=self.max_new, top_logprobs=1)
+        return [Answer(question=s.question, text=g.text.strip(),
+                       trace=Trace(question=s.question, prompt=g.prompt, raw_output=g.text))
+                for s, g in zip(items, gens)]
+
+
+def build_system(cfg: SystemConfig, parts: Parts) -> ScenarioSystem:
+    """The scenario system for `cfg.kind`, from shared, already-built components (`parts`)."""
+    return SYSTEMS[cfg.kind](cfg, parts)
+
+
+def _lora_rag(cfg: SystemConfig, parts: Parts) -> LoRARAG:
+    det = Detector(parts.generator, parts.first_tokens, parts.fallback, parts.gate_threshold)
+    return LoRARAG(cfg.name, AdvancedRAGSystem(parts.rag, det, parts.fallback), parts.contexts, cfg.context)
+
+
+def _prompted(cfg: SystemConfig, parts: Parts) -> LoRARAG:
+    fb = parts.fallback
+    # Same format and policy, base model, no gate (there is no calibrated threshold for the base).
+    fb = fb.model_copy(update={"detector": fb.detector.model_copy(update={"adapter": None}),
+                               "gate": fb.gate.model_copy(update={"enabled": False})})
+    det = Detector(parts.generator, parts.first_tokens, fb, None, system_prompt=PROMPTED_SYSTEM, memory="reply")
+    return LoRARAG(cfg.name, AdvancedRAGSystem(parts.rag, det, fb), parts.contexts, cfg.context)
+
+
+SYSTEMS: dict[str, Callable[[SystemConfig, Parts], ScenarioSystem]] = {
+    "lora_rag": _lora_rag,
+    "prompted_detection": _prompted,
+    "base_rag": lambda cfg, p: BaseRAG(cfg.name, p.rag, p.contexts, cfg.context, cfg.max_new_tokens),
+    "oracle": lambda cfg, p: BaseRAG(cfg.name, p.rag, p.contexts, "oracle", cfg.max_new_tokens),
+    "closed_book": lambda cfg, p: ClosedBook(cfg.name, p.generator, cfg.adapter, cfg.max_new_tokens),
+}

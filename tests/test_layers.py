@@ -1,0 +1,87 @@
+"""The house's rules, checked: one-way layers, no cycles, one installed name, small modules."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+PACKAGES = ("rag", "fallback", "scenarios", "train", "eval", "study", "bench")
+
+
+def test_lint_imports_keeps_the_layers_and_finds_no_cycle():
+    """pyproject.toml's import-linter contracts: cli > bench > study > train|eval > scenarios >
+    fallback > rag > core, and no circle between the modules of any package."""
+    exe = Path(sys.executable).with_name("lint-imports")
+    if not exe.is_file():
+        pytest.skip("import-linter is not installed (pip install -e .[dev])")
+    out = subprocess.run([str(exe), "--no-cache"], cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-2000:]
+    assert "one-way layers KEPT" in out.stdout and "no import cycles KEPT" in out.stdout
+
+
+def test_lint_imports_would_catch_an_upward_import(tmp_path):
+    """The contract is not vacuous: the same linter on a copy with rag importing the study breaks."""
+    exe = Path(sys.executable).with_name("lint-imports")
+    if not exe.is_file():
+        pytest.skip("import-linter is not installed (pip install -e .[dev])")
+    pkg = tmp_path / "lorarag"
+    for name in ("core", "rag", "study"):
+        (pkg / name).mkdir(parents=True)
+        (pkg / name / "__init__.py").write_text("")
+    (pkg / "__init__.py").write_text("")
+    (pkg / "rag" / "bad.py").write_text("from lorarag.study import x\n")
+    (pkg / "study" / "x.py").write_text("")
+    cfg = tmp_path / "pyproject.toml"
+    text = (REPO / "pyproject.toml").read_text()
+    contracts = text[text.index("[tool.importlinter]"):]
+    contracts = contracts.replace('"cli", "bench", "study", "train | eval", "scenarios", "fallback", "rag", "core"',
+                                  '"study", "rag", "core"')
+    cfg.write_text(contracts)
+    out = subprocess.run([str(exe), "--config", str(cfg), "--no-cache"], cwd=tmp_path, capture_output=True,
+                         text=True, timeout=120, env={"PYTHONPATH": str(tmp_path), "PATH": "/usr/bin:/bin"})
+    assert out.returncode != 0 and "lorarag.rag.bad -> lorarag.study.x" in out.stdout
+
+
+def test_project_code_imports_only_through_the_lorarag_namespace():
+    """`from lorarag.eval import metrics`, never `import eval`: a bare top-level name would load a
+    second copy of the module (or a user's own `eval`)."""
+    bare = re.compile(r"^\s*(from|import) (" + "|".join(PACKAGES) + r")\b", re.M)
+    hits = []
+    for folder in (*PACKAGES, "lorarag", "tests"):
+        for f in (REPO / folder).rglob("*.py"):
+            if f.is_symlink() or any(p.is_symlink() for p in f.parents if REPO in p.parents):
+                continue
+            hits += [f"{f.relative_to(REPO)}: {m.group(0).strip()}" for m in bare.finditer(f.read_text())]
+    assert not hits, hits[:10]
+
+
+def test_no_module_over_400_lines():
+    """One module, one stage, readable top to bottom."""
+    long = []
+    for folder in (*PACKAGES, "lorarag/cli", "lorarag/core"):
+        for f in (REPO / folder).glob("*.py"):
+            n = len(f.read_text().splitlines())
+            if n > 400:
+                long.append(f"{f.relative_to(REPO)}: {n}")
+    assert not long, long
+
+
+@pytest.mark.slow
+def test_the_wheel_installs_one_top_level_name(tmp_path):
+    """The built wheel holds `lorarag` (with the design card's folders as its sub-packages) and its
+    dist-info, nothing generic like `eval` or `rag`."""
+    out = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
+                          "-w", str(tmp_path), str(REPO)], capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    (wheel,) = tmp_path.glob("lorarag-*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    assert {n.split("/")[0] for n in names} == {"lorarag", f"{wheel.name.split('-py')[0]}.dist-info"}
+    for module in ("rag/index.py", "fallback/system.py", "study/pipeline.py", "eval/report.py", "train/swift.py",
+                   "scenarios/world.py", "core/config.py", "cli/__init__.py"):
+        assert f"lorarag/{module}" in names, module
