@@ -161,6 +161,8 @@ class Retrieval(Protocol):
     def retrieve_stages(self, questions: list[str]) -> tuple[list[list[Retrieved]], list[list[Retrieved]],
                                                               float, float]: ...
 
+    def close(self) -> None: ...
+
 
 class AdvancedRAGSystem:
     """RAGSystem (injected) for retrieval; the LoRA detector, gate and policy for the answer."""
@@ -182,3 +184,7 @@ class AdvancedRAGSystem:
         judged = self.detector.judge(questions, final)
         per = (time.perf_counter() - t0) / max(len(questions), 1)
         return [_answer(q, c, j, self.cfg, per) for q, c, j in zip(questions, contexts, judged)]
+
+    def close(self) -> None:
+        """Free the models (the generator is shared with the wrapped RAGSystem)."""
+        self.rag.close()

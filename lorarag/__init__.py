@@ -1,3 +1,23 @@
-"""lorarag: retrieval-augmented generation with a LoRA-fine-tuned fallback."""
+"""lorarag: retrieval-augmented generation with a LoRA-fine-tuned fallback.
+
+`lorarag.load_run(RUN_DIR)` builds the trained AdvancedRAGSystem of a `lorarag run` dir
+(study/trained.py); it is imported on first use so that `import lorarag` stays light.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
+__all__ = ["load_run"]
+
+if TYPE_CHECKING:
+    from lorarag.study.trained import load_run
+
+
+def __getattr__(name: str) -> Any:
+    if name == "load_run":
+        from lorarag.study.trained import load_run
+
+        return load_run
+    raise AttributeError(f"module 'lorarag' has no attribute {name!r}")

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-PACKAGES = ("rag", "fallback", "scenarios", "train", "eval", "study", "bench")
+PACKAGES = ("rag", "fallback", "scenarios", "train", "eval", "study", "serve", "bench")
 
 
 def test_lint_imports_keeps_the_layers_and_finds_no_cycle():
@@ -83,5 +83,5 @@ def test_the_wheel_installs_one_top_level_name(tmp_path):
     names = zipfile.ZipFile(wheel).namelist()
     assert {n.split("/")[0] for n in names} == {"lorarag", f"{wheel.name.split('-py')[0]}.dist-info"}
     for module in ("rag/index.py", "fallback/system.py", "study/pipeline.py", "eval/report.py", "train/swift.py",
-                   "scenarios/world.py", "core/config.py", "cli/__init__.py"):
+                   "scenarios/world.py", "serve/app.py", "core/config.py", "cli/__init__.py"):
         assert f"lorarag/{module}" in names, module

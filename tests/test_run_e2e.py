@@ -82,7 +82,8 @@ def test_gpu_config_validates_and_dry_runs():
     assert len(lines) == 7 and "swift sft --model Qwen/Qwen3-4B --tuner_type lora" in lines[3]
 
 
-@pytest.mark.parametrize("name", ["cpu-demo", "cpu-demo-full", "cpu-demo-stratified", "ci-tiny"])
+@pytest.mark.parametrize("name", ["cpu-demo", "cpu-demo-fp32", "cpu-demo-sdpa", "cpu-demo-full", "cpu-demo-stratified",
+                                  "cpu-demo-stratified-phantom", "ci-tiny"])
 def test_shipped_cpu_configs_validate_and_dry_run(name):
     """Every shipped run config parses (unknown keys are errors) and plans all seven steps."""
     from lorarag.study.pipeline import run

@@ -43,7 +43,7 @@ CONFIG_SCHEMAS: dict[str, str] = {
 }
 
 _SUBCOMMAND_MODULES = ("lorarag.cli.rag", "lorarag.cli.generate", "lorarag.cli.train", "lorarag.cli.eval",
-                       "lorarag.cli.study")
+                       "lorarag.cli.study", "lorarag.cli.serve")
 
 
 def schema_for(path: Path) -> type:

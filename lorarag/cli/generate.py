@@ -1,6 +1,7 @@
 """`lorarag` commands for answering (heavy imports stay inside the commands).
 
-    lorarag ask "QUESTION" --config CONFIG [--json] [--adapter NAME]   answer with sources
+    lorarag ask "QUESTION" --config CONFIG [--json] [--adapter NAME]   base RAG: answer with sources
+    lorarag ask "QUESTION" --run RUN_DIR [--json]                     the run's trained LoRA-RAG system
     lorarag check-backends CONFIG [--min-rate R]                      greedy agreement across backends
     lorarag bench rag                                                 one-by-one vs batched on local servers
 """
@@ -16,27 +17,41 @@ import typer
 
 def ask_cmd(
     question: str = typer.Argument(..., help="the question"),
-    config: Path = typer.Option(..., "--config", "-c", help="RAG config YAML with a generator"),
-    as_json: bool = typer.Option(False, "--json", help="print the Answer record as JSON"),
-    adapter: Optional[str] = typer.Option(None, help="LoRA adapter name (default: base model)"),
-    trace: Path = typer.Option(Path("runs/traces/ask.jsonl"), help="JSONL file the trace is appended to"),
+    config: Optional[Path] = typer.Option(None, "--config", "-c", help="RAG config YAML: base RAG"),
+    run: Optional[Path] = typer.Option(None, "--run", help="a `lorarag run` dir: its trained LoRA-RAG system"),
+    as_json: bool = typer.Option(False, "--json", help="print the Answer record (with its Trace) as JSON"),
+    adapter: Optional[str] = typer.Option(None, help="--config only: LoRA adapter name (default: base model)"),
+    trace: Path = typer.Option(Path("runs/traces/ask.jsonl"), help="--config only: JSONL file the trace is appended to"),
 ) -> None:
-    """Retrieve, rerank and answer QUESTION; print the answer and its sources."""
-    from lorarag.core.config import load_config
+    """Answer QUESTION: base RAG from a RAG config, or the trained fallback system of a run dir."""
     from lorarag.core.errors import UserError
-    from lorarag.rag.config import RAGConfig
     from lorarag.rag.http import EndpointError
     from lorarag.rag.records import to_dict
-    from lorarag.rag.system import build_rag_system
 
     if not question.strip():
         raise UserError("empty question")
-    cfg = load_config(config, RAGConfig)
-    if not (Path(cfg.index.dir) / "manifest.json").exists():
-        raise UserError(f"no index at {cfg.index.dir}: run `lorarag index {config}` first")
-    system = build_rag_system(cfg, trace_path=trace)
+    if (config is None) == (run is None):
+        raise UserError("give exactly one of --config (base RAG) or --run RUN_DIR (the trained LoRA-RAG)")
+    if run is not None:
+        if adapter is not None:
+            raise UserError("--adapter is for --config; a run dir answers with its own adapter")
+        from lorarag.study.trained import load_run
+
+        system = load_run(run)
+        top_k = None
+    else:
+        from lorarag.core.config import load_config
+        from lorarag.rag.config import RAGConfig
+        from lorarag.rag.system import build_rag_system
+
+        cfg = load_config(config, RAGConfig)
+        if not (Path(cfg.index.dir) / "manifest.json").exists():
+            raise UserError(f"no index at {cfg.index.dir}: run `lorarag index {config}` first")
+        system = build_rag_system(cfg, trace_path=trace)
+        top_k = cfg.retrieval.top_k
     try:
-        answer = system.answer([question], adapter=adapter)[0]
+        answer = system.answer([question]) if run is not None else system.answer([question], adapter=adapter)
+        answer = answer[0]
     except EndpointError as exc:
         raise UserError(str(exc)) from None
     finally:
@@ -45,9 +60,14 @@ def ask_cmd(
         typer.echo(json.dumps(to_dict(answer), ensure_ascii=False, indent=1))
         return
     typer.echo(answer.text)
+    t = answer.trace
+    if run is not None and t is not None:
+        score = f" (p={t.verdict_score:.2f})" if t.verdict_score is not None else ""
+        typer.echo(f"route: {t.route}   verdict: {t.verdict}{score}"
+                   + (f"   memory: {t.memory_answer}" if t.memory_answer else ""))
     if answer.abstained:
-        typer.echo("(abstained: no source answers this question)")
-    ctx = answer.trace.reranked or answer.trace.retrieved[: cfg.retrieval.top_k]
+        typer.echo("(abstained)")
+    ctx = t.reranked or t.retrieved[: top_k or len(t.retrieved)]
     typer.echo("\nSources:")
     for i, r in enumerate(ctx, 1):
         mark = "*" if f"S{i}" in answer.cited else " "
@@ -56,7 +76,8 @@ def ask_cmd(
                    f"({r.chunk.chunk_id})")
     if answer.bad_citations:
         typer.echo(f"warning: cites sources that were not given: {', '.join(answer.bad_citations)}")
-    typer.echo(f"trace appended to {trace}")
+    if run is None:
+        typer.echo(f"trace appended to {trace}")
 
 
 def check_backends_cmd(

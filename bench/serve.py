@@ -1,0 +1,149 @@
+"""`lorarag bench serve`: `lorarag serve` under 1, 8 and 32 concurrent clients, in one run.
+
+One server (serve/app.py, uvicorn on 127.0.0.1, dynamic batching) answers the same questions
+three times: one client sending one request at a time (the sequential baseline: every batch holds
+one question), then 8 and 32 clients at once. Reported per setting: answers/s, p50 and p95
+latency (s), the mean batch the generator saw, and throughput as a ratio to the sequential run.
+
+The system is a run dir's trained AdvancedRAGSystem (`--run`), or by default the CPU demo's: SmolLM2-
+135M-Instruct in fp32 (any CPU), the demo world's BM25 index and a LoRA adapter of the demo's shape
+whose B matrices are zero (peft's initialisation: the base model's answers at the adapter's cost),
+gate off. Speed depends on batching, not on what the adapter learned.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Callable
+
+import httpx
+
+from lorarag.core.config import load_config
+from lorarag.fallback.system import AdvancedRAGSystem, Detector
+from lorarag.rag.servers import free_port
+from lorarag.scenarios.from_world import index_world, world_scenarios
+from lorarag.scenarios.world import build_world
+from lorarag.serve.app import AnswerSystem, ServeSettings, create_app
+from lorarag.study.config import RunConfig
+from lorarag.study.parts import build_parts
+from lorarag.study.prepare import index_chunks
+from lorarag.study.trained import load_run, read_run
+
+DEMO_CONFIG = Path(__file__).resolve().parents[1] / "configs/run/cpu-demo-fp32.yaml"
+CLIENTS = (1, 8, 32)
+
+
+def _zero_lora(base: str, rank: int, alpha: int, out: Path) -> Path:
+    """A LoRA adapter on every linear layer of `base` with peft's initialisation (B = 0)."""
+    if (out / "adapter_model.safetensors").is_file():
+        return out
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32)
+    get_peft_model(model, LoraConfig(r=rank, lora_alpha=alpha, target_modules="all-linear")).save_pretrained(
+        out, safe_serialization=True)
+    return out
+
+
+def demo_system(work: Path) -> tuple[AdvancedRAGSystem, list[str]]:
+    """The default system (module docstring) and the demo world's test questions."""
+    from lorarag.train.smollm2 import ensure_smollm2
+
+    cfg = load_config(DEMO_CONFIG, RunConfig)
+    ensure_smollm2(cfg.train.model)
+    world = build_world(cfg.train.world)
+    retriever = index_chunks(cfg, world.chunks(), len(world.documents),
+                             cfg.rag.index.model_copy(update={"dir": str(work / "index")}))
+    sw = cfg.train.swift
+    adapter = _zero_lora(cfg.train.model, sw["lora_rank"], sw["lora_alpha"], work / "adapter")
+    parts = build_parts(cfg, retriever, adapter, world.chunks())
+    system = AdvancedRAGSystem(parts.rag, Detector(parts.generator, parts.first_tokens, cfg.fallback, None),
+                               cfg.fallback)
+    items = world_scenarios(world, index_world(world), ["known", "unknown"], "test", seed=0, types=["consistent"])
+    return system, [s.question for s in sorted(items, key=lambda s: s.qid)]
+
+
+def _run_clients(url: str, name: str, questions: list[str], clients: int) -> tuple[float, list[float]]:
+    """Wall seconds and per-request latencies for `questions` sent by `clients` threads."""
+    def one(q: str) -> float:
+        t0 = time.perf_counter()
+        r = client.post(url, json={"model": name, "messages": [{"role": "user", "content": q}]})
+        r.raise_for_status()
+        return time.perf_counter() - t0
+
+    with httpx.Client(timeout=600) as client, ThreadPoolExecutor(max_workers=clients) as pool:
+        t0 = time.perf_counter()
+        lat = list(pool.map(one, questions))
+        return time.perf_counter() - t0, lat
+
+
+def measure(system: AnswerSystem, questions: list[str], echo: Callable[[str], None] = print) -> list[dict]:
+    """One server; each client count in CLIENTS over the same questions (after one warm-up request)."""
+    import uvicorn
+
+    settings = ServeSettings(max_batch=32, max_wait_ms=10.0)
+    app = create_app(system, settings)
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    url = f"http://127.0.0.1:{port}/v1/chat/completions"
+    try:
+        for _ in range(600):
+            if server.started:
+                break
+            time.sleep(0.1)
+        _run_clients(url, settings.model_name, questions[:1], 1)  # warm-up: first-call costs
+        rows = []
+        for n in CLIENTS:
+            batches = app.state.batcher.batches
+            before = len(batches)
+            wall, lat = _run_clients(url, settings.model_name, questions, n)
+            sizes = batches[before:]
+            lat.sort()
+            rows.append({"clients": n, "requests": len(questions), "wall_s": wall,
+                         "answers_per_s": len(questions) / wall, "p50_s": statistics.median(lat),
+                         "p95_s": lat[min(len(lat) - 1, int(0.95 * len(lat)))],
+                         "mean_batch": sum(sizes) / len(sizes)})
+            echo(f"  {n:>2} client(s): {rows[-1]['answers_per_s']:.2f} answers/s, p50 {rows[-1]['p50_s']:.2f} s, "
+                 f"p95 {rows[-1]['p95_s']:.2f} s, mean batch {rows[-1]['mean_batch']:.1f}")
+    finally:
+        server.should_exit = True
+        thread.join(timeout=60)
+    base = rows[0]["answers_per_s"]
+    for r in rows:
+        r["throughput_ratio_vs_sequential"] = r["answers_per_s"] / base
+    return rows
+
+
+def run(run_dir: Path | None, requests: int, out: Path, echo: Callable[[str], None] = print) -> list[dict]:
+    """The benchmark (module docstring); writes `out` (JSON) and prints the ratios."""
+    work = out.parent / "serve-work"
+    if run_dir is not None:
+        read_run(run_dir)  # a bad run dir fails before any model loads
+        system = load_run(run_dir)
+        cfg = load_config(Path(run_dir) / "config.yaml", RunConfig)
+        world = build_world(cfg.train.world)
+        items = world_scenarios(world, index_world(world), ["known", "unknown"], "test", seed=0,
+                                types=["consistent"])
+        questions = [s.question for s in sorted(items, key=lambda s: s.qid)]
+        what = f"run {run_dir}"
+    else:
+        system, questions = demo_system(work)
+        what = "SmolLM2-135M-Instruct fp32, zero-B LoRA, demo world BM25 index"
+    questions = (questions * (requests // max(len(questions), 1) + 1))[:requests]
+    echo(f"bench serve: {what}; {requests} questions per setting")
+    rows = measure(system, questions, echo)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({"system": what, "rows": rows}, indent=1), encoding="utf-8")
+    for r in rows[1:]:
+        echo(f"throughput at {r['clients']} clients / one at a time: {r['throughput_ratio_vs_sequential']:.2f}x")
+    echo(f"-> {out}")
+    return rows

@@ -1,0 +1,38 @@
+"""`lorarag serve --run RUN_DIR`: the run's trained system behind an OpenAI-compatible API."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+
+def register(app: typer.Typer, bench_app: typer.Typer) -> None:
+    """Add `serve` and `bench serve`."""
+
+    @app.command("serve")
+    def serve_cmd(run: Path = typer.Option(..., "--run", help="a `lorarag run` dir"),
+                  host: str = typer.Option("127.0.0.1", help="bind address (loopback unless you mean it)"),
+                  port: int = typer.Option(8000, help="TCP port"),
+                  name: str = typer.Option("lorarag", help="the model name clients send"),
+                  max_batch: int = typer.Option(32, min=1, help="questions per generator call"),
+                  max_wait_ms: float = typer.Option(10.0, min=0.0, help="wait for a batch to fill (ms)"),
+                  max_concurrency: int = typer.Option(128, min=1, help="requests in flight before 429"),
+                  max_body_bytes: int = typer.Option(65536, min=256, help="largest request body (bytes)")) -> None:
+        """Serve the run's AdvancedRAGSystem at /v1/chat/completions, /v1/models and /health."""
+        from lorarag.serve.app import ServeSettings, serve
+        from lorarag.study.trained import load_run
+
+        system = load_run(run)
+        serve(system, ServeSettings(name, max_batch, max_wait_ms, max_concurrency, max_body_bytes),
+              host=host, port=port)
+
+    @bench_app.command("serve")
+    def bench_serve_cmd(run: Path = typer.Option(None, "--run", help="a `lorarag run` dir (default: build "
+                                                  "a small one on SmolLM2 with an untrained adapter)"),
+                        requests: int = typer.Option(64, min=8, help="questions per measurement"),
+                        out: Path = typer.Option(Path("runs/bench/serve.json"), help="results JSON")) -> None:
+        """Throughput and p50/p95 latency at 1, 8 and 32 concurrent clients against one request at a time."""
+        from lorarag.bench.serve import run as run_bench
+
+        run_bench(run, requests, out, echo=typer.echo)

@@ -1,0 +1,1 @@
+"""Serving a trained system: an OpenAI-compatible HTTP API with dynamic batching (serve/app.py)."""

@@ -1,0 +1,91 @@
+"""The trained system of a run, ready to use: `load_run(RUN_DIR)` -> an AdvancedRAGSystem.
+
+A run dir written by `lorarag run` holds the resolved config (`config.yaml`); from it come the
+index (opened, never rebuilt), the base model with the run's adapter, the reranker, and the gate
+threshold that stage 5 fitted on the dev split (gate.json next to the adapter). The result is the
+same system `lorarag run` evaluated as `lora_rag`, answering retrieved context:
+
+    from lorarag import load_run
+    system = load_run("runs/cpu-demo")
+    answer = system.answer(["Who leads Vesova Dynamics?"])[0]
+    answer.text, answer.trace.route, answer.trace.verdict, answer.trace.verdict_score
+
+Anything missing (no run dir, no trained adapter, no index, a gate calibrated by another generator)
+is a one-line ConfigError naming what to run first.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from lorarag.core.config import load_config
+from lorarag.core.errors import ConfigError
+from lorarag.fallback.gate import (
+    GATE_FILE,
+    fixed_threshold,
+    gate_mismatch,
+    load_gate,
+    threshold_in_use,
+)
+from lorarag.fallback.system import AdvancedRAGSystem, Detector
+from lorarag.rag.index import IndexMismatch
+from lorarag.rag.retrieve import load_retriever
+from lorarag.study.config import RunConfig
+from lorarag.study.parts import build_parts
+from lorarag.study.training import find_adapter
+
+RUN_CONFIG = "config.yaml"
+
+
+@dataclass(frozen=True)
+class TrainedRun:
+    """What `load_run` read from a run dir: its config, adapter folder and gate threshold."""
+
+    run_dir: Path
+    config: RunConfig
+    adapter: Path
+    gate_threshold: float | None  # None: the gate is off (disabled, or no information on dev)
+
+
+def read_run(run_dir: str | Path) -> TrainedRun:
+    """The run's resolved config, trained adapter and gate threshold, checked; nothing is loaded."""
+    run_dir = Path(run_dir)
+    if not (run_dir / RUN_CONFIG).is_file():
+        raise ConfigError(f"{run_dir}: not a run dir of `lorarag run` (no {RUN_CONFIG})")
+    cfg = load_config(run_dir / RUN_CONFIG, RunConfig)
+    adapter = find_adapter(cfg)
+    if adapter is None:
+        raise ConfigError(f"{run_dir}: no trained adapter for run '{cfg.train.run_name}' under "
+                          f"{cfg.train.runs_dir}: run `lorarag run` on its config first")
+    gate = cfg.fallback.gate
+    if gate.threshold is not None:
+        threshold = fixed_threshold(gate)
+    elif not gate.enabled:
+        threshold = None
+    else:
+        if not (adapter / GATE_FILE).is_file():
+            raise ConfigError(f"{adapter / GATE_FILE}: no gate calibration: run `lorarag calibrate` first")
+        cal = load_gate(adapter)
+        stale = gate_mismatch(cal, gate, cfg.rag.generator)
+        if stale:
+            raise ConfigError(f"{adapter / GATE_FILE}: calibrated with {'; '.join(stale)}: "
+                              f"run `lorarag calibrate` first")
+        threshold = threshold_in_use(cal, gate)
+    return TrainedRun(run_dir, cfg, adapter, threshold)
+
+
+def load_run(run_dir: str | Path) -> AdvancedRAGSystem:
+    """The run's AdvancedRAGSystem: retrieval over its index, base model + adapter, gate, policy.
+
+    Call `.answer(questions)` for answers with their Trace, and `.close()` when done.
+    """
+    run = read_run(run_dir)
+    cfg = run.config
+    try:
+        retriever = load_retriever(cfg.rag.index, cfg.rag.retrieval, cfg.rag.embedder)
+    except (FileNotFoundError, IndexMismatch) as exc:
+        raise ConfigError(f"{cfg.rag.index.dir}: no usable index for run '{cfg.name}' ({exc})") from None
+    parts = build_parts(cfg, retriever, run.adapter, list(retriever.index.chunks))
+    detector = Detector(parts.generator, parts.first_tokens, cfg.fallback, run.gate_threshold)
+    return AdvancedRAGSystem(parts.rag, detector, cfg.fallback)
