@@ -46,14 +46,34 @@ class BM25Config(Strict):
 
 
 class DenseIndexConfig(Strict):
-    """FAISS index over normalised embeddings (inner product = cosine)."""
+    """Dense index over normalised embeddings (inner product = cosine): FAISS in the index folder
+    (`flat`, `hnsw`, `ivf`) or a Milvus collection (`milvus`: rag/index_milvus.py)."""
 
-    kind: Literal["flat", "hnsw", "ivf"] = "flat"
+    kind: Literal["flat", "hnsw", "ivf", "milvus"] = "flat"
     hnsw_m: int = 32
     hnsw_ef_search: int = 64
     ivf_nlist: int = 100
     ivf_nprobe: int = 8
     gpu: Literal["auto", "never", "always"] = "auto"  # GPU index when faiss-gpu and a GPU exist
+    # milvus kind: a server (`http://host:19530`) or a Milvus Lite file (`*.db`); None: a Lite file
+    # beside the index folder. The token, if any, is read from the environment variable named here.
+    milvus_uri: str | None = None
+    milvus_token_env: str | None = None
+    milvus_collection: str = "lorarag"  # the alias searches go through; each build is `<alias>__<n>`
+    milvus_index: Literal["FLAT", "HNSW", "IVF_FLAT"] = "FLAT"
+
+    @model_validator(mode="after")
+    def _check_milvus(self) -> "DenseIndexConfig":
+        if self.kind != "milvus":
+            if self.milvus_uri or self.milvus_token_env:
+                raise ValueError("milvus_uri / milvus_token_env are for kind: milvus")
+            return self
+        uri = self.milvus_uri
+        if uri is not None and not (uri.startswith(("http://", "https://", "tcp://")) or uri.endswith(".db")):
+            raise ValueError(f"milvus_uri {uri!r}: a server URL (http://host:19530) or a Milvus Lite *.db file")
+        if not self.milvus_collection.replace("_", "").isalnum() or self.milvus_collection[0].isdigit():
+            raise ValueError("milvus_collection: letters, digits and _, not starting with a digit")
+        return self
 
 
 class EmbedderConfig(Strict):

@@ -5,7 +5,8 @@ Layout of `IndexConfig.dir`:
     chunks.jsonl       one Chunk per line; row i is BM25 document i and FAISS vector i
     ingest-report.json files left out of the corpus and why
     bm25/              bm25s.BM25.save() output
-    dense.faiss        faiss.write_index() output (always a CPU index)
+    dense.faiss        faiss.write_index() output (always a CPU index), or
+    dense.milvus.json  the Milvus collection holding the vectors (rag/index_milvus.py)
 
 Writes are atomic: everything is built in a hidden sibling folder which replaces the old
 index by rename once complete, so an interrupted build leaves the previous index (or none),
@@ -36,6 +37,7 @@ from lorarag.rag.config import (
     IndexConfig,
 )
 from lorarag.rag.embed import make_embedder
+from lorarag.rag.index_milvus import MilvusPart
 from lorarag.rag.index_parts import BM25Part, DensePart
 from lorarag.rag.ingest import IngestError, IngestReport, ingest
 from lorarag.rag.records import (
@@ -114,7 +116,7 @@ class Index:
     manifest: IndexManifest
     chunks: tuple[Chunk, ...]
     bm25: BM25Part | None
-    dense: DensePart | None
+    dense: DensePart | MilvusPart | None
 
 
 def build_from_chunks(chunks: list[Chunk], index_cfg: IndexConfig, *, embedder=None,
@@ -147,11 +149,15 @@ def build_from_chunks(chunks: list[Chunk], index_cfg: IndexConfig, *, embedder=N
         texts = [c.text for c in chunks]
         if index_cfg.bm25 is not None:
             BM25Part.build(texts, index_cfg.bm25).save(tmp / "bm25")
-        dim = None
+        dim, dense = None, None
         if index_cfg.dense is not None:
             vectors = _embed_with_progress(embedder, texts)
             dim = int(vectors.shape[1])
-            DensePart.build(vectors, index_cfg.dense).save(tmp / "dense.faiss")
+            if index_cfg.dense.kind == "milvus":
+                dense = MilvusPart.build(vectors, index_cfg.dense, chunks=chunks, index_dir=final)
+            else:
+                dense = DensePart.build(vectors, index_cfg.dense)
+            dense.save(tmp / dense.FILE)
         problems = [to_dict(p) for p in report.problems] if report else []
         (tmp / "ingest-report.json").write_text(
             json.dumps({"problems": problems}, ensure_ascii=False, indent=1), encoding="utf-8")
@@ -174,6 +180,8 @@ def build_from_chunks(chunks: list[Chunk], index_cfg: IndexConfig, *, embedder=N
         if final.exists():
             final.rename(old)
         tmp.rename(final)
+        if dense is not None:  # the folder that names the new vectors is in place: switch to them
+            dense.publish()
         shutil.rmtree(old, ignore_errors=True)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -271,9 +279,10 @@ def open_index(index_cfg: IndexConfig, embedder_cfg: EmbedderConfig | None = Non
     bm25 = BM25Part.load(folder / "bm25", index_cfg.bm25) if index_cfg.bm25 else None
     dense = None
     if index_cfg.dense is not None:
-        dense = DensePart.load(folder / "dense.faiss", index_cfg.dense)
-        if dense.index.ntotal != len(chunks) or dense.dimension != manifest.dimension:
-            raise IndexMismatch(f"{folder}: FAISS index has {dense.index.ntotal} x {dense.dimension}"
+        part = MilvusPart if index_cfg.dense.kind == "milvus" else DensePart
+        dense = part.load(folder / part.FILE, index_cfg.dense)
+        if dense.ntotal != len(chunks) or dense.dimension != manifest.dimension:
+            raise IndexMismatch(f"{folder}: dense index has {dense.ntotal} x {dense.dimension}"
                                 f" vectors, manifest says {len(chunks)} x {manifest.dimension}")
     return Index(manifest, chunks, bm25, dense)
 

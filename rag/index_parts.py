@@ -81,6 +81,8 @@ def _gpu_wanted(cfg: DenseIndexConfig):
 class DensePart:
     """A FAISS inner-product index over unit vectors (cosine)."""
 
+    FILE = "dense.faiss"
+
     def __init__(self, index, cfg: DenseIndexConfig) -> None:
         self.cfg = cfg
         self.dimension = index.d
@@ -121,10 +123,17 @@ class DensePart:
         index.add(vectors)
         return cls(index, cfg)
 
+    @property
+    def ntotal(self) -> int:
+        return int(self.index.ntotal)
+
     def save(self, path: Path) -> None:
         import faiss
 
         faiss.write_index(self.cpu_index, str(path))
+
+    def publish(self) -> None:
+        """Nothing to do: the FAISS file moves with its index folder."""
 
     @classmethod
     def load(cls, path: Path, cfg: DenseIndexConfig) -> "DensePart":
