@@ -57,6 +57,9 @@ def connect(uri: str, token_env: str | None) -> Any:
         from pymilvus import MilvusClient
     except ImportError:
         raise ConfigError("index.dense.kind: milvus needs pymilvus (pip install 'pymilvus[milvus_lite]')") from None
+    if uri.endswith(".db"):  # Milvus Lite runs its gRPC server in this process and logs, as an ERROR with a
+        # traceback, each client call it does not implement (AllocTimestamp): noise, not a failure
+        logging.getLogger("grpc._server").setLevel(logging.CRITICAL)
     token = ""
     if token_env:
         token = os.environ.get(token_env, "")

@@ -1,4 +1,5 @@
-"""`lorarag serve --run RUN_DIR`: the run's trained system behind an OpenAI-compatible API."""
+"""`lorarag serve --run RUN_DIR` (the run's trained system behind an OpenAI-compatible API), and the
+benchmarks of what runs beyond one process: `bench serve`, `bench scale`."""
 
 from __future__ import annotations
 
@@ -36,3 +37,20 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
         from lorarag.bench.serve import run as run_bench
 
         run_bench(run, requests, out, echo=typer.echo)
+
+    @bench_app.command("scale")
+    def bench_scale_cmd(sizes: str = typer.Option("100000,1000000", help="index sizes (vectors), comma-separated"),
+                        dim: int = typer.Option(128, min=8, help="vector dimension"),
+                        shards: int = typer.Option(2, min=1, help="shard processes for the eval part (1: skip it)"),
+                        out: Path = typer.Option(Path("runs/bench/scale.json"), help="results JSON")) -> None:
+        """Milvus Lite vs FAISS (build, queries/s, recall@10) and sharded vs one-process evaluation."""
+        from lorarag.bench.scale import run as run_scale
+        from lorarag.core.errors import UserError
+
+        try:
+            values = [int(x) for x in sizes.split(",") if x.strip()]
+        except ValueError:
+            raise UserError(f"--sizes takes comma-separated integers, got {sizes!r}") from None
+        if not values or min(values) < 1000:
+            raise UserError("--sizes: at least one size, each >= 1000")
+        run_scale(values, dim, shards, out, echo=typer.echo)
