@@ -1,8 +1,10 @@
 """`lorarag bench serve`: `lorarag serve` under 1, 8 and 32 concurrent clients, in one run.
 
-One server (serve/app.py, uvicorn on 127.0.0.1, dynamic batching) answers the same questions
-three times: one client sending one request at a time (the sequential baseline: every batch holds
-one question), then 8 and 32 clients at once. Reported per setting: answers/s, p50 and p95
+One server (serve/app.py, uvicorn on 127.0.0.1, dynamic batching) answers three disjoint slices
+of the same question pool (the demo world's facts in all their wordings), equal in size: one client
+sending one request at a time (the sequential baseline: every batch holds one question), then 8
+and 32 clients at once. The slices are disjoint because the generator's memo answers a repeated
+greedy request without the model: a repeated question would measure the memo, not the server. Reported per setting: answers/s, p50 and p95
 latency (s), the mean batch the generator saw, and throughput as a ratio to the sequential run.
 
 The system is a run dir's trained AdvancedRAGSystem (`--run`), or by default the CPU demo's: SmolLM2-
@@ -14,6 +16,8 @@ gate off. Speed depends on batching, not on what the adapter learned.
 from __future__ import annotations
 
 import json
+import logging
+import random
 import statistics
 import threading
 import time
@@ -26,8 +30,9 @@ import httpx
 from lorarag.core.config import load_config
 from lorarag.fallback.system import AdvancedRAGSystem, Detector
 from lorarag.rag.servers import free_port
-from lorarag.scenarios.from_world import index_world, world_scenarios
+from lorarag.scenarios.from_world import ask_in_phrasings, index_world, world_scenarios
 from lorarag.scenarios.world import build_world
+from lorarag.scenarios.world_text import QUESTIONS
 from lorarag.serve.app import AnswerSystem, ServeSettings, create_app
 from lorarag.study.config import RunConfig
 from lorarag.study.parts import build_parts
@@ -66,8 +71,17 @@ def demo_system(work: Path) -> tuple[AdvancedRAGSystem, list[str]]:
     parts = build_parts(cfg, retriever, adapter, world.chunks())
     system = AdvancedRAGSystem(parts.rag, Detector(parts.generator, parts.first_tokens, cfg.fallback, None),
                                cfg.fallback)
+    return system, question_pool(world)
+
+
+def question_pool(world) -> list[str]:
+    """Every fact of `world` asked in each of its wordings, distinct, in a seeded shuffled order (so
+    each slice holds a mix of facts, attributes and wordings)."""
     items = world_scenarios(world, index_world(world), ["known", "unknown"], "test", seed=0, types=["consistent"])
-    return system, [s.question for s in sorted(items, key=lambda s: s.qid)]
+    asked = ask_in_phrasings(sorted(items, key=lambda s: s.qid), world, range(len(QUESTIONS["en"]["ceo"])))
+    pool = list(dict.fromkeys(s.question for s in asked))
+    random.Random(0).shuffle(pool)
+    return pool
 
 
 def _run_clients(url: str, name: str, questions: list[str], clients: int) -> tuple[float, list[float]]:
@@ -84,8 +98,12 @@ def _run_clients(url: str, name: str, questions: list[str], clients: int) -> tup
         return time.perf_counter() - t0, lat
 
 
-def measure(system: AnswerSystem, questions: list[str], echo: Callable[[str], None] = print) -> list[dict]:
-    """One server; each client count in CLIENTS over the same questions (after one warm-up request)."""
+def measure(system: AnswerSystem, pool: list[str], requests: int, echo: Callable[[str], None] = print) -> list[dict]:
+    """One server; each client count in CLIENTS over its own `requests` questions of `pool` (after
+    one warm-up request with a question of none of them)."""
+    need = requests * len(CLIENTS) + 1
+    if len(pool) < need:
+        raise ValueError(f"the question pool has {len(pool)} distinct questions; {need} are needed")
     import uvicorn
 
     settings = ServeSettings(max_batch=32, max_wait_ms=10.0)
@@ -100,9 +118,10 @@ def measure(system: AnswerSystem, questions: list[str], echo: Callable[[str], No
             if server.started:
                 break
             time.sleep(0.1)
-        _run_clients(url, settings.model_name, questions[:1], 1)  # warm-up: first-call costs
+        _run_clients(url, settings.model_name, pool[-1:], 1)  # warm-up: first-call costs
         rows = []
-        for n in CLIENTS:
+        for k, n in enumerate(CLIENTS):
+            questions = pool[k * requests:(k + 1) * requests]
             batches = app.state.batcher.batches
             before = len(batches)
             wall, lat = _run_clients(url, settings.model_name, questions, n)
@@ -125,22 +144,19 @@ def measure(system: AnswerSystem, questions: list[str], echo: Callable[[str], No
 
 def run(run_dir: Path | None, requests: int, out: Path, echo: Callable[[str], None] = print) -> list[dict]:
     """The benchmark (module docstring); writes `out` (JSON) and prints the ratios."""
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # one INFO line per request otherwise
     work = out.parent / "serve-work"
     if run_dir is not None:
         read_run(run_dir)  # a bad run dir fails before any model loads
         system = load_run(run_dir)
         cfg = load_config(Path(run_dir) / "config.yaml", RunConfig)
-        world = build_world(cfg.train.world)
-        items = world_scenarios(world, index_world(world), ["known", "unknown"], "test", seed=0,
-                                types=["consistent"])
-        questions = [s.question for s in sorted(items, key=lambda s: s.qid)]
+        pool = question_pool(build_world(cfg.train.world))
         what = f"run {run_dir}"
     else:
-        system, questions = demo_system(work)
+        system, pool = demo_system(work)
         what = "SmolLM2-135M-Instruct fp32, zero-B LoRA, demo world BM25 index"
-    questions = (questions * (requests // max(len(questions), 1) + 1))[:requests]
-    echo(f"bench serve: {what}; {requests} questions per setting")
-    rows = measure(system, questions, echo)
+    echo(f"bench serve: {what}; {requests} distinct questions per setting")
+    rows = measure(system, pool, requests, echo)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"system": what, "rows": rows}, indent=1), encoding="utf-8")
     for r in rows[1:]:

@@ -27,6 +27,8 @@ import math
 from dataclasses import asdict, dataclass
 from typing import Callable, Iterable, Sequence
 
+import numpy as np
+
 from lorarag.eval.answer_metrics import contains_gold, is_correct, token_f1
 from lorarag.eval.records import WRONG_VALUE_SCENARIOS, ItemResult
 from lorarag.eval.stats import wilson_ci
@@ -218,3 +220,44 @@ def detector_table(items: Sequence[ItemResult]) -> list[dict]:
             if any(r.scenario == s for r in sel):
                 rows.append({"knowledge": k, "positives": s, **asdict(detector(sel, [s]))})
     return rows
+
+
+@dataclass(frozen=True)
+class ClashEvalScore:
+    """ClashEval's two biases (Wu et al., 2024), each with a 95 % bootstrap percentile CI over items.
+
+    Only items where exactly one of the model's prior (its closed-book answer) and the context is
+    right count: `context_bias` = P(the answer repeats the context's wrong value | prior right,
+    context wrong), over factual-error and outdated items; `prior_bias` = P(the answer keeps the
+    wrong prior | prior wrong, context right), over consistent items. `balanced` = 1 - their mean:
+    the share of such conflicts resolved toward the right side, weighting both kinds equally.
+    NaN where a subset is empty (no closed-book answers, or no such conflict).
+    """
+
+    context_bias: float
+    context_bias_lo: float
+    context_bias_hi: float
+    n_context: int
+    prior_bias: float
+    prior_bias_lo: float
+    prior_bias_hi: float
+    n_prior: int
+    balanced: float
+
+
+def _boot(hits: list[bool], resamples: int, rng: np.random.Generator) -> tuple[float, float, float]:
+    if not hits:
+        return math.nan, math.nan, math.nan
+    x = np.asarray(hits, dtype=float)
+    means = x[rng.integers(0, len(x), size=(resamples, len(x)))].mean(axis=1)
+    return float(x.mean()), float(np.quantile(means, 0.025)), float(np.quantile(means, 0.975))
+
+
+def clasheval(items: Sequence[ItemResult], *, resamples: int = 1000, seed: int = 0) -> ClashEvalScore:
+    """The ClashEval biases of `items` (see ClashEvalScore); the same seed gives the same CIs."""
+    rng = np.random.default_rng(seed)
+    ctx = [is_misled(r) for r in items if r.scenario in WRONG_VALUE_SCENARIOS and closed_book_correct(r) is True]
+    pri = [keeps_prior(r) for r in items if r.scenario == "consistent" and closed_book_correct(r) is False]
+    cb, cb_lo, cb_hi = _boot(ctx, resamples, rng)
+    pb, pb_lo, pb_hi = _boot(pri, resamples, rng)
+    return ClashEvalScore(cb, cb_lo, cb_hi, len(ctx), pb, pb_lo, pb_hi, len(pri), 1 - (cb + pb) / 2)

@@ -70,6 +70,7 @@ def system_metrics(items: Sequence[ItemResult]) -> dict:
         "by_language": cm.language_table(items),
         "detector": cm.detector_table(items),
         "attribution": attribution_table(items),
+        "clasheval": asdict(cm.clasheval(items)),
     }
 
 
@@ -199,6 +200,8 @@ CONFLICT_COLS = ("scenario", "knowledge", "n", "accuracy", "acc_lo", "acc_hi", "
 LANGUAGE_COLS = ("language", "scenario", "knowledge", "n", "accuracy", "acc_lo", "acc_hi")
 DETECTOR_COLS = ("knowledge", "positives", "n", "n_pos", "precision", "recall", "f1", "auroc", "n_invalid")
 ATTR_COLS = ("scenario", "knowledge", "n", *CLASSES)
+CLASHEVAL_COLS = ("context_bias", "context_bias_lo", "context_bias_hi", "n_context", "prior_bias",
+                  "prior_bias_lo", "prior_bias_hi", "n_prior", "balanced")
 
 
 def _sections(metrics: dict) -> list[tuple[str, list[dict], Sequence[str]]]:
@@ -218,6 +221,9 @@ def _sections(metrics: dict) -> list[tuple[str, list[dict], Sequence[str]]]:
             out.append((f"{name}: retrieval (retrieved = top-N before rerank, final = given to the model)",
                         ret, ("metric", *stages)))
         out.append((f"{name}: error attribution", m["attribution"], ATTR_COLS))
+        if m["clasheval"]["n_context"] or m["clasheval"]["n_prior"]:
+            out.append((f"{name}: ClashEval biases (items where exactly one of prior and context is right; "
+                        "95 % bootstrap CIs)", [m["clasheval"]], CLASHEVAL_COLS))
     return out
 
 

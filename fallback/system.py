@@ -29,8 +29,10 @@ from lorarag.fallback.gate import SIGNAL, answer_nll, gate_fires
 from lorarag.fallback.policy import decide_route, route_answer
 from lorarag.fallback.verdict import (
     Verdict,
+    field_value,
     forced_unknown_prefix,
     memory_prefix,
+    read_forced_verdict,
     read_verdict,
 )
 from lorarag.rag.generate import Generator, Message
@@ -72,14 +74,18 @@ class Detector:
     memory `closed_book` (the LoRA): a closed-book pass of the same adapter answers first and the
     scored pass is forced to start `memory: <that answer> |`, or `memory: unknown |` where the
     gate fires on that answer's NLL — one scored pass per question. memory `reply` (a prompted base
-    model, no gate): the model writes its own memory in the scored pass.
+    model, no gate): the model writes its own memory in the scored pass. memory `fields` (a prompted
+    base model that cannot keep the reply format): the closed-book answer is the memory, a pass
+    forced to `memory: <it> | source:` writes the source field, and a pass forced to `... |
+    verdict:` gives the label probabilities at its first position — so the verdict is always read,
+    as the LoRA's is, however the model would have continued.
     """
 
     def __init__(self, generator: Generator, first_tokens: dict[str, str], cfg: FallbackConfig,
                  gate_threshold: float | None, *, system_prompt: str = SYSTEM_RAG,
-                 memory: Literal["closed_book", "reply"] = "closed_book") -> None:
+                 memory: Literal["closed_book", "reply", "fields"] = "closed_book") -> None:
         self.gate_threshold = gate_threshold if cfg.gate.enabled else None
-        if memory == "reply" and self.gate_threshold is not None:
+        if memory != "closed_book" and self.gate_threshold is not None:
             raise ValueError("a memory written in the reply has no closed-book reading to gate")
         self.generator = generator
         self.system_prompt = system_prompt
@@ -106,6 +112,8 @@ class Detector:
     def judge(self, questions: Sequence[str], sources: Sequence[Sequence[Retrieved]]) -> list[Judgement]:
         """One scored pass for every question, its memory from the closed-book pass (or the reply)."""
         convs = [conversation(q, s, self.system_prompt) for q, s in zip(questions, sources)]
+        if self.memory == "fields":
+            return self._judge_by_fields(convs, closed_book(self.generator, self.cfg.detector.adapter, questions))
         if self.memory == "reply":
             first = self._pass(convs, [memory_prefix()] * len(convs))
             self.invalid += sum(not v.valid for v, _ in first)
@@ -118,6 +126,23 @@ class Detector:
         for (v, prompt), g, c, x in zip(self._pass(convs, prefixes), gated, cb, doubts):
             self.invalid += not v.valid
             out.append(Judgement(v, g and not is_unknown(c.answer), c.answer, prompt, x))
+        return out
+
+
+    def _judge_by_fields(self, convs: list[list[Message]], cb: list[ClosedBookAnswer]) -> list[Judgement]:
+        """memory `fields`: the source field, then the verdict, each from a pass forced up to it."""
+        d = self.cfg.detector
+        heads = [f"{memory_prefix()} {c.answer} | source:" for c in cb]
+        src = self.generator.generate(convs, adapter=d.adapter, max_new_tokens=d.max_new_tokens, prefixes=heads)
+        sources = [field_value(g.text) for g in src]
+        heads = [f"{memory_prefix()} {c.answer} | source: {s} | verdict:" for c, s in zip(cb, sources)]
+        gens = self.generator.generate(convs, adapter=d.adapter, max_new_tokens=2, top_logprobs=d.top_logprobs,
+                                       prefixes=heads)
+        out = []
+        for c, s, g in zip(cb, sources, gens):
+            v = read_forced_verdict(g, self.first_tokens, c.answer, s)
+            self.invalid += not v.valid
+            out.append(Judgement(v, False, c.answer, g.prompt))
         return out
 
 

@@ -18,7 +18,13 @@ import re
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
-from lorarag.fallback.format import MEMORY_PREFIX, UNKNOWN, VERDICTS, parse_reply
+from lorarag.fallback.format import (
+    MEMORY_PREFIX,
+    UNKNOWN,
+    VERDICTS,
+    is_unknown,
+    parse_reply,
+)
 
 log = logging.getLogger(__name__)
 
@@ -166,6 +172,26 @@ def read_verdict(gen: Any, first_tokens: Mapping[str, str], *, prefix: str = "")
         return _invalid(full, p_unknown)
     return Verdict(parsed.verdict, probs[parsed.verdict], tuple((v, probs[v]) for v in VERDICTS),
                    parsed.memory, parsed.source, parsed.answer, full, p_unknown)
+
+
+def field_value(text: str) -> str:
+    """A generated field's value: the text up to the next ` |` or line end, whitespace folded."""
+    return " ".join(text.split("|", 1)[0].split("\n", 1)[0].split()) or "none"
+
+
+def read_forced_verdict(gen: Any, first_tokens: Mapping[str, str], memory: str, source: str) -> Verdict:
+    """The verdict of a pass forced up to `... | verdict:`: the label with the highest probability
+    at the first generated position (the model's judgement, read whatever it writes after it), and
+    the answer the label implies (the source's value unless the sources are doubted)."""
+    tops = list(gen.top_logprobs or ())
+    raw = f"{MEMORY_PREFIX} {memory} | source: {source} | verdict:{gen.text}"
+    probs = label_probs(_pairs(tops[0]), first_tokens) if tops else {}
+    if not probs:
+        log.warning("no verdict label among the top logprobs at the verdict position")
+        return _invalid(raw)
+    label = max(VERDICTS, key=lambda v: probs[v])
+    answer = source if label == "supported" or is_unknown(memory) else memory
+    return Verdict(label, probs[label], tuple((v, probs[v]) for v in VERDICTS), memory, source, answer, raw)
 
 
 def memory_prefix() -> str:

@@ -22,7 +22,7 @@ class SystemConfig(Strict):
     """One evaluated system (fallback/systems.py)."""
 
     name: str
-    kind: Literal["lora_rag", "base_rag", "prompted_detection", "closed_book", "oracle"]
+    kind: Literal["lora_rag", "base_rag", "prompted_detection", "astute_rag", "closed_book", "oracle"]
     context: Literal["retrieved", "presented"] = "retrieved"
     adapter: str | None = None  # closed_book: None = base model, "lora" = the trained adapter
     max_new_tokens: int = 24  # base_rag / closed_book / oracle answers

@@ -51,6 +51,7 @@ def _num(x: float) -> str:
     return "–" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.2f}"
 
 
+INVALID_LIMIT = 0.05  # a system with more invalid replies than this is flagged as broken, not scored
 BASE_TARGET = "base RAG"  # prefix of the base-RAG targets; the others are LoRA-RAG's and its detector's
 
 
@@ -125,6 +126,11 @@ def headline_markdown(cfg: Any, results: Mapping[str, Sequence[ItemResult]]) -> 
             lines.append(f"| {o} | " + " | ".join(
                 _num(accuracy(_cell(results[o], s, k)).value) if _cell(results[o], s, k) else "–"
                 for s, k in cols) + " |")
+    broken = [(n, inv, len(items)) for n, items in results.items()
+              if items and (inv := sum(r.verdict == "invalid" for r in items)) / len(items) > INVALID_LIMIT]
+    if broken:
+        lines += [""] + [f"**{n}: {inv} of {total} replies invalid ({inv / total:.0%} > {INVALID_LIMIT:.0%}): its "
+                         "numbers measure the reply parser, not the system.**" for n, inv, total in broken]
     if base is not None and lora is not None:
         lines += ["", "### Targets", "", "| target | measured | met |", "|---|---|---|"]
         for name, v, ok in targets(base[1], lora[1]):

@@ -6,7 +6,8 @@ study/contexts.py: `retrieved` (the clean KB, then poisoned into the scenario's 
 `presented` (the scenario's own chunks).
 
 Kinds: `lora_rag` (AdvancedRAGSystem), `base_rag` (plain grounded RAG, no detection),
-`prompted_detection` (the base model asked for the same verdict format, no LoRA), `closed_book`
+`prompted_detection` (the base model asked for the same verdict format, no LoRA), `astute_rag`
+(the base model's own closed-book answer consolidated with the sources, prompt only), `closed_book`
 (base or LoRA, no retrieval) and `oracle` (the gold chunk only, answered by the base RAG prompt).
 Components (generator, retrieval, tokenizer) are built once in study/parts.py and injected.
 """
@@ -19,10 +20,13 @@ from typing import Callable, Protocol
 from lorarag.fallback.format import (
     SYSTEM_CLOSED_BOOK,
     SYSTEM_RAG,
+    SourceText,
     closed_book_user_turn,
+    rag_user_turn,
 )
-from lorarag.fallback.system import AdvancedRAGSystem, Detector
+from lorarag.fallback.system import AdvancedRAGSystem, Detector, closed_book
 from lorarag.rag.generate import Generator, Message
+from lorarag.rag.prompt import neutralise
 from lorarag.rag.records import Answer, Trace
 from lorarag.rag.system import RAGSystem
 from lorarag.scenarios.records import Scenario
@@ -43,6 +47,45 @@ class ScenarioSystem(Protocol):
 PROMPTED_SYSTEM = (SYSTEM_RAG + " Reply in exactly one line of this form: memory: <what you remember, "
                    "or unknown> | source: <what the sources say, or none> | verdict: <supported, "
                    "conflicting, outdated, irrelevant or insufficient> | answer: <your final answer>")
+
+
+# Astute-RAG-style consolidation (Wang et al. 2024, prompt-only): the model's own answer, elicited
+# closed-book first, is set beside the sources as one more passage; the model reconciles them.
+ASTUTE_SYSTEM = ("You answer questions from numbered sources and from your own knowledge. Sources can be "
+                 "wrong, outdated or irrelevant, and so can your own knowledge. Compare them, keep what is "
+                 "consistent and reliable, then give only the final answer in a few words.")
+
+
+def astute_user_turn(question: str, sources: list[SourceText], own: str) -> str:
+    """The consolidation turn: the numbered sources, then the model's own answer, then the question."""
+    turn = rag_user_turn(question, sources)
+    head, _, tail = turn.rpartition("\nQuestion: ")
+    own_line = f"Your own knowledge: {' '.join(neutralise(own).split())}"
+    return f"{head}\n{own_line}\nQuestion: {tail}" if head else f"{own_line}\n{turn}"
+
+
+class AstuteRAG:
+    """A prompt-only baseline: elicit the base model's own answer, consolidate it with the sources."""
+
+    def __init__(self, name: str, generator: Generator, ctx: ScenarioContexts, mode: str, max_new_tokens: int) -> None:
+        self.name, self.generator, self.ctx, self.mode, self.max_new = name, generator, ctx, mode, max_new_tokens
+
+    def answer_scenarios(self, items: list[Scenario]) -> list[Answer]:
+        """Closed-book answers (the base model's; a memo hit after closed_book_base), then one
+        consolidation pass over each scenario's context."""
+        questions = [s.question for s in items]
+        ctxs = self.ctx.contexts(items, self.mode)
+        own = closed_book(self.generator, None, questions)
+        convs = [[Message("system", ASTUTE_SYSTEM),
+                  Message("user", astute_user_turn(q, [SourceText(r.chunk.text, r.chunk.date) for r in c[1]], o.answer))]
+                 for q, c, o in zip(questions, ctxs, own)]
+        gens = self.generator.generate(convs, adapter=None, max_new_tokens=self.max_new)
+        return [Answer(question=q, text=g.text.strip(),
+                       sources=tuple(dict.fromkeys(r.chunk.source for r in c[1])),
+                       trace=Trace(question=q, retrieved=tuple(c[0]), reranked=tuple(c[1]), prompt=g.prompt,
+                                   raw_output=g.text, memory_answer=o.answer,
+                                   notes=(f"own knowledge (closed-book): {o.answer!r}",)))
+                for q, c, o, g in zip(questions, ctxs, own, gens)]
 
 
 class LoRARAG:
@@ -106,10 +149,11 @@ def _lora_rag(cfg: SystemConfig, parts: Parts) -> LoRARAG:
 
 def _prompted(cfg: SystemConfig, parts: Parts) -> LoRARAG:
     fb = parts.fallback
-    # Same format and policy, base model, no gate (there is no calibrated threshold for the base).
+    # Same format and policy, base model, no gate (there is no calibrated threshold for the base); each
+    # field forced in turn, so the base model's verdict is read even where it cannot keep the format.
     fb = fb.model_copy(update={"detector": fb.detector.model_copy(update={"adapter": None}),
                                "gate": fb.gate.model_copy(update={"enabled": False})})
-    det = Detector(parts.generator, parts.first_tokens, fb, None, system_prompt=PROMPTED_SYSTEM, memory="reply")
+    det = Detector(parts.generator, parts.first_tokens, fb, None, system_prompt=PROMPTED_SYSTEM, memory="fields")
     return LoRARAG(cfg.name, AdvancedRAGSystem(parts.rag, det, fb), parts.contexts, cfg.context)
 
 
@@ -119,4 +163,5 @@ SYSTEMS: dict[str, Callable[[SystemConfig, Parts], ScenarioSystem]] = {
     "base_rag": lambda cfg, p: BaseRAG(cfg.name, p.rag, p.contexts, cfg.context, cfg.max_new_tokens),
     "oracle": lambda cfg, p: BaseRAG(cfg.name, p.rag, p.contexts, "oracle", cfg.max_new_tokens),
     "closed_book": lambda cfg, p: ClosedBook(cfg.name, p.generator, cfg.adapter, cfg.max_new_tokens),
+    "astute_rag": lambda cfg, p: AstuteRAG(cfg.name, p.generator, p.contexts, cfg.context, cfg.max_new_tokens),
 }

@@ -112,3 +112,16 @@ def test_long_form_answers_token_f1_and_siding_with_the_source():
     sides = cm.sides_with_source([right, misled, cons])
     assert (sides.k, sides.n) == (1, 2)  # the consistent item has no wrong value to side with
     assert math.isnan(cm.gold_f1([]))
+
+
+def test_clasheval_biases_by_hand_with_bootstrap_cis():
+    """The same subsets as context_bias / prior_bias above: 1 of 3 misled, 1 of 2 keeping the prior."""
+    s = cm.clasheval(ITEMS, resamples=2000, seed=3)
+    assert (s.n_context, s.n_prior) == (3, 2)
+    assert s.context_bias == pytest.approx(1 / 3) and s.prior_bias == pytest.approx(1 / 2)
+    assert s.balanced == pytest.approx(1 - (1 / 3 + 1 / 2) / 2)
+    assert 0.0 <= s.context_bias_lo <= s.context_bias <= s.context_bias_hi <= 1.0
+    assert 0.0 <= s.prior_bias_lo <= s.prior_bias <= s.prior_bias_hi <= 1.0
+    assert cm.clasheval(ITEMS, resamples=2000, seed=3) == s  # same seed, same CIs
+    empty = cm.clasheval([make_item(closed_book_answer=None)])
+    assert (empty.n_context, empty.n_prior) == (0, 0) and math.isnan(empty.context_bias)

@@ -341,3 +341,47 @@ def test_declined_closed_book_answer_is_no_memory_and_no_gate_reading():
     assert a.trace.route == "context" and a.text == "9" and a.trace.memory_answer is None
 
 
+
+
+def test_astute_turn_puts_the_own_answer_between_sources_and_question():
+    from lorarag.fallback.format import SourceText
+    from lorarag.study.systems import astute_user_turn
+
+    turn = astute_user_turn("Who leads X?", [SourceText("X is led by Ann."), SourceText("Y is in Rome.")],
+                            "Bob <|im_end|>")
+    lines = turn.splitlines()
+    assert lines[0] == "Sources:" and lines[1].startswith("[S1] X is led by Ann.")
+    assert lines[-2].startswith("Your own knowledge: Bob") and "<|im_end|>" not in turn  # inert
+    assert lines[-1] == "Question: Who leads X?"
+
+
+def test_fields_mode_reads_the_verdict_of_a_model_that_cannot_keep_the_format():
+    """memory `fields`: closed-book memory, a forced `source:` pass, a forced `verdict:` pass whose
+    first position gives the label probabilities (whatever the model writes after it)."""
+
+    class Fields:
+        def __init__(self):
+            self.calls = []
+
+        def generate(self, convs, *, adapter=None, max_new_tokens=None, top_logprobs=0, prefixes=None):
+            self.calls.append((prefixes, max_new_tokens, top_logprobs))
+            if prefixes is None:  # closed-book
+                return [G("12", (), (), logprobs=(-0.1,)), G("7", (), (), logprobs=(-0.1,))]
+            if prefixes[0].endswith("source:"):
+                return [G(" 9 million | verdict: blah", (), ()), G(" 7\nmore text", (), ())]
+            tops = [(((" conflicting", math.log(0.7)), (" supported", math.log(0.3))),),
+                    (((" supported", math.log(0.8)), (" outdated", math.log(0.2))),)]
+            return [G(" conflict-ish rambling", (" conflict",), t) for t in tops]
+
+    gen = Fields()
+    cfg = FallbackConfig(detector=FallbackConfig().detector.model_copy(update={"adapter": None}))
+    det = Detector(gen, FIRST, cfg, None, memory="fields")
+    fe, ok = AdvancedRAGSystem(None, det, cfg).answer_with_context(["q1", "q2"], [((), (_src("x"),))] * 2)
+    assert gen.calls[1][0] == ["memory: 12 | source:", "memory: 7 | source:"]
+    assert gen.calls[2][0] == ["memory: 12 | source: 9 million | verdict:", "memory: 7 | source: 7 | verdict:"]
+    assert fe.trace.verdict == "conflicting" and fe.trace.verdict_score == pytest.approx(0.7)
+    assert fe.trace.route == "fallback" and fe.text == "12"  # doubted source, memory known
+    assert ok.trace.verdict == "supported" and ok.trace.route == "context" and ok.text == "7"
+    assert det.invalid == 0
+    with pytest.raises(ValueError):
+        Detector(gen, FIRST, cfg, 0.3, memory="fields")  # no gate on a base model's memory

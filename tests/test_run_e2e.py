@@ -275,7 +275,7 @@ def test_seeds_trains_one_adapter_per_seed_and_shares_adapter_free_results(tmp_p
         shas.append(hashlib.sha256((adapter / "adapter_model.safetensors").read_bytes()).hexdigest())
         assert (adapter / "gate.json").is_file()
     assert shas[0] != shas[1]  # another LoRA init and batch order
-    assert any("reusing the first seed's results of closed_book_base, base_rag, prompted_detection, oracle" in ln
+    assert any("reusing the first seed's results of closed_book_base, base_rag, prompted_detection, astute_rag, oracle" in ln
                for ln in lines)
     for s in cfg.systems:
         a = (runs / "ci-tiny/eval" / s.name / "results.jsonl").read_text().splitlines()
