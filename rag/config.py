@@ -160,6 +160,10 @@ class GeneratorConfig(Strict):
     max_lora_rank: int = 64
     chat_template_kwargs: dict[str, bool] = {"enable_thinking": False}
     base_url: str | None = None
+    # openai kind: more servers holding the same base model and adapters (vLLM replicas); requests
+    # go round-robin over `base_url` and these, `batch_size` in flight per server, and a request
+    # whose server fails after its retries is tried once on the next server.
+    extra_base_urls: list[str] = []
     api_key_env: str | None = None
     timeout_s: float = 120.0
     max_retries: int = 3
@@ -168,6 +172,8 @@ class GeneratorConfig(Strict):
 
     @model_validator(mode="after")
     def _check(self) -> "GeneratorConfig":
+        if self.extra_base_urls and (self.kind != "openai" or not self.base_url):
+            raise ValueError("extra_base_urls are for the openai kind, beside its base_url")
         if self.max_batch_tokens is not None and self.kind != "transformers":
             raise ValueError(f"max_batch_tokens is for the transformers kind, not {self.kind} "
                              "(vLLM: extra_engine_args max_num_batched_tokens)")

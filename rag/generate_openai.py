@@ -35,8 +35,10 @@ class OpenAIGenerator:
         if not cfg.base_url:
             raise ConfigError("generator.base_url is required for kind: openai")
         self.cfg = cfg
-        self.client = JSONClient(cfg.base_url, timeout_s=cfg.timeout_s, max_retries=cfg.max_retries,
-                                 api_key_env=cfg.api_key_env)
+        urls = [cfg.base_url, *cfg.extra_base_urls]
+        self.clients = [JSONClient(u, timeout_s=cfg.timeout_s, max_retries=cfg.max_retries,
+                                   api_key_env=cfg.api_key_env) for u in urls]
+        self.client = self.clients[0]
         root = cfg.base_url.rstrip("/").removesuffix("/v1")
         self._root = JSONClient(root, timeout_s=cfg.timeout_s, max_retries=cfg.max_retries,
                                 api_key_env=cfg.api_key_env)
@@ -50,11 +52,24 @@ class OpenAIGenerator:
         prefixes = check_request(self.cfg, conversations, adapter, prefixes)
         model = self.cfg.adapters[adapter] if adapter else self.cfg.model
         max_new = max_new_tokens or self.cfg.max_new_tokens
-        jobs = list(zip(conversations, prefixes))
-        with ThreadPoolExecutor(max_workers=max(1, min(self.cfg.batch_size, len(jobs)))) as pool:
-            return list(pool.map(lambda j: self._one(j[0], j[1], model, max_new, top_logprobs), jobs))
+        jobs = list(enumerate(zip(conversations, prefixes)))
+        workers = max(1, min(self.cfg.batch_size * len(self.clients), len(jobs)))
+        with ThreadPoolExecutor(max_workers=workers) as pool:
+            return list(pool.map(lambda j: self._spread(j[0], j[1][0], j[1][1], model, max_new, top_logprobs), jobs))
 
-    def _one(self, conv: list[Message], prefix: str, model: str, max_new: int, k: int) -> Generation:
+    def _spread(self, i: int, conv: list[Message], prefix: str, model: str, max_new: int, k: int) -> Generation:
+        """Request `i` on server i mod n; after that server's own retries fail, once on the next."""
+        n = len(self.clients)
+        try:
+            return self._one(conv, prefix, model, max_new, k, self.clients[i % n])
+        except EndpointError as exc:
+            if n == 1:
+                raise
+            log.warning("%s; trying %s", exc, self.clients[(i + 1) % n].base_url)
+            return self._one(conv, prefix, model, max_new, k, self.clients[(i + 1) % n])
+
+    def _one(self, conv: list[Message], prefix: str, model: str, max_new: int, k: int,
+             client: JSONClient | None = None) -> Generation:
         # the forced prefix takes room too: at most one token per UTF-8 byte
         room = max_new + len(prefix.encode())
         conv, cut = fit_conversation(conv, lambda c: self._fits(c, model, room), self.endpoint)
@@ -70,7 +85,7 @@ class OpenAIGenerator:
         payload["logprobs"] = True  # tokens and their logprobs, as the local kinds give them
         if k:
             payload["top_logprobs"] = k
-        data = self.client.post("/chat/completions", payload)
+        data = (client or self.client).post("/chat/completions", payload)
         choice = field(data, "choices", 0, endpoint=self.endpoint)
         text = field(choice, "message", "content", endpoint=self.endpoint)
         if not isinstance(choice, dict) or not isinstance(text, str):
@@ -126,5 +141,6 @@ class OpenAIGenerator:
 
     def close(self) -> None:
         """Close the HTTP connection pools."""
-        self.client.close()
+        for c in self.clients:
+            c.close()
         self._root.close()
