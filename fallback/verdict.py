@@ -16,7 +16,7 @@ import logging
 import math
 import re
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from lorarag.fallback.format import (
     MEMORY_PREFIX,
@@ -25,6 +25,10 @@ from lorarag.fallback.format import (
     is_unknown,
     parse_reply,
 )
+from lorarag.rag.generate import Generation
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +63,7 @@ class Verdict:
         return 1.0 - dict(self.probs)["supported"]
 
 
-def label_first_tokens(tokenizer: Any) -> dict[str, str]:
+def label_first_tokens(tokenizer: PreTrainedTokenizerBase) -> dict[str, str]:
     """The decoded first token of " <label>" for each verdict label and for " unknown".
 
     Labels follow "verdict:" with a space, so the space-prefixed form is what the model emits.
@@ -120,7 +124,7 @@ def _invalid(raw: str, p_unknown: float | None = None) -> Verdict:
     return Verdict(INVALID, 0.0, (), "", "", "", raw, p_unknown)
 
 
-def read_verdict(gen: Any, first_tokens: Mapping[str, str], *, prefix: str = "") -> Verdict:
+def read_verdict(gen: Generation, first_tokens: Mapping[str, str], *, prefix: str = "") -> Verdict:
     """Build a Verdict from one Generation (text, tokens, top_logprobs) of a forced `prefix`.
 
     `gen.tokens[i]` is the decoded text of generated token i and `gen.top_logprobs[i]` its
@@ -179,7 +183,7 @@ def field_value(text: str) -> str:
     return " ".join(text.split("|", 1)[0].split("\n", 1)[0].split()) or "none"
 
 
-def read_forced_verdict(gen: Any, first_tokens: Mapping[str, str], memory: str, source: str) -> Verdict:
+def read_forced_verdict(gen: Generation, first_tokens: Mapping[str, str], memory: str, source: str) -> Verdict:
     """The verdict of a pass forced up to `... | verdict:`: the label with the highest probability
     at the first generated position (the model's judgement, read whatever it writes after it), and
     the answer the label implies (the source's value unless the sources are doubted)."""

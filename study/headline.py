@@ -8,7 +8,7 @@ hidden.
 from __future__ import annotations
 
 import math
-from typing import Any, Mapping, Sequence
+from typing import Mapping, Sequence
 
 from lorarag.eval.conflict_metrics import (
     accuracy,
@@ -21,16 +21,17 @@ from lorarag.eval.conflict_metrics import (
 )
 from lorarag.eval.records import ItemResult
 from lorarag.scenarios.records import SCENARIO_TYPES
+from lorarag.study.config import RunConfig
 
 
-def _first(cfg: Any, results: Mapping[str, Sequence[ItemResult]], kind: str) -> tuple[str, list[ItemResult]] | None:
+def _first(cfg: RunConfig, results: Mapping[str, Sequence[ItemResult]], kind: str) -> tuple[str, list[ItemResult]] | None:
     for s in cfg.systems:
         if s.kind == kind and s.name in results:
             return s.name, list(results[s.name])
     return None
 
 
-def pair_names(cfg: Any, results: Mapping[str, Sequence[ItemResult]]) -> tuple[str, str] | None:
+def pair_names(cfg: RunConfig, results: Mapping[str, Sequence[ItemResult]]) -> tuple[str, str] | None:
     """(base RAG system, LoRA-RAG system) names of the run, when both were evaluated."""
     base, lora = _first(cfg, results, "base_rag"), _first(cfg, results, "lora_rag")
     return (base[0], lora[0]) if base and lora else None
@@ -85,7 +86,7 @@ def targets(base: Sequence[ItemResult], lora: Sequence[ItemResult]) -> list[tupl
     return [(name, v, (not math.isnan(v)) and bool(ok(v))) for name, v, ok in rows]
 
 
-def headline_markdown(cfg: Any, results: Mapping[str, Sequence[ItemResult]]) -> str:
+def headline_markdown(cfg: RunConfig, results: Mapping[str, Sequence[ItemResult]]) -> str:
     """Markdown: accuracy by scenario (95 % Wilson CIs), conflict metrics, detector, targets."""
     base = _first(cfg, results, "base_rag")
     lora = _first(cfg, results, "lora_rag")
