@@ -227,7 +227,10 @@ def _assign_groups(order: list[int], cfg: "WorldConfig") -> dict[int, str]:
 def build_world(cfg: "WorldConfig") -> World:
     """Generate the world deterministically from `cfg.seed`."""
     rng = random.Random(cfg.seed)
-    names = _org_names(rng, cfg.n_orgs, cfg.zh_fraction)
+    try:
+        names = _org_names(rng, cfg.n_orgs, cfg.zh_fraction)
+    except ValueError as exc:  # the vocabulary's distinct stems run out
+        raise ConfigError(f"world.n_orgs: {cfg.n_orgs} is too many for the demo vocabulary ({exc})") from None
     order = list(range(cfg.n_orgs))
     rng.shuffle(order)  # groups drawn at random
     if cfg.stratify_languages:  # each language spread over the groups in the same fractions

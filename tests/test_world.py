@@ -121,3 +121,12 @@ def test_bad_world_config_is_a_one_line_error():
         validate_data({"attributes": ["ceo", "mascot"]}, WorldConfig, "world")
     with pytest.raises(ConfigError):
         validate_data({"known_fraction": 0.9, "context_only_fraction": 0.2}, WorldConfig, "world")
+
+
+def test_a_world_larger_than_the_vocabulary_is_a_one_line_config_error():
+    from lorarag.core.errors import ConfigError
+    from lorarag.scenarios.config import WorldConfig
+    from lorarag.scenarios.world import build_world
+
+    with pytest.raises(ConfigError, match="world.n_orgs: 140 is too many"):
+        build_world(WorldConfig(n_orgs=140))
