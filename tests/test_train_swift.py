@@ -358,3 +358,38 @@ def test_config_changes_name_what_differs_from_the_trained_run(tmp_path):
     with pytest.raises(TrainError, match=r"trained with another config \(differs in"):
         train(other)
     assert saved.is_file() and "share_prefix" not in saved.read_text()  # nothing rewritten
+
+
+def test_a_killed_parent_takes_its_training_child_with_it(tmp_path):
+    """run_child: the training process dies with `lorarag` even when `lorarag` is SIGKILLed."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    pidfile = tmp_path / "child.pid"
+    child = f"import os, time; open({str(pidfile)!r}, 'w').write(str(os.getpid())); time.sleep(120)"
+    parent = ("import sys; from lorarag.train.swift import run_child; "
+              f"run_child([sys.executable, '-c', {child!r}], {{}})")
+    p = subprocess.Popen([sys.executable, "-c", parent], cwd=Path(__file__).resolve().parents[1])
+    for _ in range(300):
+        if pidfile.exists() and pidfile.read_text():
+            break
+        time.sleep(0.1)
+    pid = int(pidfile.read_text())
+    p.send_signal(signal.SIGKILL)
+    p.wait()
+    for _ in range(100):
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            break
+        try:  # a zombie child of a dead parent is reaped by init; count it as gone
+            if Path(f"/proc/{pid}/stat").read_text().split()[2] == "Z":
+                break
+        except FileNotFoundError:
+            break
+        time.sleep(0.1)
+    else:
+        os.kill(pid, signal.SIGKILL)
+        raise AssertionError("the training child outlived its killed parent")

@@ -159,6 +159,32 @@ def render(cmd: list[str], env: dict[str, str] | None = None) -> str:
     return " ".join(pre + [shlex.quote(c) for c in cmd])
 
 
+def _die_with_parent() -> None:
+    """In the child, before exec: ask Linux to send SIGTERM when the parent dies (even by SIGKILL)."""
+    import ctypes
+    import signal
+
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):  # not Linux: the parent's own handler below still stops it
+        pass
+
+
+def run_child(cmd: list[str], env: dict[str, str]) -> int:
+    """Run the training command and wait; an interrupted or killed `lorarag` never leaves it
+    training on in the background (it would hold the CPUs and write checkpoints unseen)."""
+    proc = subprocess.Popen(cmd, env=env, preexec_fn=_die_with_parent if sys.platform == "linux" else None)
+    try:
+        return proc.wait()
+    except BaseException:  # Ctrl-C, SIGTERM turned into an exception: stop the child, then re-raise
+        proc.terminate()
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        raise
+
+
 def train(cfg: TrainConfig, *, dry_run: bool = False, config_path: str | None = None) -> Path | str:
     """Run training; returns the final adapter folder (or, with dry_run, the command text)."""
     cmd = command_for(cfg)
@@ -176,9 +202,9 @@ def train(cfg: TrainConfig, *, dry_run: bool = False, config_path: str | None = 
     data = [cfg.dataset] + ([cfg.val_dataset] if cfg.val_dataset else [])
     rd = start_run(run_dir(cfg), cfg, seeds={"seed": cfg.seed}, data=data, command=cmd)
     (rd / "command.sh").write_text(render(cmd, env) + "\n", encoding="utf-8")
-    proc = subprocess.run(cmd, env=launch_env(env))
-    if proc.returncode != 0:
-        raise TrainError(f"{cfg.run_name}: training exited with status {proc.returncode} "
+    returncode = run_child(cmd, launch_env(env))
+    if returncode != 0:
+        raise TrainError(f"{cfg.run_name}: training exited with status {returncode} "
                          f"(rerun the same command to resume from the last checkpoint)")
     final = last_checkpoint(rd / "output")
     if final is None:
