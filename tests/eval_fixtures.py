@@ -68,8 +68,10 @@ def synthetic_run(n_items: int, systems: tuple[str, ...] = SYNTHETIC_SYSTEMS, se
             flawed = sc != "consistent"
             flag = min(0.999, max(0.001, rng.betavariate(5, 2) if flawed else rng.betavariate(2, 5))) if lora else None
             verdict = (rng.choice(_VERDICTS[1:]) if flag > 0.5 else "supported") if lora else None
-            probs = (((("supported", round(1 - flag, 4)),) + tuple((v, round(flag / 4, 4)) for v in _VERDICTS[1:]))
-                     if lora else ())
+            # the chosen flawed label takes most of P(flawed); supported keeps 1 - P(flawed)
+            probs = (((("supported", round(1 - flag, 4)),) + tuple(
+                (v, round(flag * (0.7 if v == verdict or (verdict == "supported" and v == "conflicting") else 0.1), 4))
+                for v in _VERDICTS[1:])) if lora else ())
             route = ("fallback" if flag > 0.5 else "context") if lora else None
             doubt = max(0.05, rng.gauss(1.0, 0.35) if kn == "known" else rng.gauss(2.1, 0.55))
             notes = (("p_unknown=0.0100", f"gate doubt (closed_book_nll)={doubt:.4f}")
@@ -86,7 +88,7 @@ def synthetic_run(n_items: int, systems: tuple[str, ...] = SYNTHETIC_SYSTEMS, se
                                                  f"orgs/{org}/archive-2023.md#2", "orgs/org00001/profile.md#1"),
                 final_ids=tuple(c for c, _ in final), final_texts=tuple(t for _, t in final), answer=answer,
                 abstained=False, cited=("S1",) if final else (), verdict=verdict,
-                verdict_score=None if flag is None else round(max(flag, 1 - flag), 4),
+                verdict_score=dict(probs)[verdict] if lora else None,
                 flag_score=None if flag is None else round(flag, 4), route=route, closed_book_answer=answer,
                 notes=notes, raw_output=raw, verdict_probs=probs, latency_s=round(rng.uniform(0.02, 0.4), 3)))
     return out
