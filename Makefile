@@ -11,7 +11,7 @@ export VLLM_PLUGINS :=
 export VLLM_ENABLE_V1_MULTIPROCESSING := 0
 export VLLM_CPU_KVCACHE_SPACE := 1
 
-.PHONY: install demo test test-fast bench clean
+.PHONY: install demo browser test test-fast bench clean
 
 $(STAMP): pyproject.toml constraints-cpu.txt
 	$(PYTHON) -m venv $(VENV)
@@ -28,7 +28,21 @@ install: $(STAMP)
 demo: $(STAMP)
 	$(VENV)/bin/lorarag run configs/run/cpu-demo.yaml
 
+# Headless Chromium for the browser tests (tests/test_explorer_browser.py): Debian's chromium and
+# chromium-driver (apt, as root) and selenium (pip). Where they cannot be installed those tests skip,
+# naming what is missing; `make test` runs this first and carries on when it fails.
+browser: $(STAMP)
+	@if command -v chromium >/dev/null && command -v chromedriver >/dev/null; then \
+		echo "browser: $$(chromium --version 2>/dev/null | head -1) and chromedriver already installed"; \
+	elif command -v apt-get >/dev/null && [ "$$(id -u)" = 0 ]; then \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null; \
+	else \
+		echo "browser: cannot install chromium and chromium-driver here (needs apt-get as root)"; exit 1; \
+	fi
+	$(PY) -c "import selenium" 2>/dev/null || $(PY) -m pip install -q selenium
+
 test: $(STAMP)
+	@$(MAKE) --no-print-directory browser || echo "browser: not installed; the browser tests will skip and say what is missing"
 	$(PY) -m pytest -q --timeout=1200; rc=$$?; if [ $$rc -eq 5 ]; then echo "no tests collected"; exit 1; fi; exit $$rc
 
 test-fast: $(STAMP)

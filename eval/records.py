@@ -59,6 +59,8 @@ class ItemResult:
     phrasing: int = 0
     source_set: str = "demo"
     notes: tuple[str, ...] = ()  # the trace's notes (gate reading and decision, invalid replies)
+    raw_output: str = ""  # the generator's reply before parsing (the run explorer shows it)
+    verdict_probs: tuple[tuple[str, float], ...] = ()  # (label, probability) at the verdict token
 
     @property
     def answerable(self) -> bool:
@@ -112,6 +114,7 @@ def item_result(system: str, scenario, answer: Answer, closed_book_answer: str |
         closed_book_answer=closed_book_answer, latency_s=latency_s,
         phrasing=scenario.phrasing, source_set=scenario.source_set,
         notes=tuple(tr.notes) if tr else (),
+        raw_output=tr.raw_output if tr else "", verdict_probs=tuple(tr.verdict_probs) if tr else (),
     )
 
 

@@ -3,16 +3,17 @@
 `write_report(runs, out_dir)` takes run directories (or {name: [ItemResult]}) and writes
 - metrics.json: per system answer, retrieval, conflict, detector and attribution numbers (and the
   paired comparison when there are exactly two systems: the first is A, the baseline);
-- report.md and report.html (plots embedded as base64 PNG: accuracy by scenario with 95 % CIs,
-  attribution bars, detector ROC);
+- report.md and report.html, reading top-down: the caller's headline (with its targets) first,
+  then the plots (eval/plots.py, embedded as base64 PNG: accuracy per scenario x knowledge with
+  95 % CIs, attribution classes per system, detector ROC and reliability, the gate's doubt
+  histograms with its threshold), then the detail tables;
+- explorer.html: every item of every system in one filterable page (eval/explorer.py);
 - attribution.jsonl (every item labelled) and ragas-<system>.jsonl (RAGAS dataset columns).
 """
 
 from __future__ import annotations
 
-import base64
 import html
-import io
 import json
 import math
 from dataclasses import asdict
@@ -29,10 +30,13 @@ from lorarag.eval.compare import (
     headline_markdown,
     headline_rows,
 )
+from lorarag.eval.explorer import EXPLORER_FILE, plots_html, write_explorer
 from lorarag.eval.judge import JUDGED_FILE, judge_summary, load_judged
+from lorarag.eval.mdhtml import markdown_html, targets_verdict
+from lorarag.eval.plots import plot_accuracy, plot_attribution, plot_gate, plot_reliability, plot_roc
 from lorarag.eval.records import ItemResult, load_results
 from lorarag.eval.stats import nan_to_none
-from lorarag.scenarios.records import SCENARIO_TYPES
+from lorarag.fallback.gate import GATE_FILE
 
 Runs = Sequence[str | Path] | Mapping[str, Sequence[ItemResult]]
 
@@ -83,90 +87,6 @@ def export_ragas(items: Sequence[ItemResult], path: str | Path) -> int:
                                  "ground_truth": r.gold_answers[0] if r.gold_answers else "",
                                  "ground_truths": list(r.gold_answers)}, ensure_ascii=False) + "\n")
     return len(items)
-
-
-# --------------------------------------------------------------------------------------
-# Plots (matplotlib, Agg), returned as PNG bytes.
-# --------------------------------------------------------------------------------------
-
-
-def _png(fig) -> bytes:
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=100, bbox_inches="tight")
-    import matplotlib.pyplot as plt
-
-    plt.close(fig)
-    return buf.getvalue()
-
-
-def _plt():
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
-def plot_accuracy(systems: Mapping[str, Sequence[ItemResult]]) -> bytes:
-    """Grouped bars: accuracy per scenario/knowledge cell and system, Wilson 95 % CI whiskers."""
-    plt = _plt()
-    tables = {name: [r for r in cm.conflict_table(items) if r["scenario"] != "all"]
-              for name, items in systems.items()}
-    cells = sorted({(r["scenario"], r["knowledge"]) for rows in tables.values() for r in rows},
-                   key=lambda c: (SCENARIO_TYPES.index(c[0]), c[1]))
-    fig, ax = plt.subplots(figsize=(max(6, 1.2 * len(cells)), 3.6))
-    width = 0.8 / max(1, len(tables))
-    for j, (name, rows) in enumerate(tables.items()):
-        by = {(r["scenario"], r["knowledge"]): r for r in rows}
-        xs, ys, err = [], [], [[], []]
-        for i, c in enumerate(cells):
-            if c in by:
-                r = by[c]
-                xs.append(i + (j - (len(tables) - 1) / 2) * width)
-                ys.append(r["accuracy"])
-                # max(0, .): at p = 0 or 1 the Wilson bound equals p up to rounding.
-                err[0].append(max(0.0, r["accuracy"] - r["acc_lo"]))
-                err[1].append(max(0.0, r["acc_hi"] - r["accuracy"]))
-        ax.bar(xs, ys, width, yerr=err, capsize=3, label=name)
-    ax.set_xticks(range(len(cells)), [f"{s}\n{k}" for s, k in cells], fontsize=8)
-    ax.set_ylim(0, 1.05)
-    ax.set_ylabel("accuracy (95% CI)")
-    ax.legend(fontsize=8)
-    return _png(fig)
-
-
-def plot_attribution(systems: Mapping[str, Sequence[ItemResult]]) -> bytes:
-    """Grouped horizontal bars: count of each attribution class per system."""
-    plt = _plt()
-    fig, ax = plt.subplots(figsize=(6.5, 3.6))
-    height = 0.8 / max(1, len(systems))
-    for j, (name, items) in enumerate(systems.items()):
-        counts = [sum(1 for r in items if attribute(r) == c) for c in CLASSES]
-        ax.barh([i + j * height for i in range(len(CLASSES))], counts, height, label=name)
-    ax.set_yticks([i + height * (len(systems) - 1) / 2 for i in range(len(CLASSES))], CLASSES, fontsize=8)
-    ax.invert_yaxis()
-    ax.set_xlabel("items")
-    ax.legend(fontsize=8)
-    return _png(fig)
-
-
-def plot_roc(systems: Mapping[str, Sequence[ItemResult]]) -> bytes | None:
-    """Detector ROC (flawed vs consistent) per system with a flag score; None if no system has one."""
-    curves = {n: cm.roc_points(items) for n, items in systems.items()}
-    curves = {n: c for n, c in curves.items() if c[0]}
-    if not curves:
-        return None
-    plt = _plt()
-    fig, ax = plt.subplots(figsize=(4, 4))
-    for name, (fpr, tpr) in curves.items():
-        auc = cm.detector(systems[name]).auroc
-        ax.plot(fpr, tpr, label=f"{name} (AUROC {auc:.3f})")
-    ax.plot([0, 1], [0, 1], ls="--", color="grey", lw=0.8)
-    ax.set_xlabel("false positive rate")
-    ax.set_ylabel("true positive rate")
-    ax.legend(fontsize=8, loc="lower right")
-    return _png(fig)
 
 
 # --------------------------------------------------------------------------------------
@@ -227,9 +147,59 @@ def _sections(metrics: dict) -> list[tuple[str, list[dict], Sequence[str]]]:
     return out
 
 
+def _gate(gate: Mapping | str | Path | None) -> tuple[dict | None, str]:
+    """The adapter's gate calibration (a gate.json dict, file or its folder), or None and why not."""
+    if gate is None:
+        return None, "skipped: no gate.json was passed to the report (the caller passes the adapter's)"
+    if isinstance(gate, Mapping):
+        return dict(gate), ""
+    path = Path(gate) / GATE_FILE if Path(gate).is_dir() else Path(gate)
+    try:
+        return json.loads(path.read_text(encoding="utf-8")), ""
+    except (OSError, ValueError) as exc:
+        return None, f"skipped: {path} could not be read ({exc.__class__.__name__})"
+
+
+def report_plots(systems: Mapping[str, Sequence[ItemResult]], gate: Mapping | None,
+                 gate_note: str = "") -> dict[str, bytes | str]:
+    """Title -> PNG bytes, or a note saying why that plot is not there."""
+    plots: dict[str, bytes | str] = {
+        "Accuracy by scenario x knowledge (95% CI)": plot_accuracy(systems),
+        "Error attribution by system": plot_attribution(systems),
+        "Detector ROC (flawed vs consistent contexts)": plot_roc(systems) or "skipped: no system has a verdict score",
+        "Reliability of the verdict score": plot_reliability(systems) or "skipped: no system has a verdict score"}
+    thr = gate.get("threshold") if gate else None
+    if isinstance(thr, (int, float)) and math.isfinite(thr):
+        plots["Gate doubt: known vs never-learned facts"] = (
+            plot_gate(systems, float(thr)) or "skipped: no item carries a gate reading in its trace notes")
+    else:
+        plots["Gate doubt: known vs never-learned facts"] = gate_note or "skipped: gate.json holds no threshold"
+    return plots
+
+
+CSS = ("body{font:14px/1.45 system-ui,sans-serif;max-width:1180px;margin:auto;padding:0 16px;color:#1d1d1d}"
+       "table{border-collapse:collapse;margin:8px 0;font-size:12px}td,th{border:1px solid #ccc;padding:2px 6px;"
+       "text-align:right}th{background:#eee}table.headline td:first-child,table.headline td:nth-child(2)"
+       "{text-align:left}tr.missed td{background:#fde3d6}tr.met td{background:#e0f3ec}"
+       ".verdict{font-size:15px;font-weight:600;padding:8px 12px;border-left:5px solid #0072B2;background:#eef5fb}"
+       ".plots{display:flex;flex-wrap:wrap;gap:18px;align-items:flex-start}.plots figure{margin:0;max-width:100%}"
+       ".plots img{max-width:100%;height:auto}.plots figcaption{font-weight:600}.note{color:#666;max-width:340px}"
+       "nav a{margin-right:14px}")
+
+
 def write_report(runs: Runs, out_dir: str | Path, *, resamples: int = 2000, seed: int = 0,
-                 title: str = "lorarag evaluation report") -> Path:
-    """Write metrics.json, report.md, report.html and exports for `runs`; returns the HTML path."""
+                 title: str = "lorarag evaluation report", headline: str | None = None,
+                 gate: Mapping | str | Path | None = None, pair: tuple[str, str] | None = None,
+                 explorer: bool = True) -> Path:
+    """Write metrics.json, report.md, report.html, exports and (`explorer`) explorer.html for `runs`;
+    returns the HTML path.
+
+    The pages read top-down: `headline` (Markdown from the caller, e.g. the run's base-vs-LoRA
+    table with its targets) first, then the plots, then the detail tables. `gate` is the adapter's
+    gate.json (a dict, the file or its folder): its threshold is drawn over the gate's doubt
+    histograms (without it that plot is skipped with a note). `pair` = (base, LoRA) names for the
+    explorer's side-by-side view and fixed/broken marks (default: the two systems, when two).
+    """
     systems, judged = _load(runs)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -256,45 +226,61 @@ def write_report(runs: Runs, out_dir: str | Path, *, resamples: int = 2000, seed
     for n, items in systems.items():
         export_ragas(items, out / f"ragas-{_safe(n)}.jsonl")
 
-    plots = {"Accuracy by scenario (95% CI)": plot_accuracy(systems),
-             "Error attribution": plot_attribution(systems),
-             "Detector ROC (flawed vs consistent contexts)": plot_roc(systems)}
-    plots = {k: v for k, v in plots.items() if v is not None}
-    for i, (k, png) in enumerate(plots.items(), 1):
+    gate_info, gate_note = _gate(gate)
+    plots = report_plots(systems, gate_info, gate_note)
+    pngs = {k: v for k, v in plots.items() if isinstance(v, bytes)}
+    for i, (k, png) in enumerate(pngs.items(), 1):
         (out / f"plot{i}.png").write_bytes(png)
     sections = _sections(metrics)
+    if pair is None and len(names) == 2:
+        pair = (names[0], names[1])
+    if explorer:
+        write_explorer(systems, out / EXPLORER_FILE, pair=pair, gate=gate_info, plots=plots,
+                       title=f"{title}: explorer")
+    verdict = targets_verdict(headline) if headline else None
 
     md = [f"# {title}\n", f"Systems: {', '.join(names)}\n"]
-    if head_md:
+    if explorer:
+        md.append(f"Every item, filterable, with its sources, reply, verdict and route: [{EXPLORER_FILE}]({EXPLORER_FILE})\n")
+    if headline:
+        md += [f"**{verdict}**\n" if verdict else "", headline]
+    elif head_md:
         md += [f"## Headline: {names[1]} vs {names[0]}\n", head_md]
-    md += [f"![{k}](plot{i}.png)\n" for i, k in enumerate(plots, 1)]
+    md += [f"![{k}](plot{i}.png)\n" for i, k in enumerate(pngs, 1)]
+    md += [f"{k}: {v}\n" for k, v in plots.items() if isinstance(v, str)]
+    if headline and head_md:
+        md += [f"## Paired metrics: {names[1]} vs {names[0]}\n", head_md]
     for t, rows, cols in sections:
         md += [f"## {t}\n", _md_table(rows, cols)]
     if comp_md:
         md += ["## Paired comparison\n", comp_md.split("\n", 1)[1]]
     (out / "report.md").write_text("\n".join(md), encoding="utf-8")
 
-    h = [f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>",
-         "<style>body{font-family:sans-serif;max-width:1100px;margin:auto}table{border-collapse:collapse;"
-         "margin:8px 0;font-size:12px}td,th{border:1px solid #ccc;padding:2px 6px;text-align:right}"
-         "th{background:#eee}</style></head><body>", f"<h1>{html.escape(title)}</h1>",
-         f"<p>Systems: {html.escape(', '.join(names))}</p>"]
-    if metrics.get("headline"):
-        hcols = list(metrics["headline"][0])
-        h += [f"<h2>Headline: {html.escape(names[1])} vs {html.escape(names[0])}</h2>",
-              _html_table(metrics["headline"], hcols)]
-    for k, png in plots.items():
-        h.append(f"<h2>{html.escape(k)}</h2><img alt='{html.escape(k)}' "
-                 f"src='data:image/png;base64,{base64.b64encode(png).decode()}'>")
+    h = [f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>{html.escape(title)}</title>",
+         f"<style>{CSS}</style></head><body>", f"<h1>{html.escape(title)}</h1>",
+         f"<p>Systems: {html.escape(', '.join(names))}</p>",
+         "<nav><a href='#headline'>headline</a><a href='#plots'>plots</a><a href='#detail'>detail</a>"
+         + (f"<a href='{EXPLORER_FILE}'><b>run explorer: every item</b></a>" if explorer else "") + "</nav>"]
+    if headline:
+        h += ["<section id='headline'>", f"<p class='verdict'>{html.escape(verdict)}</p>" if verdict else "",
+              markdown_html(headline), "</section>"]
+    elif metrics.get("headline"):
+        h += [f"<section id='headline'><h2>Headline: {html.escape(names[1])} vs {html.escape(names[0])}</h2>",
+              _html_table(metrics["headline"], list(metrics["headline"][0])), "</section>"]
+    h.append(f"<section id='plots'><h2>Plots</h2><div class='plots'>{plots_html(plots)}</div></section>")
+    h.append("<section id='detail'><h2>Detail</h2>")
+    if headline and metrics.get("headline"):
+        h += [f"<h3>Paired metrics: {html.escape(names[1])} vs {html.escape(names[0])}</h3>",
+              _html_table(metrics["headline"], list(metrics["headline"][0]))]
     for t, rows, cols in sections:
-        h += [f"<h2>{html.escape(t)}</h2>", _html_table(rows, cols)]
+        h += [f"<h3>{html.escape(t)}</h3>", _html_table(rows, cols)]
     if metrics.get("comparison"):
         c = metrics["comparison"]
-        h += ["<h2>Paired comparison</h2>", _html_table(c["rows"], list(c["rows"][0]) if c["rows"] else [])]
+        h += ["<h3>Paired comparison</h3>", _html_table(c["rows"], list(c["rows"][0]) if c["rows"] else [])]
         for label in ("fixed", "broken"):
-            h += [f"<h3>{label.capitalize()} by {html.escape(c['b'])} ({len(c[label])})</h3>",
+            h += [f"<h4>{label.capitalize()} by {html.escape(c['b'])} ({len(c[label])})</h4>",
                   _html_table(c[label], ("qid", "scenario", "knowledge", "question", "answer_a", "answer_b"))]
-    h.append("</body></html>")
+    h.append("</section></body></html>")
     path = out / "report.html"
     path.write_text("\n".join(h), encoding="utf-8")
     return path

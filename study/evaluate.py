@@ -8,9 +8,11 @@ import logging
 import shutil
 from pathlib import Path
 
+from lorarag.eval.explorer import EXPLORER_FILE
 from lorarag.eval.records import closed_book_map, load_results
 from lorarag.eval.report import write_report
 from lorarag.eval.runner import run_eval
+from lorarag.fallback.gate import GATE_FILE
 from lorarag.scenarios.records import Scenario
 from lorarag.study.config import RunConfig, SystemConfig
 from lorarag.study.headline import headline_markdown, pair_names
@@ -64,18 +66,23 @@ def evaluate(cfg: RunConfig, parts: Parts, test: list[Scenario], paths: Paths, a
     return out
 
 
-def report(cfg: RunConfig, paths: Paths, runs: dict[str, Path], echo: Echo) -> str:
-    """The comparison report (eval.report: all systems, and the base-vs-LoRA pair) + headline."""
+def report(cfg: RunConfig, paths: Paths, runs: dict[str, Path], echo: Echo, adapter: Path | None = None) -> str:
+    """The comparison report (eval.report: all systems, and the base-vs-LoRA pair), headline first,
+    with the run explorer; the gate's threshold comes from the adapter's gate.json."""
     results = {name: load_results(p) for name, p in runs.items()}
     title = f"lorarag run {cfg.name}"
-    write_report(results, paths.report, resamples=cfg.eval.bootstrap, seed=cfg.eval.seed, title=title)
-    pair = pair_names(cfg, results)
-    if pair is not None:
-        write_report({n: results[n] for n in pair}, paths.report / "base-vs-lora",
-                     resamples=cfg.eval.bootstrap, seed=cfg.eval.seed, title=f"{title}: {pair[1]} vs {pair[0]}")
     table = headline_markdown(cfg, results)
+    pair = pair_names(cfg, results)
+    gate = adapter / GATE_FILE if adapter is not None and (adapter / GATE_FILE).is_file() else None
+    write_report(results, paths.report, resamples=cfg.eval.bootstrap, seed=cfg.eval.seed, title=title,
+                 headline=table, gate=gate, pair=pair)
+    if pair is not None:
+        write_report({n: results[n] for n in pair}, paths.report / "base-vs-lora", resamples=cfg.eval.bootstrap,
+                     seed=cfg.eval.seed, title=f"{title}: {pair[1]} vs {pair[0]}", headline=table, gate=gate,
+                     explorer=False)
     (paths.report / "headline.md").write_text(table, encoding="utf-8")
     echo(table)
     echo(f"report: {paths.report / 'report.html'}"
          + (f" and {paths.report / 'base-vs-lora' / 'report.html'}" if pair else ""))
+    echo(f"explorer (every item of every system; opens from disk): {paths.report / EXPLORER_FILE}")
     return table

@@ -102,7 +102,7 @@ def run(cfg: RunConfig, *, fresh: bool = False, dry_run: bool = False, echo: Ech
     p.step("evaluate", f"{len(cfg.systems)} systems x {len(test)} items")
     runs = evaluate(cfg, parts, test, paths, adapter)
     p.step("report", str(paths.report))
-    table = report(cfg, paths, runs, echo)
+    table = report(cfg, paths, runs, echo, adapter)
     evaluate_extra_sets(cfg, parts, paths.root / "extra", adapter, echo)
     parts.generator.close()
     echo(f"done in {time.perf_counter() - p.t0:.0f}s")

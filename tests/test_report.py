@@ -47,7 +47,8 @@ class _Collect(HTMLParser):
         if tag == "img":
             self.imgs.append(a.get("src", ""))
         for key in ("src", "href"):
-            if key in a and not a[key].startswith("data:"):
+            # data: URIs, anchors in the page, and the run explorer written beside it
+            if key in a and not (a[key].startswith(("data:", "#")) or a[key] == "explorer.html"):
                 self.external.append(a[key])
 
 
@@ -57,14 +58,14 @@ def test_html_report_from_run_dirs(tmp_path):
     save_results(tmp_path / "b" / "results.jsonl", lora)
     html_path = write_report([tmp_path / "a", tmp_path / "b"], tmp_path / "rep", resamples=1000)
     out = tmp_path / "rep"
-    for name in ("report.html", "report.md", "metrics.json", "attribution.jsonl",
+    for name in ("report.html", "report.md", "metrics.json", "attribution.jsonl", "explorer.html",
                  "ragas-base_rag.jsonl", "ragas-lora_rag.jsonl"):
         assert (out / name).exists(), name
 
     p = _Collect()
     p.feed(html_path.read_text(encoding="utf-8"))
     assert p.external == []  # self-contained
-    assert len(p.imgs) == 3  # accuracy, attribution, ROC
+    assert len(p.imgs) == 4  # accuracy, attribution, ROC, reliability (no gate.json passed: no gate plot)
     for src in p.imgs:
         assert src.startswith("data:image/png;base64,")
         png = base64.b64decode(src.split(",", 1)[1])

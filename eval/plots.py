@@ -1,0 +1,232 @@
+"""The report's plots (matplotlib, Agg), each returned as PNG bytes, drawn to be read at a glance.
+
+Colours are the Okabe-Ito palette (distinguishable with every common colour-vision deficiency),
+every axis says what it counts and in which unit, and legends sit outside the plotting area so
+they never cover a bar. Each function returns None when its data is absent (e.g. no system has a
+verdict score), so the report can say why a plot is missing instead of drawing an empty one.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+import re
+from typing import Mapping, Sequence
+
+from lorarag.eval import conflict_metrics as cm
+from lorarag.eval.attribution import CLASSES, attribute
+from lorarag.eval.records import ItemResult
+from lorarag.scenarios.records import SCENARIO_TYPES
+
+# Okabe & Ito (2008), "Color Universal Design": blue, orange, bluish green, vermillion, sky blue,
+# reddish purple, yellow, black; systems take them in this order.
+OKABE_ITO = ("#0072B2", "#E69F00", "#009E73", "#D55E00", "#56B4E9", "#CC79A7", "#F0E442", "#000000")
+CLASS_COLOURS = {"correct": "#009E73", "retrieval_miss": "#56B4E9", "rerank_drop": "#0072B2",
+                 "generation_failure": "#999999", "conflict_missed": "#D55E00", "wrong_route": "#E69F00",
+                 "fallback_wrong": "#CC79A7", "abstained_correctly": "#F0E442", "abstained_wrongly": "#000000"}
+_DOUBT = re.compile(r"^gate doubt \(([^)]*)\)=(\S+)$")
+
+
+def colour(i: int) -> str:
+    """The i-th system's colour."""
+    return OKABE_ITO[i % len(OKABE_ITO)]
+
+
+def gate_doubt(notes: Sequence[str]) -> tuple[str, float] | None:
+    """(signal, doubt score) the gate read for one item, from its trace notes; None without one."""
+    for n in notes:
+        m = _DOUBT.match(n)
+        if m:
+            try:
+                return m.group(1), float(m.group(2))
+            except ValueError:
+                return None
+    return None
+
+
+def _plt():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    plt.rcParams.update({"axes.spines.top": False, "axes.spines.right": False, "font.size": 9})
+    return plt
+
+
+def _png(fig) -> bytes:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=100, bbox_inches="tight")
+    import matplotlib.pyplot as plt
+
+    plt.close(fig)
+    return buf.getvalue()
+
+
+def _legend_right(ax, **kw) -> None:
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0, frameon=False, fontsize=8, **kw)
+
+
+def plot_accuracy(systems: Mapping[str, Sequence[ItemResult]]) -> bytes:
+    """Grouped bars: accuracy per scenario x knowledge cell for every system, Wilson 95 % CI whiskers."""
+    plt = _plt()
+    tables = {name: [r for r in cm.conflict_table(items) if r["scenario"] != "all"]
+              for name, items in systems.items()}
+    cells = sorted({(r["scenario"], r["knowledge"]) for rows in tables.values() for r in rows},
+                   key=lambda c: (SCENARIO_TYPES.index(c[0]), c[1]))
+    fig, ax = plt.subplots(figsize=(min(11.0, max(6.0, 0.3 * len(cells) * max(2, len(tables)))), 3.8))
+    width = 0.8 / max(1, len(tables))
+    for j, (name, rows) in enumerate(tables.items()):
+        by = {(r["scenario"], r["knowledge"]): r for r in rows}
+        xs, ys, err = [], [], [[], []]
+        for i, c in enumerate(cells):
+            if c in by:
+                r = by[c]
+                xs.append(i + (j - (len(tables) - 1) / 2) * width)
+                ys.append(r["accuracy"])
+                # max(0, .): at p = 0 or 1 the Wilson bound equals p up to rounding.
+                err[0].append(max(0.0, r["accuracy"] - r["acc_lo"]))
+                err[1].append(max(0.0, r["acc_hi"] - r["accuracy"]))
+        ax.bar(xs, ys, width, yerr=err, capsize=2, label=name, color=colour(j), edgecolor="white", lw=0.5,
+               error_kw={"elinewidth": 0.8, "ecolor": "#333333"})
+    for i in range(1, len(cells)):
+        ax.axvline(i - 0.5, color="#dddddd", lw=0.6, zorder=0)
+    ax.set_xticks(range(len(cells)), [f"{s.replace('_', ' ')}\n({k})" for s, k in cells], fontsize=8)
+    ax.set_xlim(-0.5, len(cells) - 0.5)
+    ax.set_ylim(0, 1.05)
+    ax.set_xlabel("scenario (knowledge split)")
+    ax.set_ylabel("accuracy (share of items, 95% Wilson CI)")
+    _legend_right(ax, title="system")
+    return _png(fig)
+
+
+def plot_attribution(systems: Mapping[str, Sequence[ItemResult]]) -> bytes:
+    """One horizontal stacked bar per system: the share of its items in each attribution class."""
+    plt = _plt()
+    names = list(systems)
+    fig, ax = plt.subplots(figsize=(7.5, 0.5 * len(names) + 1.4))
+    left = [0.0] * len(names)
+    shares = {c: [] for c in CLASSES}
+    for name in names:
+        items = systems[name]
+        labels = [attribute(r) for r in items]
+        for c in CLASSES:
+            shares[c].append(100.0 * labels.count(c) / max(1, len(items)))
+    for c in CLASSES:
+        ax.barh(range(len(names)), shares[c], 0.7, left=left, label=c.replace("_", " "), color=CLASS_COLOURS[c],
+                edgecolor="white", lw=0.5)
+        left = [a + b for a, b in zip(left, shares[c])]
+    ax.set_yticks(range(len(names)), [f"{n} (n={len(systems[n])})" for n in names], fontsize=8)
+    ax.invert_yaxis()
+    ax.set_xlim(0, 100)
+    ax.set_xlabel("share of the system's items (%)")
+    _legend_right(ax, title="attribution class")
+    return _png(fig)
+
+
+def _scored(systems: Mapping[str, Sequence[ItemResult]]) -> dict[str, list[ItemResult]]:
+    return {n: [r for r in items if r.flag_score is not None] for n, items in systems.items()
+            if any(r.flag_score is not None for r in items)}
+
+
+def plot_roc(systems: Mapping[str, Sequence[ItemResult]]) -> bytes | None:
+    """Detector ROC (flawed vs consistent context) of every system with a verdict score."""
+    names = list(systems)
+    curves = {n: cm.roc_points(items) for n, items in _scored(systems).items()}
+    curves = {n: c for n, c in curves.items() if c[0]}
+    if not curves:
+        return None
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(4.2, 3.8))
+    for name, (fpr, tpr) in curves.items():
+        auc = cm.detector(systems[name]).auroc
+        ax.plot(fpr, tpr, label=f"{name} (AUROC {auc:.2f})", color=colour(names.index(name)), lw=1.6,
+                drawstyle="steps-post")
+    ax.plot([0, 1], [0, 1], ls="--", color="grey", lw=0.8, label="chance")
+    ax.set_xlim(0, 1)
+    ax.set_ylim(0, 1.02)
+    ax.set_aspect("equal")
+    ax.set_xlabel("false positive rate\n(share of consistent contexts flagged)")
+    ax.set_ylabel("true positive rate\n(share of flawed contexts flagged)")
+    _legend_right(ax, title="score: 1 − P(supported)")
+    return _png(fig)
+
+
+def reliability(items: Sequence[ItemResult], bins: int = 10) -> list[tuple[float, float, int]]:
+    """(mean predicted P(flawed), observed share flawed, n) per non-empty equal-width bin of flag_score."""
+    acc: list[list[float]] = [[] for _ in range(bins)]
+    hit: list[list[bool]] = [[] for _ in range(bins)]
+    for r in items:
+        if r.flag_score is None or math.isnan(r.flag_score):
+            continue
+        b = min(bins - 1, int(r.flag_score * bins))
+        acc[b].append(r.flag_score)
+        hit[b].append(r.scenario != "consistent")
+    return [(sum(p) / len(p), sum(h) / len(h), len(p)) for p, h in zip(acc, hit) if p]
+
+
+def expected_calibration_error(points: Sequence[tuple[float, float, int]]) -> float:
+    """Sum over bins of |predicted - observed| weighted by the bin's share of items."""
+    n = sum(k for _, _, k in points)
+    return sum(k * abs(p - o) for p, o, k in points) / n if n else math.nan
+
+
+def plot_reliability(systems: Mapping[str, Sequence[ItemResult]]) -> bytes | None:
+    """Reliability diagram of the verdict score read as P(context flawed) = 1 − P(supported), with the
+    number of items per bin underneath."""
+    scored = _scored(systems)
+    if not scored:
+        return None
+    plt = _plt()
+    names = list(systems)
+    fig, (ax, hx) = plt.subplots(2, 1, figsize=(4.2, 4.8), sharex=True, gridspec_kw={"height_ratios": [3, 1]})
+    ax.plot([0, 1], [0, 1], ls="--", color="grey", lw=0.8, label="perfectly calibrated")
+    width = 0.1 / max(1, len(scored))
+    for j, (name, items) in enumerate(scored.items()):
+        pts = reliability(items)
+        c = colour(names.index(name))
+        ax.plot([p for p, _, _ in pts], [o for _, o, _ in pts], marker="o", ms=4, color=c, lw=1.4,
+                label=f"{name} (ECE {expected_calibration_error(pts):.2f})")
+        hx.bar([min(9, int(p * 10)) / 10 + (j + 0.5) * width for p, _, _ in pts], [k for _, _, k in pts], width,
+               color=c)
+    ax.set_xlim(0, 1)
+    ax.set_ylim(0, 1.02)
+    ax.set_ylabel("observed share of flawed contexts")
+    _legend_right(ax, title="system")
+    hx.set_xlabel("predicted P(context flawed) = 1 − P(supported), 10 bins")
+    hx.set_ylabel("items")
+    return _png(fig)
+
+
+def plot_gate(systems: Mapping[str, Sequence[ItemResult]], threshold: float) -> bytes | None:
+    """Histograms of the gate's doubt score for known vs never-learned facts, with the fitted
+    threshold (above it the memory counts as unknown); None when no item carries a reading."""
+    readings = {(n, r.knowledge): [] for n, items in systems.items() for r in items}
+    signal = ""
+    for n, items in systems.items():
+        for r in items:
+            g = gate_doubt(r.notes)
+            if g is not None and math.isfinite(g[1]):
+                signal = g[0]
+                readings[(n, r.knowledge)].append(g[1])
+    readings = {k: v for k, v in readings.items() if v}
+    if not readings:
+        return None
+    plt = _plt()
+    vals = [x for v in readings.values() for x in v] + [threshold]
+    lo, hi = min(vals), max(vals)
+    edges = [lo + (hi - lo) * i / 24 for i in range(25)] if hi > lo else [lo - 0.5, lo + 0.5]
+    fig, ax = plt.subplots(figsize=(6.5, 3.4))
+    style = {"known": ("#0072B2", "known facts (trained)"), "unknown": ("#D55E00", "never-learned facts")}
+    multi = len({n for n, _ in readings}) > 1
+    for (n, k), v in sorted(readings.items(), key=lambda kv: kv[0][1]):
+        c, label = style.get(k, ("#999999", k))
+        ax.hist(v, bins=edges, color=c, alpha=0.55, label=f"{label}{f' — {n}' if multi else ''} (n={len(v)})",
+                edgecolor="white", lw=0.4)
+    ax.axvline(threshold, color="black", ls="--", lw=1.2, label=f"fitted threshold {threshold:.3f}")
+    ax.annotate(" memory counts as unknown →", (threshold, 1.0), xycoords=("data", "axes fraction"), va="top",
+                fontsize=8)
+    ax.set_xlabel(f"gate doubt: {signal or 'score'} (nats per token)")
+    ax.set_ylabel("test items")
+    _legend_right(ax, title="fact")
+    return _png(fig)
