@@ -39,7 +39,7 @@ browser: $(STAMP)
 	else \
 		echo "browser: cannot install chromium and chromium-driver here (needs apt-get as root)"; exit 1; \
 	fi
-	$(PY) -c "import selenium" 2>/dev/null || $(PY) -m pip install -q selenium
+	$(PY) -c "import selenium" 2>/dev/null || $(PY) -m pip install -q -c constraints-cpu.txt selenium
 
 test: $(STAMP)
 	@$(MAKE) --no-print-directory browser || echo "browser: not installed; the browser tests will skip and say what is missing"
