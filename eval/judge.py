@@ -26,7 +26,7 @@ from typing import Sequence
 from lorarag.eval.config import JudgeConfig
 from lorarag.eval.records import ItemResult
 from lorarag.rag.http import JSONClient, field
-from lorarag.rag.records import read_jsonl, register_nested, write_jsonl
+from lorarag.rag.records import read_jsonl, write_jsonl
 
 log = logging.getLogger(__name__)
 
@@ -198,8 +198,6 @@ def judge_items(items: Sequence[ItemResult], cfg: JudgeConfig, out_path: str | P
         write_jsonl(out_path, out)
     return out
 
-
-register_nested(JudgedItem, {"faithfulness": (JudgeVerdict, False), "answer_relevance": (JudgeVerdict, False)})
 
 JUDGED_FILE = "judged.jsonl"
 
