@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable, Protocol
 
 from lorarag.core.errors import ConfigError
@@ -101,6 +102,25 @@ def fit_conversation(conv: list[Message], fits: Callable[[list[Message]], bool],
         log.warning("%s: prompt longer than max_model_len; sources cut from the end "
                     "(%d -> %d chars of user turn)", where, len(conv[last].content), len(text))
     return swap(text), cut
+
+
+def check_model_source(cfg: GeneratorConfig) -> None:
+    """ConfigError (one line) when a local kind's model or adapter path does not exist. A name
+    that is not path-like (`Qwen/Qwen3-4B`) is left to the loader (a hub id from the cache)."""
+    named = [("generator.model", cfg.model)] + [(f"generator.adapters.{n}", p) for n, p in cfg.adapters.items()]
+    for key, value in named:
+        path = Path(value).expanduser()
+        if path.exists():
+            continue
+        path_like = value.startswith(("/", ".", "~")) or value.count("/") > 1 or key != "generator.model"
+        if path_like:
+            raise ConfigError(f"{key}: {value}: no such folder")
+
+
+def load_error(cfg: GeneratorConfig, exc: BaseException) -> ConfigError:
+    """A loader's failure on `cfg.model` (no such hub model offline, not a model folder) as one line."""
+    first = next((x.strip() for x in str(exc).splitlines() if x.strip()), type(exc).__name__)
+    return ConfigError(f"generator.model: cannot load {cfg.model!r} ({first[:160]})")
 
 
 def same_answer(a: Generation, b: Generation) -> bool:

@@ -25,7 +25,6 @@ def ask_cmd(
     from lorarag.core.config import load_config
     from lorarag.core.errors import UserError
     from lorarag.rag.config import RAGConfig
-    from lorarag.rag.http import EndpointError
     from lorarag.rag.records import to_dict
     from lorarag.rag.system import build_rag_system
 
@@ -37,8 +36,6 @@ def ask_cmd(
     system = build_rag_system(cfg, trace_path=trace)
     try:
         answer = system.answer([question], adapter=adapter)[0]
-    except EndpointError as exc:
-        raise UserError(str(exc)) from None
     finally:
         system.close()
     if as_json:
@@ -65,15 +62,10 @@ def check_backends_cmd(
 ) -> None:
     """Run the same questions greedily through each backend; report the agreement rates."""
     from lorarag.core.config import load_config
-    from lorarag.core.errors import UserError
     from lorarag.rag.backends_check import BackendsCheckConfig, check_backends
-    from lorarag.rag.http import EndpointError
 
     cfg = load_config(config, BackendsCheckConfig)
-    try:
-        rows, differs = check_backends(cfg)
-    except EndpointError as exc:
-        raise UserError(str(exc)) from None
+    rows, differs = check_backends(cfg)
     ref = next(iter(cfg.generators))
     typer.echo(f"reference: {ref} ({cfg.generators[ref].kind})")
     for r in rows:
