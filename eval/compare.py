@@ -21,7 +21,13 @@ import numpy as np
 from lorarag.eval import conflict_metrics as cm
 from lorarag.eval.answer_metrics import exact_match, is_correct, token_f1
 from lorarag.eval.attribution import attribution_counts
-from lorarag.eval.records import WRONG_VALUE_SCENARIOS, ItemResult
+from lorarag.eval.records import (
+    WRONG_VALUE_SCENARIOS,
+    EvalError,
+    ItemResult,
+    check_unique,
+    output_dir,
+)
 from lorarag.eval.stats import mcnemar_exact, nan_to_none, paired_bootstrap, wilson_ci
 
 log = logging.getLogger(__name__)
@@ -85,15 +91,18 @@ class Comparison:
 
 def pair(a: Sequence[ItemResult], b: Sequence[ItemResult], *, warn: bool = True
          ) -> tuple[list[ItemResult], list[ItemResult]]:
-    """Items of both runs with the same qid, in A's order; ValueError when nothing pairs."""
+    """Items of both runs with the same qid, in A's order; EvalError when nothing pairs, RecordError
+    when a run repeats a qid (it would be counted twice on one side and once on the other)."""
+    check_unique(a, "run A")
+    check_unique(b, "run B")
     bmap = {r.qid: r for r in b}
     pa = [r for r in a if r.qid in bmap]
     if not pa:
-        raise ValueError("the two runs share no qid: nothing to compare")
+        raise EvalError("the two runs share no qid: nothing to compare")
     bad = next((r.qid for r in pa if (r.scenario, r.knowledge, r.question) !=
                 (bmap[r.qid].scenario, bmap[r.qid].knowledge, bmap[r.qid].question)), None)
     if bad is not None:
-        raise ValueError(f"qid {bad} is a different item in the two runs (other scenario set?)")
+        raise EvalError(f"qid {bad} is a different item in the two runs (other scenario set?)")
     if warn and len(pa) < max(len(a), len(b)):
         log.warning("comparing %d shared items (A has %d, B has %d)", len(pa), len(a), len(b))
     return pa, [bmap[r.qid] for r in pa]
@@ -108,7 +117,7 @@ def compare_items(a: Sequence[ItemResult], b: Sequence[ItemResult], *, resamples
                   seed: int = 0) -> Comparison:
     """Compare two runs item by item (see the module docstring)."""
     if resamples < 1000:
-        raise ValueError("use at least 1000 bootstrap resamples")
+        raise EvalError(f"use at least 1000 bootstrap resamples, not {resamples}")
     pa, pb = pair(a, b)
     idx_cells = [(s, k, [i for i, r in enumerate(pa) if (s == "all" or r.scenario == s)
                          and (k == "all" or r.knowledge == k)]) for s, k, _ in cm.groups(pa)]
@@ -164,8 +173,7 @@ def comparison_markdown(c: Comparison) -> str:
 
 def write_comparison(c: Comparison, out_dir: str | Path) -> Path:
     """Write `compare.md` and `compare.json` into out_dir; returns the Markdown path."""
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    out = output_dir(out_dir)
     data = {"a": c.name_a, "b": c.name_b, "rows": [asdict(r) for r in c.rows],
             "fixed": list(c.fixed), "broken": list(c.broken)}
     text = json.dumps(nan_to_none(data), indent=1, ensure_ascii=False, allow_nan=False)

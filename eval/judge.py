@@ -26,7 +26,8 @@ from typing import Sequence
 from lorarag.eval.config import JudgeConfig
 from lorarag.eval.records import ItemResult
 from lorarag.rag.http import JSONClient, field
-from lorarag.rag.records import read_jsonl, register_nested, write_jsonl
+from lorarag.rag.prompt import neutralise_controls
+from lorarag.rag.records import read_jsonl, write_jsonl
 
 log = logging.getLogger(__name__)
 
@@ -78,16 +79,20 @@ Question: {question}
 Answer: {answer}"""
 
 
+def _user(content: str) -> list[dict[str, str]]:
+    """The judge's one user turn; questions, answers and contexts come from data: no control strings."""
+    return [{"role": "user", "content": neutralise_controls(content)}]
+
+
 def faithfulness_messages(x: JudgeInput) -> list[dict[str, str]]:
     """Chat messages asking for the answer's claims and their support."""
     ctx = "\n".join(f"[S{i}] {c}" for i, c in enumerate(x.contexts, 1)) or "(none)"
-    return [{"role": "user", "content": FAITHFULNESS_PROMPT.format(context=ctx, question=x.question,
-                                                                     answer=x.answer)}]
+    return _user(FAITHFULNESS_PROMPT.format(context=ctx, question=x.question, answer=x.answer))
 
 
 def relevance_messages(x: JudgeInput) -> list[dict[str, str]]:
     """Chat messages asking for a 1-5 relevance rating."""
-    return [{"role": "user", "content": RELEVANCE_PROMPT.format(question=x.question, answer=x.answer)}]
+    return _user(RELEVANCE_PROMPT.format(question=x.question, answer=x.answer))
 
 
 def _json_object(text: str) -> dict | None:
@@ -198,8 +203,6 @@ def judge_items(items: Sequence[ItemResult], cfg: JudgeConfig, out_path: str | P
         write_jsonl(out_path, out)
     return out
 
-
-register_nested(JudgedItem, {"faithfulness": (JudgeVerdict, False), "answer_relevance": (JudgeVerdict, False)})
 
 JUDGED_FILE = "judged.jsonl"
 

@@ -17,8 +17,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Mapping
 
-from lorarag.core.errors import RecordError
-from lorarag.rag.records import Answer, read_jsonl, write_jsonl
+from lorarag.core.errors import RecordError, UserError
+from lorarag.rag.records import Answer, read_jsonl_lines, write_jsonl
+
+class EvalError(UserError, ValueError):
+    """Results that cannot be evaluated, compared or reported as asked (one line, exit 2)."""
+
 
 ROUTES = ("context", "fallback", "abstain")
 # Scenario types whose presented context asserts a wrong or no answer.
@@ -127,12 +131,50 @@ def results_path(run: str | Path) -> Path:
     return p if p.suffix == ".jsonl" else p / RESULTS_FILE
 
 
-def load_results(run: str | Path) -> list[ItemResult]:
-    """Read a run's results (a run dir or a results .jsonl); a torn last line is ignored."""
+def load_results(run: str | Path, *, system: str | None = None) -> list[ItemResult]:
+    """The one reader of a run's results (a run dir or a results .jsonl): every field's type
+    checked, one system per file (`system`, or the first row's), each qid once; RecordError names
+    file:line. A torn last line (an interrupted write) is ignored."""
     path = results_path(run)
     if not path.exists():
         raise FileNotFoundError(f"{path}: no results file")
-    return read_jsonl(path, ItemResult, tolerate_torn_tail=True)
+    rows = read_jsonl_lines(path, ItemResult, tolerate_torn_tail=True)
+    want = system if system is not None else (rows[0][1].system if rows else None)
+    first: dict[str, int] = {}
+    for line, r in rows:
+        if r.system != want:
+            raise RecordError(f"{path}:{line}: a result of system {r.system!r} in a file of {want!r} "
+                              "(one system per results file; use another out_dir)")
+        if r.qid in first:
+            raise RecordError(f"{path}:{line}: duplicate result for qid {r.qid!r} (first at line {first[r.qid]})")
+        first[r.qid] = line
+    return [r for _, r in rows]
+
+
+def check_unique(items: Iterable[ItemResult], where: str) -> None:
+    """RecordError when results given in memory (not read by `load_results`) mix systems or repeat a
+    qid: every metric counts each item once."""
+    items = list(items)
+    systems = sorted({r.system for r in items})
+    if len(systems) > 1:
+        raise RecordError(f"{where}: results of several systems in one list ({', '.join(systems)})")
+    seen: set[str] = set()
+    for r in items:
+        if r.qid in seen:
+            raise RecordError(f"{where}: duplicate result for qid {r.qid!r}")
+        seen.add(r.qid)
+
+
+def output_dir(path: str | Path) -> Path:
+    """`path` as a folder to write into (created); EvalError when a file is in the way."""
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise EvalError(f"{path}: is a file; the output must be a folder (give another --out)")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError):
+        raise EvalError(f"{path}: a file is in the way of this output folder") from None
+    return path
 
 
 def save_results(path: str | Path, items: Iterable[ItemResult]) -> int:

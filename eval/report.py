@@ -34,7 +34,7 @@ from lorarag.eval.explorer import EXPLORER_FILE, plots_html, write_explorer
 from lorarag.eval.judge import JUDGED_FILE, judge_summary, load_judged
 from lorarag.eval.mdhtml import markdown_html, targets_verdict
 from lorarag.eval.plots import plot_accuracy, plot_attribution, plot_gate, plot_reliability, plot_roc
-from lorarag.eval.records import ItemResult, load_results
+from lorarag.eval.records import EvalError, ItemResult, check_unique, load_results, output_dir
 from lorarag.eval.stats import nan_to_none
 from lorarag.fallback.gate import GATE_FILE
 
@@ -47,6 +47,8 @@ def _load(runs: Runs) -> tuple[dict[str, list[ItemResult]], dict[str, dict]]:
     judged: dict[str, dict] = {}
     if isinstance(runs, Mapping):
         out = {k: list(v) for k, v in runs.items()}
+        for k, v in out.items():
+            check_unique(v, f"results of {k}")
     else:
         out = {}
         for run in runs:
@@ -60,7 +62,7 @@ def _load(runs: Runs) -> tuple[dict[str, list[ItemResult]], dict[str, dict]]:
                 judged[name] = judge_summary(load_judged(jpath))
     empty = [k for k, v in out.items() if not v]
     if not out or empty:
-        raise ValueError(f"no results to report{': ' + ', '.join(empty) if empty else ''}")
+        raise EvalError(f"no results to report{': ' + ', '.join(empty) if empty else ''}")
     return out, judged
 
 
@@ -201,8 +203,7 @@ def write_report(runs: Runs, out_dir: str | Path, *, resamples: int = 2000, seed
     explorer's side-by-side view and fixed/broken marks (default: the two systems, when two).
     """
     systems, judged = _load(runs)
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    out = output_dir(out_dir)
     metrics: dict = {"systems": {n: system_metrics(items) for n, items in systems.items()}}
     for n, summary in judged.items():  # LLM-judged faithfulness / relevance, when a judge phase ran
         metrics["systems"][n]["judge"] = summary

@@ -13,13 +13,14 @@ import logging
 import os
 import time
 from pathlib import Path
-from typing import Iterable, Mapping, Protocol, Sequence, runtime_checkable
+from typing import Any, Iterable, Mapping, Protocol, Sequence, runtime_checkable
 
 from pydantic import BaseModel
 
-from lorarag.core.errors import RecordError
+from lorarag.core.errors import RecordError, UserError
 from lorarag.core.runinfo import git_sha, start_run
 from lorarag.eval.records import (
+    RESULTS_FILE,
     ItemResult,
     item_result,
     load_results,
@@ -80,29 +81,98 @@ def _append_batch(path: Path, rows: Sequence[ItemResult]) -> None:
         os.fsync(fh.fileno())
 
 
-def _check_existing(done: list[ItemResult], name: str, wanted: set[str], path: Path) -> None:
-    other = {r.system for r in done} - {name}
-    if other:
-        raise RecordError(f"{path}: holds results of system(s) {sorted(other)}, not {name!r}; "
-                          "use another out_dir")
+def _check_existing(done: list[ItemResult], wanted: set[str], path: Path) -> None:
     stray = sorted({r.qid for r in done} - wanted)
     if stray:
         raise RecordError(f"{path}: {len(stray)} result(s) for qids not in this scenario set "
                           f"(e.g. {stray[0]}); use another out_dir")
-    seen: set[str] = set()
-    dup = [r.qid for r in done if r.qid in seen or seen.add(r.qid)]
-    if dup:
-        raise RecordError(f"{path}: duplicate results for qid {dup[0]}")
+
+
+STAMP_FILE = "stamp.json"
+# What a run directory holds that the runner wrote: cleared together when a run starts over.
+RUN_FILES = (RESULTS_FILE, "resumes.jsonl", "run.json", "config.yaml", STAMP_FILE)
+
+
+class ResumeMismatch(UserError):
+    """A run directory whose results were made with another config than the one resuming."""
+
+
+def _plain(value: Any) -> Any:
+    """A stamp as JSON gives it back (tuples -> lists), so a stamp read from disk compares equal."""
+    return json.loads(json.dumps(value, sort_keys=True, default=str))
+
+
+def stamp_differences(old: Any, new: Any, prefix: str = "") -> list[str]:
+    """Dotted keys whose values differ between two stamps (`generator.max_new_tokens`)."""
+    if isinstance(old, dict) and isinstance(new, dict):
+        out: list[str] = []
+        for k in sorted(set(old) | set(new), key=str):
+            key = f"{prefix}.{k}" if prefix else str(k)
+            if k not in old or k not in new:
+                out.append(key)
+            else:
+                out += stamp_differences(old[k], new[k], key)
+        return out
+    return [] if old == new else [prefix or "(stamp)"]
+
+
+def clear_run_dir(out: str | Path) -> list[str]:
+    """Remove the runner's own files from a run directory (nothing else); the names removed."""
+    out = Path(out)
+    removed = [n for n in RUN_FILES if (out / n).is_file()]
+    for name in removed:
+        (out / name).unlink()
+    return removed
+
+
+def claim_run_dir(out: Path, stamp: Mapping[str, Any], *, on_change: str = "refuse") -> bool:
+    """Make `out` hold results of `stamp` only (the one check every resumable eval goes through).
+
+    A directory with results (or a run manifest) and another stamp, or none, is either refused
+    (`on_change="refuse"`: ResumeMismatch naming the differing keys) or cleared of the runner's own
+    files (`"restart"`: nothing else in it is touched). Returns True when earlier results were cleared.
+    """
+    if on_change not in ("refuse", "restart"):
+        raise ValueError(f"on_change must be refuse or restart, not {on_change!r}")
+    stamp = _plain(dict(stamp))
+    marker = out / STAMP_FILE
+    started = results_path(out).exists() or (out / "run.json").exists()
+    old = None
+    if marker.exists():
+        try:
+            old = json.loads(marker.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+            old = "unreadable"
+    cleared = False
+    if started and old != stamp:
+        keys = (stamp_differences(old, stamp) if isinstance(old, dict)
+                else [f"({'no' if old is None else 'an unreadable'} {STAMP_FILE}: results from an older version)"])
+        if on_change == "refuse":
+            shown = ", ".join(keys[:6]) + (f" and {len(keys) - 6} more" if len(keys) > 6 else "")
+            raise ResumeMismatch(f"{out}: holds results made with another config ({shown} differ); "
+                                 "start over with --fresh or use another out_dir")
+        log.info("%s: config changed (%s): starting over", out, ", ".join(keys[:6]))
+        clear_run_dir(out)
+        cleared = True
+    out.mkdir(parents=True, exist_ok=True)
+    if old != stamp or cleared:
+        tmp = marker.with_name(STAMP_FILE + ".tmp")
+        tmp.write_text(json.dumps(stamp, indent=1, sort_keys=True), encoding="utf-8")
+        tmp.replace(marker)
+    return cleared
 
 
 def run_eval(system: ScenarioSystem, scenarios: Sequence, out_dir: str | Path, *, batch_size: int = 16,
              closed_book: Mapping[str, str] | None = None, config: BaseModel | None = None,
-             data: Iterable[str | Path] = (), progress: bool = True) -> list[ItemResult]:
+             data: Iterable[str | Path] = (), progress: bool = True, stamp: Mapping[str, Any] | None = None,
+             on_change: str = "refuse") -> list[ItemResult]:
     """Answer every scenario not yet in `out_dir/results.jsonl`; return all results in scenario order.
 
     `closed_book` maps qid (or "q:" + question, see `records.closed_book_map`) to the same model's
     closed-book answer. The run manifest (`run.json`, `config.yaml`) is written on a fresh start;
-    a resume appends a line to `resumes.jsonl` instead.
+    a resume appends a line to `resumes.jsonl` instead. `stamp`: what the results depend on
+    (model, generation settings, items...); results of another stamp are never resumed onto
+    (`claim_run_dir`: refused, or cleared with `on_change="restart"`).
     """
     if batch_size < 1:
         raise ValueError("batch_size must be >= 1")
@@ -113,11 +183,15 @@ def run_eval(system: ScenarioSystem, scenarios: Sequence, out_dir: str | Path, *
         dup = next(q for q in qids if qids.count(q) > 1)
         raise RecordError(f"scenario set has duplicate qid {dup!r}")
     out = Path(out_dir)
+    if out.exists() and not out.is_dir():
+        raise ResumeMismatch(f"{out}: is a file, not a run directory")
+    if stamp is not None:
+        claim_run_dir(out, stamp, on_change=on_change)
     out.mkdir(parents=True, exist_ok=True)
     path = results_path(out)
     _cut_torn_tail(path)
-    done = load_results(path) if path.exists() else []
-    _check_existing(done, system.name, set(qids), path)
+    done = load_results(path, system=system.name) if path.exists() else []
+    _check_existing(done, set(qids), path)
 
     if done or (out / "run.json").exists():
         with (out / "resumes.jsonl").open("a", encoding="utf-8") as fh:

@@ -16,7 +16,7 @@ import re
 from dataclasses import dataclass
 from typing import Sequence
 
-from lorarag.rag.prompt import neutralise
+from lorarag.rag.prompt import inert_question, neutralise
 
 VERDICTS = ("supported", "conflicting", "outdated", "irrelevant", "insufficient")
 UNKNOWN = "unknown"
@@ -62,13 +62,13 @@ def rag_user_turn(question: str, sources: Sequence[SourceText]) -> str:
         lines.append(f"[S{i}] {body}")
     if not sources:
         lines.append("(no sources)")
-    lines.append(f"Question: {question}")
+    lines.append(f"Question: {inert_question(question)}")
     return "\n".join(lines)
 
 
 def closed_book_user_turn(question: str) -> str:
     """User message for a closed-book question."""
-    return f"Question: {question}"
+    return f"Question: {inert_question(question)}"
 
 
 def rag_reply(memory: str | None, source: str | None, verdict: str, answer: str | None) -> str:

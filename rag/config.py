@@ -19,6 +19,15 @@ class CorpusConfig(Strict):
     paths: list[str]
     pdf_parser: Literal["auto", "pypdf", "mineru"] = "auto"
     strict: bool = False  # fail the whole ingest on any bad file
+    # A symlink inside the corpus that resolves outside every corpus path is left out (and listed
+    # in the ingest report) unless this is true: a link to /etc/passwd is not part of a corpus.
+    follow_symlinks_outside: bool = False
+
+    @model_validator(mode="after")
+    def _check(self) -> "CorpusConfig":
+        if not self.paths or any(not p.strip() for p in self.paths):
+            raise ValueError("paths: at least one corpus path, none empty")
+        return self
 
 
 class ChunkerConfig(Strict):
@@ -100,16 +109,16 @@ class IndexConfig(Strict):
     dir: str
     bm25: BM25Config | None = BM25Config()
     dense: DenseIndexConfig | None = None  # needs `embedder`
-    rrf_k: int = 60  # reciprocal-rank fusion constant
+    rrf_k: int = Field(60, ge=0)  # reciprocal-rank fusion constant
 
 
 class RetrievalConfig(Strict):
     """Two-stage retrieval: top_n candidates from the index, reranked to top_k."""
 
     mode: Literal["bm25", "dense", "hybrid"] = "bm25"
-    top_n: int = 20
-    top_k: int = 5
-    min_score: float | None = None  # reranker relevance threshold (probability of "yes")
+    top_n: int = Field(20, ge=1)  # candidates from the index
+    top_k: int = Field(5, ge=1)  # passages given to the model
+    min_score: float | None = Field(None, ge=0.0, le=1.0)  # reranker threshold: a probability of "yes"
 
 
 class RerankerConfig(Strict):

@@ -23,11 +23,12 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable, Protocol
 
 from lorarag.core.errors import ConfigError
 from lorarag.rag.config import GeneratorConfig
-from lorarag.rag.prompt import fit_sources
+from lorarag.rag.prompt import fit_sources, neutralise_controls
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +39,12 @@ class Message:
 
     role: str  # "system" | "user" | "assistant"
     content: str
+
+    def __post_init__(self) -> None:
+        # The one rule every generator kind inherits: only the system turn (our own instructions)
+        # may hold chat-template control strings; user and assistant turns never open a new turn.
+        if self.role != "system":
+            object.__setattr__(self, "content", neutralise_controls(self.content))
 
 
 @dataclass(frozen=True)
@@ -97,6 +104,25 @@ def fit_conversation(conv: list[Message], fits: Callable[[list[Message]], bool],
     return swap(text), cut
 
 
+def check_model_source(cfg: GeneratorConfig) -> None:
+    """ConfigError (one line) when a local kind's model or adapter path does not exist. A name
+    that is not path-like (`Qwen/Qwen3-4B`) is left to the loader (a hub id from the cache)."""
+    named = [("generator.model", cfg.model)] + [(f"generator.adapters.{n}", p) for n, p in cfg.adapters.items()]
+    for key, value in named:
+        path = Path(value).expanduser()
+        if path.exists():
+            continue
+        path_like = value.startswith(("/", ".", "~")) or value.count("/") > 1 or key != "generator.model"
+        if path_like:
+            raise ConfigError(f"{key}: {value}: no such folder")
+
+
+def load_error(cfg: GeneratorConfig, exc: BaseException) -> ConfigError:
+    """A loader's failure on `cfg.model` (no such hub model offline, not a model folder) as one line."""
+    first = next((x.strip() for x in str(exc).splitlines() if x.strip()), type(exc).__name__)
+    return ConfigError(f"generator.model: cannot load {cfg.model!r} ({first[:160]})")
+
+
 def same_answer(a: Generation, b: Generation) -> bool:
     """Greedy agreement between two backends: identical text, or texts that differ only by an
     incomplete multi-byte character at a max-token cut (servers differ in how they show it)."""
@@ -124,11 +150,29 @@ class LocalTemplate:
     cfg: GeneratorConfig
     tokenizer: object
 
+    def _inert(self, text: str) -> str:
+        """`text` with this tokenizer's own special tokens broken too (Message breaks the chat
+        control strings every template shares; a tokenizer may add others, e.g. `<filename>`)."""
+        specials = getattr(self, "_special_strs", None)
+        if specials is None:
+            tok = self.tokenizer
+            names = set(getattr(tok, "all_special_tokens", None) or ())
+            get_added = getattr(tok, "get_added_vocab", None)
+            names |= set(get_added() if callable(get_added) else ())
+            specials = tuple(sorted((n for n in names if len(n) > 1 and n[0] in "<[" and n.strip() == n),
+                                    key=len, reverse=True))
+            self._special_strs = specials
+        for t in specials:
+            if t in text:
+                text = text.replace(t, t[0] + "\u200b" + t[1:])
+        return text
+
     def _encode(self, conv: list[Message], prefix: str, max_new: int) -> tuple[list[int], str, bool]:
         budget = self.cfg.max_model_len - max_new
 
         def render(c: list[Message]) -> str:
-            msgs = [{"role": m.role, "content": m.content} for m in c]
+            msgs = [{"role": m.role, "content": m.content if m.role == "system" else self._inert(m.content)}
+                    for m in c]
             return self.tokenizer.apply_chat_template(
                 msgs, tokenize=False, add_generation_prompt=True,
                 **self.cfg.chat_template_kwargs) + prefix

@@ -12,7 +12,14 @@ from __future__ import annotations
 import logging
 
 from lorarag.rag.config import GeneratorConfig
-from lorarag.rag.generate import Generation, LocalTemplate, Message, check_request
+from lorarag.rag.generate import (
+    Generation,
+    LocalTemplate,
+    Message,
+    check_model_source,
+    check_request,
+    load_error,
+)
 
 log = logging.getLogger(__name__)
 
@@ -82,10 +89,14 @@ class TransformersGenerator(LocalTemplate):
 
         self.cfg = cfg
         self.torch = torch
-        self.tokenizer = AutoTokenizer.from_pretrained(cfg.model)
-        self.tokenizer.padding_side = "left"
+        check_model_source(cfg)
         kw = {"attn_implementation": cfg.attn_impl} if cfg.attn_impl else {}
-        model = AutoModelForCausalLM.from_pretrained(cfg.model, dtype=getattr(torch, cfg.dtype), **kw)
+        try:
+            self.tokenizer = AutoTokenizer.from_pretrained(cfg.model)
+            model = AutoModelForCausalLM.from_pretrained(cfg.model, dtype=getattr(torch, cfg.dtype), **kw)
+        except (OSError, ValueError) as exc:  # no such hub model offline, or not a model folder
+            raise load_error(cfg, exc) from None
+        self.tokenizer.padding_side = "left"
         if cfg.adapters:
             from peft import PeftModel
 

@@ -9,6 +9,7 @@ from lorarag.rag.generate import (
     Generation,
     LocalTemplate,
     Message,
+    check_model_source,
     check_request,
     generation_eos,
 )
@@ -21,6 +22,7 @@ class VLLMGenerator(LocalTemplate):
     """Offline vLLM engine; LoRA adapters through LoRARequest."""
 
     def __init__(self, cfg: GeneratorConfig) -> None:
+        check_model_source(cfg)  # before vLLM starts an engine on a path that is not there
         from vllm import LLM
 
         self.cfg = cfg

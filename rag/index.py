@@ -10,8 +10,10 @@ Layout of `IndexConfig.dir`:
 
 Writes are atomic: everything is built in a hidden sibling folder which replaces the old
 index by rename once complete, so an interrupted build leaves the previous index (or none),
-never a half-written one. Loading checks the manifest against the config: another embedder,
-dimension or tokenizer is a one-line `IndexMismatch`.
+never a half-written one. Only a folder of ours is ever replaced (rag/index_dir.py: absent,
+empty, or holding our manifest); anything else `index.dir` names is a one-line refusal. Loading
+checks the manifest against the config: another embedder, dimension or tokenizer is a one-line
+`IndexMismatch`, and so is a corpus that changed since it was indexed (`check_corpus`).
 """
 
 from __future__ import annotations
@@ -19,10 +21,9 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
 import shutil
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from importlib import metadata
 from pathlib import Path
 
@@ -38,8 +39,16 @@ from lorarag.rag.config import (
 )
 from lorarag.rag.embed import make_embedder
 from lorarag.rag.index_milvus import MilvusPart
+from lorarag.rag.index_dir import (
+    IndexMismatch,
+    building_dir,
+    check_apart,
+    check_replaceable,
+    index_path,
+    swap_in,
+)
 from lorarag.rag.index_parts import BM25Part, DensePart
-from lorarag.rag.ingest import IngestError, IngestReport, ingest
+from lorarag.rag.ingest import IngestError, IngestReport, Problem, corpus_fingerprint, ingest
 from lorarag.rag.records import (
     Chunk,
     Document,
@@ -52,10 +61,6 @@ from lorarag.rag.records import (
 log = logging.getLogger(__name__)
 
 FORMAT_VERSION = 1
-
-
-class IndexMismatch(ConfigError):
-    """An index that is missing, incomplete, or built with other settings than the config's."""
 
 
 @dataclass(frozen=True)
@@ -78,6 +83,9 @@ class IndexManifest:
     dimension: int | None
     versions: tuple[tuple[str, str], ...]
     build_seconds: float = 0.0
+    # (file id, sha256 of its bytes) of every corpus file read: a changed corpus is a stale index.
+    # Empty for an index built from chunks (no corpus files) or by an older version.
+    sources: tuple[tuple[str, str], ...] = ()
 
 
 def corpus_hash(docs: list[Document] | tuple[Document, ...]) -> str:
@@ -139,11 +147,9 @@ def build_from_chunks(chunks: list[Chunk], index_cfg: IndexConfig, *, embedder=N
     if index_cfg.dense is not None and embedder is None:
         raise ConfigError("index.dense needs an embedder")
     t0 = time.perf_counter()
-    final = Path(index_cfg.dir)
-    final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = final.with_name(f".{final.name}.building-{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir()
+    final = index_path(index_cfg.dir)
+    check_replaceable(final)
+    tmp = building_dir(final)
     try:
         write_jsonl(tmp / "chunks.jsonl", chunks)
         texts = [c.text for c in chunks]
@@ -172,19 +178,17 @@ def build_from_chunks(chunks: list[Chunk], index_cfg: IndexConfig, *, embedder=N
             dense_kind=index_cfg.dense.kind if index_cfg.dense else None,
             embedder_kind=ec.kind if ec else None, embedder_model=ec.model if ec else None,
             embedder_query_instruction=ec.query_instruction if ec else None, dimension=dim,
-            versions=_versions(), build_seconds=round(time.perf_counter() - t0, 3))
+            versions=_versions(), build_seconds=round(time.perf_counter() - t0, 3),
+            sources=report.sources if report else ())
         # The manifest is written last: a folder without it is never loaded.
         (tmp / "manifest.json").write_text(json.dumps(to_dict(manifest), ensure_ascii=False,
                                                       indent=1), encoding="utf-8")
-        old = final.with_name(f".{final.name}.old-{os.getpid()}")
-        if final.exists():
-            final.rename(old)
-        tmp.rename(final)
+        swap_in(tmp, final)
         if dense is not None:  # the folder that names the new vectors is in place: switch to them
             dense.publish()
-        shutil.rmtree(old, ignore_errors=True)
     finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
     return manifest
 
 
@@ -199,10 +203,19 @@ def _embed_with_progress(embedder, texts: list[str]) -> np.ndarray:
     return np.concatenate(parts)
 
 
+def check_target(corpus_cfg: CorpusConfig, index_cfg: IndexConfig) -> None:
+    """IndexDirError unless `index.dir` may become this corpus's index: apart from the corpus, and
+    absent, empty or an index of ours. Cheap: call it before the corpus is read."""
+    final = index_path(index_cfg.dir)
+    check_apart(final, corpus_cfg.paths)
+    check_replaceable(final)
+
+
 def build_index(corpus_cfg: CorpusConfig, chunker_cfg: ChunkerConfig, index_cfg: IndexConfig,
                 embedder_cfg: EmbedderConfig | None = None, *, report: IngestReport | None = None,
                 embedder=None) -> IndexManifest:
     """Ingest (unless `report` is given), chunk, and write the index; return its manifest."""
+    check_target(corpus_cfg, index_cfg)
     report = report if report is not None else ingest(corpus_cfg)
     if not report.documents:
         raise IngestError(f"nothing could be indexed: {report.summary()}")
@@ -213,6 +226,13 @@ def build_index(corpus_cfg: CorpusConfig, chunker_cfg: ChunkerConfig, index_cfg:
         embedder = make_embedder(embedder_cfg)
     chunker = make_chunker(chunker_cfg)
     chunks = chunker.chunk_all(report.documents)
+    cut = {c.doc_id for c in chunks}
+    empty = [Problem(d.doc_id, "no chunk: nothing left to index after chunking")
+             for d in report.documents if d.doc_id not in cut]
+    for p in empty:  # the ingest report lists them; the manifest counts them
+        log.warning("left out %s: %s", p.source, p.reason)
+    if empty:
+        report = replace(report, problems=report.problems + tuple(empty))
     return build_from_chunks(chunks, index_cfg, embedder=embedder, embedder_cfg=embedder_cfg,
                              chash=corpus_hash(report.documents),
                              n_documents=len(report.documents), chunker_params=chunker.params,
@@ -266,6 +286,33 @@ def check_chunker(m: IndexManifest, chunker_cfg: ChunkerConfig, where: str) -> N
         built = ", ".join(f"{k}={json.loads(v)}" for k, v in m.chunker)
         raise IndexMismatch(f"{where}: index chunked with {built}, config differs; "
                             "rebuild with `lorarag index <config>`")
+
+
+def check_corpus(m: IndexManifest, corpus_cfg: CorpusConfig, where: str) -> None:
+    """IndexMismatch (one line) when the corpus files differ from those the index was built from."""
+    if not m.sources:
+        return  # built from chunks, or by a version that did not record its files
+    try:
+        now = dict(corpus_fingerprint(corpus_cfg))
+    except IngestError as exc:
+        raise IndexMismatch(f"{where}: stale index: {exc}") from None
+    then = dict(m.sources)
+    added = sorted(set(now) - set(then))
+    removed = sorted(set(then) - set(now))
+    changed = sorted(k for k in set(now) & set(then) if now[k] != then[k])
+    if added or removed or changed:
+        example = (changed or added or removed)[0]
+        raise IndexMismatch(f"{where}: stale index: the corpus changed since it was indexed ({len(changed)} "
+                            f"changed, {len(added)} added, {len(removed)} removed, e.g. {example}); "
+                            "rebuild with `lorarag index <config>`")
+
+
+def check_fresh(corpus_cfg: CorpusConfig, chunker_cfg: ChunkerConfig, index_cfg: IndexConfig) -> IndexManifest:
+    """The manifest of the index, checked against the corpus and chunker it should reflect."""
+    manifest = read_manifest(index_cfg.dir)
+    check_chunker(manifest, chunker_cfg, index_cfg.dir)
+    check_corpus(manifest, corpus_cfg, index_cfg.dir)
+    return manifest
 
 
 def open_index(index_cfg: IndexConfig, embedder_cfg: EmbedderConfig | None = None) -> Index:

@@ -9,6 +9,7 @@ import numpy as np
 
 from lorarag.core.errors import ConfigError
 from lorarag.rag.config import BM25Config, DenseIndexConfig
+from lorarag.rag.index_dir import IndexMismatch
 from lorarag.rag.textsplit import tokenize
 
 log = logging.getLogger(__name__)
@@ -51,9 +52,18 @@ class BM25Part:
 
     @classmethod
     def load(cls, folder: Path, cfg: BM25Config) -> "BM25Part":
+        """The saved index; IndexMismatch (one line) when its files are missing or corrupt."""
         import bm25s
 
-        return cls(bm25s.BM25.load(str(folder), show_progress=False), cfg)
+        try:
+            model = bm25s.BM25.load(str(folder), show_progress=False)
+            ids = list(model.vocab_dict.values())
+            if any(type(i) is not int for i in ids) or sorted(ids) != list(range(len(ids))):
+                raise ValueError("vocabulary ids are not 0..n-1")
+        except (OSError, ValueError, KeyError, TypeError, AttributeError, EOFError) as exc:
+            raise IndexMismatch(f"{folder}: unreadable BM25 index ({type(exc).__name__}: {str(exc)[:80]}); "
+                                "rebuild with `lorarag index <config>`") from None
+        return cls(model, cfg)
 
     def search(self, queries: list[str], depth: int) -> list[tuple[np.ndarray, np.ndarray]]:
         """Per query: (chunk rows, scores) of the best `depth` chunks with a positive score."""
@@ -137,9 +147,15 @@ class DensePart:
 
     @classmethod
     def load(cls, path: Path, cfg: DenseIndexConfig) -> "DensePart":
+        """The saved FAISS index; IndexMismatch (one line) when it is missing or corrupt."""
         import faiss
 
-        return cls(faiss.read_index(str(path)), cfg)
+        try:
+            index = faiss.read_index(str(path))
+        except RuntimeError as exc:  # FAISS reports every read problem as RuntimeError
+            first = str(exc).strip().splitlines()[-1][:80] if str(exc).strip() else "unreadable"
+            raise IndexMismatch(f"{path}: unreadable FAISS index ({first}); rebuild with `lorarag index <config>`") from None
+        return cls(index, cfg)
 
     def search(self, vectors: np.ndarray, depth: int) -> list[tuple[np.ndarray, np.ndarray]]:
         """Per query vector: (chunk rows, cosine scores), best first, ties by lower row."""

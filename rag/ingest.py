@@ -1,15 +1,21 @@
 """Ingest: walk the corpus folders, parse each file into a `Document`, report every bad file.
 
 Readers are chosen by file extension through `READERS`. A file that cannot be used (corrupt
-PDF, empty file, binary data named `.md`, invalid UTF-8, unreadable, unsupported extension)
-never stops the ingest: it is listed in the `IngestReport` with a one-line reason and the rest
-of the corpus goes on. Document ids are paths relative to the corpus root (POSIX separators),
-so they are the same on every machine and in every checkout.
+PDF, empty file, binary data named `.md`, invalid UTF-8, unreadable, unsupported extension,
+Markdown with headings and no text) never stops the ingest: it is listed in the `IngestReport`
+with a one-line reason and the rest of the corpus goes on; so is everything the walk does not
+open (rag/corpus_walk.py: FIFOs and devices, unreadable folders, symlinks out of the corpus).
+Text files with a UTF-8, UTF-16 or UTF-32 byte-order mark are decoded accordingly. Document ids
+are paths relative to the corpus root (POSIX separators), so they are the same on every machine
+and in every checkout. `IngestReport.sources` holds the sha256 of every readable file's bytes:
+the index keeps it to tell when the corpus changed since it was built (`corpus_fingerprint`).
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
+import re
 import shutil
 import subprocess
 import tempfile
@@ -19,6 +25,7 @@ from typing import Callable
 
 from lorarag.core.errors import ConfigError
 from lorarag.rag.config import CorpusConfig
+from lorarag.rag.corpus_walk import Entry, walk_corpus
 from lorarag.rag.records import Document
 
 log = logging.getLogger(__name__)
@@ -46,6 +53,7 @@ class IngestReport:
 
     documents: tuple[Document, ...]
     problems: tuple[Problem, ...]
+    sources: tuple[tuple[str, str], ...] = ()  # (id, sha256 of the bytes) of every file read
 
     def summary(self) -> str:
         """One line: how many documents were read and how many files were left out."""
@@ -64,18 +72,38 @@ def _read_bytes(path: Path) -> bytes:
         raise BadFile(f"unreadable ({exc.strerror or type(exc).__name__})") from None
 
 
+# Byte-order marks, longest first (the UTF-32 LE mark starts with the UTF-16 LE one).
+_BOMS = ((b"\xff\xfe\x00\x00", "utf-32"), (b"\x00\x00\xfe\xff", "utf-32"), (b"\xff\xfe", "utf-16"),
+         (b"\xfe\xff", "utf-16"))
+_HEADING_LINE = re.compile(r"^\s*#{1,6}(\s.*)?$")
+
+
+def _decode(raw: bytes, path: Path) -> str:
+    """Text of a file: by its byte-order mark (UTF-8/16/32), else UTF-8; BadFile otherwise."""
+    codec = next((c for bom, c in _BOMS if raw.startswith(bom)), None)
+    if codec is not None:
+        try:
+            return raw.decode(codec)  # the utf-16/utf-32 codecs read and drop the mark
+        except UnicodeDecodeError as exc:
+            raise BadFile(f"invalid {codec.upper()} at byte {exc.start} (it starts with a {codec.upper()} "
+                          "byte-order mark)") from None
+    if b"\x00" in raw[:8192]:
+        raise BadFile(f"binary data, not text (named {path.suffix}; UTF-16 needs a byte-order mark)")
+    try:
+        return raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise BadFile(f"invalid UTF-8 at byte {exc.start}") from None
+
+
 def _read_text(path: Path) -> tuple[str, tuple[int, ...]]:
     raw = _read_bytes(path)
     if not raw.strip():
         raise BadFile("empty file")
-    if b"\x00" in raw[:8192]:
-        raise BadFile(f"binary data, not text (named {path.suffix})")
-    try:
-        text = raw.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        raise BadFile(f"invalid UTF-8 at byte {exc.start}") from None
+    text = _decode(raw, path)
     if not text.strip():
         raise BadFile("empty file")
+    if all(_HEADING_LINE.match(line) for line in text.splitlines() if line.strip()):
+        raise BadFile("only headings, no text to index")
     # One newline convention so offsets are the same on every OS.
     return text.replace("\r\n", "\n").replace("\r", "\n"), ()
 
@@ -154,6 +182,8 @@ def _read_docx(path: Path) -> tuple[str, tuple[int, ...]]:
         paras.append(text)
     if not paras:
         raise BadFile("empty document")
+    if all(p.startswith("#") for p in paras):
+        raise BadFile("only headings, no text to index")
     return "\n\n".join(paras), ()
 
 
@@ -191,21 +221,6 @@ READERS: dict[str, Callable[[Path], tuple[str, tuple[int, ...]]]] = {
 # ---------------------------------------------------------------------------------------
 
 
-def _walk(root: Path) -> list[Path]:
-    """Files under `root` in sorted order, hidden files and folders skipped."""
-    if root.is_file() or root.is_symlink() and not root.is_dir():
-        return [root]
-    out = []
-    for p in sorted(root.rglob("*")):
-        rel = p.relative_to(root)
-        if any(part.startswith(".") for part in rel.parts):
-            continue
-        if p.is_dir():
-            continue
-        out.append(p)
-    return out
-
-
 def read_file(path: Path, doc_id: str, pdf_parser: str = "auto") -> Document:
     """Parse one file into a Document; BadFile with a one-line reason if it cannot be used."""
     suffix = path.suffix.lower()
@@ -218,28 +233,57 @@ def read_file(path: Path, doc_id: str, pdf_parser: str = "auto") -> Document:
     return Document(doc_id=doc_id, source=doc_id, text=text, page_offsets=pages)
 
 
-def ingest(cfg: CorpusConfig) -> IngestReport:
-    """Read every file under `cfg.paths`; IngestError under `strict` if any file is bad."""
-    docs: list[Document] = []
-    problems: list[Problem] = []
-    seen: dict[str, str] = {}
+def _sha256(path: Path) -> str:
+    try:
+        return hashlib.sha256(path.read_bytes()).hexdigest()
+    except OSError as exc:
+        return f"unreadable ({exc.strerror or type(exc).__name__})"
+
+
+def _readable(entry: Entry) -> bool:
+    """A regular file one of the readers takes (others cannot change what an index holds)."""
+    suffix = entry.path.suffix.lower()
+    return entry.reason is None and (suffix == ".pdf" or suffix in READERS)
+
+
+def _walk(cfg: CorpusConfig) -> list[tuple[str, list[Entry]]]:
     for entry in cfg.paths:
         root = Path(entry)
         if not root.exists() and not root.is_symlink():
             raise IngestError(f"corpus path does not exist: {entry}")
-        base = root.parent if root.is_file() else root
-        for path in _walk(root):
-            doc_id = path.relative_to(base).as_posix()
-            if doc_id in seen:
-                raise IngestError(f"two corpus files share the id {doc_id!r} "
-                                  f"({seen[doc_id]} and {entry}); use distinct file names")
-            seen[doc_id] = entry
+    return walk_corpus(cfg)
+
+
+def corpus_fingerprint(cfg: CorpusConfig) -> tuple[tuple[str, str], ...]:
+    """(id, sha256 of the bytes) of every file of the corpus a reader takes, sorted by id."""
+    return tuple(sorted((e.doc_id, _sha256(e.path)) for _, entries in _walk(cfg) for e in entries
+                        if _readable(e)))
+
+
+def ingest(cfg: CorpusConfig) -> IngestReport:
+    """Read every file under `cfg.paths`; IngestError under `strict` if any file is bad."""
+    docs: list[Document] = []
+    problems: list[Problem] = []
+    sources: list[tuple[str, str]] = []
+    seen: dict[str, str] = {}
+    for root, entries in _walk(cfg):
+        for e in entries:
+            if e.doc_id in seen:
+                raise IngestError(f"two corpus files share the id {e.doc_id!r} "
+                                  f"({seen[e.doc_id]} and {root}); use distinct file names")
+            seen[e.doc_id] = root
+            if e.reason is not None:
+                log.warning("skipping %s: %s", e.doc_id, e.reason)
+                problems.append(Problem(e.doc_id, e.reason))
+                continue
+            if _readable(e):
+                sources.append((e.doc_id, _sha256(e.path)))
             try:
-                docs.append(read_file(path, doc_id, cfg.pdf_parser))
+                docs.append(read_file(e.path, e.doc_id, cfg.pdf_parser))
             except BadFile as exc:
-                log.warning("skipping %s: %s", doc_id, exc)
-                problems.append(Problem(doc_id, str(exc)))
-    report = IngestReport(tuple(docs), tuple(problems))
+                log.warning("skipping %s: %s", e.doc_id, exc)
+                problems.append(Problem(e.doc_id, str(exc)))
+    report = IngestReport(tuple(docs), tuple(problems), tuple(sorted(sources)))
     if cfg.strict and problems:
         raise IngestError(f"strict ingest: {len(problems)} bad file(s), first: "
                           f"{problems[0].source}: {problems[0].reason}")

@@ -12,7 +12,10 @@ Layout of every prompt (one system turn, one user turn):
 Retrieved text is untrusted. It is placed only inside the sources block of the user turn and is
 neutralised first: chat-template control strings (`<|im_start|>` ...) are broken so they tokenise as
 plain text, the block delimiters are escaped, and `[Sn]` labels inside a passage become `(Sn)` so a
-document can neither open a new turn, close the block, nor forge another source.
+document can neither open a new turn, close the block, nor forge another source. Questions come
+from data files too: every prompt builder (this one, fallback/format.py's) passes them through
+`inert_question` (the same neutralising, on one line), and every user or assistant turn is
+stripped of control strings when its `Message` is made (rag/generate.py), whatever built it.
 
 Truncation rule (used by every generator when a prompt exceeds the model window, see
 `fit_sources`): keep the system prompt and the question; drop whole sources from the END of the
@@ -79,12 +82,31 @@ def detect_language(text: str) -> str:
     return "fr" if fr > en else "en"
 
 
+# Control strings of chat templates besides the `<|...|>` family (ChatML/Qwen, SmolLM2, Llama 3,
+# Phi): Qwen3's think and tool tags, Gemma's turn markers, Llama 2 / Mistral's [INST] and <<SYS>>.
+_NAMED_CONTROL = re.compile(r"</?(?:think|tool_call|tool_response|tools|start_of_turn|end_of_turn|s)>"
+                            r"|\[/?INST\]|<</?SYS>>", re.I)
+
+
+def neutralise_controls(text: str) -> str:
+    """Break chat-template control strings (a zero-width space after their first character) so they
+    tokenise as plain text and can never open, close or fake a turn. Idempotent."""
+    text = text.replace("<|", "<\u200b|").replace("|>", "|\u200b>")
+    return _NAMED_CONTROL.sub(lambda m: m.group(0)[0] + "\u200b" + m.group(0)[1:], text)
+
+
 def neutralise(text: str) -> str:
     """Make retrieved text inert inside the sources block (see module docstring)."""
-    text = text.replace("<|", "<\u200b|").replace("|>", "|\u200b>")
+    text = neutralise_controls(text)
     text = re.sub(r"</?\s*sources\s*>", lambda m: m.group(0).replace("<", "‹").replace(">", "›"),
                   text, flags=re.I)
     return re.sub(r"\[(S\d+)\]", r"(\1)", text)
+
+
+def inert_question(question: str) -> str:
+    """A question as it enters any prompt: neutralised like a source, on one line (a newline could
+    start a forged `[Sn]` entry in the conflict-aware prompt)."""
+    return neutralise(" ".join(question.split()))
 
 
 def parse_citations(text: str) -> list[str]:
@@ -146,7 +168,7 @@ class PromptBuilder:
                 entry, budget = entry[:budget], budget - len(entry)
             entries.append(entry)
         block = "\n".join([OPEN, *entries, CLOSE])
-        user = f"{block}\n\n{QUESTION[lang]}{question.strip()}"
+        user = f"{block}\n\n{QUESTION[lang]}{inert_question(question)}"
         return BuiltPrompt(system, user, tuple(f"S{i}" for i in range(1, len(entries) + 1)), lang)
 
 

@@ -8,8 +8,11 @@ read back by later stages (evaluation, comparison, attribution).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import logging
+import types
+import typing
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Iterator, TypeVar
@@ -98,50 +101,123 @@ def to_dict(record: Any) -> dict[str, Any]:
     return dataclasses.asdict(record)
 
 
-def _build(cls: type, data: Any) -> Any:
-    """Rebuild a dataclass (recursively) from `to_dict` output, tuples restored."""
+def _json_kind(value: Any) -> str:
+    """How a JSON value reads to a user: 'a string', 'a list', ..."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true/false"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, (int, float)):
+        return "a number"
+    if isinstance(value, (list, tuple)):
+        return "a list"
+    if isinstance(value, dict):
+        return "an object"
+    return type(value).__name__
+
+
+def _wanted(hint: Any) -> str:
+    """What a type hint asks for, in the words of `_json_kind`."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin in (typing.Union, types.UnionType):
+        return " or ".join(_wanted(a) for a in args)
+    if origin is tuple:
+        return f"a list of {_wanted(args[0]).removeprefix('a ').removeprefix('an ')}s" \
+            if len(args) == 2 and args[1] is Ellipsis else f"a list of {len(args)}"
+    if origin is typing.Literal:
+        return "one of " + ", ".join(repr(a) for a in args)
+    if origin is dict:
+        return "an object"
+    if dataclasses.is_dataclass(hint):
+        return "an object"
+    return {str: "a string", int: "an integer", float: "a number", bool: "true/false",
+            type(None): "null"}.get(hint, getattr(hint, "__name__", str(hint)))
+
+
+def _convert(hint: Any, value: Any, where: str) -> Any:
+    """`value` (parsed JSON) as the type `hint` asks for; RecordError naming the field if it is not.
+
+    Types are checked, never coerced: a string where a list is expected is an error (a string is
+    a sequence of characters, and `gold_answers: "Paris"` would silently become five answers).
+    """
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if hint is Any:
+        return value
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        for a in args:
+            if a is type(None):
+                continue
+            try:
+                return _convert(a, value, where)
+            except RecordError:
+                continue
+        raise RecordError(f"{where}: expected {_wanted(hint)}, got {_json_kind(value)}")
+    if dataclasses.is_dataclass(hint):
+        return _build(hint, value, where)
+    if origin is tuple:
+        if not isinstance(value, (list, tuple)):
+            raise RecordError(f"{where}: expected {_wanted(hint)}, got {_json_kind(value)}")
+        if len(args) == 2 and args[1] is Ellipsis:
+            return tuple(_convert(args[0], v, f"{where}[{i}]") for i, v in enumerate(value))
+        if len(value) != len(args):
+            raise RecordError(f"{where}: expected a list of {len(args)}, got {len(value)} item(s)")
+        return tuple(_convert(a, v, f"{where}[{i}]") for i, (a, v) in enumerate(zip(args, value)))
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise RecordError(f"{where}: expected an object, got {_json_kind(value)}")
+        return value
+    if origin is typing.Literal:
+        if value not in args:
+            raise RecordError(f"{where}: expected {_wanted(hint)}, got {value!r}")
+        return value
+    ok = {str: lambda v: isinstance(v, str), bool: lambda v: isinstance(v, bool),
+          int: lambda v: isinstance(v, int) and not isinstance(v, bool),
+          float: lambda v: isinstance(v, (int, float)) and not isinstance(v, bool)}.get(hint)
+    if ok is None:
+        return value  # an annotation this reader does not check
+    if not ok(value):
+        raise RecordError(f"{where}: expected {_wanted(hint)}, got {_json_kind(value)}")
+    return float(value) if hint is float else value
+
+
+@functools.lru_cache(maxsize=None)
+def _fields(cls: type) -> tuple[dict[str, Any], frozenset[str]]:
+    """Type hints of a record class's fields, and the names of those without a default."""
+    hints = typing.get_type_hints(cls)
+    fields = dataclasses.fields(cls)
+    required = frozenset(f.name for f in fields if f.default is dataclasses.MISSING
+                         and f.default_factory is dataclasses.MISSING)
+    return {f.name: hints.get(f.name, Any) for f in fields}, required
+
+
+def _build(cls: type, data: Any, where: str = "") -> Any:
+    """Rebuild a dataclass (recursively) from `to_dict` output: every field's type is checked
+    against the class's annotations, JSON lists become tuples, nested records are rebuilt."""
+    at = f"{where}: " if where else ""
     if not isinstance(data, dict):
-        raise RecordError(f"expected an object for {cls.__name__}, got {type(data).__name__}")
-    names = {f.name: f for f in dataclasses.fields(cls)}
-    unknown = set(data) - set(names)
+        raise RecordError(f"{at}expected an object for {cls.__name__}, got {_json_kind(data)}")
+    hints, required = _fields(cls)
+    unknown = set(data) - set(hints)
     if unknown:
-        raise RecordError(f"unknown field(s) for {cls.__name__}: {sorted(unknown)}")
-    kwargs: dict[str, Any] = {}
-    hints = _NESTED.get(cls, {})
-    for name, value in data.items():
-        if name in hints and value is not None:
-            sub, many = hints[name]
-            value = tuple(_build(sub, v) for v in value) if many else _build(sub, value)
-        elif isinstance(value, list):
-            value = _deep_tuple(value)
-        kwargs[name] = value
+        raise RecordError(f"{at}unknown field(s) for {cls.__name__}: {sorted(unknown)}")
+    missing = sorted(required - set(data))
+    if missing:
+        raise RecordError(f"{at}{cls.__name__} without field(s) {', '.join(missing)}")
+    prefix = f"{where}." if where else ""
+    kwargs = {name: _convert(hints[name], value, prefix + name) for name, value in data.items()}
     try:
         return cls(**kwargs)
-    except TypeError as exc:  # missing required field
-        raise RecordError(f"{cls.__name__}: {exc}") from None
-
-
-def _deep_tuple(value: Any) -> Any:
-    if isinstance(value, list):
-        return tuple(_deep_tuple(v) for v in value)
-    return value
-
-
-# Which fields hold nested records: {cls: {field: (record class, is_sequence)}}.
-_NESTED: dict[type, dict[str, tuple[type, bool]]] = {
-    Retrieved: {"chunk": (Chunk, False)},
-    Trace: {"retrieved": (Retrieved, True), "reranked": (Retrieved, True)},
-    Answer: {"trace": (Trace, False)},
-}
-
-
-def register_nested(cls: type, fields: dict[str, tuple[type, bool]]) -> None:
-    """Declare nested record fields of a record class defined in another package."""
-    _NESTED[cls] = fields
+    except TypeError as exc:
+        raise RecordError(f"{at}{cls.__name__}: {exc}") from None
 
 
 def from_dict(cls: type[T], data: Any) -> T:
-    """Build a record of type `cls` from its dict form; RecordError if it does not fit."""
+    """Build a record of type `cls` from its dict form; RecordError (naming the field) if it does
+    not fit: unknown or missing fields, or a value of the wrong JSON type."""
     return _build(cls, data)
 
 
@@ -171,8 +247,8 @@ def append_jsonl(path: str | Path, record: Any) -> None:
         os.fsync(fh.fileno())
 
 
-def iter_jsonl_dicts(path: str | Path, *, tolerate_torn_tail: bool = False) -> Iterator[dict[str, Any]]:
-    """Yield the JSON objects of a JSONL file; RecordError names file:line on a bad line.
+def iter_jsonl_lines(path: str | Path, *, tolerate_torn_tail: bool = False) -> Iterator[tuple[int, dict[str, Any]]]:
+    """Yield (line number, JSON object) of a JSONL file; RecordError names file:line on a bad line.
 
     With `tolerate_torn_tail`, a last line without newline that does not parse (a write cut by
     SIGKILL) is skipped with a warning instead of raising: that row is simply redone on resume.
@@ -181,11 +257,11 @@ def iter_jsonl_dicts(path: str | Path, *, tolerate_torn_tail: bool = False) -> I
     try:
         raw = path.read_bytes()
     except OSError as exc:
-        raise RecordError(f"{path}: cannot read ({exc.strerror})") from None
+        raise RecordError(f"{path}: cannot read ({exc.strerror or type(exc).__name__})") from None
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise RecordError(f"{path}: not UTF-8 (byte {exc.start})") from None
+        raise RecordError(f"{path}: not UTF-8 text (invalid byte at offset {exc.start})") from None
     lines = text.split("\n")
     for i, line in enumerate(lines, 1):
         if not line.strip():
@@ -199,16 +275,27 @@ def iter_jsonl_dicts(path: str | Path, *, tolerate_torn_tail: bool = False) -> I
                 return
             raise RecordError(f"{path}:{i}: malformed JSON ({exc.msg})") from None
         if not isinstance(obj, dict):
-            raise RecordError(f"{path}:{i}: expected a JSON object")
+            raise RecordError(f"{path}:{i}: expected a JSON object, got {_json_kind(obj)}")
+        yield i, obj
+
+
+def iter_jsonl_dicts(path: str | Path, *, tolerate_torn_tail: bool = False) -> Iterator[dict[str, Any]]:
+    """The JSON objects of a JSONL file (see `iter_jsonl_lines`)."""
+    for _, obj in iter_jsonl_lines(path, tolerate_torn_tail=tolerate_torn_tail):
         yield obj
 
 
-def read_jsonl(path: str | Path, cls: type[T], *, tolerate_torn_tail: bool = False) -> list[T]:
-    """Read a JSONL file of records of type `cls`; RecordError names file:line on a bad line."""
-    out: list[T] = []
-    for i, obj in enumerate(iter_jsonl_dicts(path, tolerate_torn_tail=tolerate_torn_tail), 1):
+def read_jsonl_lines(path: str | Path, cls: type[T], *, tolerate_torn_tail: bool = False) -> list[tuple[int, T]]:
+    """(line number, record) of a JSONL file of `cls` records; RecordError names file:line and field."""
+    out: list[tuple[int, T]] = []
+    for i, obj in iter_jsonl_lines(path, tolerate_torn_tail=tolerate_torn_tail):
         try:
-            out.append(from_dict(cls, obj))
+            out.append((i, from_dict(cls, obj)))
         except RecordError as exc:
-            raise RecordError(f"{path}: record {i}: {exc}") from None
+            raise RecordError(f"{path}:{i}: {exc}") from None
     return out
+
+
+def read_jsonl(path: str | Path, cls: type[T], *, tolerate_torn_tail: bool = False) -> list[T]:
+    """Read a JSONL file of records of type `cls`; RecordError names file:line and field."""
+    return [r for _, r in read_jsonl_lines(path, cls, tolerate_torn_tail=tolerate_torn_tail)]

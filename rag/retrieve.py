@@ -93,6 +93,10 @@ def load_retriever(index_cfg: IndexConfig, retrieval_cfg: RetrievalConfig,
                    embedder_cfg: EmbedderConfig | None = None, *, embedder=None) -> Retriever:
     """Open the index of `index_cfg` and build the retriever `retrieval_cfg.mode` asks for."""
     dense_needed = retrieval_cfg.mode in ("dense", "hybrid")
+    if dense_needed and (index_cfg.dense is None or (embedder_cfg is None and embedder is None)):
+        raise IndexMismatch(f"retrieval mode {retrieval_cfg.mode} needs a dense index (index.dense) and an "
+                            f"`embedder`; {index_cfg.dir} is configured without "
+                            + ("index.dense" if index_cfg.dense is None else "an embedder"))
     if not dense_needed:  # a BM25 search never loads the FAISS part or an embedding model
         index_cfg = index_cfg.model_copy(update={"dense": None})
     index = open_index(index_cfg, embedder_cfg if dense_needed else None)

@@ -19,6 +19,7 @@ from lorarag.core.errors import ConfigError
 from lorarag.rag.config import RAGConfig, RetrievalConfig
 from lorarag.rag.generate import Generator, Message
 from lorarag.rag.generators import build_generator
+from lorarag.rag.index import check_fresh
 from lorarag.rag.prompt import PromptBuilder, given_labels, parse_citations
 from lorarag.rag.records import Answer, Retrieved, Trace, append_jsonl
 from lorarag.rag.rerank import Reranker, build_reranker, rerank
@@ -132,6 +133,7 @@ def build_rag_system(cfg: RAGConfig, *, trace_path: str | Path | None = None) ->
 
     if cfg.generator is None:
         raise ConfigError("the config has no `generator` section; answering needs one")
+    check_fresh(cfg.corpus, cfg.chunker, cfg.index)  # a stale index is an error, never served silently
     retriever = load_retriever(cfg.index, cfg.retrieval, cfg.embedder)
     reranker = build_reranker(cfg.reranker) if cfg.reranker is not None else None
     if reranker is None and cfg.retrieval.min_score is not None:

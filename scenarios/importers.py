@@ -12,12 +12,11 @@ Both are `unknown` knowledge for our LoRA (it was never trained on them).
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 
 from lorarag.core.errors import RecordError
-from lorarag.rag.records import Chunk, write_jsonl
+from lorarag.rag.records import Chunk, iter_jsonl_lines, write_jsonl
 from lorarag.scenarios.records import (
     PresentedChunk,
     Scenario,
@@ -28,17 +27,22 @@ from lorarag.scenarios.records import (
 _NEG = re.compile(r"\b(not|no|never|cannot|neither|nor)\b|n't\b", re.IGNORECASE)
 
 
-def _rows(path: Path) -> list[dict]:
+def _rows(path: Path) -> list[tuple[int, dict]]:
+    """(line, row) of an upstream JSONL file: UTF-8 JSON objects, at least one (an empty file is
+    an error, not 0 scenarios); RecordError names file:line."""
     if not path.is_file():
         raise FileNotFoundError(f"{path}: not found (the shared data folder is ../shared/data)")
-    out = []
-    for i, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-        if line.strip():
-            try:
-                out.append(json.loads(line))
-            except json.JSONDecodeError as exc:
-                raise RecordError(f"{path}:{i}: invalid JSON ({exc.msg})") from None
-    return out
+    rows = list(iter_jsonl_lines(path))
+    if not rows:
+        raise RecordError(f"{path}: no rows (empty file)")
+    return rows
+
+
+def _unique(path: Path, line: int, key: str, first: dict[str, int]) -> None:
+    """RecordError when an upstream row repeats an id (it would write duplicate qids)."""
+    if key in first:
+        raise RecordError(f"{path}:{line}: duplicate id {key!r} (first at line {first[key]})")
+    first[key] = line
 
 
 def _chunk(cid: str, text: str) -> Chunk:
@@ -49,14 +53,22 @@ def conflictnq(path: Path) -> tuple[list[Scenario], list[Chunk]]:
     """ConflictNQ rows -> (scenarios, KB chunks of the real passages)."""
     scenarios: list[Scenario] = []
     chunks: list[Chunk] = []
-    for r in _rows(path):
+    first: dict[str, int] = {}
+    for line, r in _rows(path):
         try:
             qid, q = str(r["id"]), r.get("cleaned_question") or r["question"]
             real = [p["passage"] for p in r["real_passages"]]
             fake = [p["passage"] for p in r["fake_passages"]]
             gold, wrong = r["real_short_answer"], r["fake_short_answer"]
         except (KeyError, TypeError) as exc:
-            raise RecordError(f"{path}: ConflictNQ row without {exc}") from None
+            raise RecordError(f"{path}:{line}: ConflictNQ row without {exc}") from None
+        _unique(path, line, qid, first)
+        texts = {"question": q, "real_short_answer": gold, "fake_short_answer": wrong}
+        texts.update({f"passage {i}": t for i, t in enumerate(real + fake)})
+        bad = next((k for k, v in texts.items() if not isinstance(v, str)), None)
+        if bad is not None or not real:
+            raise RecordError(f"{path}:{line}: ConflictNQ row {qid}: "
+                              + (f"{bad} is not text" if bad else "no real passage"))
         real_ids = tuple(f"conflictnq/{qid}/real{i}" for i in range(len(real)))
         chunks += [_chunk(cid, t) for cid, t in zip(real_ids, real)]
         base = dict(fact_id=f"conflictnq/{qid}", question=q, gold_answers=(gold,), relevant_ids=real_ids,
@@ -80,14 +92,16 @@ def conflictqa(path: Path) -> tuple[list[Scenario], list[Chunk]]:
     """ConflictQA (StrategyQA) rows -> (scenarios, KB chunks of the true evidence)."""
     scenarios: list[Scenario] = []
     chunks: list[Chunk] = []
-    for i, r in enumerate(_rows(path)):
+    for i, (line, r) in enumerate(_rows(path)):
         try:
             truth = r["ground_truth"][0] == "True"
             mem_pol, ctr_pol = _polarity(r["memory_answer"]), _polarity(r["counter_answer"])
             mem_ev, ctr_ev = r["parametric_memory_aligned_evidence"], r["counter_memory_aligned_evidence"]
             q = r["question"]
         except (KeyError, TypeError, IndexError) as exc:
-            raise RecordError(f"{path}: ConflictQA row {i} without {exc}") from None
+            raise RecordError(f"{path}:{line}: ConflictQA row without {exc}") from None
+        if not all(isinstance(v, str) for v in (q, mem_ev, ctr_ev)):
+            raise RecordError(f"{path}:{line}: ConflictQA row: question and evidence must be text")
         if mem_pol == ctr_pol:
             continue
         true_ev, false_ev = (mem_ev, ctr_ev) if mem_pol == truth else (ctr_ev, mem_ev)
@@ -119,7 +133,10 @@ def set_file(name: str, folder: str | Path, split: str = "test") -> Path:
 def load_set(name: str, folder: str | Path, split: str = "test") -> tuple[list[Scenario], list[Chunk]]:
     """(scenarios, KB chunks) of conflict set `name` read from its folder, checked against the KB."""
     reader = conflictnq if name == "conflictnq" else conflictqa
-    scenarios, chunks = reader(set_file(name, folder, split))
+    path = set_file(name, folder, split)
+    scenarios, chunks = reader(path)
+    if not scenarios:
+        raise RecordError(f"{path}: no usable rows (0 scenarios)")
     validate_against_kb(scenarios, {c.chunk_id for c in chunks})
     return scenarios, chunks
 

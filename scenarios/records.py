@@ -24,8 +24,7 @@ from lorarag.core.errors import RecordError
 from lorarag.rag.records import (
     Chunk,
     Retrieved,
-    read_jsonl,
-    register_nested,
+    read_jsonl_lines,
     write_jsonl,
 )
 
@@ -75,16 +74,26 @@ class Scenario:
             raise RecordError(f"{self.qid}: no gold answer for a {self.scenario} scenario")
 
 
-register_nested(Scenario, {"presented": (PresentedChunk, True)})
-
-
 def load_scenarios(path: str | Path) -> list[Scenario]:
-    """Read scenario JSONL; RecordError names the file, line and problem."""
-    return read_jsonl(path, Scenario)
+    """The one reader of scenario JSONL: every field's type checked (`gold_answers: "Paris"` is an
+    error, not five one-letter answers), qids unique; RecordError names file:line and field."""
+    rows = read_jsonl_lines(path, Scenario)
+    first: dict[str, int] = {}
+    for line, s in rows:
+        if s.qid in first:
+            raise RecordError(f"{path}:{line}: duplicate qid {s.qid!r} (first at line {first[s.qid]})")
+        first[s.qid] = line
+    return [s for _, s in rows]
 
 
 def save_scenarios(path: str | Path, items: Iterable[Scenario]) -> int:
-    """Write scenarios as JSONL atomically; returns the count."""
+    """Write scenarios as JSONL atomically; returns the count. Duplicate qids are refused."""
+    items = list(items)
+    seen: set[str] = set()
+    for s in items:
+        if s.qid in seen:
+            raise RecordError(f"{path}: duplicate qid {s.qid!r}; nothing written")
+        seen.add(s.qid)
     return write_jsonl(path, items)
 
 

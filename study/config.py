@@ -95,6 +95,10 @@ class RunConfig(Strict):
             raise ValueError("rag.generator is required (the base model the LoRA is trained on)")
         if self.train.world is None:
             raise ValueError("train.world is required (the demo world the run generates)")
+        if self.rag.generator.kind == "openai" and self.fallback.detector.tokenizer is None:
+            raise ValueError("rag.generator.kind=openai serves the model remotely: set "
+                             "fallback.detector.tokenizer to a local folder with its tokenizer (the verdict "
+                             "labels' first tokens are read with it)")
         names = [s.name for s in self.systems]
         dup = sorted({n for n in names if names.count(n) > 1})
         if dup:

@@ -3,14 +3,20 @@
 Nothing is rebuilt: the world is regenerated in memory from its seed (it is deterministic and the
 scenarios name its chunk ids), the index is opened as `lorarag run` wrote it, and the gate's
 threshold is read from the adapter's gate.json; a missing or stale piece is a one-line error.
+Scenarios given with the config are checked against that index: a chunk id it does not hold is
+an error before any model is loaded (it would silently score as a retrieval miss).
+`eval_stamp` is what the results depend on, checked by the runner before it resumes a run.
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
+from typing import Sequence
 
 from lorarag.core.config import load_config, validate_data
 from lorarag.core.errors import ConfigError
+from lorarag.core.runinfo import hash_paths
 from lorarag.eval.config import EvalConfig
 from lorarag.fallback.gate import (
     GATE_FILE,
@@ -21,18 +27,17 @@ from lorarag.fallback.gate import (
 )
 from lorarag.rag.index import IndexMismatch
 from lorarag.rag.retrieve import load_retriever
+from lorarag.scenarios.records import Scenario, validate_against_kb
 from lorarag.scenarios.world import build_world
 from lorarag.study.config import RunConfig, SystemConfig
+from lorarag.study.evaluate import system_stamp
 from lorarag.study.parts import build_parts
 from lorarag.study.systems import ScenarioSystem, build_system
 from lorarag.study.training import find_adapter
 
 
-def build_eval_system(cfg: EvalConfig) -> ScenarioSystem:
-    """The system for `lorarag eval`: models, index and adapter of the run config in `components`.
-
-    The gate is used only if its saved dev calibration passed `gate.min_auroc`, as in the run itself.
-    """
+def _components(cfg: EvalConfig) -> tuple[RunConfig, SystemConfig, Path | None]:
+    """The run config named by `components`, the system's own config and the trained adapter."""
     if cfg.components is None:
         raise ConfigError("eval config: `components:` must name a run config (configs/run/*.yaml) "
                           f"to build the {cfg.system['kind']} system from")
@@ -42,21 +47,49 @@ def build_eval_system(cfg: EvalConfig) -> ScenarioSystem:
     if sc.uses_adapter and adapter is None:
         raise ConfigError(f"system {sc.name!r} needs the trained adapter of run "
                           f"'{run_cfg.train.run_name}': run `lorarag run {cfg.components}` first")
+    return run_cfg, sc, adapter
+
+
+def _threshold(run_cfg: RunConfig, adapter: Path | None, components: str) -> float | None:
+    """The gate threshold in use: the fixed one, or the saved dev calibration's (if it passed)."""
+    gate = run_cfg.fallback.gate
+    if gate.threshold is not None:
+        return fixed_threshold(gate)
+    if adapter is not None and (adapter / GATE_FILE).is_file():
+        cal = load_gate(adapter)
+        if gate.enabled and (stale := gate_mismatch(cal, gate, run_cfg.rag.generator)):
+            raise ConfigError(f"{adapter / GATE_FILE}: calibrated with {'; '.join(stale)}: "
+                              f"run `lorarag calibrate {components}` first")
+        return threshold_in_use(cal, gate)
+    return None
+
+
+def build_eval_system(cfg: EvalConfig, scenarios: Sequence[Scenario] | None = None) -> ScenarioSystem:
+    """The system for `lorarag eval`: models, index and adapter of the run config in `components`.
+
+    The gate is used only if its saved dev calibration passed `gate.min_auroc`, as in the run itself.
+    `scenarios`: checked against the index's chunk ids (RecordError listing the unknown ones).
+    """
+    run_cfg, sc, adapter = _components(cfg)
     world = build_world(run_cfg.train.world)
     try:
         retriever = load_retriever(run_cfg.rag.index, run_cfg.rag.retrieval, run_cfg.rag.embedder)
     except (FileNotFoundError, IndexMismatch) as exc:
         raise ConfigError(f"{run_cfg.rag.index.dir}: no usable index of run '{run_cfg.name}' ({exc}): "
                           f"run `lorarag run {cfg.components}` first") from None
+    if scenarios is not None:
+        validate_against_kb(scenarios, {c.chunk_id for c in retriever.chunks})
+    threshold = _threshold(run_cfg, adapter, cfg.components)
     parts = build_parts(run_cfg, retriever, adapter, world.chunks())
-    gate = run_cfg.fallback.gate
-    threshold = None
-    if gate.threshold is not None:
-        threshold = fixed_threshold(gate)
-    elif adapter is not None and (adapter / GATE_FILE).is_file():
-        cal = load_gate(adapter)
-        if gate.enabled and (stale := gate_mismatch(cal, gate, run_cfg.rag.generator)):
-            raise ConfigError(f"{adapter / GATE_FILE}: calibrated with {'; '.join(stale)}: "
-                              f"run `lorarag calibrate {cfg.components}` first")
-        threshold = threshold_in_use(cal, gate)
     return build_system(sc, replace(parts, gate_threshold=threshold))
+
+
+def eval_stamp(cfg: EvalConfig, scenarios: Sequence[Scenario]) -> dict:
+    """What `lorarag eval` results depend on: the run's stamp of this system (model, generation
+    and retrieval settings, adapter, gate, fallback, the full item list; `--limit` only takes a
+    prefix), the scenario file's content and the closed-book run."""
+    run_cfg, sc, adapter = _components(cfg)
+    stamp = system_stamp(run_cfg, sc, list(scenarios), adapter, _threshold(run_cfg, adapter, cfg.components))
+    stamp["scenarios_sha256"] = hash_paths([cfg.scenarios]).get(str(Path(cfg.scenarios)))
+    stamp["closed_book_run"] = cfg.closed_book_run
+    return stamp

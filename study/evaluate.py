@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
-import shutil
 from pathlib import Path
 
 from lorarag.eval.explorer import EXPLORER_FILE
@@ -51,15 +49,10 @@ def evaluate(cfg: RunConfig, parts: Parts, test: list[Scenario], paths: Paths, a
     for sc in sorted(systems or cfg.systems, key=lambda s: s.kind != "closed_book"):
         folder = paths.eval / sc.name
         stamp = system_stamp(cfg, sc, test, adapter, parts.gate_threshold)
-        marker = folder / "stamp.json"
-        if folder.exists() and (not marker.exists() or json.loads(marker.read_text(encoding="utf-8")) != stamp):
-            log.info("%s: model, adapter, gate or items changed: evaluating it afresh", sc.name)
-            shutil.rmtree(folder)
-        folder.mkdir(parents=True, exist_ok=True)
-        marker.write_text(json.dumps(stamp, indent=1), encoding="utf-8")
         model = sc.adapter if sc.kind == "closed_book" else (lora if sc.kind == "lora_rag" else None)
+        # A changed stamp (model, adapter, gate or items) means this system is evaluated afresh.
         results = run_eval(build_system(sc, parts), test, folder, closed_book=closed.get(model), config=cfg,
-                           batch_size=32)
+                           batch_size=32, stamp=stamp, on_change="restart")
         if sc.kind == "closed_book":
             closed[sc.adapter] = closed_book_map(results)
         out[sc.name] = folder

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from lorarag.core.errors import ConfigError
 from lorarag.fallback.config import FallbackConfig
 from lorarag.fallback.verdict import label_first_tokens
 from lorarag.rag.config import GeneratorConfig, RAGConfig
@@ -66,4 +67,13 @@ def _tokenizer(cfg: RunConfig, generator: Generator) -> PreTrainedTokenizerBase:
         return tok
     from transformers import AutoTokenizer
 
-    return AutoTokenizer.from_pretrained(cfg.fallback.detector.tokenizer or cfg.rag.generator.model)
+    where = cfg.fallback.detector.tokenizer
+    if where is None:  # RunConfig refuses this for the openai kind; a generator without a tokenizer
+        raise ConfigError(f"the {cfg.rag.generator.kind} generator has no local tokenizer: set "
+                          "fallback.detector.tokenizer to a folder holding one")
+    try:
+        return AutoTokenizer.from_pretrained(where)
+    except (OSError, ValueError) as exc:
+        first = next((x.strip() for x in str(exc).splitlines() if x.strip()), type(exc).__name__)
+        raise ConfigError(f"fallback.detector.tokenizer: cannot load a tokenizer from {where!r} "
+                          f"({first[:160]})") from None

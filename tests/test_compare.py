@@ -107,3 +107,16 @@ def test_pairing_refuses_different_items_under_one_qid():
         compare_items(a, b, resamples=1000)
     with pytest.raises(ValueError, match="share no qid"):
         compare_items(a, [make_item(qid="zz")], resamples=1000)
+
+
+def test_a_repeated_qid_is_an_error_on_either_side():
+    """A duplicate would count twice for A and once for B (the map keeps one): refused."""
+    from lorarag.core.errors import RecordError
+
+    a, b = _runs()
+    with pytest.raises(RecordError, match="run A: duplicate result for qid 'q0'"):
+        compare_items(a + a[:1], b, resamples=1000)
+    with pytest.raises(RecordError, match="run B: duplicate result for qid 'q0'"):
+        compare_items(a, b + b[:1], resamples=1000)
+    with pytest.raises(RecordError, match=r"run B: results of several systems in one list \(base, lora\)"):
+        compare_items(a, b + [make_item(system="base", qid="zz")], resamples=1000)

@@ -78,3 +78,45 @@ def test_cli_help_lists_subcommands_and_validate_runs():
     val = subprocess.run([sys.executable, "-m", "lorarag.cli", "validate"], cwd=REPO,
                          capture_output=True, text=True, timeout=300)
     assert val.returncode == 0, val.stdout + val.stderr
+
+
+def test_record_types_are_checked_not_coerced(tmp_path):
+    """A string where a list is expected is an error naming file:line and the field, never a
+    list of characters; a number where text is expected too, nested fields by their path."""
+    from lorarag.rag.records import from_dict
+
+    good = {"chunk_id": "a", "doc_id": "d", "source": "d", "text": "t", "start": 0, "end": 1}
+    p = tmp_path / "c.jsonl"
+    p.write_text("\n".join(json.dumps(x) for x in [good, {**good, "heading_path": "Intro"}]) + "\n")
+    with pytest.raises(RecordError, match=r"c.jsonl:2: heading_path: expected a list of strings, got a string"):
+        read_jsonl(p, Chunk)
+    p.write_text(json.dumps(good) + "\n\n" + json.dumps({**good, "start": "0"}) + "\n")  # line 3: blank line kept
+    with pytest.raises(RecordError, match=r"c.jsonl:3: start: expected an integer, got a string"):
+        read_jsonl(p, Chunk)
+    with pytest.raises(RecordError, match=r"start: expected an integer, got true/false"):
+        from_dict(Chunk, {**good, "start": True})
+    with pytest.raises(RecordError, match="Chunk without field"):
+        from_dict(Chunk, {"chunk_id": "a"})
+    r = {"chunk": {**good, "text": 5}, "score": 1, "rank": 1}
+    with pytest.raises(RecordError, match=r"chunk\.text: expected a string, got a number"):
+        from_dict(Retrieved, r)
+    back = from_dict(Retrieved, {**r, "chunk": good})
+    assert back.score == 1.0 and isinstance(back.score, float) and back.chunk.heading_path == ()
+    t = {"question": "q", "timings_s": [["generate", "fast"]]}
+    with pytest.raises(RecordError, match=r"timings_s\[0\]\[1\]: expected a number, got a string"):
+        from_dict(Trace, t)
+    assert from_dict(Chunk, {**good, "page": None}).page is None
+
+
+def test_non_utf8_jsonl_is_one_line_record_error(tmp_path):
+    p = tmp_path / "latin.jsonl"
+    p.write_bytes('{"text": "café"}\n'.encode("latin-1"))
+    with pytest.raises(RecordError, match=r"latin.jsonl: not UTF-8 text \(invalid byte at offset 13\)"):
+        read_jsonl(p, Chunk)
+
+
+def test_duplicate_yaml_keys_are_refused(tmp_path):
+    p = tmp_path / "dup.yaml"
+    p.write_text("corpus: {paths: [x]}\nindex: {dir: a}\nindex: {dir: b}\n")
+    with pytest.raises(ConfigError, match=r"dup.yaml: line 3: duplicate key 'index'"):
+        load_config(p, RAGConfig)

@@ -63,3 +63,34 @@ def test_a_broken_file_names_the_line(tmp_path):
     bad.write_text('{"id": 1}\n{oops\n', encoding="utf-8")
     with pytest.raises(RecordError, match=":2:"):
         conflictnq(bad)
+
+
+def _cnq(qid, answer="Paris"):
+    return {"id": qid, "question": "capital?", "real_passages": [{"passage": "Paris is the capital."}],
+            "fake_passages": [{"passage": "Lyon is the capital."}], "real_short_answer": answer,
+            "fake_short_answer": "Lyon"}
+
+
+def test_duplicate_upstream_ids_empty_files_and_non_utf8_are_errors(tmp_path):
+    path = tmp_path / "test.jsonl"
+    path.write_text("".join(json.dumps(_cnq(q)) + "\n" for q in (1, 2, 1)), encoding="utf-8")
+    with pytest.raises(RecordError, match=r"test.jsonl:3: duplicate id '1' \(first at line 1\)"):
+        conflictnq(path)
+    path.write_text("\n\n", encoding="utf-8")
+    with pytest.raises(RecordError, match=r"test.jsonl: no rows \(empty file\)"):
+        conflictnq(path)
+    path.write_bytes(json.dumps(_cnq(1)).replace("Paris", "Pàris").encode("latin-1") + b"\n")
+    with pytest.raises(RecordError, match="test.jsonl: not UTF-8"):
+        conflictnq(path)
+    path.write_text(json.dumps(_cnq(1, answer=["Paris"])) + "\n", encoding="utf-8")
+    with pytest.raises(RecordError, match=r"test.jsonl:1: ConflictNQ row 1: real_short_answer is not text"):
+        conflictnq(path)
+    # ConflictQA rows whose answers all share a polarity give no scenario: an error, not 0 written
+    qa = tmp_path / "conflictqa" / "strategyqa-chatgpt.jsonl"
+    qa.parent.mkdir()
+    qa.write_text(json.dumps({"question": "q?", "ground_truth": ["True"], "memory_answer": "yes it is",
+                              "counter_answer": "it is", "parametric_memory_aligned_evidence": "a",
+                              "counter_memory_aligned_evidence": "b"}) + "\n", encoding="utf-8")
+    with pytest.raises(RecordError, match=r"strategyqa-chatgpt.jsonl: no usable rows \(0 scenarios\)"):
+        import_set("conflictqa", tmp_path, tmp_path / "out.jsonl")
+    assert not (tmp_path / "out.jsonl").exists()

@@ -202,3 +202,92 @@ def test_cli_bad_inputs_one_line_errors(tmp_path: Path) -> None:
     typo.write_text(f"corpus: {{paths: [{kb}]}}\nchunker: {{chunk_szie: 3}}\nindex: {{dir: x}}\n")
     r = _cli("search", "q", "--config", str(typo), cwd=REPO)
     assert r.returncode == 2 and "chunker.chunk_szie: unknown key" in r.stderr
+
+
+def test_only_our_own_index_folder_is_ever_replaced(tmp_path: Path) -> None:
+    from lorarag.rag.index_dir import IndexDirError
+
+    corpus = _write(tmp_path / "kb", {"a.md": "alpha beta"})
+    c, ch, ix = _cfgs(tmp_path, corpus)
+    mine = _write(tmp_path / "idx", {"thesis.md": "years of work"})  # a folder of the user's own
+    with pytest.raises(IndexDirError, match="an existing folder that is not an index .no manifest.json.; refusing"):
+        build_index(c, ch, ix)
+    assert (mine / "thesis.md").read_text() == "years of work" and sorted(os.listdir(mine)) == ["thesis.md"]
+    (mine / "thesis.md").unlink()
+    build_index(c, ch, ix)  # an empty folder holds nothing to lose: it becomes the index
+    assert build_index(c, ch, ix).n_chunks == 1  # and ours now: rebuilt in place
+    afile = tmp_path / "notes.txt"
+    afile.write_text("keep me")
+    with pytest.raises(IndexDirError, match="is a file, not an index folder"):
+        build_index(c, ch, IndexConfig(dir=str(afile), bm25=BM25Config(tokenizer="word")))
+    assert afile.read_text() == "keep me" and not list(tmp_path.glob(".notes.txt*"))
+    # the corpus itself, or a folder inside it, is never an index folder
+    for d in (corpus, corpus / "idx"):
+        with pytest.raises(IndexDirError, match="overlap"):
+            build_index(c, ch, IndexConfig(dir=str(d), bm25=BM25Config(tokenizer="word")))
+    assert sorted(os.listdir(corpus)) == ["a.md"]
+
+
+def test_a_killed_builds_leftovers_are_removed_by_the_next_build(tmp_path: Path) -> None:
+    corpus = _write(tmp_path / "kb", {"a.md": "alpha beta"})
+    c, ch, ix = _cfgs(tmp_path, corpus)
+    dead = 2 ** 22 + 12345  # above Linux's default pid_max: no such process
+    left = _write(tmp_path / f".idx.building-{dead}", {"chunks.jsonl": "{}\n"})
+    (left / "bm25").mkdir()
+    old = _write(tmp_path / f".idx.old-{dead}", {"manifest.json": "{}"})
+    foreign = _write(tmp_path / f".idx.building-{dead + 1}", {"chunks.jsonl": "", "mine.txt": "x"})
+    running = _write(tmp_path / f".idx.building-{os.getppid()}", {"chunks.jsonl": ""})  # a live build
+    other = _write(tmp_path / f".idx2.building-{dead}", {"chunks.jsonl": ""})  # another index's
+    build_index(c, ch, ix)
+    assert not left.exists() and not old.exists()
+    assert foreign.exists() and running.exists() and other.exists()
+
+
+def test_a_corpus_changed_after_indexing_is_a_stale_index(tmp_path: Path) -> None:
+    from lorarag.rag.index import check_fresh
+
+    corpus = _write(tmp_path / "kb", {"a.md": "alpha beta", "b.md": "gamma"})
+    c, ch, ix = _cfgs(tmp_path, corpus)
+    m = build_index(c, ch, ix)
+    assert [name for name, _ in m.sources] == ["a.md", "b.md"]
+    assert check_fresh(c, ch, ix) == m
+    os.utime(corpus / "a.md", (0, 0))  # touched, same bytes: still fresh
+    check_fresh(c, ch, ix)
+    (corpus / "a.md").write_text("alpha beta delta", encoding="utf-8")
+    _write(corpus, {"c.md": "new"})
+    with pytest.raises(IndexMismatch, match=r"stale index: the corpus changed since it was indexed "
+                                            r"\(1 changed, 1 added, 0 removed, e.g. a.md\); rebuild"):
+        check_fresh(c, ch, ix)
+    (corpus / "notes.xlsx").write_bytes(b"PK")  # no reader takes it: it cannot change the index
+    build_index(c, ch, ix)
+    check_fresh(c, ch, ix)
+
+
+def test_corrupt_bm25_or_faiss_files_are_one_line_errors(tmp_path: Path) -> None:
+    from lorarag.rag.config import DenseIndexConfig
+    from lorarag.rag.index_parts import DensePart
+
+    corpus = _write(tmp_path / "kb", {"a.md": "alpha beta", "b.md": "gamma"})
+    c, ch, ix = _cfgs(tmp_path, corpus)
+    build_index(c, ch, ix)
+    vocab = Path(ix.dir) / "bm25" / "vocab.index.json"
+    for garbage in ("{not json", "[1, 2]", '{"alpha": "x"}', ""):
+        vocab.write_text(garbage, encoding="utf-8")
+        with pytest.raises(IndexMismatch, match=r"bm25: unreadable BM25 index .*rebuild with `lorarag index"):
+            open_index(ix)
+    bad = tmp_path / "dense.faiss"
+    bad.write_bytes(b"not a faiss index")
+    with pytest.raises(IndexMismatch, match="dense.faiss: unreadable FAISS index"):
+        DensePart.load(bad, DenseIndexConfig(gpu="never"))
+
+
+def test_dense_mode_without_a_dense_index_is_a_config_error(tmp_path: Path) -> None:
+    corpus = _write(tmp_path / "kb", {"a.md": "alpha beta"})
+    c, ch, ix = _cfgs(tmp_path, corpus)
+    build_index(c, ch, ix)
+    with pytest.raises(IndexMismatch, match=r"retrieval mode dense needs a dense index \(index.dense\) and an "
+                                            r"`embedder`; .* configured without index.dense"):
+        load_retriever(ix, RetrievalConfig(mode="dense"))
+    for bad in ({"top_k": 0}, {"top_k": -3}, {"top_n": 0}, {"min_score": 1.5}):
+        with pytest.raises(ValueError):
+            RetrievalConfig(**bad)

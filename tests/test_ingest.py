@@ -147,3 +147,81 @@ def test_mineru_backend_used_when_its_cli_is_on_path(tmp_path: Path, monkeypatch
     monkeypatch.setenv("PATH", str(bin_dir))
     doc = ingest(CorpusConfig(paths=[str(kb)])).documents[0]
     assert doc.text == "## Layout-aware\n\nMinerU text" and doc.page_offsets == ()
+
+
+@pytest.mark.timeout(120)  # a FIFO that were opened would block the ingest for ever
+def test_special_files_are_listed_never_opened(tmp_path: Path) -> None:
+    import socket
+
+    kb = tmp_path / "kb"
+    kb.mkdir()
+    (kb / "a.md").write_text("Some text.", encoding="utf-8")
+    os.mkfifo(kb / "pipe.md")
+    sock = socket.socket(socket.AF_UNIX)
+    sock.bind(str(kb / "sock.txt"))
+    try:
+        report = ingest(CorpusConfig(paths=[str(kb)]))
+        direct = ingest(CorpusConfig(paths=[str(kb / "a.md"), str(kb / "pipe.md")]))
+    finally:
+        sock.close()
+    assert [d.doc_id for d in report.documents] == ["a.md"]
+    assert {p.source: p.reason for p in report.problems} == {
+        "pipe.md": "not a regular file (a FIFO): never opened",
+        "sock.txt": "not a regular file (a socket): never opened"}
+    assert [p.reason for p in direct.problems] == ["not a regular file (a FIFO): never opened"]
+
+
+def test_symlinks_out_of_the_corpus_are_refused_unless_allowed(tmp_path: Path) -> None:
+    outside = tmp_path / "secret.txt"
+    outside.write_text("root:x:0:0", encoding="utf-8")
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "elsewhere" / "far.md").write_text("Far away text.", encoding="utf-8")
+    kb = tmp_path / "kb"
+    (kb / "sub").mkdir(parents=True)
+    (kb / "sub" / "b.md").write_text("Inner text.", encoding="utf-8")
+    os.symlink(outside, kb / "passwd.txt")
+    os.symlink(tmp_path / "elsewhere", kb / "linked")
+    os.symlink(kb / "sub" / "b.md", kb / "alias.md")  # inside: read like any file
+    os.symlink(kb / "sub", kb / "again")  # a folder inside: its files are read where they are
+    report = ingest(CorpusConfig(paths=[str(kb)]))
+    assert [d.doc_id for d in report.documents] == ["alias.md", "sub/b.md"]
+    reasons = {p.source: p.reason for p in report.problems}
+    assert reasons == {
+        "passwd.txt": f"symlink to {outside}, outside the corpus paths (set corpus.follow_symlinks_outside: "
+                      "true to index it)",
+        "linked": f"symlink to {tmp_path / 'elsewhere'}, outside the corpus paths (set "
+                  "corpus.follow_symlinks_outside: true to index it)",
+        "again/": "symlinked folder not followed (inside the corpus, or already walked)"}
+    assert not any("root:x" in d.text for d in report.documents)
+    allowed = ingest(CorpusConfig(paths=[str(kb)], follow_symlinks_outside=True))
+    assert [d.doc_id for d in allowed.documents] == ["alias.md", "linked/far.md", "passwd.txt", "sub/b.md"]
+
+
+def test_utf16_headings_only_and_unreadable_folders_get_a_reason(tmp_path: Path, monkeypatch) -> None:
+    import lorarag.rag.corpus_walk as walk
+
+    kb = tmp_path / "kb"
+    (kb / "locked").mkdir(parents=True)
+    (kb / "locked" / "x.md").write_text("hidden by permissions", encoding="utf-8")
+    (kb / "le.txt").write_bytes("\ufeffBonjour à tous".encode("utf-16-le"))
+    (kb / "be.md").write_bytes("\ufeff机动车登记".encode("utf-16-be"))
+    (kb / "u32.txt").write_bytes("\ufeffhello".encode("utf-32-le"))
+    (kb / "nobom.txt").write_bytes("hello".encode("utf-16-le"))
+    (kb / "torn.txt").write_bytes(b"\xff\xfeh\x00i")  # mark (0-1), "h" (2-3), half a unit at byte 4
+    (kb / "titles.md").write_text("# Title\n\n## Section\n\n### Sub\n", encoding="utf-8")
+    real = walk._list_dir
+
+    def refuse(folder):
+        if folder.name == "locked":
+            raise PermissionError(13, "Permission denied")
+        return real(folder)
+
+    monkeypatch.setattr(walk, "_list_dir", refuse)
+    report = ingest(CorpusConfig(paths=[str(kb)]))
+    docs = {d.doc_id: d.text for d in report.documents}
+    assert docs == {"le.txt": "Bonjour à tous", "be.md": "机动车登记", "u32.txt": "hello"}
+    assert {p.source: p.reason for p in report.problems} == {
+        "locked/": "unreadable folder (Permission denied): its files are left out",
+        "nobom.txt": "binary data, not text (named .txt; UTF-16 needs a byte-order mark)",
+        "torn.txt": "invalid UTF-16 at byte 4 (it starts with a UTF-16 byte-order mark)",
+        "titles.md": "only headings, no text to index"}

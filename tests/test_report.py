@@ -110,3 +110,21 @@ def test_single_system_without_detector_has_no_roc(tmp_path):
     assert "## lora_rag: accuracy by language" in md and "| zh | consistent | known | 1 | 1.000" in md
     with pytest.raises(ValueError):
         write_report({"empty": []}, tmp_path / "x")
+
+
+def test_duplicates_other_systems_and_a_file_as_out_are_errors(tmp_path):
+    from lorarag.core.errors import RecordError, UserError
+
+    base, lora = _fixture()
+    with pytest.raises(RecordError, match="results of base_rag: duplicate result for qid 'q0'"):
+        write_report({"base_rag": base + base[:1]}, tmp_path / "d")
+    with pytest.raises(RecordError, match="several systems"):
+        write_report({"base_rag": base + lora[:1]}, tmp_path / "m")
+    save_results(tmp_path / "run" / "results.jsonl", base + base[:1])
+    with pytest.raises(RecordError, match=r"results.jsonl:25: duplicate result for qid 'q0' \(first at line 1\)"):
+        write_report([tmp_path / "run"], tmp_path / "r")
+    taken = tmp_path / "report.html"
+    taken.write_text("mine")
+    with pytest.raises(UserError, match="report.html: is a file; the output must be a folder"):
+        write_report({"base_rag": base}, taken)
+    assert taken.read_text() == "mine"

@@ -128,3 +128,61 @@ def test_refuses_mixed_systems_and_duplicate_qids(tmp_path):
         run_eval(Other(), items, tmp_path, progress=False)
     with pytest.raises(RecordError, match="duplicate qid"):
         run_eval(EchoSystem(), items + items[:1], tmp_path / "b", progress=False)
+
+
+def test_a_changed_stamp_is_refused_naming_the_keys_or_restarted(tmp_path):
+    from lorarag.eval.runner import ResumeMismatch
+
+    items = scenarios(4)
+    out = tmp_path / "run"
+    stamp = {"generator": {"model": "m", "max_new_tokens": 64}, "items": "abc"}
+    run_eval(EchoSystem(), items[:2], out, progress=False, stamp=stamp)
+    assert json.loads((out / "stamp.json").read_text()) == stamp
+    before = (out / "results.jsonl").read_text()
+    changed = {"generator": {"model": "m", "max_new_tokens": 32}, "items": "abc"}
+    with pytest.raises(ResumeMismatch, match=r"generator.max_new_tokens differ\); start over with --fresh") as ei:
+        run_eval(EchoSystem(), items, out, progress=False, stamp=changed)
+    assert "\n" not in str(ei.value)
+    assert (out / "results.jsonl").read_text() == before  # nothing of the user's run touched
+    # the same stamp resumes: only the two missing items are answered
+    same = EchoSystem()
+    run_eval(same, items, out, progress=False, stamp=stamp)
+    assert same.calls == 2
+    # `lorarag run`'s rule: a changed stamp starts that system over, keeping files not the runner's
+    (out / "notes.txt").write_text("mine")
+    again = EchoSystem()
+    got = run_eval(again, items, out, progress=False, stamp=changed, on_change="restart")
+    assert again.calls == 4 and len(got) == 4 and (out / "notes.txt").read_text() == "mine"
+    assert json.loads((out / "stamp.json").read_text()) == changed
+    assert not (out / "resumes.jsonl").exists()  # a fresh start, not a resume
+
+
+def test_results_without_a_stamp_are_not_resumed_onto(tmp_path):
+    from lorarag.eval.runner import ResumeMismatch, claim_run_dir, clear_run_dir
+
+    run_eval(EchoSystem(), scenarios(2), tmp_path, progress=False)  # an older run: no stamp.json
+    with pytest.raises(ResumeMismatch, match="no stamp.json: results from an older version"):
+        claim_run_dir(tmp_path, {"a": 1})
+    assert sorted(clear_run_dir(tmp_path)) == ["results.jsonl", "run.json"]  # no config was given
+    assert claim_run_dir(tmp_path, {"a": 1}) is False  # nothing left to resume onto: accepted
+    with pytest.raises(ResumeMismatch, match="is a file"):
+        run_eval(EchoSystem(), scenarios(2), tmp_path / "stamp.json", progress=False)
+
+
+def test_results_reader_refuses_other_systems_and_duplicates(tmp_path):
+    from lorarag.eval.records import save_results
+
+    run_eval(EchoSystem(), scenarios(3), tmp_path, progress=False)
+    rows = load_results(tmp_path)
+    save_results(tmp_path / "dup.jsonl", [rows[0], rows[1], rows[0]])
+    with pytest.raises(RecordError, match=r"dup.jsonl:3: duplicate result for qid 'q000' \(first at line 1\)"):
+        load_results(tmp_path / "dup.jsonl")
+    from dataclasses import replace
+
+    save_results(tmp_path / "mixed.jsonl", [rows[0], replace(rows[1], system="other")])
+    with pytest.raises(RecordError, match=r"mixed.jsonl:2: a result of system 'other' in a file of 'echo'"):
+        load_results(tmp_path / "mixed.jsonl")
+    line = json.loads((tmp_path / "results.jsonl").read_text().splitlines()[0])
+    (tmp_path / "typed.jsonl").write_text(json.dumps({**line, "gold_answers": "v0"}) + "\n")
+    with pytest.raises(RecordError, match=r"typed.jsonl:1: gold_answers: expected a list of strings"):
+        load_results(tmp_path / "typed.jsonl")

@@ -190,3 +190,35 @@ def test_ask_in_phrasings_reads_each_fact_once_per_wording(built):
     first = {f: next(s for s in sample if s.fact_id == f) for f in facts}
     assert all(s.scenario == first[s.fact_id].scenario and s.presented == first[s.fact_id].presented for s in out)
     assert len({s.question for s in out}) == len(out)  # the wordings differ
+
+
+def _row(qid: str, **kw) -> dict:
+    row = {"qid": qid, "fact_id": "f", "question": "Capital of France?", "gold_answers": ["Paris"],
+           "relevant_ids": ["kb1"], "scenario": "consistent",
+           "presented": [{"chunk_id": "kb1", "text": "Paris is the capital."}], "context_answer": "Paris"}
+    return {**row, **kw}
+
+
+def test_a_string_gold_answer_is_an_error_not_five_letters(tmp_path):
+    """`gold_answers: "Paris"` would be split into characters: any answer with an "a" would score."""
+    path = tmp_path / "s.jsonl"
+    path.write_text(json.dumps(_row("q1")) + "\n" + json.dumps(_row("q2", gold_answers="Paris")) + "\n")
+    with pytest.raises(RecordError, match=r"s.jsonl:2: gold_answers: expected a list of strings, got a string"):
+        load_scenarios(path)
+    path.write_text(json.dumps(_row("q1", presented=[{"chunk_id": "kb1", "text": ["Paris"]}])) + "\n")
+    with pytest.raises(RecordError, match=r"s.jsonl:1: presented\[0\]\.text: expected a string, got a list"):
+        load_scenarios(path)
+    path.write_text(json.dumps(_row("q1", relevant_ids="kb1")) + "\n")
+    with pytest.raises(RecordError, match=r"relevant_ids: expected a list of strings, got a string"):
+        load_scenarios(path)
+
+
+def test_duplicate_qids_are_refused_on_read_and_write(tmp_path):
+    path = tmp_path / "s.jsonl"
+    path.write_text("".join(json.dumps(_row(q)) + "\n" for q in ("q1", "q2", "q1")))
+    with pytest.raises(RecordError, match=r"s.jsonl:3: duplicate qid 'q1' \(first at line 1\)"):
+        load_scenarios(path)
+    item = Scenario("q1", "f", "?", ("a",), ("kb1",), "consistent", (), "a")
+    with pytest.raises(RecordError, match="duplicate qid 'q1'; nothing written"):
+        save_scenarios(tmp_path / "out.jsonl", [item, item])
+    assert not (tmp_path / "out.jsonl").exists()

@@ -393,3 +393,37 @@ def test_a_killed_parent_takes_its_training_child_with_it(tmp_path):
     else:
         os.kill(pid, signal.SIGKILL)
         raise AssertionError("the training child outlived its killed parent")
+
+
+class _RunsCode:
+    """A pickled object that would create `marker` when unpickled (what a hostile run folder holds)."""
+
+    def __init__(self, marker):
+        self.marker = str(marker)
+
+    def __reduce__(self):
+        return (Path.touch, (Path(self.marker),))
+
+
+def test_resume_state_is_loaded_without_running_code(tmp_path):
+    import torch
+
+    from lorarag.train.peft_trainer import load_trainer_state
+
+    p = torch.nn.Linear(3, 2)
+    opt = torch.optim.AdamW(p.parameters(), lr=1e-3)
+    p(torch.ones(1, 3)).sum().backward()
+    opt.step()
+    torch.save({"optimizer": opt.state_dict(), "step": 7}, tmp_path / "trainer_state.pt")
+    state = load_trainer_state(tmp_path)
+    assert state["step"] == 7 and set(state["optimizer"]) == {"state", "param_groups"}
+    opt2 = torch.optim.AdamW(p.parameters(), lr=1e-3)
+    opt2.load_state_dict(state["optimizer"])
+    marker = tmp_path / "pwned"
+    torch.save({"optimizer": {}, "step": 1, "x": _RunsCode(marker)}, tmp_path / "trainer_state.pt")
+    with pytest.raises(ConfigError, match=r"trainer_state.pt: not a plain optimizer state, refused \(.*GLOBAL"):
+        load_trainer_state(tmp_path)
+    assert not marker.exists()
+    torch.save({"optimizer": [], "step": "3"}, tmp_path / "trainer_state.pt")
+    with pytest.raises(ConfigError, match="expected"):
+        load_trainer_state(tmp_path)

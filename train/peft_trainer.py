@@ -25,6 +25,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from lorarag.core.errors import ConfigError
 from lorarag.rag.generate_hf import shared_len
 from lorarag.train.config import DEFAULTS
 from lorarag.train.sft import read_sft
@@ -156,7 +157,7 @@ def train_peft(model_dir: str, dataset: str, output_dir: str, args: dict[str, An
     ck = _last_checkpoint(out) if resume else None
     if ck is not None:
         set_peft_model_state_dict(model, load_file(str(ck / "adapter_model.safetensors")))
-        state = torch.load(ck / "trainer_state.pt", weights_only=False, map_location=device)
+        state = load_trainer_state(ck, device)
         opt.load_state_dict(state["optimizer"])
         start = state["step"]
         log.info("resuming from %s (step %d of %d)", ck, start, total)
@@ -228,15 +229,40 @@ def loss_backward(body, lm_head, batch: list[tuple[list[int], list[int]]], pad: 
     return loss
 
 
+STATE_FILE = "trainer_state.pt"
+
+
+def load_trainer_state(folder: Path, device: str = "cpu") -> dict[str, Any]:
+    """A checkpoint's optimizer state and step, read with `weights_only=True`: tensors and plain
+    containers only, so a run folder someone hands you cannot run code when it is resumed (a
+    pickled object is refused: ConfigError naming the file)."""
+    import pickle
+
+    import torch
+
+    path = folder / STATE_FILE
+    try:
+        state = torch.load(path, weights_only=True, map_location=device)
+    except (pickle.UnpicklingError, RuntimeError, EOFError, OSError) as exc:
+        lines = [x.strip() for x in str(exc).splitlines() if x.strip()] or [type(exc).__name__]
+        why = next((x for x in lines if "GLOBAL" in x), lines[0])[:120]
+        raise ConfigError(f"{path}: not a plain optimizer state, refused ({why}); "
+                          "delete this checkpoint folder to resume from an earlier one") from None
+    step = state.get("step") if isinstance(state, dict) else None
+    if not isinstance(state, dict) or not isinstance(state.get("optimizer"), dict) or type(step) is not int:
+        raise ConfigError(f"{path}: expected {{'optimizer': state dict, 'step': int}}")
+    return state
+
+
 def _save(model, opt, folder: Path, step: int) -> None:
     """Adapter in ms-swift/peft format, plus optimizer state for resuming (written last)."""
     import torch
 
     folder.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(folder, safe_serialization=True)
-    tmp = folder / "trainer_state.pt.tmp"
-    torch.save({"optimizer": opt.state_dict(), "step": step}, tmp)
-    tmp.replace(folder / "trainer_state.pt")
+    tmp = folder / (STATE_FILE + ".tmp")
+    torch.save({"optimizer": opt.state_dict(), "step": step}, tmp)  # tensors and plain values only
+    tmp.replace(folder / STATE_FILE)
 
 
 def main(argv: list[str] | None = None) -> None:

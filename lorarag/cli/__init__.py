@@ -17,10 +17,20 @@ import typer
 from lorarag.core.config import load_config
 from lorarag.core.errors import ConfigError, UserError
 
-# Offline by design: no hub downloads, here or in CI.
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("MODELSCOPE_OFFLINE", "1")
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# Offline by design: no hub downloads, here or in CI. The vLLM defaults are the Makefile's, so
+# `.venv/bin/lorarag bench rag` works outside make too: no vLLM plugins (the torchvision one
+# fails beside the CPU torch), the engine in-process, 1 GiB of CPU KV cache. Set any of them in
+# the environment to override.
+ENV_DEFAULTS = {
+    "HF_HUB_OFFLINE": "1",
+    "MODELSCOPE_OFFLINE": "1",
+    "TOKENIZERS_PARALLELISM": "false",
+    "VLLM_PLUGINS": "",
+    "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
+    "VLLM_CPU_KVCACHE_SPACE": "1",
+}
+for _key, _value in ENV_DEFAULTS.items():
+    os.environ.setdefault(_key, _value)
 
 app = typer.Typer(
     name="lorarag",

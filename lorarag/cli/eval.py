@@ -15,35 +15,45 @@ import typer
 
 def _eval(config: Path = typer.Argument(..., help="configs/eval/*.yaml"),
           limit: int = typer.Option(None, help="only the first N scenarios (overrides the config)"),
-          out: Path = typer.Option(None, help="run directory (overrides out_dir)")) -> None:
-    """Run a system over a scenario set; results.jsonl is written incrementally and resumes."""
-    from lorarag.core.config import load_config
+          out: Path = typer.Option(None, help="run directory (overrides out_dir)"),
+          fresh: bool = typer.Option(False, "--fresh", help="discard earlier results in the run directory "
+                                     "and start over (needed when the config changed)")) -> None:
+    """Run a system over a scenario set; results.jsonl is written incrementally and resumes
+    (only onto results made with the same config: the run directory keeps a stamp of it)."""
+    from lorarag.core.config import load_config, validate_data
     from lorarag.eval.config import EvalConfig
     from lorarag.eval.records import closed_book_map, load_results
     from lorarag.eval.report import write_report
-    from lorarag.eval.runner import run_eval
+    from lorarag.eval.runner import claim_run_dir, clear_run_dir, run_eval
     from lorarag.scenarios.records import load_scenarios
-    from lorarag.study.eval_system import build_eval_system
+    from lorarag.study.eval_system import build_eval_system, eval_stamp
 
     cfg = load_config(config, EvalConfig)
-    if limit is not None or out is not None:
-        cfg = cfg.model_copy(update={k: v for k, v in (("limit", limit), ("out_dir", str(out) if out else None))
-                                     if v is not None})
-    scenarios = load_scenarios(cfg.scenarios)
-    if cfg.limit:
-        scenarios = scenarios[:cfg.limit]
+    flags = {k: v for k, v in (("limit", limit), ("out_dir", str(out) if out else None)) if v is not None}
+    if flags:  # options are validated like the YAML keys they override
+        cfg = validate_data({**cfg.model_dump(), **flags}, EvalConfig,
+                            f"{config} with --{' --'.join(k.replace('out_dir', 'out') for k in flags)}")
+    everything = load_scenarios(cfg.scenarios)
+    scenarios = everything[:cfg.limit] if cfg.limit else everything
     cb = closed_book_map(load_results(cfg.closed_book_run)) if cfg.closed_book_run else None
-    system = build_eval_system(cfg)
+    stamp = eval_stamp(cfg, everything)
+    run_dir = Path(cfg.out_dir)
+    if fresh and run_dir.is_dir():
+        gone = clear_run_dir(run_dir)
+        if gone:
+            typer.echo(f"--fresh: removed {', '.join(gone)} from {run_dir}", err=True)
+    claim_run_dir(run_dir, stamp)  # before any model loads: a changed config is refused at once
+    system = build_eval_system(cfg, scenarios)
     items = run_eval(system, scenarios, cfg.out_dir, batch_size=cfg.batch_size, closed_book=cb,
-                     config=cfg, data=[cfg.scenarios])
+                     config=cfg, data=[cfg.scenarios], stamp=stamp)
     if cfg.judge.enabled:
         from lorarag.eval.judge import judge_items, judge_summary
 
-        judged = judge_items(items, cfg.judge, Path(cfg.out_dir) / "judged.jsonl")
+        judged = judge_items(items, cfg.judge, run_dir / "judged.jsonl")
         typer.echo(f"judge: {judge_summary(judged)}")
-    html = write_report([cfg.out_dir], Path(cfg.out_dir) / "report", resamples=cfg.bootstrap_resamples,
+    html = write_report([cfg.out_dir], run_dir / "report", resamples=cfg.bootstrap_resamples,
                         seed=cfg.seed)
-    typer.echo(f"{len(items)} items -> {Path(cfg.out_dir) / 'results.jsonl'}; report: {html}")
+    typer.echo(f"{len(items)} items -> {run_dir / 'results.jsonl'}; report: {html}")
 
 
 def _compare(run_a: Path = typer.Argument(..., help="baseline run dir (or results.jsonl)"),
@@ -55,14 +65,10 @@ def _compare(run_a: Path = typer.Argument(..., help="baseline run dir (or result
     from rich.console import Console
     from rich.table import Table
 
-    from lorarag.core.errors import UserError
     from lorarag.eval.compare import compare_items, write_comparison
     from lorarag.eval.records import load_results
 
-    try:
-        c = compare_items(load_results(run_a), load_results(run_b), resamples=resamples, seed=seed)
-    except ValueError as exc:
-        raise UserError(str(exc)) from None
+    c = compare_items(load_results(run_a), load_results(run_b), resamples=resamples, seed=seed)
     dest = out or (run_b if run_b.is_dir() else run_b.parent) / "compare"
     md = write_comparison(c, dest)
     t = Table(title=f"{c.name_b} vs {c.name_a}")
@@ -85,13 +91,9 @@ def _report(runs: list[Path] = typer.Argument(..., help="run dirs (or results.js
             resamples: int = typer.Option(2000, help="bootstrap resamples (>= 1000)"),
             seed: int = typer.Option(0, help="bootstrap seed")) -> None:
     """Write metrics.json, report.md and a self-contained report.html for one or more runs."""
-    from lorarag.core.errors import UserError
     from lorarag.eval.report import write_report
 
-    try:
-        html = write_report(runs, out, resamples=resamples, seed=seed)
-    except ValueError as exc:
-        raise UserError(str(exc)) from None
+    html = write_report(runs, out, resamples=resamples, seed=seed)
     typer.echo(f"report: {html}")
 
 

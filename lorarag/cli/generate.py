@@ -25,7 +25,6 @@ def ask_cmd(
 ) -> None:
     """Answer QUESTION: base RAG from a RAG config, or the trained fallback system of a run dir."""
     from lorarag.core.errors import UserError
-    from lorarag.rag.http import EndpointError
     from lorarag.rag.records import to_dict
 
     if not question.strip():
@@ -52,8 +51,6 @@ def ask_cmd(
     try:
         answer = system.answer([question]) if run is not None else system.answer([question], adapter=adapter)
         answer = answer[0]
-    except EndpointError as exc:
-        raise UserError(str(exc)) from None
     finally:
         system.close()
     if as_json:
@@ -86,15 +83,10 @@ def check_backends_cmd(
 ) -> None:
     """Run the same questions greedily through each backend; report the agreement rates."""
     from lorarag.core.config import load_config
-    from lorarag.core.errors import UserError
     from lorarag.rag.backends_check import BackendsCheckConfig, check_backends
-    from lorarag.rag.http import EndpointError
 
     cfg = load_config(config, BackendsCheckConfig)
-    try:
-        rows, differs = check_backends(cfg)
-    except EndpointError as exc:
-        raise UserError(str(exc)) from None
+    rows, differs = check_backends(cfg)
     ref = next(iter(cfg.generators))
     typer.echo(f"reference: {ref} ({cfg.generators[ref].kind})")
     for r in rows:

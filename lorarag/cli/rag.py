@@ -30,10 +30,11 @@ def _print_report(report, err: bool) -> None:
 
 def _build(cfg, strict: bool = False, err: bool = False):
     """Ingest, print the report, build the index; return the manifest."""
-    from lorarag.rag.index import build_index
+    from lorarag.rag.index import build_index, check_target
     from lorarag.rag.ingest import ingest
 
     corpus = cfg.corpus.model_copy(update={"strict": True}) if strict else cfg.corpus
+    check_target(corpus, cfg.index)  # refused before the corpus is read
     report = ingest(corpus)
     _print_report(report, err)
     return build_index(corpus, cfg.chunker, cfg.index, cfg.embedder, report=report)
@@ -58,26 +59,29 @@ def search_cmd(
     trace: Optional[Path] = typer.Option(None, help="trace path (default: INDEX_DIR/last-retrieval.json)"),
 ) -> None:
     """Print the chunks ranked for QUESTION and write the retrieval trace JSON."""
+    from lorarag.core.config import validate_data
     from lorarag.core.errors import UserError
-    from lorarag.rag.index import check_chunker, read_manifest
+    from lorarag.rag.config import RAGConfig
+    from lorarag.rag.index import check_fresh
     from lorarag.rag.records import to_dict
     from lorarag.rag.retrieve import load_retriever
 
     cfg = _load(config)
     if not question.strip():
         raise UserError("empty question")
+    flags = {key: v for key, v in (("mode", mode), ("top_k", k)) if v is not None}
+    if flags:  # the options are validated as the config keys they override (`-k 0` is an error)
+        data = cfg.model_dump()
+        data["retrieval"] = {**data["retrieval"], **flags}
+        names = " ".join(f"--{'k' if key == 'top_k' else key} {v}" for key, v in flags.items())
+        cfg = validate_data(data, RAGConfig, f"{config} with {names}")
     retrieval = cfg.retrieval
-    if mode is not None:
-        if mode not in ("bm25", "dense", "hybrid"):
-            raise UserError(f"--mode must be bm25, dense or hybrid, not {mode!r}")
-        retrieval = retrieval.model_copy(update={"mode": mode})
-    k = k or retrieval.top_k
+    k = retrieval.top_k
     if not (Path(cfg.index.dir) / "manifest.json").exists():
         typer.echo(f"no index at {cfg.index.dir}: building it (same as `lorarag index {config}`)",
                    err=True)
         _build(cfg, err=True)  # keep stdout for the results
-    manifest = read_manifest(cfg.index.dir)
-    check_chunker(manifest, cfg.chunker, cfg.index.dir)
+    manifest = check_fresh(cfg.corpus, cfg.chunker, cfg.index)
     hits = load_retriever(cfg.index, retrieval, cfg.embedder).retrieve([question], k)[0]
     sources = list(dict.fromkeys(h.chunk.source for h in hits))
     record = {"question": question, "mode": retrieval.mode, "k": k, "index": cfg.index.dir,

@@ -68,10 +68,14 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
                   dry_run: bool = typer.Option(False, "--dry-run", help="print the exact command, run nothing"),
                   slurm: Path = typer.Option(None, "--slurm", help="write an sbatch script here and exit")) -> None:
         """Train a LoRA (ms-swift, or the CPU peft loop); resumes from the last checkpoint."""
+        from lorarag.core.errors import UserError
         from lorarag.train.config import SFTConfig
         from lorarag.train.sft import build_demo_data
         from lorarag.train.swift import load_train_config, slurm_script, train
 
+        if slurm is not None and (str(slurm).startswith("-") or slurm.is_dir()):
+            # `--slurm --dry-run` would otherwise write an sbatch file named "--dry-run"
+            raise UserError(f"--slurm needs the path of the sbatch script to write, got {str(slurm)!r}")
         cfg = load_train_config(config)
         if slurm is not None:
             slurm.parent.mkdir(parents=True, exist_ok=True)
