@@ -128,7 +128,7 @@ def shard_worker(work: str, index: int, count: int, out: str) -> None:
 def bench_shards(count: int, work: Path, echo: Echo) -> dict:
     """(b): one process against `count` shard processes, each with one thread."""
     from lorarag.eval.records import load_results
-    from lorarag.eval.shards import Shard, merge, shard_dir, write_stamp
+    from lorarag.eval.shards import Shard, merge_shards, shard_dir, write_stamp
 
     items, _ = _eval_setup(work)  # builds the tiny model and index once, before the timing
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
@@ -145,7 +145,7 @@ def bench_shards(count: int, work: Path, echo: Echo) -> dict:
     t_sharded = time.perf_counter() - t0
     for i in range(count):
         write_stamp(shard_dir(sharded, Shard(i, count)), {"bench": "scale"})
-    merged = merge(sharded, count, [s.qid for s in items])
+    merged = merge_shards(sharded, count, [s.qid for s in items])
     strip = lambda rows: [replace(r, latency_s=0.0) for r in rows]  # noqa: E731
     same = strip(merged) == strip(load_results(one))
     out = {"items": len(items), "shards": count, "one_process_items_per_s": len(items) / t_one,

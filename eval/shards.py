@@ -75,7 +75,7 @@ def write_stamp(folder: Path, stamp: dict) -> None:
     (folder / STAMP_FILE).write_text(json.dumps(stamp, indent=1, sort_keys=True), encoding="utf-8")
 
 
-def merge(out_dir: str | Path, count: int, qids: Sequence[str]) -> list[ItemResult]:
+def merge_shards(out_dir: str | Path, count: int, qids: Sequence[str]) -> list[ItemResult]:
     """Every shard's rows, checked (module docstring), in the order of `qids`; written to
     `<out_dir>/results.jsonl` (which must not exist yet: a merge never overwrites results)."""
     out = Path(out_dir)

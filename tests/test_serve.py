@@ -207,3 +207,36 @@ def test_generator_that_is_down_gives_503(run_dir):
         r = client.post("/v1/chat/completions", json={"model": "lorarag",
                                                       "messages": [{"role": "user", "content": QUESTIONS[0]}]})
     assert r.status_code == 503 and "unavailable" in r.json()["error"]["message"]
+
+
+def test_sharded_eval_merged_equals_the_one_process_eval(run_dir, tmp_path):
+    """`lorarag eval --shard I/N` on each shard, `--merge N`: the same rows as one process, item for
+    item (latency aside); a missing shard is a one-line error; `--slurm` writes the array job."""
+    from dataclasses import replace
+
+    from lorarag.eval.records import load_results
+
+    def cfg(out):
+        path = tmp_path / "eval" / f"{out}.yaml"
+        path.parent.mkdir(exist_ok=True)
+        path.write_text(f"scenarios: {run_dir / 'scenarios/test.jsonl'}\ncomponents: {run_dir / 'config.yaml'}\n"
+                        f"system: {{kind: base_rag, name: base_rag, context: presented, max_new_tokens: 8}}\n"
+                        f"out_dir: {tmp_path / out}\n")
+        return str(path)
+
+    def cli(*args):
+        return subprocess.run([sys.executable, "-m", "lorarag.cli", "eval", *args], cwd=REPO, capture_output=True,
+                              text=True, timeout=600)
+
+    one, many = cfg("one"), cfg("many")
+    assert cli(one).returncode == 0
+    assert cli(many, "--shard", "0/2").returncode == 0
+    missing = cli(many, "--merge", "2")
+    assert missing.returncode == 2 and "shard 1/2 missing" in missing.stderr and missing.stderr.count("\n") == 1
+    assert cli(many, "--shard", "1/2").returncode == 0
+    merged = cli(many, "--merge", "2")
+    assert merged.returncode == 0, merged.stderr[-1500:]
+    strip = lambda rows: [replace(r, latency_s=0.0) for r in rows]  # noqa: E731
+    assert strip(load_results(tmp_path / "many")) == strip(load_results(tmp_path / "one"))
+    script = cli(many, "--slurm", str(tmp_path / "eval.sbatch"), "--shards", "2")
+    assert script.returncode == 0 and "--array=0-1" in (tmp_path / "eval.sbatch").read_text()

@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from lorarag.core.errors import ConfigError
+from lorarag.core.errors import ConfigError, UserError
 from lorarag.eval.records import load_results, save_results
 from lorarag.eval.shards import (
     Shard,
     ShardError,
-    merge,
+    merge_shards,
     select,
     shard_dir,
     shard_of,
@@ -54,15 +54,15 @@ def _write_shards(out: Path, n: int, stamp: dict | None = None, rows=ITEMS) -> N
 
 def test_merge_gives_the_rows_in_the_set_order(tmp_path):
     _write_shards(tmp_path, 3)
-    merged = merge(tmp_path, 3, QIDS)
+    merged = merge_shards(tmp_path, 3, QIDS)
     assert merged == ITEMS and load_results(tmp_path) == ITEMS
     with pytest.raises(ShardError, match="never overwrites"):
-        merge(tmp_path, 3, QIDS)
+        merge_shards(tmp_path, 3, QIDS)
 
 
 @pytest.mark.parametrize("spoil,message", [
     ("missing", "shard 1/3 missing"),
-    ("duplicate", "appears twice"),
+    ("duplicate", "duplicate result for qid"),  # the results reader refuses it, a line named
     ("stamp", "different stamps"),
     ("absent", r"1 item\(s\) missing"),
     ("foreign", "not in the scenario set"),
@@ -85,8 +85,8 @@ def test_merge_refuses_what_one_process_would_not_have_written(tmp_path, spoil, 
         qids = [q for q in QIDS if q != load_results(s0)[0].qid]
     elif spoil == "wrong-shard":
         save_results(s0 / "results.jsonl", load_results(s0) + load_results(s1)[:1])
-    with pytest.raises(ShardError, match=message):
-        merge(tmp_path, 3, qids)
+    with pytest.raises(UserError, match=message):
+        merge_shards(tmp_path, 3, qids)
     assert not (tmp_path / "results.jsonl").exists()
 
 

@@ -17,9 +17,29 @@ def _eval(config: Path = typer.Argument(..., help="configs/eval/*.yaml"),
           limit: int = typer.Option(None, help="only the first N scenarios (overrides the config)"),
           out: Path = typer.Option(None, help="run directory (overrides out_dir)"),
           fresh: bool = typer.Option(False, "--fresh", help="discard earlier results in the run directory "
-                                     "and start over (needed when the config changed)")) -> None:
+                                     "and start over (needed when the config changed)"),
+          shard: str = typer.Option(None, "--shard", help="I/N: evaluate only shard I of N (by qid hash) into "
+                                    "OUT_DIR/shards/I-of-N"),
+          merge: int = typer.Option(None, "--merge", help="N: check and merge the N shards into OUT_DIR"),
+          slurm: Path = typer.Option(None, "--slurm", help="write an sbatch array script running --shards "
+                                     "shard tasks, and exit"),
+          shards: int = typer.Option(None, "--shards", help="with --slurm: how many shards")) -> None:
     """Run a system over a scenario set; results.jsonl is written incrementally and resumes
-    (only onto results made with the same config: the run directory keeps a stamp of it)."""
+    (only onto results made with the same config: the run directory keeps a stamp of it).
+    Beyond one machine: `--shard I/N` on each, then `--merge N`; `--slurm FILE --shards N` writes the
+    array job."""
+    from lorarag.core.errors import UserError
+    from lorarag.eval.shards import Shard, merge_shards, select, shard_dir, slurm_array
+
+    if sum(x is not None for x in (shard, merge, slurm)) > 1:
+        raise UserError("--shard, --merge and --slurm are separate steps: give one of them")
+    if slurm is not None:
+        if shards is None or str(slurm).startswith("-"):
+            raise UserError("--slurm FILE needs a file name and --shards N")
+        typer.echo(f"wrote {slurm_array(config, shards, slurm)}: sbatch it, then `lorarag eval {config} --merge {shards}`")
+        return
+    if shards is not None:
+        raise UserError("--shards goes with --slurm (a shard run takes --shard I/N)")
     from lorarag.core.config import load_config, validate_data
     from lorarag.eval.config import EvalConfig
     from lorarag.eval.records import closed_book_map, load_results
@@ -38,6 +58,16 @@ def _eval(config: Path = typer.Argument(..., help="configs/eval/*.yaml"),
     cb = closed_book_map(load_results(cfg.closed_book_run)) if cfg.closed_book_run else None
     stamp = eval_stamp(cfg, everything)
     run_dir = Path(cfg.out_dir)
+    if merge is not None:
+        merged = merge_shards(run_dir, merge, [x.qid for x in scenarios])
+        html = write_report([cfg.out_dir], run_dir / "report", resamples=cfg.bootstrap_resamples, seed=cfg.seed)
+        typer.echo(f"merged {merge} shards: {len(merged)} items -> {run_dir / 'results.jsonl'}; report: {html}")
+        return
+    if shard is not None:
+        part = Shard.parse(shard)
+        scenarios = select(scenarios, part)
+        run_dir = shard_dir(run_dir, part)
+        cfg = cfg.model_copy(update={"out_dir": str(run_dir)})
     if fresh and run_dir.is_dir():
         gone = clear_run_dir(run_dir)
         if gone:
@@ -51,6 +81,9 @@ def _eval(config: Path = typer.Argument(..., help="configs/eval/*.yaml"),
 
         judged = judge_items(items, cfg.judge, run_dir / "judged.jsonl")
         typer.echo(f"judge: {judge_summary(judged)}")
+    if shard is not None:  # the report is written once, by --merge
+        typer.echo(f"shard {shard}: {len(items)} items -> {run_dir / 'results.jsonl'}")
+        return
     html = write_report([cfg.out_dir], run_dir / "report", resamples=cfg.bootstrap_resamples,
                         seed=cfg.seed)
     typer.echo(f"{len(items)} items -> {run_dir / 'results.jsonl'}; report: {html}")
