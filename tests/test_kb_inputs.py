@@ -222,7 +222,8 @@ def test_real_beir_sets_load_and_map_every_label():
 
 def test_real_conflictnq_and_traffic_law_folder():
     path = shared_data("conflictnq") / "val.jsonl"
-    corpus = load_corpus(CorpusSource(kind="conflictnq", path=str(path)), ChunkerConfig(chunk_size=5000))  # one chunk a passage (longest: 4,031)
+    # one chunk a passage (the longest has 4,031 characters)
+    corpus = load_corpus(CorpusSource(kind="conflictnq", path=str(path)), ChunkerConfig(chunk_size=5000))
     items = load_questions(QuestionSource(kind="conflictnq", path=str(path)))
     mapped, rows = map_labels(items, corpus)
     assert len(items) == 225 and all(len(i.conflicts) == 5 and len(i.all_wordings) == 2 for i in items)
