@@ -109,13 +109,13 @@ def _pc(c: Chunk) -> PresentedChunk:
 def corpus_scenarios(items: Sequence[QAItem], chunks: Sequence[Chunk], *, name: str, knowledge: str = "unknown",
                      seed: int = 0, search: Searcher | None = None, distractors: int = 1,
                      types: Sequence[str] = SCENARIO_TYPES, conflicts: Literal["test", "train", "none"] = "test",
-                     conflicts_per_item: int = 1, train_conflicts: int = 1,
+                     conflicts_per_item: int = 1, train_conflicts: int = 1, conflict_seed: int = 0,
                      outdated: dict[str, OlderValue] | None = None,
                      pool: Sequence[str] | None = None) -> list[Scenario]:
     """Scenarios of `types` for each item (see the module docstring); `chunks` are the KB (or the
     part of it a training split may show), `pool` the answers substitutes are drawn from.
-    `conflicts_per_item` conflict passages are the test's; `"train"` takes up to `train_conflicts`
-    of the others."""
+    `conflicts_per_item` conflict passages (drawn by `conflict_seed`, the same for test and training)
+    are the test's; `"train"` takes up to `train_conflicts` of the others."""
     by_id = {c.chunk_id: c for c in chunks}
     search = search or bm25_searcher(chunks)
     pool = list(pool if pool is not None else (a for it in items for a in it.answers[:1]))
@@ -151,7 +151,7 @@ def corpus_scenarios(items: Sequence[QAItem], chunks: Sequence[Chunk], *, name: 
                                 context_answer=span or it.answers[0], **base))
         if "factual_error" in types:
             k = conflicts_per_item, train_conflicts
-            out += _factual_errors(it, gold, span, conflicts, k, seed, rng, pool, mix, qid, base)
+            out += _factual_errors(it, gold, span, conflicts, k, conflict_seed, rng, pool, mix, qid, base)
         old = outdated.get(it.qid)
         if "outdated" in types and old is not None:
             text = old.text if old.text is not None else (substitute_span(gold.text, it.answers, old.answer)

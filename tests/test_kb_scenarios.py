@@ -63,8 +63,9 @@ def test_each_kind_over_a_corpus_with_type_aware_substitution_and_hard_distracto
 
 def test_the_sets_own_conflict_passages_are_split_between_test_and_training():
     eng = ITEMS[3]
-    test = corpus_scenarios([eng], CHUNKS, name="kb", seed=5, conflicts="test", types=["factual_error"], pool=[])
-    train = corpus_scenarios([eng], CHUNKS, name="kb", seed=5, conflicts="train", train_conflicts=5,
+    test = corpus_scenarios([eng], CHUNKS, name="kb", seed=1, conflict_seed=5, conflicts="test",
+                            types=["factual_error"], pool=[])
+    train = corpus_scenarios([eng], CHUNKS, name="kb", seed=2, conflict_seed=5, conflicts="train", train_conflicts=5,
                              types=["factual_error"], pool=[])
     (t,) = test
     (j,) = held_out_conflicts(eng, 5, 1)
