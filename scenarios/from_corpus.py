@@ -127,7 +127,8 @@ def corpus_scenarios(items: Sequence[QAItem], chunks: Sequence[Chunk], *, name: 
         missing = [r for r in it.relevant_ids if r not in by_id]
         if missing:
             raise RecordError(f"{it.qid}: relevant chunk ids not in the corpus: {', '.join(missing)}")
-        rng = random.Random(f"{seed}/{name}/{it.qid}")  # per-item stream: stable under subsetting
+        # per-item stream, stable under subsetting; training draws apart from the test's values
+        rng = random.Random(f"{seed}/{name}/{it.qid}" + ("/train" if conflicts == "train" else ""))
         base = dict(fact_id=f"{name}/{it.qid}", question=it.question, gold_answers=it.answers,
                     relevant_ids=it.relevant_ids, knowledge=knowledge, language=it.language, source_set=name)
         qid = f"{name}/{it.qid}"

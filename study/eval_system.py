@@ -1,13 +1,15 @@
 """The system `lorarag eval` runs: built from what `lorarag run` left (index, adapter, gate.json).
 
 Nothing is rebuilt: the world is regenerated in memory from its seed (it is deterministic and the
-scenarios name its chunk ids), the index is opened as `lorarag run` wrote it, and the gate's
+scenarios name its chunk ids) or a KB run's chunks are read from `<run>/data/chunks.jsonl`, the index
+is opened as `lorarag run` wrote it, and the gate's
 threshold is read from the adapter's gate.json; a missing or stale piece is a one-line error.
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 
 from lorarag.core.config import load_config, validate_data
 from lorarag.core.errors import ConfigError
@@ -20,6 +22,7 @@ from lorarag.fallback.gate import (
     threshold_in_use,
 )
 from lorarag.rag.index import IndexMismatch
+from lorarag.rag.records import Chunk, read_jsonl
 from lorarag.rag.retrieve import load_retriever
 from lorarag.scenarios.world import build_world
 from lorarag.study.config import RunConfig, SystemConfig
@@ -42,13 +45,19 @@ def build_eval_system(cfg: EvalConfig) -> ScenarioSystem:
     if sc.uses_adapter and adapter is None:
         raise ConfigError(f"system {sc.name!r} needs the trained adapter of run "
                           f"'{run_cfg.train.run_name}': run `lorarag run {cfg.components}` first")
-    world = build_world(run_cfg.train.world)
+    if run_cfg.data is None:
+        kb = build_world(run_cfg.train.world).chunks()
+    else:  # the KB's chunks as the run wrote them (the oracle's gold chunks)
+        chunks = Path(run_cfg.runs_dir) / run_cfg.name / "data" / "chunks.jsonl"
+        if not chunks.is_file():
+            raise ConfigError(f"{chunks}: not found: run `lorarag run {cfg.components}` first")
+        kb = read_jsonl(chunks, Chunk)
     try:
         retriever = load_retriever(run_cfg.rag.index, run_cfg.rag.retrieval, run_cfg.rag.embedder)
     except (FileNotFoundError, IndexMismatch) as exc:
         raise ConfigError(f"{run_cfg.rag.index.dir}: no usable index of run '{run_cfg.name}' ({exc}): "
                           f"run `lorarag run {cfg.components}` first") from None
-    parts = build_parts(run_cfg, retriever, adapter, world.chunks())
+    parts = build_parts(run_cfg, retriever, adapter, kb)
     gate = run_cfg.fallback.gate
     threshold = None
     if gate.threshold is not None:

@@ -14,6 +14,8 @@ from lorarag.eval.runner import run_eval
 from lorarag.scenarios.records import Scenario
 from lorarag.study.config import RunConfig, SystemConfig
 from lorarag.study.headline import headline_markdown, pair_names
+from lorarag.study.headline_kb import kb_headline
+from lorarag.study.kb import read_summary
 from lorarag.study.layout import Echo, Paths
 from lorarag.study.parts import Parts
 from lorarag.study.systems import build_system
@@ -73,7 +75,7 @@ def report(cfg: RunConfig, paths: Paths, runs: dict[str, Path], echo: Echo) -> s
     if pair is not None:
         write_report({n: results[n] for n in pair}, paths.report / "base-vs-lora",
                      resamples=cfg.eval.bootstrap, seed=cfg.eval.seed, title=f"{title}: {pair[1]} vs {pair[0]}")
-    table = headline_markdown(cfg, results)
+    table = headline_markdown(cfg, results) if cfg.data is None else kb_headline(cfg, results, read_summary(paths.root))
     (paths.report / "headline.md").write_text(table, encoding="utf-8")
     echo(table)
     echo(f"report: {paths.report / 'report.html'}"
