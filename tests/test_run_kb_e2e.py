@@ -159,3 +159,38 @@ def test_reduced_kb_run_end_to_end(tmp_path):
     again: list[str] = []
     assert run(cfg, echo=again.append) == table
     assert any("reusing adapter" in ln for ln in again)
+
+
+def test_kb_targets_side_with_the_truth_by_token_f1_and_compare_paired_items():
+    from lorarag.study.headline_kb import kb_targets, score_fn, sides_with_truth
+    from tests.eval_fixtures import make_item
+
+    gold, fake = "It is named after Reginald Punnett, the geneticist.", "It is named after a district in Mozambique."
+    r = make_item(scenario="factual_error", knowledge="known", gold_answers=(gold,), context_answer=fake,
+                  answer="Named after the geneticist Reginald Punnett.")
+    assert sides_with_truth(r) and not sides_with_truth(make_item(**{**r.__dict__, "answer": fake}))
+    assert not sides_with_truth(make_item(**{**r.__dict__, "answer": ""}))  # abstaining sides with nobody
+    assert score_fn("token_f1")(r) == 1.0 and score_fn("contains")(r) == 0.0
+    cfg = load_config(REPO / "configs/run/conflictnq-kb.yaml", RunConfig)
+
+    def items(system: str, right_fe: int, right_cons: int) -> list:
+        out = [make_item(system=system, qid=f"fe{i}", scenario="factual_error", knowledge="known",
+                         gold_answers=(gold,), context_answer=fake, answer=gold if i < right_fe else fake)
+               for i in range(20)]
+        return out + [make_item(system=system, qid=f"c{i}", scenario="consistent", knowledge="unknown",
+                                gold_answers=(gold,), context_answer=gold, answer=gold if i < right_cons else "")
+                      for i in range(20)]
+
+    (fe, fe_v, fe_ok), (cons, cons_v, cons_ok) = kb_targets(cfg, items("b", 2, 18), items("l", 14, 17))
+    assert fe_v == pytest.approx(0.6) and fe_ok and cons_v == pytest.approx(-0.05) and cons_ok
+    (_, v, ok), (_, w, ok2) = kb_targets(cfg, items("b", 2, 18), items("l", 9, 14))
+    assert v == pytest.approx(0.35) and not ok and w == pytest.approx(-0.2) and not ok2
+
+
+def test_seeds_dry_run_plans_every_seed_of_a_kb_config():
+    from lorarag.study.seeds import run_seeds
+
+    lines: list[str] = []
+    run_seeds(load_config(REPO / "configs/run/ci-kb-tiny.yaml", RunConfig), [42, 43], dry_run=True,
+              echo=lines.append)
+    assert sum(ln.startswith("[1/7] data") for ln in lines) == 2 and "ci-kb-tiny-qwen3-seed43" in "\n".join(lines)
