@@ -66,13 +66,19 @@ def test_leak_check_passes_on_the_written_rows_and_catches_a_held_out_fact(tmp_p
     test = corpus_scenarios([it for g in ("known", "unseen") for it in groups[g]], chunks, name="kb",
                             conflict_seed=7)
     passages = [p.text for s in test for p in s.presented if p.replaces]
-    with pytest.raises(LeakError, match="a test scenario's passage"):  # the same name and seed: same values
-        kb_leak_check(build_kb_rows(groups, chunks, SFTConfig(), conflict_seed=7)[0], held,
-                      {c.chunk_id: c for c in chunks}, passages)
-    rows, _, stats = build_kb_rows(groups, chunks, SFTConfig(rag_phrasings="all"), conflict_seed=7,
-                                   test_passages=passages)
-    assert stats["same_as_test"] > 0  # ... so those are left out
     by_id = {c.chunk_id: c for c in chunks}
+    kb_leak_check(build_kb_rows(groups, chunks, SFTConfig(), conflict_seed=7)[0], held, by_id, passages)
+    # a test passage that a training context happens to equal (forced here: one the rows hold) is left out
+    plain = build_kb_rows(groups, chunks, SFTConfig(), conflict_seed=7)[0]
+    kb_texts = {c.text for c in chunks}
+    trained = [line.split("] ", 1)[1] for r in plain if r.verdict == "conflicting" for m in r.messages
+               if m[0] == "user" for line in m[1].split("\n")[1:-1] if line.split("] ", 1)[1] not in kb_texts][:3]
+    assert len(trained) == 3
+    with pytest.raises(LeakError, match="a test scenario's passage"):
+        kb_leak_check(plain, held, by_id, trained)
+    rows, _, stats = build_kb_rows(groups, chunks, SFTConfig(rag_phrasings="all"), conflict_seed=7,
+                                   test_passages=passages + trained)
+    assert stats["same_as_test"] > 0
     written = read_sft(write_sft(rows, tmp_path / "train.jsonl"))
     kb_leak_check(written, held, by_id, passages)
     leaky = build_kb_rows({**groups, "known": groups["known"] + groups["unseen"][:1], "unseen": groups["unseen"][1:]},
