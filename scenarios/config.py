@@ -1,6 +1,8 @@
-"""Config of the demo world: fictional organisations with versioned facts (scenarios/world.py)."""
+"""Configs of the scenario sources: the demo world (scenarios/world.py), or a user's corpus + QA set."""
 
 from __future__ import annotations
+
+from typing import Literal
 
 from pydantic import Field, model_validator
 
@@ -38,3 +40,85 @@ class WorldConfig(Strict):
         if bad:
             raise ValueError(f"unknown attribute(s) {bad} (known: {', '.join(ATTRIBUTES)})")
         return self
+
+
+# ---------------------------------------------------------------------------------------
+# A user's knowledge base + labelled QA set instead of the demo world (`data:` of a run config).
+# ---------------------------------------------------------------------------------------
+CorpusKind = Literal["folder", "beir", "hf", "squad", "conflictnq"]
+QuestionKind = Literal["jsonl", "beir", "squad", "conflictnq"]
+
+
+class CorpusSource(Strict):
+    """Where the knowledge base's documents come from (scenarios/kb_corpus.py).
+
+    - folder: documents under `path` (.md .txt .pdf .docx .html, as `lorarag index` reads them);
+    - beir: a BEIR `corpus.jsonl` (`_id`, `title`, `text`), or the folder holding it;
+    - hf: a Hugging Face dataset: a `datasets.save_to_disk` folder (`split` names the split of a
+      DatasetDict), or a `.parquet` / `.jsonl` file; columns `id_field`, `text_field`, `title_field`;
+    - squad: the paragraphs (contexts) of a SQuAD v1.1/v2.0 JSON file, one document each;
+    - conflictnq: the real passages of a ConflictNQ file (`<split>.jsonl`).
+    """
+
+    kind: CorpusKind
+    path: str
+    split: str | None = None  # hf: the split of a DatasetDict folder
+    id_field: str = "_id"  # hf columns
+    text_field: str = "text"
+    title_field: str | None = "title"  # None: no title column
+    pdf_parser: Literal["auto", "pypdf", "mineru"] = "auto"  # folder
+    strict: bool = False  # folder: a bad file stops the run instead of being listed and left out
+
+
+class QuestionSource(Strict):
+    """The labelled questions (scenarios/kb_questions.py).
+
+    - jsonl: one object per line, `{id, question, answers, relevant_ids}` (+ optional
+      `unanswerable`, `paraphrases`, `language`, `conflicts: [{text, answer}]`);
+    - beir: the folder with `queries.jsonl` and `qrels/<split>.tsv` (answers from each query's
+      `metadata.answers` list or `metadata.answer` string where present, `metadata.answer_start`
+      offsets kept);
+    - squad: SQuAD v1.1/v2.0 JSON (unanswerable questions kept, answer offsets kept);
+    - conflictnq: a ConflictNQ file: the cleaned question (the raw NQ question as a second wording),
+      the real short answer, and the fabricated passages as real conflicts.
+    """
+
+    kind: QuestionKind
+    path: str
+    split: str = "test"  # beir: qrels/<split>.tsv
+    language: Literal["auto", "en", "zh", "fr"] = "auto"  # auto: per question, rag.prompt.detect_language
+
+
+class SplitConfig(Strict):
+    """Seeded splits by fact (scenarios/kb_splits.py): what the LoRA learns and what it never sees."""
+
+    seed: int = 0
+    known_fraction: float = Field(0.5, gt=0, lt=1)  # taught closed-book and with conflict-aware rows
+    # seen in training only with a source to copy (memory "unknown"), as the demo's context-only orgs
+    context_only_fraction: float = Field(0.1, ge=0, lt=1)
+    # of the known facts and of the never-learned ones: the gate's dev split (never tested)
+    dev_fraction: float = Field(0.2, gt=0, lt=1)
+
+    @model_validator(mode="after")
+    def _check(self) -> "SplitConfig":
+        if self.known_fraction + self.context_only_fraction >= 1.0:
+            raise ValueError("known_fraction + context_only_fraction must leave room for never-learned facts")
+        return self
+
+
+class DataConfig(Strict):
+    """A corpus + labelled QA set: the knowledge base the LoRA learns and the questions it is tested on."""
+
+    corpus: CorpusSource
+    questions: QuestionSource
+    # Older versions (outdated scenarios): JSONL `{id, answer, date}` (+ optional `text`, the older
+    # passage as it read then; without it the current chunk with the answer replaced and dated).
+    outdated: str | None = None
+    splits: SplitConfig = SplitConfig()
+    # test factual-error items per question from the set's own conflict passages (ConflictNQ: 5);
+    # training uses only the others
+    conflicts_per_item: int = Field(1, ge=1)
+    # How answers are scored in the KB headline: `contains` (a gold answer in the reply), or
+    # `token_f1` for sentence answers (ConflictNQ): mean token F1 to the true answer, and on wrong
+    # sources the share of replies closer in token F1 to the true answer than to the source's value.
+    answer_metric: Literal["contains", "token_f1"] = "contains"

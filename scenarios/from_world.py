@@ -1,4 +1,4 @@
-"""Build Scenario records from the demo world and from any corpus + QA set. Deterministic by seed.
+"""Build Scenario records from the demo world (a user's corpus: scenarios/from_corpus.py). Deterministic by seed.
 
 Scenario types (fallback/scenarios.py):
 - consistent: the gold chunk as it is;
@@ -246,63 +246,6 @@ def world_scenarios(world: World, wi: WorldIndex, groups: Sequence[str], split: 
                                     presented=tuple(_pc(c) for c in hard), context_answer=None,
                                     knowledge="known" if u.group == "known" else "unknown",
                                     language=u.language, phrasing=ph))
-    return out
-
-
-# ---------------------------------------------------------------------------------------
-# Any corpus + QA set.
-# ---------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class QAItem:
-    """A question over a corpus: gold answers and the KB chunk ids that hold them."""
-
-    qid: str
-    question: str
-    answers: tuple[str, ...]
-    relevant_ids: tuple[str, ...]
-    language: str = "en"
-
-
-def corpus_scenarios(items: Sequence[QAItem], chunks: Sequence[Chunk], *, name: str, seed: int = 0,
-                     search: Searcher | None = None, distractors: int = 2,
-                     knowledge: str = "unknown") -> list[Scenario]:
-    """consistent / factual_error / irrelevant (unanswerable when no answer) for each QA item."""
-    by_id = {c.chunk_id: c for c in chunks}
-    search = search or bm25_searcher(chunks)
-    pool = [a for it in items for a in it.answers[:1]]
-    out: list[Scenario] = []
-    for it in items:
-        rng = random.Random(f"{seed}/{name}/{it.qid}")
-        missing = [r for r in it.relevant_ids if r not in by_id]
-        if missing:
-            raise RecordError(f"{it.qid}: relevant chunk ids not in the corpus: {', '.join(missing)}")
-        base = dict(fact_id=f"{name}/{it.qid}", question=it.question, gold_answers=it.answers,
-                    relevant_ids=it.relevant_ids, knowledge=knowledge, language=it.language, source_set=name)
-        hard = _distractors(it.question, search, set(it.relevant_ids), it.answers, by_id, distractors)
-        if not it.answers:
-            out.append(Scenario(qid=f"{name}/{it.qid}/unanswerable", scenario="unanswerable",
-                                presented=tuple(map(_pc, hard)), context_answer=None, **base))
-            continue
-        gold = next((by_id[r] for r in it.relevant_ids
-                     if any(a.lower() in by_id[r].text.lower() for a in it.answers)), None)
-        if gold is None:
-            continue  # the answer is not a span of its gold chunk: no faithful substitution
-        ans = next(a for a in it.answers if a.lower() in gold.text.lower())
-        out.append(Scenario(qid=f"{name}/{it.qid}/consistent", scenario="consistent",
-                            presented=(_pc(gold),), context_answer=ans, **base))
-        try:
-            fake = substitute_value(ans, rng, [p for p in pool if _CJK.search(p) or it.language != "zh"])
-        except PerturbationError:
-            fake = None
-        if fake is not None:
-            pc = PresentedChunk(f"{gold.chunk_id}~fe", replace_span(gold.text, ans, fake), gold.source,
-                                gold.date, replaces=gold.chunk_id)
-            out.append(Scenario(qid=f"{name}/{it.qid}/factual_error", scenario="factual_error",
-                                presented=(pc,), context_answer=fake, **base))
-        if hard:
-            out.append(Scenario(qid=f"{name}/{it.qid}/irrelevant", scenario="irrelevant",
-                                presented=tuple(map(_pc, hard)), context_answer=None,
-                                removes=tuple(it.relevant_ids), **base))
     return out
 
 

@@ -13,6 +13,7 @@ from pydantic import Field, model_validator
 from lorarag.core.config import Strict
 from lorarag.fallback.config import FallbackConfig
 from lorarag.rag.config import RAGConfig
+from lorarag.scenarios.config import DataConfig
 from lorarag.scenarios.records import SCENARIO_TYPES, KnowledgeName, ScenarioName
 from lorarag.scenarios.world import untrained_phrasings
 from lorarag.train.config import TrainConfig
@@ -75,13 +76,18 @@ class ExtraSet(Strict):
 
 
 class RunConfig(Strict):
-    """`lorarag run`: world → index → train/reuse LoRA → calibrate → evaluate → report."""
+    """`lorarag run`: world or KB → index → train/reuse LoRA → calibrate → evaluate → report.
+
+    The knowledge comes either from the demo world (`train.world`) or from a user's corpus and
+    labelled questions (`data:`, scenarios/config.DataConfig), never both.
+    """
 
     name: str
     seed: int = 0
     runs_dir: str = "runs"
-    train: TrainConfig  # holds the world and SFT sections
+    train: TrainConfig  # holds the world (demo) and SFT sections
     rag: RAGConfig
+    data: DataConfig | None = None
     prepare_base: Literal["smollm2_gguf", "tiny_qwen3"] | None = None  # build the base model folder first
     fallback: FallbackConfig = FallbackConfig()
     calibration: CalibrationConfig = CalibrationConfig()
@@ -93,8 +99,11 @@ class RunConfig(Strict):
     def _check(self) -> "RunConfig":
         if self.rag.generator is None:
             raise ValueError("rag.generator is required (the base model the LoRA is trained on)")
-        if self.train.world is None:
-            raise ValueError("train.world is required (the demo world the run generates)")
+        if (self.train.world is None) == (self.data is None):
+            raise ValueError("give either train.world (the demo world) or data: (a corpus + QA set), "
+                             + ("not both" if self.data is not None else "one of them"))
+        if self.data is not None:
+            self._check_kb()
         if self.rag.generator.kind == "openai" and self.fallback.detector.tokenizer is None:
             raise ValueError("rag.generator.kind=openai serves the model remotely: set "
                              "fallback.detector.tokenizer to a local folder with its tokenizer (the verdict "
@@ -115,6 +124,22 @@ class RunConfig(Strict):
                 raise ValueError(f"calibration.phrasings: {bad or 'empty'} not allowed: dev questions use "
                                  f"phrasings neither trained nor tested, here {list(allowed)}")
         return self
+
+    def _check_kb(self) -> None:
+        if self.rag.corpus.paths:
+            raise ValueError("rag.corpus.paths: must be [] with data: (the knowledge base is data.corpus)")
+        sft = self.train.sft
+        if sft is not None and (sft.unknown_repeats or sft.phantom_orgs):
+            raise ValueError("train.sft: unknown_repeats and phantom_orgs are refusal rows of the demo world; "
+                             "with data: there are none (knowledge_phrasings is unused too: every wording the "
+                             "set offers is taught)")
+        if self.calibration.phrasings != "auto":
+            raise ValueError("calibration.phrasings: the demo world's; with data: dev questions are asked in "
+                             "every wording the set offers")
+        if self.extra_sets and any(x.kind == "conflictnq" and x.path in self.data.corpus.path
+                                   for x in self.extra_sets):
+            raise ValueError("extra_sets: the knowledge base itself is ConflictNQ; its facts cannot also be "
+                             "an extra set of never-learned facts")
 
     def dev_phrasings(self) -> tuple[int, ...]:
         """The phrasings the gate's dev questions are asked in (`calibration.phrasings` resolved)."""

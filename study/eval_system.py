@@ -1,7 +1,8 @@
 """The system `lorarag eval` runs: built from what `lorarag run` left (index, adapter, gate.json).
 
 Nothing is rebuilt: the world is regenerated in memory from its seed (it is deterministic and the
-scenarios name its chunk ids), the index is opened as `lorarag run` wrote it, and the gate's
+scenarios name its chunk ids) or a KB run's chunks are read from `<run>/data/chunks.jsonl`, the index
+is opened as `lorarag run` wrote it, and the gate's
 threshold is read from the adapter's gate.json; a missing or stale piece is a one-line error.
 Scenarios given with the config are checked against that index: a chunk id it does not hold is
 an error before any model is loaded (it would silently score as a retrieval miss).
@@ -26,6 +27,7 @@ from lorarag.fallback.gate import (
     threshold_in_use,
 )
 from lorarag.rag.index import IndexMismatch
+from lorarag.rag.records import Chunk, read_jsonl
 from lorarag.rag.retrieve import load_retriever
 from lorarag.scenarios.records import Scenario, validate_against_kb
 from lorarag.scenarios.world import build_world
@@ -71,7 +73,13 @@ def build_eval_system(cfg: EvalConfig, scenarios: Sequence[Scenario] | None = No
     `scenarios`: checked against the index's chunk ids (RecordError listing the unknown ones).
     """
     run_cfg, sc, adapter = _components(cfg)
-    world = build_world(run_cfg.train.world)
+    if run_cfg.data is None:
+        kb = build_world(run_cfg.train.world).chunks()
+    else:  # the KB's chunks as the run wrote them (the oracle's gold chunks)
+        chunks = Path(run_cfg.runs_dir) / run_cfg.name / "data" / "chunks.jsonl"
+        if not chunks.is_file():
+            raise ConfigError(f"{chunks}: not found: run `lorarag run {cfg.components}` first")
+        kb = read_jsonl(chunks, Chunk)
     try:
         retriever = load_retriever(run_cfg.rag.index, run_cfg.rag.retrieval, run_cfg.rag.embedder)
     except (FileNotFoundError, IndexMismatch) as exc:
@@ -80,7 +88,7 @@ def build_eval_system(cfg: EvalConfig, scenarios: Sequence[Scenario] | None = No
     if scenarios is not None:
         validate_against_kb(scenarios, {c.chunk_id for c in retriever.chunks})
     threshold = _threshold(run_cfg, adapter, cfg.components)
-    parts = build_parts(run_cfg, retriever, adapter, world.chunks())
+    parts = build_parts(run_cfg, retriever, adapter, kb)
     return build_system(sc, replace(parts, gate_threshold=threshold))
 
 

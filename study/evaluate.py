@@ -14,6 +14,8 @@ from lorarag.fallback.gate import GATE_FILE
 from lorarag.scenarios.records import Scenario
 from lorarag.study.config import RunConfig, SystemConfig
 from lorarag.study.headline import headline_markdown, pair_names
+from lorarag.study.headline_kb import kb_headline
+from lorarag.study.kb import read_summary
 from lorarag.study.layout import Echo, Paths
 from lorarag.study.parts import Parts
 from lorarag.study.systems import build_system
@@ -64,7 +66,7 @@ def report(cfg: RunConfig, paths: Paths, runs: dict[str, Path], echo: Echo, adap
     with the run explorer; the gate's threshold comes from the adapter's gate.json."""
     results = {name: load_results(p) for name, p in runs.items()}
     title = f"lorarag run {cfg.name}"
-    table = headline_markdown(cfg, results)
+    table = headline_markdown(cfg, results) if cfg.data is None else kb_headline(cfg, results, read_summary(paths.root))
     pair = pair_names(cfg, results)
     gate = adapter / GATE_FILE if adapter is not None and (adapter / GATE_FILE).is_file() else None
     write_report(results, paths.report, resamples=cfg.eval.bootstrap, seed=cfg.eval.seed, title=title,

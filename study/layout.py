@@ -10,6 +10,7 @@ from typing import Callable
 Echo = Callable[[str], None]
 
 STEPS = ("world", "index", "scenarios", "train", "calibrate", "evaluate", "report")
+KB_STEPS = ("data", *STEPS[1:])  # a run over a user's knowledge base (`data:`)
 
 
 @dataclass(frozen=True)
@@ -38,11 +39,12 @@ class Paths:
 class Progress:
     """Step banners with elapsed wall time, so a long run is visible throughout."""
 
-    def __init__(self, echo: Echo) -> None:
+    def __init__(self, echo: Echo, steps: tuple[str, ...] = STEPS) -> None:
         self.echo = echo
+        self.steps = steps
         self.t0 = time.perf_counter()
 
     def step(self, name: str, what: str) -> None:
         """Print `[i/7] name what (t=…s)`."""
-        i = STEPS.index(name) + 1
-        self.echo(f"[{i}/{len(STEPS)}] {name:<9} {what}   (t={time.perf_counter() - self.t0:.0f}s)")
+        i = self.steps.index(name) + 1
+        self.echo(f"[{i}/{len(self.steps)}] {name:<9} {what}   (t={time.perf_counter() - self.t0:.0f}s)")

@@ -1,8 +1,9 @@
 """`lorarag run <config>`: the end-to-end study, one stage per module, in order.
 
     1 world      generate the demo world (Markdown corpus + facts) from its seed   study/prepare.py
+      data       or: a user's corpus + labelled questions, labels mapped, split    study/kb.py
     2 index      index the world's chunks (the clean knowledge base)               study/prepare.py
-    3 scenarios  test scenarios (held-out phrasing; known + unknown facts), dev    study/prepare.py
+    3 scenarios  test scenarios (held-out phrasing; known + unknown facts), dev    study/prepare.py, kb.py
     4 train      train the LoRA, or reuse the adapter of an earlier run            study/training.py
     5 calibrate  tune the self-knowledge gate on the dev split; gate.json          study/calibration.py
     6 evaluate   every system on every scenario x knowledge cell (resumable)       study/evaluate.py
@@ -10,7 +11,8 @@
 
 Everything lands under `<runs_dir>/<name>/` (training under `train.runs_dir/<run_name>/`).
 Evaluation resumes item by item; results of an older adapter or gate are never mixed in (each
-system's folder records what produced it).
+system's folder records what produced it). Stage 1 is the only one that differs between the demo
+world and a user's KB (study/sources.py).
 """
 
 from __future__ import annotations
@@ -27,9 +29,10 @@ from lorarag.study.calibration import calibrate_gate
 from lorarag.study.config import RunConfig
 from lorarag.study.evaluate import evaluate, report
 from lorarag.study.extra import check_extra_sets, evaluate_extra_sets
-from lorarag.study.layout import STEPS, Echo, Paths, Progress
+from lorarag.study.layout import KB_STEPS, STEPS, Echo, Paths, Progress
 from lorarag.study.parts import build_parts
-from lorarag.study.prepare import make_index, make_scenarios, make_world
+from lorarag.study.prepare import index_chunks
+from lorarag.study.sources import KBSource, WorldSource
 from lorarag.study.training import (
     BASE_PREPARERS,
     describe_training,
@@ -41,21 +44,17 @@ from lorarag.study.training import (
 def plan(cfg: RunConfig, fresh: bool) -> list[tuple[str, str]]:
     """(step, what it does) for every step, with the exact training command (--dry-run)."""
     root = Path(cfg.runs_dir) / cfg.name
-    w, r = cfg.train.world, cfg.rag.retrieval
+    r = cfg.rag.retrieval
     systems = ", ".join(f"{s.name} ({s.kind}, {s.context})" for s in cfg.systems)
     base = f"prepare base model ({cfg.prepare_base}) -> {cfg.train.model}; " if cfg.prepare_base else ""
     gate = (f"{SIGNAL} on dev, rule={cfg.fallback.gate.rule} -> <adapter>/gate.json"
             if cfg.fallback.gate.threshold is None else f"fixed threshold {cfg.fallback.gate.threshold}")
+    source = "the KB's chunks" if cfg.data is not None else "world chunks"
     return [
-        ("world", f"build_world(seed={w.seed}, n_orgs={w.n_orgs}, known_fraction={w.known_fraction}, "
-                  f"context_only_fraction={w.context_only_fraction}"
-                  f"{', stratify_languages=True' if w.stratify_languages else ''}) -> {root / 'world'}"),
-        ("index", f"build_from_chunks(world chunks) -> {cfg.rag.index.dir} ({r.mode}, top_n={r.top_n}, "
+        _plan_source(cfg, root),
+        ("index", f"build_from_chunks({source}) -> {cfg.rag.index.dir} ({r.mode}, top_n={r.top_n}, "
                   f"top_k={r.top_k}{', reranker ' + cfg.rag.reranker.model if cfg.rag.reranker else ''})"),
-        ("scenarios", f"test: {'/'.join(cfg.eval.scenarios)} x {'/'.join(cfg.eval.knowledge)}, <= "
-                      f"{cfg.eval.max_per_cell} per cell; dev: the facts of <= {cfg.calibration.max_items} "
-                      f"known + never-learned items, each in phrasings {list(cfg.dev_phrasings())} -> "
-                      f"{root / 'scenarios'}"),
+        _plan_scenarios(cfg, root),
         ("train", base + describe_training(cfg, fresh)),
         ("calibrate", gate),
         ("evaluate", f"run_eval for {systems} -> {root / 'eval'}" + "".join(
@@ -63,6 +62,31 @@ def plan(cfg: RunConfig, fresh: bool) -> list[tuple[str, str]]:
             f"its own index) -> {root / 'extra' / x.kind}" for x in cfg.extra_sets)),
         ("report", f"eval.report.write_report (all systems; base vs LoRA) + headline -> {root / 'report'}"),
     ]
+
+
+def _plan_source(cfg: RunConfig, root: Path) -> tuple[str, str]:
+    if cfg.data is None:
+        w = cfg.train.world
+        return ("world", f"build_world(seed={w.seed}, n_orgs={w.n_orgs}, known_fraction={w.known_fraction}, "
+                         f"context_only_fraction={w.context_only_fraction}"
+                         f"{', stratify_languages=True' if w.stratify_languages else ''}) -> {root / 'world'}")
+    d, ch, sp = cfg.data, cfg.rag.chunker, cfg.data.splits
+    return ("data", f"corpus {d.corpus.kind} {d.corpus.path} ({ch.kind} chunks <= {ch.chunk_size} chars) + "
+                    f"questions {d.questions.kind} {d.questions.path}"
+                    f"{' (qrels ' + d.questions.split + ')' if d.questions.kind == 'beir' else ''}"
+                    f"{' + older versions ' + d.outdated if d.outdated else ''}; labels -> chunk ids "
+                    f"{root / 'data/labels.jsonl'}; splits by fact (seed={sp.seed}, known={sp.known_fraction}, "
+                    f"context_only={sp.context_only_fraction}, dev={sp.dev_fraction}) -> {root / 'data/splits'}")
+
+
+def _plan_scenarios(cfg: RunConfig, root: Path) -> tuple[str, str]:
+    cells = (f"test: {'/'.join(cfg.eval.scenarios)} x {'/'.join(cfg.eval.knowledge)}, <= "
+             f"{cfg.eval.max_per_cell} per cell; dev: the facts of <= {cfg.calibration.max_items} known + "
+             f"never-learned items")
+    if cfg.data is None:
+        return ("scenarios", f"{cells}, each in phrasings {list(cfg.dev_phrasings())} -> {root / 'scenarios'}")
+    return ("scenarios", f"{cells}, each in every wording the set offers -> {root / 'scenarios'}; SFT rows of "
+                         f"the taught facts, leak-checked -> {cfg.train.dataset}")
 
 
 def run(cfg: RunConfig, *, fresh: bool = False, dry_run: bool = False, echo: Echo = print) -> str | None:
@@ -76,22 +100,23 @@ def run(cfg: RunConfig, *, fresh: bool = False, dry_run: bool = False, echo: Ech
     if fresh:
         shutil.rmtree(paths.eval, ignore_errors=True)
         shutil.rmtree(paths.report, ignore_errors=True)
-    start_run(paths.root, cfg, seeds={"run": cfg.seed, "world": cfg.train.world.seed,
-                                      "train": cfg.train.seed, "eval": cfg.eval.seed}, data=extra_files)
-    p = Progress(echo)
-    p.step("world", "generating the demo world")
-    world = make_world(cfg, paths)
-    p.step("index", f"indexing {len(world.chunks())} chunks")
-    retriever = make_index(cfg, world)
+    source = KBSource if cfg.data is not None else WorldSource
+    p = Progress(echo, KB_STEPS if cfg.data is not None else STEPS)
+    p.step(source.step, source.what)
+    src = source(cfg, paths)
+    start_run(paths.root, cfg, seeds={"run": cfg.seed, **src.seeds, "train": cfg.train.seed, "eval": cfg.eval.seed},
+              data=[*extra_files, *src.files])
+    p.step("index", f"indexing {len(src.chunks)} chunks")
+    retriever = index_chunks(cfg, src.chunks, src.n_documents, cfg.rag.index)
     p.step("scenarios", "building test and dev scenarios")
-    test, dev_known, dev_unseen = make_scenarios(cfg, world, paths)
+    test, dev_known, dev_unseen = src.scenarios(echo)
     echo(f"          {len(test)} test items; dev {len(dev_known)} known + {len(dev_unseen)} never-learned")
     p.step("train", f"LoRA run '{cfg.train.run_name}'")
     if cfg.prepare_base is not None:
         BASE_PREPARERS[cfg.prepare_base](cfg.train.model)
-    adapter = train_or_reuse(cfg, world, fresh, echo)
+    adapter = train_or_reuse(cfg, lambda: src.write_sft(echo), fresh, echo)
     p.step("calibrate", "gate threshold on the dev split")
-    parts = build_parts(cfg, retriever, adapter, world.chunks())
+    parts = build_parts(cfg, retriever, adapter, src.chunks)
     gate = calibrate_gate(cfg, parts, adapter, dev_known, dev_unseen, echo)
     if gate.calibration is not None:
         cal = gate.calibration
@@ -115,10 +140,10 @@ def calibrate_only(cfg: RunConfig, *, echo: Echo = print) -> GateCalibration:
     adapter = find_adapter(cfg)
     if adapter is None:
         raise UserError(f"no trained adapter for run '{cfg.train.run_name}': run `lorarag run` first")
-    world = make_world(cfg, paths)
-    retriever = make_index(cfg, world)
-    _, dev_known, dev_unseen = make_scenarios(cfg, world, paths)
-    parts = build_parts(cfg, retriever, adapter, world.chunks())
+    src = (KBSource if cfg.data is not None else WorldSource)(cfg, paths)
+    retriever = index_chunks(cfg, src.chunks, src.n_documents, cfg.rag.index)
+    _, dev_known, dev_unseen = src.scenarios(echo)
+    parts = build_parts(cfg, retriever, adapter, src.chunks)
     gate = calibrate_gate(cfg, parts, adapter, dev_known, dev_unseen, echo, force=True)
     parts.generator.close()
     assert gate.calibration is not None  # force=True always reads the dev split

@@ -1,4 +1,4 @@
-"""Stages 1-3 of a run: the demo world, its index (the clean knowledge base), the scenarios."""
+"""Stages 1-3 of a run: the demo world, the index of a run's chunks (the clean knowledge base), the scenarios."""
 
 from __future__ import annotations
 
@@ -21,11 +21,6 @@ def make_world(cfg: RunConfig, paths: Paths) -> World:
     world = build_world(cfg.train.world)
     write_world(world, paths.world)
     return world
-
-
-def make_index(cfg: RunConfig, world: World) -> Retriever:
-    """Index the world's chunks (ids `<doc>#<n>`, the ones scenarios name); open a retriever."""
-    return index_chunks(cfg, world.chunks(), len(world.documents), cfg.rag.index)
 
 
 def index_chunks(cfg: RunConfig, chunks: list[Chunk], n_documents: int, index_cfg: IndexConfig,

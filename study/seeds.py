@@ -24,6 +24,7 @@ import math
 import shutil
 import statistics
 from dataclasses import asdict, dataclass
+from functools import partial
 from pathlib import Path
 from typing import Mapping, Sequence
 
@@ -34,6 +35,7 @@ from lorarag.fallback.gate import GATE_FILE
 from lorarag.study.calibration import Echo
 from lorarag.study.config import RunConfig
 from lorarag.study.headline import BASE_TARGET, pair_names, targets
+from lorarag.study.headline_kb import kb_targets
 from lorarag.study.pipeline import Paths, find_adapter, run
 
 
@@ -151,7 +153,8 @@ def run_seeds(cfg: RunConfig, seeds: Sequence[int], *, fresh: bool = False, dry_
         return None
 
     out = Path(cfg.runs_dir) / f"{cfg.name}-seeds"
-    start_run(out, cfg, seeds={"run": cfg.seed, "world": cfg.train.world.seed, "eval": cfg.eval.seed,
+    source_seed = {"world": cfg.train.world.seed} if cfg.data is None else {"splits": cfg.data.splits.seed}
+    start_run(out, cfg, seeds={"run": cfg.seed, **source_seed, "eval": cfg.eval.seed,
                                **{f"train.{i}": s for i, s in enumerate(seeds)}})
     first = Paths(Path(cfg.runs_dir) / cfgs[0].name)
     per_seed, gates = [], {}
@@ -165,7 +168,7 @@ def run_seeds(cfg: RunConfig, seeds: Sequence[int], *, fresh: bool = False, dry_
         run(c, fresh=fresh, echo=echo)
         results = {sc.name: load_results(paths.eval / sc.name) for sc in c.systems}
         pair = pair_names(c, results)
-        per_seed.append(targets(results[pair[0]], results[pair[1]]))
+        per_seed.append((targets if c.data is None else partial(kb_targets, c))(results[pair[0]], results[pair[1]]))
         adapter = find_adapter(c)
         gate = adapter / GATE_FILE if adapter is not None else None
         gates[s] = json.loads(gate.read_text(encoding="utf-8")) if gate is not None and gate.is_file() else None

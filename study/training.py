@@ -65,8 +65,9 @@ def build_sft(cfg: RunConfig, world: World, echo: Echo) -> None:
     echo(f"          SFT: {len(rows)} rows {summary(rows)}")
 
 
-def train_or_reuse(cfg: RunConfig, world: World, fresh: bool, echo: Echo) -> Path:
-    """The adapter folder: an earlier finished run of `train.run_name`, or a new training."""
+def train_or_reuse(cfg: RunConfig, write_sft: Callable[[], None], fresh: bool, echo: Echo) -> Path:
+    """The adapter folder: an earlier finished run of `train.run_name`, or a new training on the
+    SFT rows `write_sft()` writes to `train.dataset` (study/sources.py)."""
     if not fresh:
         found = find_adapter(cfg)
         if found is not None:
@@ -77,7 +78,7 @@ def train_or_reuse(cfg: RunConfig, world: World, fresh: bool, echo: Echo) -> Pat
         shutil.rmtree(out, ignore_errors=True)
     else:  # an unfinished run resumes from its checkpoints only under the same recipe
         check_same_recipe(cfg)
-    build_sft(cfg, world, echo)
+    write_sft()
     return Path(swift.train(cfg.train))  # ms-swift (GPU) or the CPU peft loop, as `train.kind` says
 
 

@@ -12,16 +12,16 @@ import pytest
 from lorarag.core.errors import RecordError
 from lorarag.rag.records import Chunk
 from lorarag.scenarios.config import WorldConfig
+from lorarag.scenarios.from_corpus import corpus_scenarios
 from lorarag.scenarios.from_world import (
     PerturbationError,
-    QAItem,
     answer_type,
-    corpus_scenarios,
     index_world,
     replace_span,
     substitute_value,
     world_scenarios,
 )
+from lorarag.scenarios.kb_records import QAItem
 from lorarag.scenarios.records import (
     Scenario,
     load_scenarios,
@@ -152,8 +152,8 @@ def test_any_corpus_and_qa_set():
               Chunk("c2", "d", "d", "The Colosseum stands in Rome and opened in 80 AD.", 0, 50),
               Chunk("c3", "d", "d", "The Eiffel Tower is made of wrought iron.", 0, 41)]
     items = [QAItem("q1", "When was the Eiffel Tower completed?", ("1889",), ("c1",)),
-             QAItem("q2", "How tall is the Eiffel Tower's flagpole?", (), ())]
-    sc = corpus_scenarios(items, chunks, name="toy", seed=0, distractors=1)
+             QAItem("q2", "How tall is the Eiffel Tower's flagpole?", (), (), unanswerable=True)]
+    sc = corpus_scenarios(items, chunks, name="toy", seed=0, distractors=0)
     kinds = [s.scenario for s in sc]
     assert kinds == ["consistent", "factual_error", "irrelevant", "unanswerable"]
     fe = sc[1].presented[0]

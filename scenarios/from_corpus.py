@@ -1,0 +1,193 @@
+"""Scenario records over a user's corpus + QA set (the demo world's: scenarios/from_world.py).
+
+For each answerable item, its gold chunk (the first relevant chunk holding a gold answer, else
+the first relevant chunk) and `distractors` hard BM25 distractors (high score, not relevant, no
+gold answer anywhere in them), shuffled so the answer-bearing source is not always [S1]:
+- consistent: the gold chunk as it is;
+- factual_error: the set's own conflict passages where it has them (ConflictNQ's fabricated
+  passages; `conflicts="test"` takes a seeded `conflicts_per_item` of them, `"train"` only the
+  others), else the gold chunk with its answer span replaced by a value of the same type
+  (from_world.substitute_value: years stay years, numbers keep their format, names come from
+  other answers of the same type and language); an item whose answer is not a span of its
+  gold chunk and has no conflict passage gets no factual-error scenario (counted by the caller);
+- outdated: where the user supplies an older version (`load_outdated`): the older passage, or
+  the gold chunk with the older value, dated;
+- irrelevant: `distractors + 1` hard distractors alone, every relevant chunk removed;
+- unanswerable: the set's unanswerable questions with their best-scoring chunks.
+Perturbed chunks carry `replaces=<gold chunk id>`, so in retrieved mode they take the gold
+chunk's place in the clean index's ranking (scenarios/records.poison) and attribution can still
+tell a retrieval miss from a generation failure.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from typing import Literal, Sequence
+
+from lorarag.core.errors import RecordError
+from lorarag.rag.records import Chunk
+from lorarag.scenarios.from_world import (
+    PerturbationError,
+    Searcher,
+    answer_type,
+    bm25_searcher,
+    substitute_value,
+)
+from lorarag.scenarios.kb_labels import answer_pattern, find_answer
+from lorarag.scenarios.kb_records import QAItem, field, jsonl_objects, no_other_keys
+from lorarag.scenarios.records import SCENARIO_TYPES, PresentedChunk, Scenario
+
+
+@dataclass(frozen=True)
+class OlderValue:
+    """What a question's answer was before, and since when it changed (user-supplied)."""
+
+    qid: str
+    answer: str
+    date: str  # a date or version label, shown with the source ("as of 2019", "v2.1")
+    text: str | None = None  # the older passage as it read then; None: the gold chunk, older value
+
+
+def load_outdated(path: str) -> dict[str, OlderValue]:
+    """Older versions, JSONL `{id, answer, date}` (+ optional `text`): id -> OlderValue."""
+    out: dict[str, OlderValue] = {}
+    for where, obj in jsonl_objects(path):
+        no_other_keys(obj, {"id", "answer", "date", "text"}, where)
+        qid = field(obj, "id", str, where)
+        if qid in out:
+            raise RecordError(f"{where}: id {qid!r} repeats")
+        out[qid] = OlderValue(qid, field(obj, "answer", str, where), field(obj, "date", str, where),
+                              field(obj, "text", str, where, required=False))
+    return out
+
+
+def held_out_conflicts(item: QAItem, seed: int, k: int) -> tuple[int, ...]:
+    """Indices of `item.conflicts` the test scenarios use (seeded); training uses only the others."""
+    idx = list(range(len(item.conflicts)))
+    random.Random(f"{seed}/conflicts/{item.qid}").shuffle(idx)
+    return tuple(sorted(idx[:k]))
+
+
+def gold_of(item: QAItem, by_id: dict[str, Chunk]) -> tuple[Chunk, str | None]:
+    """(gold chunk, the gold answer as its text writes it, or None when no answer is a span of it)."""
+    for cid in item.relevant_ids:
+        hit = find_answer(by_id[cid].text, item.answers)
+        if hit:
+            return by_id[cid], hit[1].group(0)
+    return by_id[item.relevant_ids[0]], None
+
+
+def substitute_span(text: str, answers: Sequence[str], new: str) -> str:
+    """`text` with every occurrence of its gold answer (any spacing) replaced by `new`."""
+    for a in answers:
+        pat = answer_pattern(a)
+        if pat and pat.search(text):
+            return pat.sub(lambda _: new, text)
+    raise PerturbationError(f"no gold answer {answers[0]!r} in the gold text")
+
+
+def hard_distractors(question: str, search: Searcher, by_id: dict[str, Chunk], exclude: set[str],
+                     answers: Sequence[str], k: int) -> list[Chunk]:
+    """The k best-scoring chunks that are not excluded and hold no gold answer."""
+    out: list[Chunk] = []
+    if k <= 0:
+        return out
+    for cid in search([question], k + len(exclude) + 20)[0]:
+        if cid in exclude or (answers and find_answer(by_id[cid].text, answers)):
+            continue
+        out.append(by_id[cid])
+        if len(out) == k:
+            break
+    return out
+
+
+def _pc(c: Chunk) -> PresentedChunk:
+    return PresentedChunk(c.chunk_id, c.text, c.source, c.date)
+
+
+def corpus_scenarios(items: Sequence[QAItem], chunks: Sequence[Chunk], *, name: str, knowledge: str = "unknown",
+                     seed: int = 0, search: Searcher | None = None, distractors: int = 1,
+                     types: Sequence[str] = SCENARIO_TYPES, conflicts: Literal["test", "train", "none"] = "test",
+                     conflicts_per_item: int = 1, train_conflicts: int = 1, conflict_seed: int = 0,
+                     outdated: dict[str, OlderValue] | None = None,
+                     pool: Sequence[str] | None = None) -> list[Scenario]:
+    """Scenarios of `types` for each item (see the module docstring); `chunks` are the KB (or the
+    part of it a training split may show), `pool` the answers substitutes are drawn from.
+    `conflicts_per_item` conflict passages (drawn by `conflict_seed`, the same for test and training)
+    are the test's; `"train"` takes up to `train_conflicts` of the others."""
+    by_id = {c.chunk_id: c for c in chunks}
+    search = search or bm25_searcher(chunks)
+    pool = list(pool if pool is not None else (a for it in items for a in it.answers[:1]))
+    outdated = outdated or {}
+    out: list[Scenario] = []
+    for it in items:
+        if not it.answers and not it.unanswerable:
+            continue  # retrieval only: nothing to score an answer against
+        missing = [r for r in it.relevant_ids if r not in by_id]
+        if missing:
+            raise RecordError(f"{it.qid}: relevant chunk ids not in the corpus: {', '.join(missing)}")
+        # per-item stream, stable under subsetting; training draws apart from the test's values
+        rng = random.Random(f"{seed}/{name}/{it.qid}" + ("/train" if conflicts == "train" else ""))
+        base = dict(fact_id=f"{name}/{it.qid}", question=it.question, gold_answers=it.answers,
+                    relevant_ids=it.relevant_ids, knowledge=knowledge, language=it.language, source_set=name)
+        qid = f"{name}/{it.qid}"
+        own = set(it.relevant_ids)
+        if it.unanswerable:
+            if "unanswerable" in types:
+                hard = hard_distractors(it.question, search, by_id, own, (), distractors + 1)
+                out.append(Scenario(qid=f"{qid}/unanswerable", scenario="unanswerable",
+                                    presented=tuple(map(_pc, hard)), context_answer=None, **base))
+            continue
+        gold, span = gold_of(it, by_id)
+        extra = hard_distractors(it.question, search, by_id, own, it.answers, distractors)
+
+        def mix(first: PresentedChunk) -> tuple[PresentedChunk, ...]:
+            shown = [first, *map(_pc, extra)]
+            rng.shuffle(shown)
+            return tuple(shown)
+
+        if "consistent" in types:
+            out.append(Scenario(qid=f"{qid}/consistent", scenario="consistent", presented=mix(_pc(gold)),
+                                context_answer=span or it.answers[0], **base))
+        if "factual_error" in types:
+            k = conflicts_per_item, train_conflicts
+            out += _factual_errors(it, gold, span, conflicts, k, conflict_seed, rng, pool, mix, qid, base)
+        old = outdated.get(it.qid)
+        if "outdated" in types and old is not None:
+            text = old.text if old.text is not None else (substitute_span(gold.text, it.answers, old.answer)
+                                                          if span else None)
+            if text is not None:
+                pc = PresentedChunk(f"{gold.chunk_id}~old", text, gold.source, old.date, replaces=gold.chunk_id)
+                out.append(Scenario(qid=f"{qid}/outdated", scenario="outdated", presented=mix(pc),
+                                    context_answer=old.answer, **base))
+        if "irrelevant" in types:
+            hard = hard_distractors(it.question, search, by_id, own, it.answers, distractors + 1)
+            if hard:
+                out.append(Scenario(qid=f"{qid}/irrelevant", scenario="irrelevant", presented=tuple(map(_pc, hard)),
+                                    context_answer=None, removes=tuple(it.relevant_ids), **base))
+    return out
+
+
+def _factual_errors(it, gold, span, conflicts, k, seed, rng, pool, mix, qid, base) -> list[Scenario]:
+    chosen: tuple[int, ...] = ()
+    if it.conflicts and conflicts != "none":
+        test = held_out_conflicts(it, seed, k[0])
+        chosen = test if conflicts == "test" else tuple(i for i in range(len(it.conflicts)) if i not in test)[:k[1]]
+    out = []
+    for j in chosen:
+        c = it.conflicts[j]
+        pc = PresentedChunk(f"{gold.chunk_id}~fake{j}", c.text, gold.source, gold.date, replaces=gold.chunk_id)
+        out.append(Scenario(qid=f"{qid}/factual_error" + (f"/{j}" if len(chosen) > 1 else ""),
+                            scenario="factual_error", presented=mix(pc), context_answer=c.answer, **base))
+    if out or span is None:
+        return out
+    same_script = [p for p in pool if (answer_type(p) == "cjk") == (answer_type(span) == "cjk")]
+    try:
+        fake = substitute_value(span, rng, same_script)
+    except PerturbationError:
+        return []
+    pc = PresentedChunk(f"{gold.chunk_id}~fe", substitute_span(gold.text, it.answers, fake), gold.source, gold.date,
+                        replaces=gold.chunk_id)
+    return [Scenario(qid=f"{qid}/factual_error", scenario="factual_error", presented=mix(pc), context_answer=fake,
+                     **base)]

@@ -1,0 +1,91 @@
+"""Seeded splits of a labelled QA set by fact: what the LoRA learns, and what it never sees.
+
+A fact is a group of items that share an answer-bearing chunk (union of items by relevant chunk
+id), so no chunk that answers a held-out question is ever shown in training, not even as a
+distractor. Facts are shuffled by `splits.seed` and cut into
+- `known` (test) and `known_dev` (the gate's dev split): both taught closed-book, in every wording
+  the set offers, and with conflict-aware rows;
+- `context_only`: seen in training only with a source to copy (memory "unknown");
+- `unseen_dev` (the gate's dev split) and `unseen` (test): never in training.
+Items with neither answers nor `unanswerable` (BEIR queries without answers) cannot be taught or
+scored: they are set aside as `retrieval_only`. Each split is saved as JSONL (QAItem records).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+from typing import Sequence
+
+from lorarag.core.errors import RecordError
+from lorarag.rag.records import write_jsonl
+from lorarag.scenarios.config import SplitConfig
+from lorarag.scenarios.kb_records import QAItem
+
+GROUPS = ("known", "known_dev", "context_only", "unseen_dev", "unseen")
+TAUGHT = ("known", "known_dev")  # closed-book rows and conflict-aware rows with a memory
+TRAIN_VISIBLE = (*TAUGHT, "context_only")  # may appear in training rows at all
+HELD_OUT = ("unseen_dev", "unseen")  # never in training, not even as a distractor
+RETRIEVAL_ONLY = "retrieval_only"
+
+
+def facts(items: Sequence[QAItem]) -> list[list[QAItem]]:
+    """Items grouped into facts: connected by shared relevant chunk ids; in first-seen order."""
+    parent = list(range(len(items)))
+
+    def root(i: int) -> int:
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+
+    owner: dict[str, int] = {}
+    for i, it in enumerate(items):
+        for cid in it.relevant_ids:
+            if cid in owner:
+                parent[root(i)] = root(owner[cid])
+            else:
+                owner[cid] = i
+    groups: dict[int, list[QAItem]] = {}
+    for i, it in enumerate(items):
+        groups.setdefault(root(i), []).append(it)
+    return list(groups.values())
+
+
+def _cut(n: int, fraction: float, keep: int = 1) -> int:
+    """round(n * fraction), at least 1 and leaving at least `keep` of the n."""
+    return min(max(1, round(n * fraction)), n - keep)
+
+
+def split_by_fact(items: Sequence[QAItem], cfg: SplitConfig) -> dict[str, list[QAItem]]:
+    """{group: items} for every group of GROUPS (and `retrieval_only`), deterministic by `cfg.seed`."""
+    usable = [it for it in items if it.answers or it.unanswerable]
+    groups = sorted(facts(usable), key=lambda g: min(it.qid for it in g))
+    random.Random(f"{cfg.seed}/kb-splits").shuffle(groups)
+    n = len(groups)
+    if n < 5:
+        raise RecordError(f"{n} fact(s) with answers: too few to split into known, context-only and "
+                          "never-learned facts with dev and test parts (at least 5)")
+    n_known = _cut(n, cfg.known_fraction, keep=3)
+    n_ctx = min(round(n * cfg.context_only_fraction), n - n_known - 2)
+    known, ctx, unseen = groups[:n_known], groups[n_known:n_known + n_ctx], groups[n_known + n_ctx:]
+    k_dev, u_dev = (_cut(len(g), cfg.dev_fraction) if len(g) > 1 else 0 for g in (known, unseen))
+    cut = {"known_dev": known[:k_dev], "known": known[k_dev:], "context_only": ctx,
+           "unseen_dev": unseen[:u_dev], "unseen": unseen[u_dev:]}
+    out = {g: sorted((it for fact in cut[g] for it in fact), key=lambda it: it.qid) for g in GROUPS}
+    out[RETRIEVAL_ONLY] = [it for it in items if not (it.answers or it.unanswerable)]
+    return out
+
+
+def save_splits(groups: dict[str, list[QAItem]], folder: str | Path, seed: int) -> list[Path]:
+    """`<folder>/<group>.jsonl` for every group and `split.json` (counts and seed); the paths."""
+    folder = Path(folder)
+    paths = []
+    for g, items in groups.items():
+        write_jsonl(folder / f"{g}.jsonl", items)
+        paths.append(folder / f"{g}.jsonl")
+    summary = {"seed": seed, "items": {g: len(v) for g, v in groups.items()},
+               "facts": {g: len(facts(v)) for g, v in groups.items()}}
+    (folder / "split.json").write_text(json.dumps(summary, indent=1), encoding="utf-8")
+    return [*paths, folder / "split.json"]

@@ -1,0 +1,156 @@
+"""The headline of a run over a user's knowledge base: base RAG vs LoRA-RAG with paired CIs, the
+targets, and the error attribution by labelled chunk id on retrieved + poisoned context.
+
+Answers are scored by `data.answer_metric`:
+- `contains`: a gold answer in the reply (eval.answer_metrics.is_correct);
+- `token_f1` (sentence answers, ConflictNQ): on a source asserting a wrong value (factual error,
+  outdated) the share of replies *siding with the truth*, closer in token F1 to the true answer
+  than to the source's value (eval.conflict_metrics' "sides with" rule, the other way round; a
+  reply equally far from both, an abstention say, does not side with the truth); elsewhere the mean
+  token F1 to the true answer (unanswerable: abstaining is right).
+Every difference is LoRA-RAG minus base RAG over the same items, with a seeded paired-bootstrap
+95 % CI. A missed target is printed as missed, never hidden.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
+
+from lorarag.eval.answer_metrics import is_correct, token_f1
+from lorarag.eval.attribution import attribution_table, table_markdown
+from lorarag.eval.compare import pair
+from lorarag.eval.conflict_metrics import over_fallback
+from lorarag.eval.records import WRONG_VALUE_SCENARIOS, ItemResult
+from lorarag.eval.stats import paired_bootstrap
+from lorarag.scenarios.records import SCENARIO_TYPES
+
+Score = Callable[[ItemResult], float]
+FE_GAIN = 0.40  # LoRA-RAG over base RAG, known facts with a wrong source
+UNSEEN_SLACK = 0.10  # LoRA-RAG below base RAG at most, consistent sources of never-learned facts
+
+
+def sides_with_truth(r: ItemResult) -> bool:
+    """The reply is closer, in token F1, to the true answer than to the source's wrong value."""
+    return token_f1(r.answer, r.gold_answers, r.language) > token_f1(r.answer, (r.context_answer or "",), r.language)
+
+
+def score_fn(metric: str) -> Score:
+    """Per-item score for `data.answer_metric` (see the module docstring)."""
+    if metric == "contains":
+        return lambda r: float(is_correct(r))
+
+    def f1(r: ItemResult) -> float:
+        if not r.gold_answers:
+            return float(is_correct(r))
+        if r.scenario in WRONG_VALUE_SCENARIOS and r.context_answer:
+            return float(sides_with_truth(r))
+        return token_f1(r.answer, r.gold_answers, r.language)
+
+    return f1
+
+
+def metric_name(metric: str, scenario: str) -> str:
+    if metric == "contains":
+        return "accuracy"
+    return "sides with truth" if scenario in WRONG_VALUE_SCENARIOS else "token F1"
+
+
+def system_pairs(cfg: Any, results: Mapping[str, Sequence[ItemResult]]) -> list[tuple[str, str, str]]:
+    """(context, base RAG system, LoRA-RAG system) for each context mode both kinds were run in."""
+    def first(kind: str, ctx: str) -> str | None:
+        return next((s.name for s in cfg.systems if s.kind == kind and s.context == ctx and s.name in results), None)
+
+    out = []
+    for ctx in ("presented", "retrieved"):
+        base, lora = first("base_rag", ctx), first("lora_rag", ctx)
+        if base and lora:
+            out.append((ctx, base, lora))
+    return out
+
+
+def cell_diff(cfg: Any, base: Sequence[ItemResult], lora: Sequence[ItemResult], scenario: str, knowledge: str,
+              score: Score) -> tuple[int, float, float, float, float, float] | None:
+    """(n, base, lora, diff, lo, hi) of one cell over the paired items, or None without items."""
+    a = [r for r in base if r.scenario == scenario and r.knowledge == knowledge]
+    b = [r for r in lora if r.scenario == scenario and r.knowledge == knowledge]
+    if not a or not b:
+        return None
+    a, b = pair(a, b, warn=False)
+    d = paired_bootstrap(np.array([score(r) for r in a]), np.array([score(r) for r in b]),
+                         resamples=cfg.eval.bootstrap, seed=cfg.eval.seed)
+    return len(a), d.a, d.b, d.diff, d.lo, d.hi
+
+
+def kb_targets(cfg: Any, base: Sequence[ItemResult], lora: Sequence[ItemResult]) -> list[tuple[str, float, bool]]:
+    """(target, measured LoRA − base, met) for the KB targets (the shape of study/headline.targets)."""
+    metric = cfg.data.answer_metric
+    score = score_fn(metric)
+    fe = cell_diff(cfg, base, lora, "factual_error", "known", score)
+    cons = cell_diff(cfg, base, lora, "consistent", "unknown", score)
+    nan = math.nan
+    return [
+        (f"LoRA-RAG − base RAG, {metric_name(metric, 'factual_error')}, factual error (known) >= {FE_GAIN:.2f}, "
+         "CI above 0", fe[3] if fe else nan, bool(fe) and fe[3] >= FE_GAIN and fe[4] > 0),
+        (f"LoRA-RAG − base RAG, {metric_name(metric, 'consistent')}, consistent (never-learned) >= "
+         f"-{UNSEEN_SLACK:.2f}", cons[3] if cons else nan, bool(cons) and cons[3] >= -UNSEEN_SLACK),
+    ]
+
+
+def _n(x: float) -> str:
+    return "–" if x is None or math.isnan(x) else f"{x:.2f}"
+
+
+def _notes(summary: Mapping[str, Any]) -> list[str]:
+    out = []
+    if summary:
+        out.append(f"Knowledge base: {summary.get('documents')} documents, {summary.get('chunks')} chunks, "
+                   f"{summary.get('questions')} labelled questions; labels mapped to chunks by rule "
+                   f"{summary.get('label_rules')} (`data/labels.jsonl`); facts split {summary.get('splits')}.")
+    sft = summary.get("sft") or {}
+    wordings = {int(k): v for k, v in (sft.get("wordings") or {}).items()}
+    if wordings:
+        one = wordings.get(1, 0)
+        out.append(f"Taught questions by number of wordings the set offers: {wordings}. Known facts are tested "
+                   "in a wording they were trained in" + (f"; {one} have a single wording, so their test "
+                                                          "question is exactly the trained one." if one else "."))
+    if sft.get("no_factual_error"):
+        out.append(f"{sft['no_factual_error']} taught question(s) got no factual-error training row (no conflict "
+                   "passage left and the answer is not a span of its chunk).")
+    return out
+
+
+def kb_headline(cfg: Any, results: Mapping[str, Sequence[ItemResult]], summary: Mapping[str, Any]) -> str:
+    """Markdown: notes on the data, base vs LoRA per cell with paired CIs, targets, attribution."""
+    metric = cfg.data.answer_metric
+    score = score_fn(metric)
+    lines = [f"## Headline: base RAG vs LoRA-RAG on {cfg.data.questions.path}", ""]
+    lines += [f"- {n}" for n in _notes(summary)] + [""]
+    pairs = system_pairs(cfg, results)
+    for ctx, b, lo in pairs:
+        base, lora = results[b], results[lo]
+        lines += [f"### {ctx} context: {b} vs {lo}", "",
+                  f"| scenario | knowledge | metric | n | {b} | {lo} | {lo} − {b} [95% paired CI] | "
+                  f"{lo} over-fallback |", "|---|---|---|---|---|---|---|---|"]
+        for s in SCENARIO_TYPES:
+            for k in ("known", "unknown"):
+                c = cell_diff(cfg, base, lora, s, k, score)
+                if c is None:
+                    continue
+                ofb = over_fallback([r for r in lora if r.knowledge == k]).value if s == "consistent" else math.nan
+                lines.append(f"| {s} | {k} | {metric_name(metric, s)} | {c[0]} | {_n(c[1])} | {_n(c[2])} | "
+                             f"{c[3]:+.2f} [{c[4]:+.2f}, {c[5]:+.2f}] | {_n(ofb)} |")
+        lines.append("")
+    if pairs:
+        ctx, b, lo = pairs[0]
+        lines += [f"### Targets ({ctx} context)", "", "| target | measured | met |", "|---|---|---|"]
+        for name, v, ok in kb_targets(cfg, results[b], results[lo]):
+            lines.append(f"| {name} | {_n(v)} | {'yes' if ok else '**MISSED**'} |")
+        lines.append("")
+    for sc in cfg.systems:
+        if sc.context == "retrieved" and sc.kind in ("base_rag", "lora_rag") and sc.name in results:
+            lines += [f"### Error attribution by labelled chunk id: {sc.name} (retrieved + poisoned context)", "",
+                      table_markdown(attribution_table(results[sc.name]))]
+    return "\n".join(lines).rstrip() + "\n"

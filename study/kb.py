@@ -1,0 +1,156 @@
+"""Stages 1, 3 and 4 of a run over a user's knowledge base (`data:` in the run config).
+
+1 data       corpus -> chunks (the run's chunker), questions -> labels mapped to chunk ids
+             (`<run>/data/labels.jsonl`), seeded splits by fact (`<run>/data/splits/`), the KB's
+             chunks (`<run>/data/chunks.jsonl`); every input and written file is hashed into run.json
+3 scenarios  test: known (taught) and never-learned facts x `eval.scenarios` over the whole KB;
+             dev: the gate's known-dev and never-learned-dev questions, each in every wording
+4 train      SFT rows from the taught facts (train/sft_kb.py), leak-checked against the held-out
+             facts and the test scenarios' passages, written to `train.dataset`
+`<run>/data/summary.json` records what the report must say: the label rules used, the split sizes,
+how many wordings each taught question has, and what had to be left out.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from lorarag.core.errors import RecordError
+from lorarag.rag.records import Chunk, write_jsonl
+from lorarag.scenarios.from_corpus import OlderValue, corpus_scenarios, load_outdated
+from lorarag.scenarios.kb_corpus import load_corpus
+from lorarag.scenarios.kb_labels import map_labels
+from lorarag.scenarios.kb_questions import load_questions
+from lorarag.scenarios.kb_records import KBCorpus, QAItem
+from lorarag.scenarios.kb_splits import HELD_OUT, RETRIEVAL_ONLY, save_splits, split_by_fact
+from lorarag.scenarios.records import Scenario, save_scenarios
+from lorarag.study.config import RunConfig
+from lorarag.study.layout import Echo, Paths
+from lorarag.study.prepare import sample_cells
+from lorarag.train.sft import summary, write_sft
+from lorarag.train.sft_kb import build_kb_rows, kb_leak_check
+
+SUMMARY = "summary.json"
+
+
+@dataclass
+class KB:
+    """A loaded, labelled and split knowledge base, and the files behind it."""
+
+    corpus: KBCorpus
+    groups: dict[str, list[QAItem]]
+    outdated: dict[str, OlderValue]
+    files: list[Path]
+    summary: dict = field(default_factory=dict)
+
+    @property
+    def chunks(self) -> list[Chunk]:
+        return list(self.corpus.chunks)
+
+    @property
+    def n_documents(self) -> int:
+        return len(self.corpus.documents)
+
+
+def input_files(cfg: RunConfig) -> list[Path]:
+    """The user's data files of the run (hashed into run.json)."""
+    d = cfg.data
+    files = [Path(d.corpus.path), Path(d.questions.path)]
+    if d.questions.kind == "beir":
+        files.append(Path(d.questions.path) / "qrels" / f"{d.questions.split}.tsv")
+    if d.outdated:
+        files.append(Path(d.outdated))
+    return files
+
+
+def prepare_kb(cfg: RunConfig, paths: Paths) -> KB:
+    """Stage 1 (see the module docstring)."""
+    d = cfg.data
+    corpus = load_corpus(d.corpus, cfg.rag.chunker)
+    items, mapping = map_labels(load_questions(d.questions), corpus)
+    outdated = load_outdated(d.outdated) if d.outdated else {}
+    unknown = sorted(set(outdated) - {it.qid for it in items})
+    if unknown:
+        raise RecordError(f"{d.outdated}: id {unknown[0]!r} is not a question of {d.questions.path}")
+    groups = split_by_fact(items, d.splits)
+    out = paths.root / "data"
+    write_jsonl(out / "labels.jsonl", mapping)
+    write_jsonl(out / "chunks.jsonl", corpus.chunks)
+    files = [*input_files(cfg), out / "labels.jsonl", out / "chunks.jsonl",
+             *save_splits(groups, out / "splits", d.splits.seed)]
+    rules: dict[str, int] = {}
+    for m in mapping:
+        rules[m.rule] = rules.get(m.rule, 0) + 1
+    kb = KB(corpus, groups, outdated, files, {
+        "documents": len(corpus.documents), "chunks": len(corpus.chunks), "left_out_files": list(corpus.problems),
+        "questions": len(items), "label_rules": rules, "splits": {g: len(v) for g, v in groups.items()}})
+    _write_summary(paths, kb.summary)
+    return kb
+
+
+def _write_summary(paths: Paths, summary: dict) -> None:
+    (paths.root / "data").mkdir(parents=True, exist_ok=True)
+    (paths.root / "data" / SUMMARY).write_text(json.dumps(summary, indent=1, ensure_ascii=False), encoding="utf-8")
+
+
+def read_summary(root: Path) -> dict:
+    """`<run>/data/summary.json`, or {} for a run without one."""
+    p = root / "data" / SUMMARY
+    return json.loads(p.read_text(encoding="utf-8")) if p.is_file() else {}
+
+
+def _dev(cfg: RunConfig, kb: KB, group: str, knowledge: str, seed: int) -> list[Scenario]:
+    items = [it for it in kb.groups[group] if it.answers]
+    random.Random(seed).shuffle(items)
+    sc = corpus_scenarios(items[: cfg.calibration.max_items], kb.chunks, name="kb", knowledge=knowledge,
+                          seed=seed, types=("consistent",), distractors=0)
+    by = {f"kb/{it.qid}": it for it in items}
+    return [replace(s, question=w, qid=f"{s.qid}/w{i}", phrasing=i)
+            for s in sc for i, w in enumerate(by[s.fact_id].all_wordings)]
+
+
+def kb_scenarios(cfg: RunConfig, kb: KB, paths: Paths) -> tuple[list[Scenario], list[Scenario], list[Scenario]]:
+    """Stage 3: (test, dev known, dev never-learned) scenarios, saved as JSONL."""
+    d, distract = cfg.data, cfg.train.sft.distractors if cfg.train.sft else 1
+    common = dict(name="kb", seed=cfg.seed, distractors=distract, types=cfg.eval.scenarios, outdated=kb.outdated,
+                  conflicts_per_item=d.conflicts_per_item, conflict_seed=d.splits.seed)
+    test = corpus_scenarios(kb.groups["known"], kb.chunks, knowledge="known", **common)
+    test += corpus_scenarios(kb.groups["unseen"], kb.chunks, knowledge="unknown", **common)
+    test = sample_cells([s for s in test if s.knowledge in cfg.eval.knowledge], cfg.eval.max_per_cell, cfg.eval.seed)
+    dev_known = _dev(cfg, kb, "known_dev", "known", cfg.seed + 1)
+    dev_unseen = _dev(cfg, kb, "unseen_dev", "unknown", cfg.seed + 2)
+    save_scenarios(paths.scenarios / "test.jsonl", test)
+    save_scenarios(paths.scenarios / "dev-known.jsonl", dev_known)
+    save_scenarios(paths.scenarios / "dev-unseen.jsonl", dev_unseen)
+    scored = {"known": kb.groups["known"], "unknown": kb.groups["unseen"]}
+    kb.summary["test_items"] = {f"{s}/{k}": sum(x.scenario == s and x.knowledge == k for x in test)
+                                for s in cfg.eval.scenarios for k in cfg.eval.knowledge}
+    kb.summary["without_factual_error"] = {k: len({it.qid for it in v if it.answers} - {
+        x.fact_id.removeprefix("kb/") for x in test if x.scenario == "factual_error"}) for k, v in scored.items()} \
+        if cfg.eval.max_per_cell is None else None  # a sample leaves items out anyway
+    _write_summary(paths, kb.summary)
+    return test, dev_known, dev_unseen
+
+
+def build_kb_sft(cfg: RunConfig, kb: KB, test: list[Scenario], echo: Echo) -> None:
+    """Stage 4's data: the SFT rows from the KB, leak-checked, written to `train.dataset`."""
+    d = cfg.data
+    passages = [p.text for s in test for p in s.presented if p.replaces]
+    rows, val, stats = build_kb_rows(kb.groups, kb.chunks, cfg.train.sft, conflict_seed=d.splits.seed,
+                                     conflicts_per_item=d.conflicts_per_item, outdated=kb.outdated,
+                                     test_passages=passages)
+    held = [it for g in HELD_OUT for it in kb.groups[g]]
+    kb_leak_check(rows, held, {c.chunk_id: c for c in kb.chunks}, passages)
+    write_sft(rows, cfg.train.dataset)
+    if cfg.train.val_dataset:
+        write_sft(val, cfg.train.val_dataset)
+    kb.summary["sft"] = {"rows": len(rows), **summary(rows), **stats}
+    _write_summary(Paths(Path(cfg.runs_dir) / cfg.name), kb.summary)
+    one = stats["wordings"].get(1, 0)
+    echo(f"          SFT: {len(rows)} rows {summary(rows)}; wordings per taught question {stats['wordings']}"
+         + (f" ({one} with a single wording: trained and tested in it)" if one else ""))
+    if kb.groups[RETRIEVAL_ONLY]:
+        echo(f"          {len(kb.groups[RETRIEVAL_ONLY])} question(s) without answers: retrieval only")

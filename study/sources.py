@@ -1,0 +1,71 @@
+"""Where a run's knowledge comes from: the demo world, or a user's corpus + QA set (`data:`).
+
+Both give the pipeline the same things: the KB's chunks (stage 2 indexes them), the test and dev
+scenarios (stage 3) and the SFT rows the LoRA is trained on (stage 4), plus the files that
+run.json hashes. The demo world writes its SFT rows only when it trains; a KB writes and
+leak-checks them at stage 3 every time (cheap, deterministic), so a reused adapter's report still
+says what it was trained on.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from lorarag.rag.records import Chunk
+from lorarag.scenarios.records import Scenario
+from lorarag.study.config import RunConfig
+from lorarag.study.kb import build_kb_sft, kb_scenarios, prepare_kb
+from lorarag.study.layout import Echo, Paths
+from lorarag.study.prepare import make_scenarios, make_world
+from lorarag.study.training import build_sft
+
+Split = tuple[list[Scenario], list[Scenario], list[Scenario]]  # test, dev known, dev never-learned
+
+
+class WorldSource:
+    """The seeded demo world (stage 1: `world`)."""
+
+    step = "world"
+    what = "generating the demo world"
+
+    def __init__(self, cfg: RunConfig, paths: Paths) -> None:
+        self.cfg, self.paths = cfg, paths
+        self.world = make_world(cfg, paths)
+        self.chunks: list[Chunk] = self.world.chunks()
+        self.n_documents = len(self.world.documents)
+        self.files: list[Path] = []
+        self.seeds = {"world": cfg.train.world.seed}
+
+    def scenarios(self, echo: Echo) -> Split:
+        return make_scenarios(self.cfg, self.world, self.paths)
+
+    def write_sft(self, echo: Echo) -> None:
+        build_sft(self.cfg, self.world, echo)
+
+
+class KBSource:
+    """A user's corpus + labelled questions (stage 1: `data`, study/kb.py)."""
+
+    step = "data"
+    what = "reading the corpus and the labelled questions"
+
+    def __init__(self, cfg: RunConfig, paths: Paths) -> None:
+        self.cfg, self.paths = cfg, paths
+        self.kb = prepare_kb(cfg, paths)
+        self.chunks = self.kb.chunks
+        self.n_documents = self.kb.n_documents
+        self.files = self.kb.files
+        self.seeds = {"splits": cfg.data.splits.seed}
+
+    def scenarios(self, echo: Echo) -> Split:
+        split = kb_scenarios(self.cfg, self.kb, self.paths)
+        build_kb_sft(self.cfg, self.kb, split[0], echo)
+        return split
+
+    def write_sft(self, echo: Echo) -> None:
+        """Written (and leak-checked) with the scenarios."""
+
+
+def open_source(cfg: RunConfig, paths: Paths) -> WorldSource | KBSource:
+    """Stage 1 of the run: the world or the KB, as the config says."""
+    return KBSource(cfg, paths) if cfg.data is not None else WorldSource(cfg, paths)

@@ -1,0 +1,120 @@
+"""Scenarios over a user's corpus: consistent, type-aware factual error, the set's own conflict
+passages, irrelevant, unanswerable and outdated, presented and retrieved + poisoned."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from lorarag.core.errors import RecordError
+from lorarag.rag.config import ChunkerConfig
+from lorarag.rag.records import Chunk, Retrieved
+from lorarag.scenarios.config import CorpusSource, QuestionSource
+from lorarag.scenarios.from_corpus import corpus_scenarios, held_out_conflicts, load_outdated
+from lorarag.scenarios.kb_labels import find_answer
+from lorarag.scenarios.kb_records import Conflict, QAItem
+from lorarag.scenarios.records import poison, validate_against_kb
+
+TEXTS = {
+    "c1": "The Elmira lighthouse was completed in 1911 by the harbour board.",
+    "c2": "The Elmira harbour handles 12,400 tonnes of grain every year.",
+    "c3": "The Elmira lighthouse keeper in its first decades was Ada Moss.",
+    "c4": "Dunmore bridge spans the river Kell and is built of grey granite.",
+    "c5": "Elmira lighthouse tours start at the harbour gate every morning.",
+    "c6": "The Dunmore bridge was designed by Tom Reed, an engineer from Kelso.",
+}
+CHUNKS = [Chunk(cid, "d" + cid, "d" + cid, t, 0, len(t)) for cid, t in TEXTS.items()]
+ITEMS = [
+    QAItem("year", "When was the Elmira lighthouse completed?", ("1911",), ("c1",)),
+    QAItem("num", "How much grain does the Elmira harbour handle a year?", ("12,400 tonnes",), ("c2",)),
+    QAItem("who", "Who kept the Elmira lighthouse?", ("Ada Moss",), ("c3",)),
+    QAItem("eng", "Who designed the Dunmore bridge?", ("Tom Reed",), ("c6",),
+           conflicts=tuple(Conflict(f"The Dunmore bridge was designed by {n}.", n)
+                           for n in ("Lena Park", "Ravi Shah", "Mia Cole"))),
+    QAItem("none", "Who painted the Elmira lighthouse red?", (), (), unanswerable=True),
+    QAItem("beir", "A query with qrels and no answer", (), ("c4",)),
+]
+
+
+def test_each_kind_over_a_corpus_with_type_aware_substitution_and_hard_distractors():
+    sc = corpus_scenarios(ITEMS, CHUNKS, name="kb", knowledge="known", seed=0, distractors=1)
+    validate_against_kb(sc, set(TEXTS))
+    by = {s.qid: s for s in sc}
+    assert not any(s.qid.startswith("kb/beir/") for s in sc)  # retrieval only: no answer to score
+    cons = by["kb/year/consistent"]
+    assert [p.chunk_id for p in cons.presented if p.chunk_id == "c1"] == ["c1"] and len(cons.presented) == 2
+    assert all(not find_answer(p.text, ["1911"]) for p in cons.presented if p.chunk_id != "c1")
+    fe = by["kb/year/factual_error"]
+    (pc,) = [p for p in fe.presented if p.replaces]
+    assert pc.replaces == "c1" and re.fullmatch(r"1[5-9]\d\d|20[0-2]\d", fe.context_answer)
+    assert fe.context_answer != "1911"
+    assert pc.text == TEXTS["c1"].replace("1911", fe.context_answer)
+    num = by["kb/num/factual_error"].context_answer
+    assert re.fullmatch(r"\d\d,\d\d\d tonnes", num) and num != "12,400 tonnes"  # the format kept
+    assert by["kb/who/factual_error"].context_answer in {"Tom Reed"}  # a name from the other answers
+    irr = by["kb/year/irrelevant"]
+    assert irr.removes == ("c1",) and len(irr.presented) == 2 and all("1911" not in p.text for p in irr.presented)
+    assert by["kb/none/unanswerable"].gold_answers == () and by["kb/none/unanswerable"].presented
+    assert all(s.knowledge == "known" and s.source_set == "kb" for s in sc)
+    assert sc == corpus_scenarios(ITEMS, CHUNKS, name="kb", knowledge="known", seed=0, distractors=1)
+
+
+def test_the_sets_own_conflict_passages_are_split_between_test_and_training():
+    eng = ITEMS[3]
+    test = corpus_scenarios([eng], CHUNKS, name="kb", seed=1, conflict_seed=5, conflicts="test",
+                            types=["factual_error"], pool=[])
+    train = corpus_scenarios([eng], CHUNKS, name="kb", seed=2, conflict_seed=5, conflicts="train", train_conflicts=5,
+                             types=["factual_error"], pool=[])
+    (t,) = test
+    (j,) = held_out_conflicts(eng, 5, 1)
+    assert t.context_answer == eng.conflicts[j].answer and t.qid == "kb/eng/factual_error"
+    assert {s.context_answer for s in train} == {c.answer for c in eng.conflicts} - {t.context_answer}
+    assert len(train) == 2 and all(s.qid.startswith("kb/eng/factual_error/") for s in train)
+    own = corpus_scenarios([eng], CHUNKS, name="kb", conflicts="none", types=["factual_error"], pool=["Ada Moss"])
+    assert own[0].context_answer == "Ada Moss"  # no conflict passages asked for: our substitution
+
+
+def test_retrieved_and_poisoned_context_puts_the_perturbed_chunk_in_the_gold_chunks_place():
+    sc = corpus_scenarios(ITEMS[:1], CHUNKS, name="kb", distractors=1)
+    fe = next(s for s in sc if s.scenario == "factual_error")
+    ranked = [Retrieved(c, 1.0 / i, i) for i, c in enumerate(CHUNKS, 1)]
+    got = poison(ranked, fe)
+    assert got[0].chunk.chunk_id == "c1~fe" and got[0].chunk.text != TEXTS["c1"] and len(got) == len(CHUNKS)
+    irr = next(s for s in sc if s.scenario == "irrelevant")
+    assert [r.chunk.chunk_id for r in poison(ranked, irr)] == ["c2", "c3", "c4", "c5", "c6"]
+
+
+def test_outdated_from_user_supplied_older_versions(tmp_path):
+    path = tmp_path / "old.jsonl"
+    path.write_text(json.dumps({"id": "year", "answer": "1908", "date": "1909 guide"}) + "\n" +
+                    json.dumps({"id": "who", "answer": "Otto Lind", "date": "1890",
+                                "text": "In 1890 the keeper was Otto Lind."}) + "\n")
+    old = load_outdated(str(path))
+    sc = corpus_scenarios(ITEMS[:3], CHUNKS, name="kb", distractors=0, types=["outdated"], outdated=old)
+    a, b = sc
+    assert a.presented[0].text == TEXTS["c1"].replace("1911", "1908") and a.presented[0].date == "1909 guide"
+    assert b.presented[0].text == "In 1890 the keeper was Otto Lind." and b.presented[0].replaces == "c3"
+    assert [s.context_answer for s in sc] == ["1908", "Otto Lind"]
+    path.write_text(json.dumps({"id": "year", "answer": "1908"}) + "\n")
+    with pytest.raises(RecordError, match=r"old.jsonl:1: date: required field missing"):
+        load_outdated(str(path))
+
+
+def test_real_conflictnq_uses_its_fabricated_passages_as_factual_errors():
+    from lorarag.scenarios.kb_corpus import load_corpus
+    from lorarag.scenarios.kb_labels import map_labels
+    from lorarag.scenarios.kb_questions import load_questions
+    from tests.conftest import shared_data
+
+    path = str(shared_data("conflictnq") / "val.jsonl")
+    corpus = load_corpus(CorpusSource(kind="conflictnq", path=path), ChunkerConfig(chunk_size=5000))
+    items, _ = map_labels(load_questions(QuestionSource(kind="conflictnq", path=path))[:30], corpus)
+    sc = corpus_scenarios(items, corpus.chunks, name="conflictnq", types=["consistent", "factual_error", "irrelevant"])
+    validate_against_kb(sc, {c.chunk_id for c in corpus.chunks})
+    fe = [s for s in sc if s.scenario == "factual_error"]
+    assert len(fe) == 30 and all(s.context_answer == it.conflicts[0].answer for s, it in zip(fe, items))
+    fakes = {c.text for it in items for c in it.conflicts}
+    assert all(any(p.text in fakes for p in s.presented) for s in fe)
+    assert sum(s.scenario == "irrelevant" for s in sc) == 30

@@ -1,0 +1,109 @@
+"""SFT rows from a user's knowledge base: closed-book rows in every wording, conflict-aware rows in
+the fallback's reply format, and the leak check on the rows actually written."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+
+from lorarag.fallback.format import SYSTEM_CLOSED_BOOK, SYSTEM_RAG, UNKNOWN, parse_reply
+from lorarag.rag.records import Chunk
+from lorarag.scenarios.config import SplitConfig
+from lorarag.scenarios.from_corpus import corpus_scenarios
+from lorarag.scenarios.kb_records import Conflict, QAItem
+from lorarag.scenarios.kb_splits import HELD_OUT, TAUGHT, split_by_fact
+from lorarag.train.config import SFTConfig
+from lorarag.train.sft import LeakError, read_sft, write_sft
+from lorarag.train.sft_kb import build_kb_rows, kb_leak_check
+
+TOWNS = ["Elmira", "Dunmore", "Kelso", "Arden", "Brill", "Corfe", "Dover", "Eske", "Flint", "Garth", "Holt", "Ivel"]
+YEARS = [1901 + 7 * i for i in range(len(TOWNS))]
+
+
+def _kb() -> tuple[list[Chunk], list[QAItem]]:
+    chunks, items = [], []
+    for i, (town, year) in enumerate(zip(TOWNS, YEARS)):
+        chunks.append(Chunk(f"c{i}", f"d{i}", f"{town}.md", f"The {town} lighthouse was first lit in {year}.", 0, 40))
+        chunks.append(Chunk(f"x{i}", f"d{i}", f"{town}.md", f"The {town} market opens on Mondays.", 0, 30))
+        conflicts = (tuple(Conflict(f"The {town} lighthouse was first lit in {year + k}.", str(year + k))
+                           for k in (3, 5)) if i % 2 else ())
+        items.append(QAItem(f"q{i}", f"When was the {town} lighthouse first lit?", (str(year),), (f"c{i}",),
+                            wordings=(f"In which year did the {town} light start?",), conflicts=conflicts))
+    return chunks, items
+
+
+def test_rows_teach_every_wording_and_the_conflict_aware_format():
+    chunks, items = _kb()
+    groups = split_by_fact(items, SplitConfig(seed=0, known_fraction=0.5, context_only_fraction=0.2))
+    cfg = SFTConfig(seed=0, knowledge_repeats=2, distractors=1)
+    rows, val, stats = build_kb_rows(groups, chunks, cfg, conflict_seed=0)
+    taught = [it for g in TAUGHT for it in groups[g]]
+    cb = [r for r in rows if r.kind == "knowledge"]
+    assert Counter(r.messages[1][1].removeprefix("Question: ") for r in cb) == Counter(
+        {w: 2 for it in taught for w in it.all_wordings})
+    assert all(r.messages[0] == ("system", SYSTEM_CLOSED_BOOK) for r in cb)
+    rag = [r for r in rows if r.kind == "rag"]
+    assert all(r.messages[0] == ("system", SYSTEM_RAG) and parse_reply(r.messages[2][1]).valid for r in rag)
+    known = {it.qid for it in taught}
+    by_verdict = Counter(r.verdict for r in rag if r.fact_id.removeprefix("kb/") in known)
+    assert by_verdict["supported"] == by_verdict["conflicting"] == by_verdict["irrelevant"] == len(taught)
+    for r in rag:
+        reply = parse_reply(r.messages[2][1])
+        if r.fact_id.removeprefix("kb/") in known:
+            assert reply.memory == reply.answer != UNKNOWN or r.verdict == "insufficient"
+        else:  # context-only: no memory, the source is copied
+            assert reply.memory == UNKNOWN and r.verdict in ("supported", "insufficient")
+    assert stats["wordings"] == {2: len(taught)} and stats["no_factual_error"] == 0
+    assert val and all(v in rows for v in val)
+    assert rows == build_kb_rows(groups, chunks, cfg, conflict_seed=0)[0]  # deterministic
+
+
+def test_leak_check_passes_on_the_written_rows_and_catches_a_held_out_fact(tmp_path):
+    chunks, items = _kb()
+    groups = split_by_fact(items, SplitConfig(seed=1))
+    held = [it for g in HELD_OUT for it in groups[g]]
+    test = corpus_scenarios([it for g in ("known", "unseen") for it in groups[g]], chunks, name="kb",
+                            conflict_seed=7)
+    passages = [p.text for s in test for p in s.presented if p.replaces]
+    by_id = {c.chunk_id: c for c in chunks}
+    kb_leak_check(build_kb_rows(groups, chunks, SFTConfig(), conflict_seed=7)[0], held, by_id, passages)
+    # a test passage that a training context happens to equal (forced here: one the rows hold) is left out
+    plain = build_kb_rows(groups, chunks, SFTConfig(), conflict_seed=7)[0]
+    kb_texts = {c.text for c in chunks}
+    trained = [line.split("] ", 1)[1] for r in plain if r.verdict == "conflicting" for m in r.messages
+               if m[0] == "user" for line in m[1].split("\n")[1:-1] if line.split("] ", 1)[1] not in kb_texts][:3]
+    assert len(trained) == 3
+    with pytest.raises(LeakError, match="a test scenario's passage"):
+        kb_leak_check(plain, held, by_id, trained)
+    rows, _, stats = build_kb_rows(groups, chunks, SFTConfig(rag_phrasings="all"), conflict_seed=7,
+                                   test_passages=passages + trained)
+    assert stats["same_as_test"] > 0
+    written = read_sft(write_sft(rows, tmp_path / "train.jsonl"))
+    kb_leak_check(written, held, by_id, passages)
+    leaky = build_kb_rows({**groups, "known": groups["known"] + groups["unseen"][:1], "unseen": groups["unseen"][1:]},
+                          chunks, SFTConfig(), conflict_seed=7)[0]
+    with pytest.raises(LeakError, match="held-out"):
+        kb_leak_check(leaky, held, by_id)
+
+
+def test_real_conflictnq_rows_in_both_wordings_without_leaks():
+    from lorarag.rag.config import ChunkerConfig
+    from lorarag.scenarios.config import CorpusSource, QuestionSource
+    from lorarag.scenarios.kb_corpus import load_corpus
+    from lorarag.scenarios.kb_labels import map_labels
+    from lorarag.scenarios.kb_questions import load_questions
+    from tests.conftest import shared_data
+
+    path = str(shared_data("conflictnq") / "val.jsonl")
+    corpus = load_corpus(CorpusSource(kind="conflictnq", path=path), ChunkerConfig(chunk_size=5000))
+    items, _ = map_labels(load_questions(QuestionSource(kind="conflictnq", path=path)), corpus)
+    groups = split_by_fact(items, SplitConfig())
+    rows, _, stats = build_kb_rows(groups, corpus.chunks, SFTConfig(knowledge_repeats=1, distractors=0),
+                                   conflict_seed=0)
+    assert stats["wordings"] == {2: stats["taught"]}
+    test = corpus_scenarios(groups["known"] + groups["unseen"], corpus.chunks, name="kb", conflict_seed=0)
+    kb_leak_check(rows, [it for g in HELD_OUT for it in groups[g]], {c.chunk_id: c for c in corpus.chunks},
+                  [p.text for s in test for p in s.presented if p.replaces])
+    fakes = {c.text for it in items for c in it.conflicts}
+    assert any(any(f in m[1] for f in fakes) for r in rows if r.verdict == "conflicting" for m in r.messages)

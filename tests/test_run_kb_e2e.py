@@ -1,0 +1,196 @@
+"""`lorarag run` over a user's knowledge base (`data:`): config rules, dry runs of the shipped KB
+configs, and the reduced CI config end to end on a tiny Qwen3 over a small set written here."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from lorarag.core.config import load_config
+from lorarag.core.errors import ConfigError
+from lorarag.study.config import RunConfig
+
+REPO = Path(__file__).resolve().parent.parent
+TOWNS = ["Elmira", "Dunmore", "Kelso", "Arden", "Brill", "Corfe", "Dover", "Eske", "Flint", "Garth", "Holt", "Ivel"]
+DAYS = ["Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday"]
+
+
+def _kb_files(tmp: Path) -> dict[str, Path]:
+    """A folder of Markdown documents, JSONL questions (two wordings for some, conflict passages
+    for some, one unanswerable) and older versions of a few answers."""
+    docs = tmp / "kb-docs"
+    docs.mkdir()
+    rows, old = [], []
+    for i, town in enumerate(TOWNS):
+        year, day = 1901 + 7 * i, DAYS[i % len(DAYS)]
+        (docs / f"{town.lower()}.md").write_text(
+            f"# {town}\n\nThe {town} lighthouse was first lit in {year}.\n\n"
+            f"The {town} market is held every {day} on the square.\n", encoding="utf-8")
+        rows.append({"id": f"{town}-light", "question": f"When was the {town} lighthouse first lit?",
+                     "answers": [str(year)], "relevant_ids": [f"{town.lower()}.md"],
+                     **({"paraphrases": [f"In which year did the {town} light start?"]} if i % 2 else {}),
+                     **({"conflicts": [{"text": f"The {town} lighthouse was first lit in {year + 40}.",
+                                        "answer": str(year + 40)}]} if i % 3 == 0 else {})})
+        rows.append({"id": f"{town}-market", "question": f"On which day is the {town} market held?",
+                     "answers": [day], "relevant_ids": [f"{town.lower()}.md"]})
+        if i % 4 == 0:
+            old.append({"id": f"{town}-light", "answer": str(year - 3), "date": str(year - 3)})
+    rows.append({"id": "nowhere", "question": "Who painted the lighthouses red?", "answers": [], "relevant_ids": [],
+                 "unanswerable": True})
+    qa = tmp / "kb-qa.jsonl"
+    qa.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    older = tmp / "kb-older.jsonl"
+    older.write_text("".join(json.dumps(r) + "\n" for r in old), encoding="utf-8")
+    return {"docs": docs, "qa": qa, "older": older}
+
+
+def _in_tmp(tmp: Path) -> RunConfig:
+    """configs/run/ci-kb-tiny.yaml with every path under `tmp` and `data:` on the set written there."""
+    from lorarag.scenarios.config import CorpusSource, DataConfig, QuestionSource, SplitConfig
+
+    cfg = load_config(REPO / "configs/run/ci-kb-tiny.yaml", RunConfig)
+    files = _kb_files(tmp)
+    root = tmp / "runs" / cfg.name
+    train = cfg.train.model_copy(update={
+        "model": str(tmp / "tiny-qwen3"), "dataset": str(root / "sft/train.jsonl"),
+        "val_dataset": str(root / "sft/val.jsonl"), "runs_dir": str(tmp / "runs/train")})
+    rag = cfg.rag.model_copy(update={
+        "chunker": cfg.rag.chunker.model_copy(update={"kind": "heading", "chunk_size": 500}),
+        "index": cfg.rag.index.model_copy(update={"dir": str(root / "index")}),
+        "generator": cfg.rag.generator.model_copy(update={"model": str(tmp / "tiny-qwen3")})})
+    data = DataConfig(corpus=CorpusSource(kind="folder", path=str(files["docs"])),
+                      questions=QuestionSource(kind="jsonl", path=str(files["qa"])), outdated=str(files["older"]),
+                      splits=SplitConfig(seed=0, known_fraction=0.5, context_only_fraction=0.1, dev_fraction=0.2))
+    eval_ = cfg.eval.model_copy(update={"scenarios": ["consistent", "factual_error", "outdated", "irrelevant",
+                                                      "unanswerable"]})
+    return cfg.model_copy(update={"runs_dir": str(tmp / "runs"), "train": train, "rag": rag, "data": data,
+                                  "eval": eval_})
+
+
+def test_a_run_config_names_either_the_demo_world_or_a_kb(tmp_path):
+    from lorarag.core.config import validate_data
+
+    demo = load_config(REPO / "configs/run/ci-tiny.yaml", RunConfig).model_dump()
+    kb = load_config(REPO / "configs/run/ci-kb-tiny.yaml", RunConfig).model_dump()
+    with pytest.raises(ConfigError, match="give either train.world .* not both"):
+        validate_data({**demo, "data": kb["data"]}, RunConfig, "x.yaml")
+    with pytest.raises(ConfigError, match="rag.corpus.paths: must be \\[\\] with data:"):
+        validate_data({**kb, "rag": {**kb["rag"], "corpus": {"paths": ["docs"]}}}, RunConfig, "x.yaml")
+    with pytest.raises(ConfigError, match="data.questions.kind"):
+        validate_data({**kb, "data": {**kb["data"], "questions": {"kind": "csv", "path": "q"}}}, RunConfig, "x.yaml")
+    with pytest.raises(ConfigError, match="phantom_orgs"):
+        validate_data({**kb, "train": {**kb["train"], "sft": {"phantom_orgs": 3}}}, RunConfig, "x.yaml")
+
+
+@pytest.mark.parametrize("name", ["conflictnq-kb", "qwen3-4b-kb", "ci-kb-tiny"])
+def test_shipped_kb_configs_validate_and_dry_run_on_the_users_data(name):
+    from lorarag.study.pipeline import run
+
+    cfg = load_config(REPO / f"configs/run/{name}.yaml", RunConfig)
+    assert cfg.train.world is None and cfg.data is not None
+    lines: list[str] = []
+    run(cfg, dry_run=True, echo=lines.append)
+    assert [ln.split()[1] for ln in lines] == ["data", "index", "scenarios", "train", "calibrate", "evaluate",
+                                                 "report"]
+    assert f"questions {cfg.data.questions.kind} {cfg.data.questions.path}" in lines[0]
+    assert f"--dataset {cfg.train.dataset}" in lines[3] and cfg.train.dataset.startswith(f"runs/{name}/")
+    if name == "qwen3-4b-kb":
+        assert "swift sft --model Qwen/Qwen3-4B --tuner_type lora" in lines[3]
+
+
+@pytest.mark.slow
+def test_reduced_kb_run_end_to_end(tmp_path):
+    import torch
+
+    torch.set_num_threads(1)
+    from lorarag.rag.records import Chunk, read_jsonl
+    from lorarag.scenarios.kb_records import QAItem
+    from lorarag.scenarios.records import load_scenarios
+    from lorarag.study.pipeline import run
+    from lorarag.train.sft import read_sft
+    from lorarag.train.sft_kb import kb_leak_check
+
+    cfg = _in_tmp(tmp_path)
+    lines: list[str] = []
+    table = run(cfg, echo=lines.append)
+    root = tmp_path / "runs" / cfg.name
+    assert [ln.split()[1] for ln in lines if ln.startswith("[")] == ["data", "index", "scenarios", "train",
+                                                                     "calibrate", "evaluate", "report"]
+    # labels mapped to the chunk holding the answer (heading chunks: one per paragraph here)
+    labels = [json.loads(x) for x in (root / "data/labels.jsonl").read_text().splitlines()]
+    assert len(labels) == 2 * len(TOWNS) and {r["rule"] for r in labels} == {"answer"}
+    chunks = {c.chunk_id: c for c in read_jsonl(root / "data/chunks.jsonl", Chunk)}
+    assert all(len(r["chunk_ids"]) == 1 for r in labels)
+    # splits saved and hashed with the inputs
+    splits = {g: read_jsonl(root / f"data/splits/{g}.jsonl", QAItem)
+              for g in ("known", "known_dev", "context_only", "unseen_dev", "unseen")}
+    hashes = json.loads((root / "run.json").read_text())["data_hashes"]
+    assert str(root / "data/splits/unseen.jsonl") in hashes and str(cfg.data.questions.path) in hashes
+    assert str(cfg.data.outdated) in hashes
+    # the SFT rows as written: no held-out question, chunk or test passage
+    test = load_scenarios(root / "scenarios/test.jsonl")
+    held = splits["unseen_dev"] + splits["unseen"]
+    kb_leak_check(read_sft(cfg.train.dataset), held, chunks, [p.text for s in test for p in s.presented if p.replaces])
+    assert {s.scenario for s in test} >= {"consistent", "factual_error", "irrelevant"}
+    assert {s.knowledge for s in test} == {"known", "unknown"} and all(s.source_set == "kb" for s in test)
+    dev = load_scenarios(root / "scenarios/dev-unseen.jsonl")
+    assert dev and {s.fact_id.removeprefix("kb/") for s in dev} <= {it.qid for it in splits["unseen_dev"]}
+    # every system answered every test item once; retrieved systems saw the poisoned index
+    for s in cfg.systems:
+        rows = [json.loads(x) for x in (root / "eval" / s.name / "results.jsonl").read_text().splitlines()]
+        assert sorted(r["qid"] for r in rows) == sorted(x.qid for x in test)
+        if s.name == "base_rag_retrieved":
+            for r in rows:
+                if r["scenario"] == "factual_error":
+                    assert not set(r["relevant_ids"]) & set(r["retrieved_ids"])
+                if r["scenario"] == "irrelevant":
+                    assert not set(r["relevant_ids"]) & set(r["retrieved_ids"])
+    # the KB headline: both context modes, the targets, attribution by labelled chunk id
+    assert "### presented context: base_rag vs lora_rag" in table
+    assert "### retrieved context: base_rag_retrieved vs lora_rag_retrieved" in table
+    assert "### Targets (presented context)" in table and "factual error (known) >= 0.40" in table
+    assert "### Error attribution by labelled chunk id: lora_rag_retrieved" in table
+    assert "Taught questions by number of wordings the set offers" in table
+    assert (root / "report/headline.md").read_text() == table
+    assert json.loads((root / "report/base-vs-lora/metrics.json").read_text())["comparison"]["b"] == "lora_rag"
+    # a second run reuses the adapter and the finished evaluation
+    again: list[str] = []
+    assert run(cfg, echo=again.append) == table
+    assert any("reusing adapter" in ln for ln in again)
+
+
+def test_kb_targets_side_with_the_truth_by_token_f1_and_compare_paired_items():
+    from lorarag.study.headline_kb import kb_targets, score_fn, sides_with_truth
+    from tests.eval_fixtures import make_item
+
+    gold, fake = "It is named after Reginald Punnett, the geneticist.", "It is named after a district in Mozambique."
+    r = make_item(scenario="factual_error", knowledge="known", gold_answers=(gold,), context_answer=fake,
+                  answer="Named after the geneticist Reginald Punnett.")
+    assert sides_with_truth(r) and not sides_with_truth(make_item(**{**r.__dict__, "answer": fake}))
+    assert not sides_with_truth(make_item(**{**r.__dict__, "answer": ""}))  # abstaining sides with nobody
+    assert score_fn("token_f1")(r) == 1.0 and score_fn("contains")(r) == 0.0
+    cfg = load_config(REPO / "configs/run/conflictnq-kb.yaml", RunConfig)
+
+    def items(system: str, right_fe: int, right_cons: int) -> list:
+        out = [make_item(system=system, qid=f"fe{i}", scenario="factual_error", knowledge="known",
+                         gold_answers=(gold,), context_answer=fake, answer=gold if i < right_fe else fake)
+               for i in range(20)]
+        return out + [make_item(system=system, qid=f"c{i}", scenario="consistent", knowledge="unknown",
+                                gold_answers=(gold,), context_answer=gold, answer=gold if i < right_cons else "")
+                      for i in range(20)]
+
+    (fe, fe_v, fe_ok), (cons, cons_v, cons_ok) = kb_targets(cfg, items("b", 2, 18), items("l", 14, 17))
+    assert fe_v == pytest.approx(0.6) and fe_ok and cons_v == pytest.approx(-0.05) and cons_ok
+    (_, v, ok), (_, w, ok2) = kb_targets(cfg, items("b", 2, 18), items("l", 9, 14))
+    assert v == pytest.approx(0.35) and not ok and w == pytest.approx(-0.2) and not ok2
+
+
+def test_seeds_dry_run_plans_every_seed_of_a_kb_config():
+    from lorarag.study.seeds import run_seeds
+
+    lines: list[str] = []
+    run_seeds(load_config(REPO / "configs/run/ci-kb-tiny.yaml", RunConfig), [42, 43], dry_run=True,
+              echo=lines.append)
+    assert sum(ln.startswith("[1/7] data") for ln in lines) == 2 and "ci-kb-tiny-qwen3-seed43" in "\n".join(lines)

@@ -1,0 +1,119 @@
+"""SFT data from a user's knowledge base (ms-swift `messages`), and its leak check.
+
+The row builders and reply format are the demo's (train/sft.py, fallback/format.py):
+- closed-book rows for every taught fact (`known` and `known_dev`) in every wording the set
+  offers, `knowledge_repeats` copies each (a set with one wording per question teaches that one);
+- conflict-aware rows for taught facts (memory = the gold answer): consistent, factual error
+  (the set's conflict passages not reserved for the test, else our type-aware substitution),
+  outdated where older versions were supplied, irrelevant (distractors only), unanswerable;
+- conflict-aware rows for `context_only` facts with memory "unknown" (copy the source);
+- `rag_phrasings: alternate` puts a fact's consistent + factual-error pair on one wording and its
+  other contexts on the next (one wording: all on it); `all` repeats every context per wording.
+Distractors come only from chunks that answer no held-out question.
+
+`kb_leak_check` proves on the written rows that nothing held out reached training: no wording
+of a never-learned question (test or the gate's dev split) in any user turn, no chunk that
+answers one among the numbered sources, and no test passage (a test scenario's fabricated or
+perturbed source) either. Known facts are taught in every wording the set offers, so where the set
+has one wording per question their test items ask it in that trained wording (the report says so).
+"""
+
+from __future__ import annotations
+
+import random
+import re
+import zlib
+from collections import Counter
+from dataclasses import replace
+from typing import Iterable, Sequence
+
+from lorarag.rag.prompt import neutralise
+from lorarag.rag.records import Chunk
+from lorarag.scenarios.from_corpus import OlderValue, corpus_scenarios
+from lorarag.scenarios.from_world import bm25_searcher
+from lorarag.scenarios.kb_records import QAItem
+from lorarag.scenarios.kb_splits import HELD_OUT, TAUGHT
+from lorarag.scenarios.records import Scenario
+from lorarag.train.config import SFTConfig
+from lorarag.train.sft import LeakError, SFTRow, knowledge_row, rag_row
+
+_PAIR = ("consistent", "factual_error")
+
+_SOURCE_LINE = re.compile(r"^\[S\d+\] (.*)$", re.M)
+
+
+def shown(text: str) -> str:
+    """A passage as a source line shows it (fallback/format.rag_user_turn): inert, one line."""
+    return " ".join(neutralise(text).split())
+
+
+def _question(text: str) -> str:
+    return " ".join(text.split()).casefold()
+
+
+def kb_leak_check(rows: Iterable[SFTRow | dict], held_out: Sequence[QAItem], chunks: dict[str, Chunk],
+                  test_passages: Iterable[str] = ()) -> None:
+    """Raise LeakError naming the first rows that show a held-out question, a chunk answering one,
+    or a test passage."""
+    questions = {_question(w): it.qid for it in held_out for w in it.all_wordings}
+    passages = {shown(chunks[c].text): f"the chunk answering held-out {it.qid}"
+                for it in held_out for c in it.relevant_ids}
+    passages.update({shown(t): "a test scenario's passage" for t in test_passages})
+    problems: list[str] = []
+    for i, row in enumerate(rows):
+        msgs = row.to_swift()["messages"] if isinstance(row, SFTRow) else row["messages"]
+        for m in msgs:
+            if m["role"] != "user":
+                continue
+            q = _question(m["content"].rsplit("Question: ", 1)[-1])
+            if q in questions:
+                problems.append(f"row {i}: the question of held-out {questions[q]}")
+            problems += [f"row {i}: {passages[s]}" for s in _SOURCE_LINE.findall(m["content"]) if s in passages]
+    if problems:
+        raise LeakError(f"{len(problems)} leak(s) of held-out data into the SFT rows: " + "; ".join(problems[:5]))
+
+
+def _wordings(s: Scenario, item: QAItem, how: str) -> tuple[str, ...]:
+    ws = item.all_wordings
+    if how == "all" or len(ws) == 1:
+        return ws
+    pair = zlib.crc32(item.qid.encode()) % len(ws)  # stable across runs
+    return (ws[pair if s.scenario in _PAIR else (pair + 1) % len(ws)],)
+
+
+def build_kb_rows(groups: dict[str, list[QAItem]], chunks: Sequence[Chunk], cfg: SFTConfig, *,
+                  conflict_seed: int, conflicts_per_item: int = 1, outdated: dict[str, OlderValue] | None = None,
+                  test_passages: Iterable[str] = ()) -> tuple[list[SFTRow], list[SFTRow], dict]:
+    """(train rows, val rows, stats) for the splits of scenarios/kb_splits.py; val rows are a seeded
+    sample of the training rows (a KB has no held-out wording of its known facts to spare). A
+    training context that happens to equal a test passage (`test_passages`: the same substituted
+    value drawn twice) is left out and counted."""
+    held = {c for g in HELD_OUT for it in groups[g] for c in it.relevant_ids}
+    pool = [c for c in chunks if c.chunk_id not in held]
+    search = bm25_searcher(pool)
+    taught = [it for g in TAUGHT for it in groups[g]]
+    answers = [a for it in taught + groups["context_only"] for a in it.answers[:1]]
+    rows: list[SFTRow] = []
+    for it in taught:
+        for w in it.all_wordings if it.answers else ():
+            rows += [knowledge_row(w, it.answers[0], it.qid)] * cfg.knowledge_repeats
+    common = dict(seed=cfg.seed, search=search, distractors=cfg.distractors, conflicts="train",
+                  conflicts_per_item=conflicts_per_item, conflict_seed=conflict_seed, pool=answers)
+    scenarios = corpus_scenarios(taught, pool, name="kb", knowledge="known", outdated=outdated, **common)
+    scenarios += corpus_scenarios(groups["context_only"], pool, name="kb", knowledge="unknown",
+                                  types=("consistent", "factual_error", "irrelevant", "unanswerable"), **common)
+    avoid = {shown(t) for t in test_passages}
+    kept = [s for s in scenarios if not any(p.replaces and shown(p.text) in avoid for p in s.presented)]
+    items = {f"kb/{it.qid}": it for it in taught + groups["context_only"]}
+    for s in kept:
+        for w in _wordings(s, items[s.fact_id], cfg.rag_phrasings):
+            rows += [rag_row(replace(s, question=w), knows=s.knowledge == "known")] * cfg.rag_per_fact
+    rng = random.Random(cfg.seed)
+    rng.shuffle(rows)
+    val = rng.sample(rows, max(1, round(len(rows) * cfg.val_fraction)))
+    stats = {"same_as_test": len(scenarios) - len(kept),
+             "wordings": dict(sorted(Counter(len(it.all_wordings) for it in taught).items())),
+             "taught": len(taught), "context_only": len(groups["context_only"]),
+             "no_factual_error": len({f"kb/{it.qid}" for it in taught if it.answers}
+                                     - {s.fact_id for s in scenarios if s.scenario == "factual_error"})}
+    return rows, val, stats
