@@ -25,8 +25,10 @@ class CorpusConfig(Strict):
 
     @model_validator(mode="after")
     def _check(self) -> "CorpusConfig":
-        if not self.paths or any(not p.strip() for p in self.paths):
-            raise ValueError("paths: at least one corpus path, none empty")
+        # An empty list is a config with no corpus of its own (a run's `data:` names the KB);
+        # ingesting it is refused by rag/ingest.py. An empty string is always a mistake.
+        if any(not p.strip() for p in self.paths):
+            raise ValueError("paths: an empty corpus path")
         return self
 
 

@@ -247,6 +247,8 @@ def _readable(entry: Entry) -> bool:
 
 
 def _walk(cfg: CorpusConfig) -> list[tuple[str, list[Entry]]]:
+    if not cfg.paths:
+        raise IngestError("corpus.paths is empty: name at least one folder or file to index")
     for entry in cfg.paths:
         root = Path(entry)
         if not root.exists() and not root.is_symlink():

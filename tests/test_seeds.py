@@ -43,7 +43,7 @@ def test_only_adapter_free_results_are_shared_and_nothing_is_overwritten(demo, t
     (dst / "oracle").mkdir(parents=True)
     (dst / "oracle/results.jsonl").write_text("mine")
     copied = share_base_results(demo, src, dst)
-    assert sorted(copied) == ["base_rag", "closed_book_base", "prompted_detection"]
+    assert sorted(copied) == ["astute_rag", "base_rag", "base_rag_retrieved", "closed_book_base", "prompted_detection"]
     assert (dst / "oracle/results.jsonl").read_text() == "mine"
     assert not (dst / "lora_rag").exists() and not (dst / "closed_book_lora").exists()
     assert (dst / "base_rag/results.jsonl").read_text() == "base_rag"
