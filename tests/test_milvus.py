@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -96,12 +95,10 @@ def test_rebuild_switches_the_alias_and_an_interrupted_one_leaves_the_old_servin
 def test_a_server_that_is_down_is_a_one_line_error(tiny_models, tmp_path):
     dense = DenseIndexConfig(kind="milvus", milvus_uri=f"http://127.0.0.1:{free_port()}")
     corpus, chunker, icfg, ecfg = _cfgs(tmp_path, tiny_models, dense, "idx")
-    t0 = time.perf_counter()
     with pytest.raises(MilvusUnavailable) as err:
         build_index(corpus, chunker, icfg, ecfg)
     assert "cannot connect to Milvus at http://127.0.0.1:" in str(err.value) and "\n" not in str(err.value)
     assert not Path(icfg.dir).exists()  # nothing half-built left behind
-    assert time.perf_counter() - t0 < 120  # bounded, not a hang (the connect timeout is 30 s)
 
 
 def test_the_token_comes_from_the_environment_never_the_config(monkeypatch):
