@@ -28,6 +28,7 @@ from typing import Callable
 import httpx
 
 from lorarag.core.config import load_config
+from lorarag.core.errors import ConfigError
 from lorarag.fallback.system import AdvancedRAGSystem, Detector
 from lorarag.rag.servers import free_port
 from lorarag.scenarios.from_world import ask_in_phrasings, index_world, world_scenarios
@@ -147,10 +148,12 @@ def run(run_dir: Path | None, requests: int, out: Path, echo: Callable[[str], No
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one INFO line per request otherwise
     work = out.parent / "serve-work"
     if run_dir is not None:
-        read_run(run_dir)  # a bad run dir fails before any model loads
-        system = load_run(run_dir)
-        cfg = load_config(Path(run_dir) / "config.yaml", RunConfig)
+        cfg = read_run(run_dir).config  # a bad run dir fails before any model loads
+        if cfg.train.world is None:
+            raise ConfigError(f"{run_dir}: bench serve draws its questions from the demo world; this run "
+                              "has a knowledge base (data:) instead")
         pool = question_pool(build_world(cfg.train.world))
+        system = load_run(run_dir)
         what = f"run {run_dir}"
     else:
         system, pool = demo_system(work)
