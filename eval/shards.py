@@ -23,9 +23,9 @@ from typing import Sequence, TypeVar
 
 from lorarag.core.errors import ConfigError, UserError
 from lorarag.eval.records import ItemResult, load_results, save_results
+from lorarag.eval.runner import STAMP_FILE  # the stamp each shard's run directory holds
 
 T = TypeVar("T")
-STAMP_FILE = "stamp.json"
 
 
 class ShardError(UserError):
