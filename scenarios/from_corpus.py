@@ -22,6 +22,7 @@ tell a retrieval miss from a generation failure.
 from __future__ import annotations
 
 import random
+import re
 from dataclasses import dataclass
 from typing import Literal, Sequence
 
@@ -37,6 +38,8 @@ from lorarag.scenarios.from_world import (
 from lorarag.scenarios.kb_labels import answer_pattern, find_answer
 from lorarag.scenarios.kb_records import QAItem, field, jsonl_objects, no_other_keys
 from lorarag.scenarios.records import SCENARIO_TYPES, PresentedChunk, Scenario
+
+_WORD = re.compile(r"\w+", re.UNICODE)
 
 
 @dataclass(frozen=True)
@@ -75,7 +78,17 @@ def gold_of(item: QAItem, by_id: dict[str, Chunk]) -> tuple[Chunk, str | None]:
         hit = find_answer(by_id[cid].text, item.answers)
         if hit:
             return by_id[cid], hit[1].group(0)
-    return by_id[item.relevant_ids[0]], None
+    # No answer is a span (a paraphrased answer, a document-level label): the relevant chunk that
+    # shares the most answer words (the first on a tie), not whichever chunk comes first, so a
+    # document cut into chunks still presents the part that supports the answer.
+    want = answer_words(item.answers)
+    best = max(item.relevant_ids, key=lambda cid: len(want & answer_words([by_id[cid].text])))
+    return by_id[best], None
+
+
+def answer_words(texts: Sequence[str]) -> set[str]:
+    """Lower-cased word tokens of `texts` (punctuation left out)."""
+    return {t.lower() for x in texts for t in _WORD.findall(x)}
 
 
 def substitute_span(text: str, answers: Sequence[str], new: str) -> str:
