@@ -24,7 +24,8 @@ from lorarag.eval.attribution import attribution_table, table_markdown
 from lorarag.eval.compare import pair
 from lorarag.eval.conflict_metrics import over_fallback
 from lorarag.eval.records import WRONG_VALUE_SCENARIOS, ItemResult
-from lorarag.eval.stats import paired_bootstrap
+from lorarag.eval.shortcut import SHORTCUT_AUROC
+from lorarag.eval.stats import mcnemar_exact, paired_bootstrap, wilson_ci
 from lorarag.scenarios.records import SCENARIO_TYPES
 
 Score = Callable[[ItemResult], float]
@@ -72,16 +73,18 @@ def system_pairs(cfg: Any, results: Mapping[str, Sequence[ItemResult]]) -> list[
 
 
 def cell_diff(cfg: Any, base: Sequence[ItemResult], lora: Sequence[ItemResult], scenario: str, knowledge: str,
-              score: Score) -> tuple[int, float, float, float, float, float] | None:
-    """(n, base, lora, diff, lo, hi) of one cell over the paired items, or None without items."""
+              score: Score) -> tuple[int, float, float, float, float, float, float] | None:
+    """(n, base, lora, diff, lo, hi, McNemar p or nan) of one cell over the paired items, or None."""
     a = [r for r in base if r.scenario == scenario and r.knowledge == knowledge]
     b = [r for r in lora if r.scenario == scenario and r.knowledge == knowledge]
     if not a or not b:
         return None
     a, b = pair(a, b, warn=False)
-    d = paired_bootstrap(np.array([score(r) for r in a]), np.array([score(r) for r in b]),
-                         resamples=cfg.eval.bootstrap, seed=cfg.eval.seed)
-    return len(a), d.a, d.b, d.diff, d.lo, d.hi
+    sa, sb = np.array([score(r) for r in a]), np.array([score(r) for r in b])
+    d = paired_bootstrap(sa, sb, resamples=cfg.eval.bootstrap, seed=cfg.eval.seed)
+    binary = bool(np.isin(sa, (0.0, 1.0)).all() and np.isin(sb, (0.0, 1.0)).all())
+    p = mcnemar_exact(sa == 1.0, sb == 1.0)[2] if binary else math.nan  # token F1 is not a yes/no score
+    return len(a), d.a, d.b, d.diff, d.lo, d.hi, p
 
 
 def kb_targets(cfg: Any, base: Sequence[ItemResult], lora: Sequence[ItemResult]) -> list[tuple[str, float, bool]]:
@@ -103,6 +106,10 @@ def _n(x: float) -> str:
     return "–" if x is None or math.isnan(x) else f"{x:.2f}"
 
 
+def _p(x: float) -> str:
+    return "–" if math.isnan(x) else (f"{x:.2g}" if x < 0.01 else f"{x:.2f}")
+
+
 def _notes(summary: Mapping[str, Any]) -> list[str]:
     out = []
     if summary:
@@ -116,10 +123,41 @@ def _notes(summary: Mapping[str, Any]) -> list[str]:
         out.append(f"Taught questions by number of wordings the set offers: {wordings}. Known facts are tested "
                    "in a wording they were trained in" + (f"; {one} have a single wording, so their test "
                                                           "question is exactly the trained one." if one else "."))
+    probe = summary.get("shortcut")
+    if probe:
+        auc = "–" if probe["auroc"] is None else f"{probe['auroc']:.2f}"
+        line = (f"Context-only probe (eval/shortcut.py; {probe['n_pos']} factual-error vs {probe['n_neg']} consistent "
+                f"test contexts): TF-IDF + logistic regression on held-out facts AUROC {auc}, length alone "
+                f"{probe['length_auroc']:.2f} (0.5 = chance).")
+        if max(probe["auroc"] or 0.0, probe["length_auroc"]) > SHORTCUT_AUROC:
+            line += (f" **Above {SHORTCUT_AUROC}: this set's wrong passages can be told by their form**, so a "
+                     "detector may flag them without consulting its memory; the detection table below compares "
+                     "known with never-learned facts, where memory cannot help.")
+        out.append(line)
     if sft.get("no_factual_error"):
         out.append(f"{sft['no_factual_error']} taught question(s) got no factual-error training row (no conflict "
                    "passage left and the answer is not a span of its chunk).")
     return out
+
+
+def detection_table(lora: Sequence[ItemResult]) -> list[str]:
+    """Markdown: how often the detector doubts its source (a verdict other than `supported`) per
+    scenario, on known and on never-learned facts. Memory can only help on known facts: a detector
+    that flags wrong passages of never-learned facts as often as of known ones reads their form."""
+    rows = []
+    for s in SCENARIO_TYPES:
+        cells = []
+        for k in ("known", "unknown"):
+            rs = [r for r in lora if r.scenario == s and r.knowledge == k and r.verdict is not None]
+            f = sum(r.verdict != "supported" for r in rs)
+            lo, hi = wilson_ci(f, len(rs)) if rs else (math.nan, math.nan)
+            cells.append(f"{f}/{len(rs)} = {f / len(rs):.2f} [{lo:.2f}, {hi:.2f}]" if rs else "–")
+        if any(c != "–" for c in cells):
+            rows.append(f"| {s} | {cells[0]} | {cells[1]} |")
+    if not rows:
+        return []
+    return ["### Does detection rest on memory? The detector's doubt (verdict not `supported`), 95 % Wilson CI",
+            "", "| scenario | known facts | never-learned facts |", "|---|---|---|", *rows, ""]
 
 
 def kb_headline(cfg: Any, results: Mapping[str, Sequence[ItemResult]], summary: Mapping[str, Any]) -> str:
@@ -133,7 +171,7 @@ def kb_headline(cfg: Any, results: Mapping[str, Sequence[ItemResult]], summary: 
         base, lora = results[b], results[lo]
         lines += [f"### {ctx} context: {b} vs {lo}", "",
                   f"| scenario | knowledge | metric | n | {b} | {lo} | {lo} − {b} [95% paired CI] | "
-                  f"{lo} over-fallback |", "|---|---|---|---|---|---|---|---|"]
+                  f"McNemar p | {lo} over-fallback |", "|---|---|---|---|---|---|---|---|---|"]
         for s in SCENARIO_TYPES:
             for k in ("known", "unknown"):
                 c = cell_diff(cfg, base, lora, s, k, score)
@@ -141,7 +179,7 @@ def kb_headline(cfg: Any, results: Mapping[str, Sequence[ItemResult]], summary: 
                     continue
                 ofb = over_fallback([r for r in lora if r.knowledge == k]).value if s == "consistent" else math.nan
                 lines.append(f"| {s} | {k} | {metric_name(metric, s)} | {c[0]} | {_n(c[1])} | {_n(c[2])} | "
-                             f"{c[3]:+.2f} [{c[4]:+.2f}, {c[5]:+.2f}] | {_n(ofb)} |")
+                             f"{c[3]:+.2f} [{c[4]:+.2f}, {c[5]:+.2f}] | {_p(c[6])} | {_n(ofb)} |")
         lines.append("")
     if pairs:
         ctx, b, lo = pairs[0]
@@ -149,6 +187,8 @@ def kb_headline(cfg: Any, results: Mapping[str, Sequence[ItemResult]], summary: 
         for name, v, ok in kb_targets(cfg, results[b], results[lo]):
             lines.append(f"| {name} | {_n(v)} | {'yes' if ok else '**MISSED**'} |")
         lines.append("")
+    if pairs:
+        lines += detection_table(results[pairs[0][2]])
     for sc in cfg.systems:
         if sc.context == "retrieved" and sc.kind in ("base_rag", "lora_rag") and sc.name in results:
             lines += [f"### Error attribution by labelled chunk id: {sc.name} (retrieved + poisoned context)", "",

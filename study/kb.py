@@ -15,10 +15,12 @@ from __future__ import annotations
 
 import json
 import random
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from lorarag.core.errors import RecordError
+from lorarag.eval.shortcut import context_probe
+from lorarag.eval.stats import nan_to_none
 from lorarag.rag.records import Chunk, write_jsonl
 from lorarag.scenarios.from_corpus import OlderValue, corpus_scenarios, load_outdated
 from lorarag.scenarios.kb_corpus import load_corpus
@@ -131,6 +133,8 @@ def kb_scenarios(cfg: RunConfig, kb: KB, paths: Paths) -> tuple[list[Scenario], 
     kb.summary["without_factual_error"] = {k: len({it.qid for it in v if it.answers} - {
         x.fact_id.removeprefix("kb/") for x in test if x.scenario == "factual_error"}) for k, v in scored.items()} \
         if cfg.eval.max_per_cell is None else None  # a sample leaves items out anyway
+    probe = context_probe(test)
+    kb.summary["shortcut"] = nan_to_none(asdict(probe)) if probe else None
     _write_summary(paths, kb.summary)
     return test, dev_known, dev_unseen
 

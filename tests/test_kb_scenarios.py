@@ -118,3 +118,20 @@ def test_real_conflictnq_uses_its_fabricated_passages_as_factual_errors():
     fakes = {c.text for it in items for c in it.conflicts}
     assert all(any(p.text in fakes for p in s.presented) for s in fe)
     assert sum(s.scenario == "irrelevant" for s in sc) == 30
+
+
+def test_a_document_label_presents_the_chunk_with_most_answer_words():
+    """No answer is a span of the document (a paraphrased answer): the relevant chunk sharing
+    most of its words is the gold chunk, not the document's first chunk."""
+    from lorarag.scenarios.from_corpus import gold_of
+
+    a = Chunk("d#0", "d", "d", "Kell bridge history begins with the river crossing.", 0, 50)
+    b = Chunk("d#1", "d", "d", "Tom Reed from Kelso designed it in granite.", 50, 93)
+    item = QAItem("q", "Who designed the Kell bridge?", ("It was designed by Tom Reed of Kelso",), ("d#0", "d#1"))
+    gold, span = gold_of(item, {"d#0": a, "d#1": b})
+    assert gold.chunk_id == "d#1" and span is None
+    # a tie keeps the first relevant chunk, and an answer that is a span still picks the chunk holding it
+    tie = QAItem("t", "Q?", ("zebra",), ("d#0", "d#1"))
+    assert gold_of(tie, {"d#0": a, "d#1": b})[0].chunk_id == "d#0"
+    span_item = QAItem("s", "Q?", ("river crossing",), ("d#1", "d#0"))
+    assert gold_of(span_item, {"d#0": a, "d#1": b}) == (a, "river crossing")

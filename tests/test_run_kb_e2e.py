@@ -194,3 +194,30 @@ def test_seeds_dry_run_plans_every_seed_of_a_kb_config():
     run_seeds(load_config(REPO / "configs/run/ci-kb-tiny.yaml", RunConfig), [42, 43], dry_run=True,
               echo=lines.append)
     assert sum(ln.startswith("[1/7] data") for ln in lines) == 2 and "ci-kb-tiny-qwen3-seed43" in "\n".join(lines)
+
+
+def test_kb_headline_gives_mcnemar_p_the_shortcut_probe_and_detection_by_knowledge():
+    from lorarag.study.headline_kb import kb_headline
+    from tests.eval_fixtures import make_item
+
+    cfg = load_config(REPO / "configs/run/conflictnq-kb.yaml", RunConfig)
+    gold, fake = "Reginald Punnett", "a district in Mozambique"
+
+    def items(system: str, right: int, flagged: dict[str, int] | None = None) -> list:
+        return [make_item(system=system, qid=f"{k}{i}", scenario="factual_error", knowledge=k, gold_answers=(gold,),
+                          context_answer=fake, answer=gold if i < right else fake,
+                          verdict=None if flagged is None else ("conflicting" if i < flagged[k] else "supported"))
+                for k in ("known", "unknown") for i in range(20)]
+
+    summary = {"shortcut": {"n_pos": 40, "n_neg": 40, "auroc": 0.97, "auroc_splits": [0.97], "length_auroc": 0.48}}
+    md = kb_headline(cfg, {"base_rag": items("base_rag", 2), "lora_rag": items("lora_rag", 14, {"known": 15,
+                                                                                              "unknown": 13})},
+                     summary)
+    # base right on 2 of 20, LoRA on 14, never the other way: 12 discordant pairs all one way,
+    # exact McNemar p = 2 * 0.5**12 = 0.00049
+    row = next(ln for ln in md.splitlines() if ln.startswith("| factual_error | known |"))
+    assert "| 20 | 0.10 | 0.70 | +0.60 [" in row and "| 0.00049 |" in row
+    assert "AUROC 0.97, length alone 0.48" in md and "can be told by their form" in md
+    # doubt 15/20 known (Wilson 0.531-0.888), 13/20 never-learned (0.433-0.819)
+    det = next(ln for ln in md.splitlines() if ln.startswith("| factual_error | 15/20"))
+    assert det == "| factual_error | 15/20 = 0.75 [0.53, 0.89] | 13/20 = 0.65 [0.43, 0.82] |"

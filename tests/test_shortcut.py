@@ -1,0 +1,61 @@
+"""The context-only shortcut probe (eval/shortcut.py): hand-computed AUROCs, and on ConflictNQ
+(when ../shared/data has it) the length shortcut a 500-character chunker removes and the style
+shortcut it cannot."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from lorarag.eval.shortcut import auroc, context_probe
+from lorarag.scenarios.records import PresentedChunk, Scenario
+
+CNQ = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "conflictnq" / "val.jsonl"
+
+
+def _sc(i: int, kind: str, text: str) -> Scenario:
+    return Scenario(qid=f"q{i}/{kind}", fact_id=f"f{i}", question="Q?", gold_answers=("a",), relevant_ids=("c",),
+                    scenario=kind, presented=(PresentedChunk(f"c{i}", text, "s"),), context_answer="a")
+
+
+def test_auroc_by_hand():
+    # positives score 3, 1; negatives 2, 4: of the 4 pairs one has the positive higher -> 1/4
+    assert auroc([3, 1, 2, 4], [1, 1, 0, 0]) == pytest.approx(0.25)
+    assert auroc([1, 2, 2, 3], [0, 1, 0, 1]) == pytest.approx(0.875)  # the tie counts 1/2: (1 + 0.5 + 1 + 1) / 4
+
+
+def test_length_probe_reads_either_direction_and_ignores_other_scenarios():
+    sc = [_sc(i, "factual_error", "x" * (10 + i)) for i in range(4)]
+    sc += [_sc(i, "consistent", "x" * (100 + i)) for i in range(4)]
+    sc.append(_sc(9, "irrelevant", "x"))  # not a factual-error / consistent pair: left out
+    p = context_probe(sc, splits=0)
+    assert (p.n_pos, p.n_neg) == (4, 4)
+    assert p.length_auroc == pytest.approx(1.0)  # shorter = factual error, read the other way round
+    assert p.flagged
+    same = [_sc(i, k, f"the bridge of {i} was built by someone") for i in range(6)
+            for k in ("factual_error", "consistent")]
+    q = context_probe(same, splits=0)
+    assert q.length_auroc == pytest.approx(0.5) and not q.flagged
+    assert context_probe([_sc(0, "consistent", "x")]) is None
+
+
+@pytest.mark.skipif(not CNQ.is_file(), reason="../shared/data/conflictnq is not here")
+@pytest.mark.parametrize("chunk_size, length_shortcut", [(5000, True), (500, False)])
+def test_conflictnq_length_shortcut_goes_with_500_char_chunks(chunk_size, length_shortcut):
+    from lorarag.rag.config import ChunkerConfig
+    from lorarag.scenarios.config import CorpusSource, QuestionSource
+    from lorarag.scenarios.from_corpus import corpus_scenarios
+    from lorarag.scenarios.kb_corpus import load_corpus
+    from lorarag.scenarios.kb_labels import map_labels
+    from lorarag.scenarios.kb_questions import load_questions
+
+    corpus = load_corpus(CorpusSource(kind="conflictnq", path=str(CNQ)), ChunkerConfig(chunk_size=chunk_size))
+    items, _ = map_labels(load_questions(QuestionSource(kind="conflictnq", path=str(CNQ))), corpus)
+    sc = corpus_scenarios(items, corpus.chunks, name="kb", seed=0, distractors=0,
+                          types=("consistent", "factual_error"), conflicts_per_item=1, conflict_seed=0)
+    p = context_probe(sc, splits=1)
+    assert p.n_pos == p.n_neg == 225
+    assert (p.length_auroc > 0.75) if length_shortcut else (p.length_auroc < 0.6), p
+    # the fabricated passages' style gives them away whatever the chunking: the report must say so
+    assert p.auroc > 0.9 and p.flagged, p
