@@ -11,6 +11,7 @@ from typing import Literal
 from pydantic import Field, model_validator
 
 from lorarag.core.config import Strict
+from lorarag.core.numerics import NumericsConfig
 from lorarag.fallback.config import FallbackConfig
 from lorarag.rag.config import RAGConfig
 from lorarag.scenarios.config import DataConfig
@@ -94,6 +95,7 @@ class RunConfig(Strict):
     systems: list[SystemConfig]
     eval: EvalSection = EvalSection()
     extra_sets: list[ExtraSet] = []
+    numerics: NumericsConfig = NumericsConfig()  # CPU kernel paths and threads (lorarag/core/numerics.py)
 
     @model_validator(mode="after")
     def _check(self) -> "RunConfig":

@@ -29,6 +29,8 @@ def system_stamp(cfg: RunConfig, sc: SystemConfig, test: list[Scenario], adapter
     stamp = {"system": sc.model_dump(), "generator": cfg.rag.generator.model_dump(),
              "retrieval": cfg.rag.retrieval.model_dump(),
              "items": hashlib.sha256("\n".join(s.qid for s in test).encode()).hexdigest()[:16]}
+    if cfg.numerics.cpu_isa or cfg.numerics.threads:  # pinned kernels give other bits than the machine's own
+        stamp["numerics"] = cfg.numerics.model_dump()
     if sc.uses_adapter:
         stamp["adapter"] = str(adapter.resolve()) if adapter is not None else None
     if sc.kind == "lora_rag":

@@ -22,6 +22,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+from lorarag.core import numerics
 from lorarag.core.errors import UserError
 from lorarag.core.runinfo import start_run
 from lorarag.fallback.gate import SIGNAL, GateCalibration
@@ -91,10 +92,14 @@ def _plan_scenarios(cfg: RunConfig, root: Path) -> tuple[str, str]:
 
 def run(cfg: RunConfig, *, fresh: bool = False, dry_run: bool = False, echo: Echo = print) -> str | None:
     """The whole run (see module docstring); returns the headline table (None on --dry-run)."""
+    pins = numerics.pinned_env(cfg.numerics)
     if dry_run:
+        if pins:
+            echo("numerics  " + " ".join(f"{k}={v}" for k, v in pins.items()) + " (set before torch loads)")
         for i, (step, what) in enumerate(plan(cfg, fresh), 1):
             echo(f"[{i}/{len(STEPS)}] {step:<9} {what}")
         return None
+    numerics.apply(cfg.numerics)  # before anything loads torch; the training child inherits it
     extra_files = check_extra_sets(cfg)  # a missing data set fails now, not after the training
     paths = Paths(Path(cfg.runs_dir) / cfg.name)
     if fresh:
@@ -136,6 +141,7 @@ def run(cfg: RunConfig, *, fresh: bool = False, dry_run: bool = False, echo: Ech
 
 def calibrate_only(cfg: RunConfig, *, echo: Echo = print) -> GateCalibration:
     """`lorarag calibrate`: steps 1-3, the trained adapter, and a fresh gate.json."""
+    numerics.apply(cfg.numerics)
     paths = Paths(Path(cfg.runs_dir) / cfg.name)
     adapter = find_adapter(cfg)
     if adapter is None:

@@ -16,9 +16,13 @@ is a one-line ConfigError naming what to run first.
 
 from __future__ import annotations
 
+import logging
+import os
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from lorarag.core import numerics
 from lorarag.core.config import load_config
 from lorarag.core.errors import ConfigError
 from lorarag.fallback.gate import (
@@ -37,6 +41,8 @@ from lorarag.study.training import find_adapter
 
 RUN_CONFIG = "config.yaml"
 
+
+log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class TrainedRun:
@@ -82,6 +88,13 @@ def load_run(run_dir: str | Path) -> AdvancedRAGSystem:
     """
     run = read_run(run_dir)
     cfg = run.config
+    pins = numerics.pinned_env(cfg.numerics)
+    if pins and "torch" in sys.modules and any(os.environ.get(k) != v for k, v in pins.items()):
+        # answers stay valid; only borderline gate readings may round otherwise than in the run
+        log.warning("run %s pins CPU kernels (%s) but torch is already loaded: this process keeps its own",
+                    cfg.name, " ".join(f"{k}={v}" for k, v in pins.items()))
+    else:
+        numerics.apply(cfg.numerics)
     try:
         retriever = load_retriever(cfg.rag.index, cfg.rag.retrieval, cfg.rag.embedder)
     except (FileNotFoundError, IndexMismatch) as exc:

