@@ -163,9 +163,18 @@ def _org_names(rng: random.Random, n: int, zh_fraction: float, taken: tuple[str,
     n_zh = round(n * zh_fraction)
     en_stems = [s + e for s in vocab.STEMS_EN for e in vocab.ENDS_EN]
     rng.shuffle(en_stems)
+    used_first_en: set[str] = {t[:3] for t in taken if t.isascii()}
+    if n - n_zh > len({x[:3] for x in vocab.STEMS_EN} - used_first_en):
+        more = [s + e for s in vocab.STEMS_EN_MORE for e in vocab.ENDS_EN]
+        rng.shuffle(more)  # drawn only when needed: smaller worlds keep their names and rng state
+        en_stems += more
     zh_stems = [a + b for a in vocab.STEMS_ZH for b in vocab.STEMS_ZH if a != b]
     rng.shuffle(zh_stems)
-    used_first_en: set[str] = {t[:3] for t in taken if t.isascii()}
+    used_zh: set[str] = {ch for t in taken if not t.isascii() for ch in t[:2]}
+    if n_zh > len(set(vocab.STEMS_ZH) - used_zh) // 2 - 2:  # the greedy pairing leaves a few unused
+        more_zh = [a + b for a in vocab.STEMS_ZH_MORE for b in vocab.STEMS_ZH_MORE if a != b]
+        rng.shuffle(more_zh)
+        zh_stems += more_zh
     out: list[tuple[str, str, str]] = []
     for stem in en_stems:  # one org per stem prefix, so "Velova X" and "Velova Y" never coexist
         if len(out) == n - n_zh:
@@ -177,7 +186,6 @@ def _org_names(rng: random.Random, n: int, zh_fraction: float, taken: tuple[str,
         out.append((f"{stem} {word}", "en", sector))
     if len(out) < n - n_zh:
         raise ValueError(f"cannot name {n - n_zh} English organisations (at most {len(out)})")
-    used_zh: set[str] = {ch for t in taken if not t.isascii() for ch in t[:2]}
     for stem in zh_stems:
         if len(out) == n:
             break

@@ -11,6 +11,11 @@ STEMS_EN = ["Vel", "Kor", "Aster", "Brin", "Cal", "Dor", "Emb", "Fen", "Gal", "H
             "Kest", "Lum", "Mar", "Nov", "Orl", "Pell", "Quin", "Ros", "Sol", "Tam", "Ulm", "Varr",
             "Wex", "Yor", "Zan", "Alb", "Bel", "Cor", "Dun", "Elm", "Fal", "Gor", "Hav", "Ior"]
 ENDS_EN = ["ova", "ex", "ion", "ara", "eth", "ix", "una", "oria", "ant", "ell"]
+# More stems for worlds larger than the 36 above can name (one organisation per 3-letter prefix):
+# consonant-vowel-consonant syllables, used only after the list above is exhausted, so the
+# worlds it names stay as they were.
+STEMS_EN_MORE = [c + v + t for c in "BDFGLMNPRSTVZ" for v in "aeiou" for t in "rnld"
+                 if (c + v + t) not in {x[:3] for x in STEMS_EN}]
 SECTORS_EN = [("Dynamics", "engineering"), ("Energy", "energy"), ("Foods", "food"),
               ("Logistics", "logistics"), ("Labs", "research"), ("Textiles", "textile"),
               ("Robotics", "robotics"), ("Pharma", "pharmaceutical")]
@@ -26,6 +31,8 @@ CITIES_EN = ["Lyon", "Osaka", "Porto", "Gdansk", "Calgary", "Adelaide", "Tampere
 PRODUCTS_EN = ["Nimbus", "Atlas", "Orion", "Beacon", "Quill", "Harbor", "Prism", "Falcon", "Cobalt",
                "Meridian", "Summit", "Lantern"]
 STEMS_ZH = list("恒瑞华宇天润嘉禾远航博达鼎新星辰云帆金桥海纳")
+# More characters for larger worlds, drawn only after the ones above (see STEMS_EN_MORE).
+STEMS_ZH_MORE = list("安昌盛祥泰丰隆兴广信诚和合益利通明光晨曦瀚泽松柏峰岳凯旋腾飞锦程立德康宁永佳")
 SECTORS_ZH = [("科技", "科技"), ("能源", "能源"), ("食品", "食品"), ("物流", "物流"), ("制药", "制药"),
               ("纺织", "纺织")]
 SURNAMES_ZH = list("王李张刘陈杨黄赵周吴徐孙马朱胡郭何林罗高")

@@ -128,5 +128,29 @@ def test_a_world_larger_than_the_vocabulary_is_a_one_line_config_error():
     from lorarag.scenarios.config import WorldConfig
     from lorarag.scenarios.world import build_world
 
-    with pytest.raises(ConfigError, match="world.n_orgs: 140 is too many"):
-        build_world(WorldConfig(n_orgs=140))
+    with pytest.raises(ConfigError, match="world.n_orgs: 400 is too many"):
+        build_world(WorldConfig(n_orgs=400))
+
+
+# The seed-0 demo world's first facts as the 36-stem vocabulary named them (read off that code).
+SMALL_HEAD = [("Kestuna Robotics", "ceo", "Jonas Tanaka"), ("Kestuna Robotics", "headquarters", "Tampere"),
+              ("Kestuna Robotics", "founded", "1980")]
+
+
+def test_large_worlds_are_named_without_changing_the_small_ones():
+    """Past the first 36 English stems and 24 Chinese characters more are drawn, only when needed:
+    a 150-organisation world has 150 distinct names, one per stem prefix / character pair, and the
+    demo's 30-organisation world is the one it always was (its first facts, pinned)."""
+    from lorarag.scenarios.config import WorldConfig
+    from lorarag.scenarios.world import build_world
+
+    big = build_world(WorldConfig(seed=0, n_orgs=150))
+    orgs = sorted({f.org for f in big.facts})
+    assert len(orgs) == 150 and len(big.facts) == 750
+    en = [o for o in orgs if o.isascii()]
+    assert len({o[:3] for o in en}) == len(en)  # no two English names share a stem prefix
+    zh = [o for o in orgs if not o.isascii()]
+    chars = [ch for o in zh for ch in o[:2]]
+    assert len(set(chars)) == len(chars)  # no two Chinese names share a character
+    small = build_world(WorldConfig(seed=0, n_orgs=30))
+    assert [(f.org, f.attribute, f.value) for f in small.facts[:3]] == SMALL_HEAD
