@@ -122,3 +122,7 @@ class DataConfig(Strict):
     # `token_f1` for sentence answers (ConflictNQ): mean token F1 to the true answer, and on wrong
     # sources the share of replies closer in token F1 to the true answer than to the source's value.
     answer_metric: Literal["contains", "token_f1"] = "contains"
+    # Where hard distractors (irrelevant contexts, the extra sources beside a gold chunk) come from:
+    # `bm25` over the chunks, or `retrieval`, the run's own retriever (rag.retrieval: dense or
+    # hybrid with its embedder), so distractors are what that retriever would actually confuse.
+    distractors: Literal["bm25", "retrieval"] = "bm25"

@@ -16,12 +16,13 @@ from __future__ import annotations
 import random
 import re
 from dataclasses import dataclass, replace
-from typing import Callable, Iterable, Sequence
+from typing import Callable, Collection, Iterable, Sequence
 
 from lorarag.core.errors import RecordError
 from lorarag.rag.config import BM25Config
 from lorarag.rag.index_parts import BM25Part
 from lorarag.rag.records import Chunk
+from lorarag.rag.retrieve import Retriever
 from lorarag.scenarios.records import PresentedChunk, Scenario
 from lorarag.scenarios.world import (
     DEV_PHRASING,
@@ -51,6 +52,21 @@ def bm25_searcher(chunks: Sequence[Chunk]) -> Searcher:
 
     def search(queries: list[str], depth: int) -> list[list[str]]:
         return [[ids[int(i)] for i in rows] for rows, _ in part.search(queries, depth)]
+
+    return search
+
+
+def retriever_searcher(retriever: Retriever, allowed: Collection[str] | None = None) -> Searcher:
+    """The run's own retriever as a Searcher (rag.retrieval.mode: dense or hybrid distractors with
+    the run's embedder), limited to the chunk ids in `allowed` when given (the SFT pool, so a
+    held-out chunk never becomes a training distractor; it over-fetches by the chunks left out)."""
+    ids = [c.chunk_id for c in retriever.chunks]
+    left_out = 0 if allowed is None else len(ids) - len(set(ids) & set(allowed))
+
+    def search(queries: list[str], depth: int) -> list[list[str]]:
+        ranked = retriever.rank(list(queries), min(len(ids), depth + left_out))
+        return [[ids[int(r)] for r in rows if allowed is None or ids[int(r)] in allowed][:depth]
+                for rows, _ in ranked]
 
     return search
 

@@ -17,12 +17,14 @@ import json
 import random
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
+from typing import Callable, Sequence
 
 from lorarag.core.errors import RecordError
 from lorarag.eval.shortcut import context_probe
 from lorarag.eval.stats import nan_to_none
 from lorarag.rag.records import Chunk, write_jsonl
 from lorarag.scenarios.from_corpus import OlderValue, corpus_scenarios, load_outdated
+from lorarag.scenarios.from_world import Searcher, bm25_searcher
 from lorarag.scenarios.kb_corpus import load_corpus
 from lorarag.scenarios.kb_labels import map_labels
 from lorarag.scenarios.kb_questions import load_questions
@@ -114,11 +116,14 @@ def _dev(cfg: RunConfig, kb: KB, group: str, knowledge: str, seed: int) -> list[
             for s in sc for i, w in enumerate(by[s.fact_id].all_wordings)]
 
 
-def kb_scenarios(cfg: RunConfig, kb: KB, paths: Paths) -> tuple[list[Scenario], list[Scenario], list[Scenario]]:
-    """Stage 3: (test, dev known, dev never-learned) scenarios, saved as JSONL."""
+def kb_scenarios(cfg: RunConfig, kb: KB, paths: Paths, search: Searcher | None = None
+                 ) -> tuple[list[Scenario], list[Scenario], list[Scenario]]:
+    """Stage 3: (test, dev known, dev never-learned) scenarios, saved as JSONL; distractors from
+    `search` (default: BM25 over the KB's chunks)."""
     d, distract = cfg.data, cfg.train.sft.distractors if cfg.train.sft else 1
     common = dict(name="kb", seed=cfg.seed, distractors=distract, types=cfg.eval.scenarios, outdated=kb.outdated,
-                  conflicts_per_item=d.conflicts_per_item, conflict_seed=d.splits.seed)
+                  conflicts_per_item=d.conflicts_per_item, conflict_seed=d.splits.seed,
+                  search=search or bm25_searcher(kb.chunks))
     test = corpus_scenarios(kb.groups["known"], kb.chunks, knowledge="known", **common)
     test += corpus_scenarios(kb.groups["unseen"], kb.chunks, knowledge="unknown", **common)
     test = sample_cells([s for s in test if s.knowledge in cfg.eval.knowledge], cfg.eval.max_per_cell, cfg.eval.seed)
@@ -139,13 +144,14 @@ def kb_scenarios(cfg: RunConfig, kb: KB, paths: Paths) -> tuple[list[Scenario], 
     return test, dev_known, dev_unseen
 
 
-def build_kb_sft(cfg: RunConfig, kb: KB, test: list[Scenario], echo: Echo) -> None:
+def build_kb_sft(cfg: RunConfig, kb: KB, test: list[Scenario], echo: Echo,
+                 searcher: Callable[[Sequence[Chunk]], Searcher] = bm25_searcher) -> None:
     """Stage 4's data: the SFT rows from the KB, leak-checked, written to `train.dataset`."""
     d = cfg.data
     passages = [p.text for s in test for p in s.presented if p.replaces]
     rows, val, stats = build_kb_rows(kb.groups, kb.chunks, cfg.train.sft, conflict_seed=d.splits.seed,
                                      conflicts_per_item=d.conflicts_per_item, outdated=kb.outdated,
-                                     test_passages=passages)
+                                     test_passages=passages, searcher=searcher)
     held = [it for g in HELD_OUT for it in kb.groups[g]]
     kb_leak_check(rows, held, {c.chunk_id: c for c in kb.chunks}, passages)
     write_sft(rows, cfg.train.dataset)

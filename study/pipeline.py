@@ -114,7 +114,7 @@ def run(cfg: RunConfig, *, fresh: bool = False, dry_run: bool = False, echo: Ech
     p.step("index", f"indexing {len(src.chunks)} chunks")
     retriever = index_chunks(cfg, src.chunks, src.n_documents, cfg.rag.index)
     p.step("scenarios", "building test and dev scenarios")
-    test, dev_known, dev_unseen = src.scenarios(echo)
+    test, dev_known, dev_unseen = src.scenarios(echo, retriever)
     echo(f"          {len(test)} test items; dev {len(dev_known)} known + {len(dev_unseen)} never-learned")
     p.step("train", f"LoRA run '{cfg.train.run_name}'")
     if cfg.prepare_base is not None:
@@ -148,7 +148,7 @@ def calibrate_only(cfg: RunConfig, *, echo: Echo = print) -> GateCalibration:
         raise UserError(f"no trained adapter for run '{cfg.train.run_name}': run `lorarag run` first")
     src = (KBSource if cfg.data is not None else WorldSource)(cfg, paths)
     retriever = index_chunks(cfg, src.chunks, src.n_documents, cfg.rag.index)
-    _, dev_known, dev_unseen = src.scenarios(echo)
+    _, dev_known, dev_unseen = src.scenarios(echo, retriever)
     parts = build_parts(cfg, retriever, adapter, src.chunks)
     gate = calibrate_gate(cfg, parts, adapter, dev_known, dev_unseen, echo, force=True)
     parts.generator.close()

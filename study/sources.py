@@ -9,9 +9,13 @@ says what it was trained on.
 
 from __future__ import annotations
 
+from functools import partial
 from pathlib import Path
+from typing import Sequence
 
 from lorarag.rag.records import Chunk
+from lorarag.rag.retrieve import Retriever
+from lorarag.scenarios.from_world import Searcher, bm25_searcher, retriever_searcher
 from lorarag.scenarios.records import Scenario
 from lorarag.study.config import RunConfig
 from lorarag.study.kb import build_kb_sft, kb_scenarios, prepare_kb
@@ -21,6 +25,11 @@ from lorarag.study.training import build_sft
 
 Split = tuple[list[Scenario], list[Scenario], list[Scenario]]  # test, dev known, dev never-learned
 
+
+
+def pool_searcher(retriever: Retriever, pool: Sequence[Chunk]) -> Searcher:
+    """`retriever` limited to the chunks of `pool` (the SFT rows' distractors)."""
+    return retriever_searcher(retriever, {c.chunk_id for c in pool})
 
 class WorldSource:
     """The seeded demo world (stage 1: `world`)."""
@@ -36,7 +45,8 @@ class WorldSource:
         self.files: list[Path] = []
         self.seeds = {"world": cfg.train.world.seed}
 
-    def scenarios(self, echo: Echo) -> Split:
+    def scenarios(self, echo: Echo, retriever: Retriever) -> Split:
+        """The world's scenarios (its own BM25 distractors; `retriever` is the KB branch's)."""
         return make_scenarios(self.cfg, self.world, self.paths)
 
     def write_sft(self, echo: Echo) -> None:
@@ -57,9 +67,15 @@ class KBSource:
         self.files = self.kb.files
         self.seeds = {"splits": cfg.data.splits.seed}
 
-    def scenarios(self, echo: Echo) -> Split:
-        split = kb_scenarios(self.cfg, self.kb, self.paths)
-        build_kb_sft(self.cfg, self.kb, split[0], echo)
+    def scenarios(self, echo: Echo, retriever: Retriever) -> Split:
+        """Test and dev scenarios and the SFT rows; `data.distractors: retrieval` draws the
+        distractors from `retriever` (the run's index, dense or hybrid as configured)."""
+        if self.cfg.data.distractors == "retrieval":
+            search, searcher = retriever_searcher(retriever), partial(pool_searcher, retriever)
+        else:
+            search, searcher = None, bm25_searcher
+        split = kb_scenarios(self.cfg, self.kb, self.paths, search)
+        build_kb_sft(self.cfg, self.kb, split[0], echo, searcher)
         return split
 
     def write_sft(self, echo: Echo) -> None:

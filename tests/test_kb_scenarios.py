@@ -135,3 +135,54 @@ def test_a_document_label_presents_the_chunk_with_most_answer_words():
     assert gold_of(tie, {"d#0": a, "d#1": b})[0].chunk_id == "d#0"
     span_item = QAItem("s", "Q?", ("river crossing",), ("d#1", "d#0"))
     assert gold_of(span_item, {"d#0": a, "d#1": b}) == (a, "river crossing")
+
+
+class _Ranked:
+    """A retriever with a fixed ranking (the code under test is the Searcher built on it)."""
+
+    def __init__(self, chunks, order):
+        self.chunks, self.order, self.asked = chunks, order, []
+
+    def rank(self, queries, k):
+        import numpy as np
+
+        self.asked.append(k)
+        return [(np.array(self.order[:k]), np.zeros(min(k, len(self.order)))) for _ in queries]
+
+
+def test_retriever_searcher_keeps_the_ranking_and_only_the_allowed_chunks():
+    from lorarag.scenarios.from_world import retriever_searcher
+
+    r = _Ranked(CHUNKS, [5, 0, 3, 1, 4, 2])  # c6, c1, c4, c2, c5, c3
+    assert retriever_searcher(r)(["q"], 3) == [["c6", "c1", "c4"]]
+    pool = retriever_searcher(r, {"c1", "c2", "c3"})
+    assert pool(["q"], 2) == [["c1", "c2"]]
+    assert r.asked[-1] == 5  # depth 2 + the 3 chunks left out: enough to fill 2 from the pool
+
+
+def test_dense_distractors_come_from_the_runs_retriever(tiny_models, tmp_path):
+    """data.distractors: retrieval, on a real dense index: an irrelevant context is the best
+    dense-ranked chunks that are not relevant and hold no answer, in the retriever's order."""
+    import torch
+
+    torch.set_num_threads(1)
+    from lorarag.rag.config import BM25Config, DenseIndexConfig, EmbedderConfig, IndexConfig, RetrievalConfig
+    from lorarag.rag.index import build_from_chunks
+    from lorarag.rag.retrieve import load_retriever
+    from lorarag.scenarios.from_world import retriever_searcher
+
+    ecfg = EmbedderConfig(kind="transformers", model=str(tiny_models["embedder"]), batch_size=2,
+                          query_instruction=None)
+    icfg = IndexConfig(dir=str(tmp_path / "idx"), bm25=BM25Config(), dense=DenseIndexConfig(kind="flat"))
+    from lorarag.rag.embed import make_embedder
+
+    emb = make_embedder(ecfg)
+    build_from_chunks(CHUNKS, icfg, embedder=emb, embedder_cfg=ecfg)
+    r = load_retriever(icfg, RetrievalConfig(mode="dense"), ecfg, embedder=emb)
+    item = ITEMS[0]  # the lighthouse year, relevant c1
+    sc = corpus_scenarios([item], CHUNKS, name="kb", seed=0, distractors=1, types=("irrelevant",),
+                          search=retriever_searcher(r))
+    rows, _ = r.rank([item.question], len(CHUNKS))[0]
+    expect = [CHUNKS[i].chunk_id for i in rows.tolist()
+              if CHUNKS[i].chunk_id not in item.relevant_ids and "1911" not in CHUNKS[i].text][:2]
+    assert [p.chunk_id for p in sc[0].presented] == expect

@@ -25,12 +25,12 @@ import re
 import zlib
 from collections import Counter
 from dataclasses import replace
-from typing import Iterable, Sequence
+from typing import Callable, Iterable, Sequence
 
 from lorarag.rag.prompt import neutralise
 from lorarag.rag.records import Chunk
 from lorarag.scenarios.from_corpus import OlderValue, corpus_scenarios
-from lorarag.scenarios.from_world import bm25_searcher
+from lorarag.scenarios.from_world import Searcher, bm25_searcher
 from lorarag.scenarios.kb_records import QAItem
 from lorarag.scenarios.kb_splits import HELD_OUT, TAUGHT
 from lorarag.scenarios.records import Scenario
@@ -83,14 +83,17 @@ def _wordings(s: Scenario, item: QAItem, how: str) -> tuple[str, ...]:
 
 def build_kb_rows(groups: dict[str, list[QAItem]], chunks: Sequence[Chunk], cfg: SFTConfig, *,
                   conflict_seed: int, conflicts_per_item: int = 1, outdated: dict[str, OlderValue] | None = None,
-                  test_passages: Iterable[str] = ()) -> tuple[list[SFTRow], list[SFTRow], dict]:
+                  test_passages: Iterable[str] = (),
+                  searcher: Callable[[Sequence[Chunk]], Searcher] = bm25_searcher
+                  ) -> tuple[list[SFTRow], list[SFTRow], dict]:
     """(train rows, val rows, stats) for the splits of scenarios/kb_splits.py; val rows are a seeded
     sample of the training rows (a KB has no held-out wording of its known facts to spare). A
     training context that happens to equal a test passage (`test_passages`: the same substituted
-    value drawn twice) is left out and counted."""
+    value drawn twice) is left out and counted. Distractors come from `searcher(pool)` (BM25 over
+    the pool by default), the pool being every chunk that answers no held-out question."""
     held = {c for g in HELD_OUT for it in groups[g] for c in it.relevant_ids}
     pool = [c for c in chunks if c.chunk_id not in held]
-    search = bm25_searcher(pool)
+    search = searcher(pool)
     taught = [it for g in TAUGHT for it in groups[g]]
     answers = [a for it in taught + groups["context_only"] for a in it.answers[:1]]
     rows: list[SFTRow] = []
