@@ -106,6 +106,15 @@ class SplitConfig(Strict):
         return self
 
 
+class ParaphraseConfig(Strict):
+    """`data.paraphrase`: training wordings written by the run's generator for taught questions the
+    set words once (study/paraphrase.py); off unless enabled."""
+
+    enabled: bool = False
+    prompts: int = Field(2, ge=1, le=3)  # rewrites asked per question, one per prompt
+    max_new_tokens: int = Field(48, ge=8)
+
+
 class DataConfig(Strict):
     """A corpus + labelled QA set: the knowledge base the LoRA learns and the questions it is tested on."""
 
@@ -126,3 +135,4 @@ class DataConfig(Strict):
     # `bm25` over the chunks, or `retrieval`, the run's own retriever (rag.retrieval: dense or
     # hybrid with its embedder), so distractors are what that retriever would actually confuse.
     distractors: Literal["bm25", "retrieval"] = "bm25"
+    paraphrase: ParaphraseConfig = ParaphraseConfig()

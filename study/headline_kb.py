@@ -134,6 +134,12 @@ def _notes(summary: Mapping[str, Any]) -> list[str]:
                      "detector may flag them without consulting its memory; the detection table below compares "
                      "known with never-learned facts, where memory cannot help.")
         out.append(line)
+    para = summary.get("paraphrase")
+    if para:
+        out.append(f"data.paraphrase: the generator reworded {para['questions']} single-wording taught question(s); "
+                   f"{para['kept']} of {para['replies']} replies kept as training wordings for "
+                   f"{para['questions_with_one']} of them (rejected: {para['rejected'] or 'none'}); the test asks "
+                   "in the set's own wording.")
     if sft.get("no_factual_error"):
         out.append(f"{sft['no_factual_error']} taught question(s) got no factual-error training row (no conflict "
                    "passage left and the answer is not a span of its chunk).")

@@ -9,17 +9,20 @@ says what it was trained on.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from functools import partial
 from pathlib import Path
 from typing import Sequence
 
+from lorarag.rag.generators import build_generator
 from lorarag.rag.records import Chunk
 from lorarag.rag.retrieve import Retriever
 from lorarag.scenarios.from_world import Searcher, bm25_searcher, retriever_searcher
 from lorarag.scenarios.records import Scenario
 from lorarag.study.config import RunConfig
-from lorarag.study.kb import build_kb_sft, kb_scenarios, prepare_kb
+from lorarag.study.kb import KB, build_kb_sft, kb_scenarios, prepare_kb
 from lorarag.study.layout import Echo, Paths
+from lorarag.study.paraphrase import paraphrases_for, tally, with_paraphrases
 from lorarag.study.prepare import make_scenarios, make_world
 from lorarag.study.training import build_sft
 
@@ -74,9 +77,23 @@ class KBSource:
             search, searcher = retriever_searcher(retriever), partial(pool_searcher, retriever)
         else:
             search, searcher = None, bm25_searcher
-        split = kb_scenarios(self.cfg, self.kb, self.paths, search)
-        build_kb_sft(self.cfg, self.kb, split[0], echo, searcher)
+        kb = self._paraphrased(echo)
+        split = kb_scenarios(self.cfg, kb, self.paths, search)
+        build_kb_sft(self.cfg, kb, split[0], echo, searcher)
         return split
+
+    def _paraphrased(self, echo: Echo) -> KB:
+        """The KB, its single-wording taught questions given generated wordings when enabled."""
+        para = self.cfg.data.paraphrase
+        if not para.enabled:
+            return self.kb
+        gen_cfg = self.cfg.rag.generator
+        rows = paraphrases_for(self.kb.groups, self.paths.root / "data", gen_cfg.model_dump(), para.prompts,
+                               lambda: build_generator(gen_cfg), para.max_new_tokens)
+        self.kb.summary["paraphrase"] = t = tally(rows)
+        echo(f"          paraphrases: {t['kept']} of {t['replies']} kept for {t['questions']} single-wording "
+             f"question(s); rejected {t['rejected']}")
+        return replace(self.kb, groups=with_paraphrases(self.kb.groups, rows))
 
     def write_sft(self, echo: Echo) -> None:
         """Written (and leak-checked) with the scenarios."""
