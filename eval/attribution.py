@@ -9,7 +9,7 @@ Unanswerable items (no gold answer):
   3. some context was given                        -> conflict_missed (an irrelevant context not flagged)
   4. otherwise                                     -> generation_failure
 Answerable items:
-  5. correct (contains a gold answer, not abstained) -> correct
+  5. correct (contains a gold answer, not abstained; or the caller's rule) -> correct
   6. abstained                                     -> abstained_wrongly
   7. route = fallback on a consistent item whose target chunk was given -> wrong_route
   8. route = fallback otherwise                    -> fallback_wrong
@@ -32,7 +32,7 @@ from __future__ import annotations
 import json
 from collections import Counter
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 from lorarag.eval.answer_metrics import is_correct
 from lorarag.eval.records import ItemResult
@@ -41,10 +41,12 @@ from lorarag.scenarios.records import SCENARIO_TYPES
 CLASSES = ("correct", "retrieval_miss", "rerank_drop", "generation_failure", "conflict_missed",
            "wrong_route", "fallback_wrong", "abstained_correctly", "abstained_wrongly")
 FLAWED_CONTEXT = ("factual_error", "outdated", "irrelevant")
+Correct = Callable[[ItemResult], bool]
 
 
-def attribute(r: ItemResult) -> str:
-    """The attribution class of one item (see the module docstring for the precedence)."""
+def attribute(r: ItemResult, correct: Correct = is_correct) -> str:
+    """The attribution class of one item (see the module docstring for the precedence); `correct`
+    decides rule 5 (a KB scored by token F1 passes its own rule, study/headline_kb.py)."""
     given = bool(r.final_ids)
     if not r.gold_answers:
         if r.abstained:
@@ -52,7 +54,7 @@ def attribute(r: ItemResult) -> str:
         if r.route == "fallback":
             return "fallback_wrong"
         return "conflict_missed" if given else "generation_failure"
-    if is_correct(r):
+    if correct(r):
         return "correct"
     if r.abstained:
         return "abstained_wrongly"
@@ -71,21 +73,21 @@ def attribute(r: ItemResult) -> str:
     return "generation_failure"
 
 
-def attribution_counts(items: Sequence[ItemResult]) -> dict[str, int]:
+def attribution_counts(items: Sequence[ItemResult], correct: Correct = is_correct) -> dict[str, int]:
     """Count of each class (every class present, zeros included, in CLASSES order)."""
-    c = Counter(attribute(r) for r in items)
+    c = Counter(attribute(r, correct) for r in items)
     return {k: c.get(k, 0) for k in CLASSES}
 
 
-def attribution_table(items: Sequence[ItemResult]) -> list[dict]:
+def attribution_table(items: Sequence[ItemResult], correct: Correct = is_correct) -> list[dict]:
     """Rows (scenario, knowledge, n, one count per class), then a total row."""
     rows = []
     for s in SCENARIO_TYPES:
         for k in sorted({r.knowledge for r in items}):
             sel = [r for r in items if r.scenario == s and r.knowledge == k]
             if sel:
-                rows.append({"scenario": s, "knowledge": k, "n": len(sel), **attribution_counts(sel)})
-    rows.append({"scenario": "all", "knowledge": "all", "n": len(items), **attribution_counts(items)})
+                rows.append({"scenario": s, "knowledge": k, "n": len(sel), **attribution_counts(sel, correct)})
+    rows.append({"scenario": "all", "knowledge": "all", "n": len(items), **attribution_counts(items, correct)})
     return rows
 
 

@@ -53,6 +53,19 @@ def score_fn(metric: str) -> Score:
     return f1
 
 
+F1_CORRECT = 0.5  # token F1 at which a sentence answer counts as right in the attribution table
+
+
+def correct_fn(metric: str) -> Callable[[ItemResult], bool]:
+    """Rule 5 of eval.attribution for `data.answer_metric`: contains-gold, or for `token_f1` siding
+    with the truth on a wrong source and token F1 >= F1_CORRECT elsewhere."""
+    if metric == "contains":
+        return is_correct
+    score = score_fn(metric)
+    return lambda r: not r.abstained and score(r) >= (1.0 if r.scenario in WRONG_VALUE_SCENARIOS
+                                                       and r.context_answer else F1_CORRECT)
+
+
 def metric_name(metric: str, scenario: str) -> str:
     if metric == "contains":
         return "accuracy"
@@ -197,6 +210,9 @@ def kb_headline(cfg: Any, results: Mapping[str, Sequence[ItemResult]], summary: 
         lines += detection_table(results[pairs[0][2]])
     for sc in cfg.systems:
         if sc.context == "retrieved" and sc.kind in ("base_rag", "lora_rag") and sc.name in results:
+            rule = ("contains a gold answer" if metric == "contains" else
+                    f"sides with the truth on a wrong source, token F1 >= {F1_CORRECT} elsewhere")
             lines += [f"### Error attribution by labelled chunk id: {sc.name} (retrieved + poisoned context)", "",
-                      table_markdown(attribution_table(results[sc.name]))]
+                      f"`correct`: {rule}.", "",
+                      table_markdown(attribution_table(results[sc.name], correct_fn(metric)))]
     return "\n".join(lines).rstrip() + "\n"

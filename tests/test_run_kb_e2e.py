@@ -221,3 +221,26 @@ def test_kb_headline_gives_mcnemar_p_the_shortcut_probe_and_detection_by_knowled
     # doubt 15/20 known (Wilson 0.531-0.888), 13/20 never-learned (0.433-0.819)
     det = next(ln for ln in md.splitlines() if ln.startswith("| factual_error | 15/20"))
     assert det == "| factual_error | 15/20 = 0.75 [0.53, 0.89] | 13/20 = 0.65 [0.43, 0.82] |"
+
+
+def test_attribution_of_a_token_f1_kb_counts_right_sentence_answers_as_correct():
+    from lorarag.eval.answer_metrics import is_correct
+    from lorarag.eval.attribution import attribute
+    from lorarag.study.headline_kb import correct_fn
+    from tests.eval_fixtures import make_item
+
+    gold = ("the geneticist Reginald Punnett",)
+    # same words, other order: token F1 1.0 (articles dropped), but no gold substring
+    r = make_item(scenario="consistent", gold_answers=gold, answer="Reginald Punnett, geneticist",
+                  context_answer=gold[0], final_ids=("c1",), target_ids=("c1",), retrieved_ids=("c1",))
+    assert not is_correct(r) and attribute(r) == "generation_failure"
+    assert attribute(r, correct_fn("token_f1")) == "correct"
+    half = make_item(**{**r.__dict__, "answer": "Punnett"})  # P 1, R 1/3: F1 0.5, counts as right
+    assert attribute(half, correct_fn("token_f1")) == "correct"
+    low = make_item(**{**r.__dict__, "answer": "a district somewhere"})
+    assert attribute(low, correct_fn("token_f1")) == "generation_failure"
+    # on a wrong source only siding with the truth is right
+    fe = make_item(**{**r.__dict__, "scenario": "factual_error", "context_answer": "a district in Mozambique",
+                      "answer": "It is a district in Mozambique."})
+    assert attribute(fe, correct_fn("token_f1")) == "conflict_missed"
+    assert attribute(make_item(**{**fe.__dict__, "answer": "Reginald Punnett"}), correct_fn("token_f1")) == "correct"
