@@ -59,3 +59,34 @@ def test_conflictnq_length_shortcut_goes_with_500_char_chunks(chunk_size, length
     assert (p.length_auroc > 0.75) if length_shortcut else (p.length_auroc < 0.6), p
     # the fabricated passages' style gives them away whatever the chunking: the report must say so
     assert p.auroc > 0.9 and p.flagged, p
+
+
+@pytest.mark.parametrize("name", ["piaf-fr", "lecoqa"])
+def test_scenarios_over_piaf_and_lecoqa(name):
+    """PIAF (fr, answer spans): every question gets a consistent, a type-aware factual-error and an
+    irrelevant context, and the probe cannot tell the substituted chunks (AUROC <= 0.6). LeCoQA (zh):
+    its answers are lawyers' replies, not spans of the statutes, so no factual error can be made by
+    substitution (it needs conflict passages or an older-version file); consistent and irrelevant
+    contexts are built for all 309 questions."""
+    from collections import Counter
+
+    from lorarag.rag.config import ChunkerConfig
+    from lorarag.scenarios.config import CorpusSource, QuestionSource
+    from lorarag.scenarios.from_corpus import corpus_scenarios
+    from lorarag.scenarios.kb_corpus import load_corpus
+    from lorarag.scenarios.kb_labels import map_labels
+    from lorarag.scenarios.kb_questions import load_questions
+    from tests.conftest import shared_data
+
+    folder = shared_data(name)
+    corpus = load_corpus(CorpusSource(kind="beir", path=str(folder)), ChunkerConfig())
+    items, _ = map_labels(load_questions(QuestionSource(kind="beir", path=str(folder), split="test")), corpus)
+    sc = corpus_scenarios(items, corpus.chunks, name="kb", seed=0, distractors=1,
+                          types=("consistent", "factual_error", "irrelevant"))
+    counts = Counter(s.scenario for s in sc)
+    if name == "piaf-fr":
+        assert counts == {"consistent": 105, "factual_error": 105, "irrelevant": 105}
+        p = context_probe(sc)
+        assert p.auroc <= 0.6 and p.length_auroc <= 0.6 and not p.flagged, p
+    else:
+        assert counts["consistent"] == counts["irrelevant"] == 309 and counts["factual_error"] <= 3
