@@ -221,9 +221,10 @@ def test_phantom_orgs_are_refused_and_share_no_stem_with_any_world_organisation(
 
 
 def test_too_many_phantom_orgs_is_a_one_line_config_error():
-    """The demo world leaves 12 English stems unused: asking for more names the option, no traceback."""
+    """More phantom organisations than the vocabulary can name (up to ~150 with the 30 of the demo
+    world) names the option, no traceback."""
     from lorarag.core.errors import ConfigError
 
     world = build_world(WorldConfig(seed=0, n_orgs=30))
-    with pytest.raises(ConfigError, match=r"^sft\.phantom_orgs: 60 is too many for this world \(cannot name 48 "):
-        build_rows(world, SFTConfig(seed=0, phantom_orgs=60))
+    with pytest.raises(ConfigError, match=r"^sft\.phantom_orgs: 400 is too many for this world \(cannot name "):
+        build_rows(world, SFTConfig(seed=0, phantom_orgs=400))
