@@ -23,8 +23,9 @@ import sys
 from pathlib import Path
 from typing import Literal, Mapping
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
+from lorarag.core.config import Strict
 from lorarag.core.errors import ConfigError
 
 PINS: dict[str, dict[str, str]] = {
@@ -34,10 +35,8 @@ THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
 REPORTED_FLAGS = ("avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile")
 
 
-class NumericsConfig(BaseModel):
+class NumericsConfig(Strict):
     """`numerics:` of a run config (see the module docstring); the defaults leave the machine's choice."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     cpu_isa: Literal["avx2"] | None = None
     threads: int | None = Field(default=None, ge=1)
