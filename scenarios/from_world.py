@@ -206,14 +206,17 @@ def _fake_value(f: Fact, rng: random.Random) -> str:
 def world_scenarios(world: World, wi: WorldIndex, groups: Sequence[str], split: str, *, seed: int = 0,
                     undated_fraction: float = 0.5, distractors: int = 1,
                     types: Sequence[str] = ("consistent", "factual_error", "outdated", "irrelevant",
-                                            "unanswerable")) -> list[Scenario]:
-    """Scenarios for every fact of `groups` asked with the phrasings of `split` (train/dev/test)."""
+                                            "unanswerable"),
+                    phrasings: Sequence[int] | None = None) -> list[Scenario]:
+    """Scenarios for every fact of `groups` asked with the phrasings of `split` (train/dev/test),
+    or with `phrasings` when given (a test split in more than one held-out wording)."""
+    wordings = tuple(SPLIT_PHRASINGS[split] if phrasings is None else phrasings)
     by_id = {c.chunk_id: c for c in wi.chunks}
     out: list[Scenario] = []
     for f in sorted(world.by_group(*groups), key=lambda x: x.fact_id):
         known = "known" if f.group == "known" else "unknown"
         gold_c = by_id[wi.gold[f.fact_id]]
-        for ph in SPLIT_PHRASINGS[split]:
+        for ph in wordings:
             rng = random.Random(f"{seed}/{f.fact_id}/{ph}")  # per-item stream: stable under subsetting
             q = f.questions[ph]
             base = dict(fact_id=f.fact_id, question=q, gold_answers=f.gold_answers,
@@ -254,7 +257,7 @@ def world_scenarios(world: World, wi: WorldIndex, groups: Sequence[str], split: 
                                     removes=tuple(sorted(own)), **base))
     if "unanswerable" in types:
         for u in sorted((x for x in world.unanswerable if x.group in groups), key=lambda x: x.fact_id):
-            for ph in SPLIT_PHRASINGS[split]:
+            for ph in wordings:
                 q = u.questions[ph]
                 hard = _distractors(q, wi.search, set(), (), by_id, distractors + 1)
                 out.append(Scenario(qid=f"{u.fact_id}/p{ph}/unanswerable", fact_id=u.fact_id, question=q,

@@ -16,7 +16,7 @@ from lorarag.fallback.config import FallbackConfig
 from lorarag.rag.config import RAGConfig
 from lorarag.scenarios.config import DataConfig
 from lorarag.scenarios.records import SCENARIO_TYPES, KnowledgeName, ScenarioName
-from lorarag.scenarios.world import untrained_phrasings
+from lorarag.scenarios.world import DEV_PHRASING, TEST_PHRASING, untrained_phrasings
 from lorarag.train.config import TrainConfig
 
 
@@ -55,6 +55,11 @@ class EvalSection(Strict):
         list(SCENARIO_TYPES)
     knowledge: list[KnowledgeName] = ["known", "unknown"]
     max_per_cell: int | None = 40  # items per (scenario, knowledge) cell, seeded sample; None = all
+    # The demo world's test wordings: the held-out phrasing 3, and optionally closed-book
+    # paraphrases the SFT rows leave out (6-9 with knowledge_phrasings 4). A second wording doubles
+    # each cell without training on more facts; its items share a fact two by two, so
+    # `lorarag seeds` resamples facts, not items, for its pooled CI. Dev then skips these wordings.
+    test_phrasings: list[int] = [TEST_PHRASING]
     bootstrap: int = Field(1000, ge=1000)  # paired-bootstrap resamples (eval.compare's minimum)
     seed: int = 0
 
@@ -119,6 +124,7 @@ class RunConfig(Strict):
         adapter = self.fallback.detector.adapter
         if adapter is not None and adapter in self.rag.generator.adapters:
             raise ValueError(f"rag.generator.adapters.{adapter}: set by the run (the trained adapter)")
+        self._check_test_phrasings()
         if self.calibration.phrasings != "auto":
             allowed = self._untrained_phrasings()
             bad = [p for p in self.calibration.phrasings if p not in allowed]
@@ -126,6 +132,20 @@ class RunConfig(Strict):
                 raise ValueError(f"calibration.phrasings: {bad or 'empty'} not allowed: dev questions use "
                                  f"phrasings neither trained nor tested, here {list(allowed)}")
         return self
+
+    def _check_test_phrasings(self) -> None:
+        tp = self.eval.test_phrasings
+        if self.data is not None:
+            if tp != [TEST_PHRASING]:
+                raise ValueError("eval.test_phrasings: the demo world's wordings; with data: the test split "
+                                 "asks every question in the wordings the set gives")
+            return
+        free = [p for p in untrained_phrasings(self.train.sft.knowledge_phrasings if self.train.sft else None)
+                if p != DEV_PHRASING]
+        bad = [p for p in tp if p != TEST_PHRASING and p not in free]
+        if not tp or len(set(tp)) != len(tp) or bad:
+            raise ValueError(f"eval.test_phrasings: {bad or tp or 'empty'} not allowed: distinct wordings the "
+                             f"SFT rows leave out, here {[TEST_PHRASING, *free]} (phrasing 2 is the gate's dev)")
 
     def _check_kb(self) -> None:
         if self.rag.corpus.paths:
@@ -150,5 +170,7 @@ class RunConfig(Strict):
         return self._untrained_phrasings()
 
     def _untrained_phrasings(self) -> tuple[int, ...]:
-        return untrained_phrasings(self.train.sft.knowledge_phrasings if self.train.sft else None)
+        """Wordings neither trained nor tested: the gate's dev questions may use them."""
+        kp = self.train.sft.knowledge_phrasings if self.train.sft else None
+        return tuple(p for p in untrained_phrasings(kp) if p not in self.eval.test_phrasings)
 

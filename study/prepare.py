@@ -53,7 +53,7 @@ def make_scenarios(cfg: RunConfig, world: World, paths: Paths) -> tuple[list[Sce
     wi = index_world(world)
     undated = cfg.train.world.undated_outdated_fraction
     test = world_scenarios(world, wi, ["known", "unknown"], "test", seed=cfg.seed,
-                           undated_fraction=undated, types=cfg.eval.scenarios)
+                           undated_fraction=undated, types=cfg.eval.scenarios, phrasings=cfg.eval.test_phrasings)
     test = sample_cells([s for s in test if s.knowledge in cfg.eval.knowledge], cfg.eval.max_per_cell,
                         cfg.eval.seed)
     dev = []

@@ -58,7 +58,7 @@ def find_adapter(cfg: RunConfig) -> Path | None:
 def build_sft(cfg: RunConfig, world: World, echo: Echo) -> None:
     """The SFT mix from the world (train/sft.py), leak-checked, written to `train.dataset`."""
     rows, val = build_rows(world, cfg.train.sft)
-    leak_check(rows, world)
+    leak_check(rows, world, (*cfg.eval.test_phrasings, *cfg.dev_phrasings()))
     write_sft(rows, cfg.train.dataset)
     if cfg.train.val_dataset:
         write_sft(val, cfg.train.val_dataset)

@@ -137,11 +137,12 @@ def _pair_phrasing(fact_id: str) -> int:
     return zlib.crc32(fact_id.encode()) % 2
 
 
-def leak_check(rows: Iterable[SFTRow | dict], world: World) -> None:
-    """Raise LeakError if any row names a held-out organisation or uses a dev/test phrasing."""
+def leak_check(rows: Iterable[SFTRow | dict], world: World, held_phrasings: Sequence[int] = ()) -> None:
+    """Raise LeakError if any row names a held-out organisation or uses a dev/test phrasing
+    (`held_phrasings`: the run's further dev and test wordings, beside phrasings 2 and 3)."""
     orgs = sorted({f.org for f in world.facts if f.group in HELD_OUT_GROUPS}, key=len, reverse=True)
-    held = {q for f in list(world.facts) + list(world.unanswerable)
-            for q in (f.questions[DEV_PHRASING], f.questions[TEST_PHRASING])}
+    held_ph = sorted({DEV_PHRASING, TEST_PHRASING, *held_phrasings})
+    held = {f.questions[ph] for f in list(world.facts) + list(world.unanswerable) for ph in held_ph}
     problems: list[str] = []
     for i, row in enumerate(rows):
         msgs = row.to_swift()["messages"] if isinstance(row, SFTRow) else row["messages"]
