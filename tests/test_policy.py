@@ -199,3 +199,26 @@ def test_calibration_phrasings_auto_and_refused_lists():
             RunConfig.model_validate(data)
     data["calibration"]["phrasings"] = [6, 2]
     assert RunConfig.model_validate(data).dev_phrasings() == (6, 2)
+
+
+def test_test_phrasings_take_only_untrained_wordings_and_dev_skips_them():
+    """eval.test_phrasings: phrasing 3 plus closed-book paraphrases the SFT rows leave out; the
+    gate's dev wordings (`auto` and a list alike) never include one of them."""
+    from lorarag.core.config import load_config
+    from lorarag.study.config import RunConfig
+
+    data = load_config("configs/run/cpu-demo.yaml", RunConfig).model_dump()  # knowledge_phrasings: 4
+    data["eval"]["test_phrasings"] = [3, 7]
+    assert RunConfig.model_validate(data).dev_phrasings() == (2, 6, 8, 9)
+    data["calibration"]["phrasings"] = [7]
+    with pytest.raises(ValueError, match=re.escape("calibration.phrasings: [7] not allowed")):
+        RunConfig.model_validate(data)
+    data["calibration"]["phrasings"] = "auto"
+    for bad, named in (([3, 2], "[2]"), ([3, 4], "[4]"), ([3, 3], "[3, 3]"), ([], "empty")):
+        data["eval"]["test_phrasings"] = bad
+        with pytest.raises(ValueError, match=re.escape(f"eval.test_phrasings: {named} not allowed")):
+            RunConfig.model_validate(data)
+    data["eval"]["test_phrasings"] = [3, 7]
+    data["train"]["sft"]["knowledge_phrasings"] = 8  # 7 is now trained
+    with pytest.raises(ValueError, match=re.escape("eval.test_phrasings: [7] not allowed")):
+        RunConfig.model_validate(data)

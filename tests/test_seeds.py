@@ -135,23 +135,25 @@ def test_a_config_without_the_base_vs_lora_pair_fails_before_any_run(demo, tmp_p
     assert not any(tmp_path.iterdir())  # nothing trained, nothing written
 
 
-def test_research_config_has_100_items_in_every_headline_cell_and_plans_three_seeds():
+def test_research_config_has_100_items_in_every_headline_cell_and_plans_three_seeds(tmp_path):
     """configs/run/research.yaml: every scenario x knowledge cell of its test split holds >= 100
-    items (one of 25 cannot separate 0.84 from 0.90), and `lorarag seeds` plans one run per seed."""
+    items (one of 25 cannot separate 0.84 from 0.90), each fact asked in both test wordings before
+    the cap, and `lorarag seeds` plans one run per seed."""
     from collections import Counter
 
-    from lorarag.scenarios.from_world import index_world, world_scenarios
     from lorarag.scenarios.world import build_world
-    from lorarag.study.prepare import sample_cells
+    from lorarag.study.layout import Paths
+    from lorarag.study.prepare import make_scenarios
     from lorarag.study.seeds import run_seeds
 
     cfg = load_config(REPO / "configs/run/research.yaml", RunConfig)
-    world = build_world(cfg.train.world)
-    test = world_scenarios(world, index_world(world), ["known", "unknown"], "test", seed=cfg.seed,
-                           undated_fraction=cfg.train.world.undated_outdated_fraction, types=cfg.eval.scenarios)
-    cells = Counter((s.scenario, s.knowledge) for s in sample_cells(test, cfg.eval.max_per_cell, cfg.eval.seed))
+    test, dev_known, dev_unseen = make_scenarios(cfg, build_world(cfg.train.world), Paths(tmp_path))
+    cells = Counter((s.scenario, s.knowledge) for s in test)
     assert set(cells) == {(s, k) for s in cfg.eval.scenarios for k in ("known", "unknown")}
     assert min(cells.values()) >= 100, cells
+    assert {s.phrasing for s in test} == {3, 7}
+    # the gate's dev questions use neither test wording
+    assert {s.phrasing for s in dev_known + dev_unseen} == {2, 6, 8, 9}
     lines: list[str] = []
     run_seeds(cfg, [42, 43, 44], dry_run=True, echo=lines.append)
     assert sum(ln.startswith("seed ") for ln in lines) == 3

@@ -175,6 +175,17 @@ def test_knowledge_phrasings_8_adds_four_more_closed_book_paraphrases():
     leak_check(eight, world)
 
 
+def test_a_further_test_wording_is_held_out_by_the_leak_check():
+    """eval.test_phrasings [3, 7] with knowledge_phrasings 8 would train on phrasing 7: the leak
+    check told of the run's test wordings refuses those rows; with 4 phrasings it passes."""
+    world = build_world(WorldConfig(seed=2, n_orgs=20))
+    eight, _ = build_rows(world, SFTConfig(seed=0, knowledge_repeats=1, knowledge_phrasings=8))
+    with pytest.raises(LeakError, match="held-out phrasing"):
+        leak_check(eight, world, (7,))
+    four, _ = build_rows(world, SFTConfig(seed=0, knowledge_repeats=1, knowledge_phrasings=4))
+    leak_check(four, world, (3, 7, 6, 8, 9))
+
+
 def test_unknown_repeats_adds_closed_book_refusals_for_context_only_facts_only():
     """unknown_repeats: 1 — one closed-book "unknown" row per (context-only fact, closed-book
     phrasing); known facts' rows and the conflict-aware rows are the same multiset as without."""
