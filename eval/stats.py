@@ -1,9 +1,11 @@
-"""Uncertainty: Wilson intervals for proportions, paired bootstrap CIs, exact McNemar tests."""
+"""Uncertainty: Wilson intervals for proportions, paired bootstrap CIs, a seeds x units bootstrap,
+exact McNemar tests."""
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -72,6 +74,30 @@ def paired_bootstrap(a: np.ndarray, b: np.ndarray, *, den_a: np.ndarray | None =
     diffs = diffs[np.isfinite(diffs)]
     lo, hi = np.quantile(diffs, [alpha / 2, 1 - alpha / 2]) if len(diffs) else (math.nan, math.nan)
     return PairedDiff(float(ra), float(rb), float(rb - ra), float(lo), float(hi), n, resamples)
+
+
+def crossed_bootstrap(stat: Callable[[np.ndarray, np.ndarray], Sequence[float]], n_seeds: int, n_units: int, *,
+                      resamples: int = 1000, seed: int = 0, alpha: float = 0.05) -> list[tuple[float, float]]:
+    """Percentile CIs of statistics read on every (training seed, unit) pair, resampling both.
+
+    A recipe's number moves with the training seed and with the items it is read on. Each resample
+    draws `n_seeds` seed indices and `n_units` unit indices with replacement, independently (the
+    design is crossed: every seed is read on every unit), and `stat(seed_idx, unit_idx)` returns the
+    statistics on that resample. A unit is the cluster items come in (a fact asked in two wordings
+    is one unit), so items that share a fact are never counted as independent. Non-finite readings
+    are dropped per statistic; a statistic with none left gets (NaN, NaN).
+    """
+    if n_seeds < 1 or n_units < 1:
+        raise ValueError(f"crossed bootstrap needs seeds and units, got {n_seeds} x {n_units}")
+    rng = np.random.default_rng(seed)
+    draws = np.array([np.asarray(stat(rng.integers(0, n_seeds, n_seeds), rng.integers(0, n_units, n_units)),
+                                 dtype=np.float64) for _ in range(resamples)])
+    out = []
+    for col in draws.T:
+        col = col[np.isfinite(col)]
+        out.append(tuple(float(q) for q in np.quantile(col, [alpha / 2, 1 - alpha / 2])) if len(col)
+                   else (math.nan, math.nan))
+    return out
 
 
 def mcnemar_exact(a_correct: np.ndarray, b_correct: np.ndarray) -> tuple[int, int, float]:

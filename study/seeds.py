@@ -14,7 +14,8 @@ only if their stamp (what results depend on, fallback/pipeline.system_stamp) sti
 The summary (`<runs_dir>/<name>-seeds/seeds.md` + `seeds.json`, beside the usual config.yaml and
 run.json) lists every target of the headline (fallback/headline.targets) per seed, with mean,
 standard deviation (n-1), a 95 % t-interval of the mean over seeds, range and how many seeds meet
-it, and each seed's gate threshold.
+it, and each seed's gate threshold; then the pooled table (study/pooled.py): every target and the
+demo's LoRA − base cell differences over all seeds, with a CI that resamples seeds and facts.
 """
 
 from __future__ import annotations
@@ -31,12 +32,14 @@ from typing import Mapping, Sequence
 from lorarag.core.errors import ConfigError
 from lorarag.core.runinfo import start_run
 from lorarag.eval.records import load_results
+from lorarag.eval.stats import nan_to_none
 from lorarag.fallback.gate import GATE_FILE
 from lorarag.study.calibration import Echo
 from lorarag.study.config import RunConfig
 from lorarag.study.headline import BASE_TARGET, pair_names, targets
 from lorarag.study.headline_kb import kb_targets
 from lorarag.study.pipeline import Paths, find_adapter, run
+from lorarag.study.pooled import pooled_differences, pooled_markdown, pooled_rows
 
 
 @dataclass(frozen=True)
@@ -146,6 +149,7 @@ def run_seeds(cfg: RunConfig, seeds: Sequence[int], *, fresh: bool = False, dry_
     if not {"base_rag", "lora_rag"} <= kinds:  # checked before any training, not after the first
         raise ConfigError(f"lorarag seeds compares base_rag with lora_rag; {cfg.name} has neither or only one")
     cfgs = [seed_config(cfg, s) for s in seeds]
+    target_fn = targets if cfg.data is None else partial(kb_targets, cfg)
     if dry_run:
         for s, c in zip(seeds, cfgs):
             echo(f"seed {s}: lorarag run as '{c.name}', training run '{c.train.run_name}'")
@@ -157,7 +161,7 @@ def run_seeds(cfg: RunConfig, seeds: Sequence[int], *, fresh: bool = False, dry_
     start_run(out, cfg, seeds={"run": cfg.seed, **source_seed, "eval": cfg.eval.seed,
                                **{f"train.{i}": s for i, s in enumerate(seeds)}})
     first = Paths(Path(cfg.runs_dir) / cfgs[0].name)
-    per_seed, gates = [], {}
+    per_seed, pairs, gates = [], [], {}
     for i, (s, c) in enumerate(zip(seeds, cfgs), 1):
         echo(f"=== seed {s} ({i}/{len(seeds)}): run '{c.name}' ===")
         paths = Paths(Path(c.runs_dir) / c.name)
@@ -168,16 +172,23 @@ def run_seeds(cfg: RunConfig, seeds: Sequence[int], *, fresh: bool = False, dry_
         run(c, fresh=fresh, echo=echo)
         results = {sc.name: load_results(paths.eval / sc.name) for sc in c.systems}
         pair = pair_names(c, results)
-        per_seed.append((targets if c.data is None else partial(kb_targets, c))(results[pair[0]], results[pair[1]]))
+        pairs.append((results[pair[0]], results[pair[1]]))
+        per_seed.append(target_fn(pairs[-1][0], pairs[-1][1]))
         adapter = find_adapter(c)
         gate = adapter / GATE_FILE if adapter is not None else None
         gates[s] = json.loads(gate.read_text(encoding="utf-8")) if gate is not None and gate.is_file() else None
     rows = seed_rows(per_seed)
-    md = seeds_markdown(seeds, rows, gates)
+    echo(f"          pooling {len(seeds)} seeds: {cfg.eval.bootstrap} resamples of seeds and facts")
+    pooled = pooled_rows(pairs, lambda b, l: [(n, v) for n, v, _ in target_fn(b, l)],
+                         resamples=cfg.eval.bootstrap, seed=cfg.eval.seed)
+    diffs = pooled_differences(pairs, resamples=cfg.eval.bootstrap, seed=cfg.eval.seed) if cfg.data is None else []
+    md = seeds_markdown(seeds, rows, gates) + "\n" + pooled_markdown(seeds, pooled, diffs, cfg.eval.bootstrap)
     (out / "seeds.md").write_text(f"# lorarag seeds {cfg.name}\n\n" + md, encoding="utf-8")
-    (out / "seeds.json").write_text(json.dumps(
+    (out / "seeds.json").write_text(json.dumps(nan_to_none(
         {"seeds": list(seeds), "runs": [c.name for c in cfgs], "gates": {str(k): v for k, v in gates.items()},
-         "targets": [asdict(r) | {"n_met": r.n_met} for r in rows]}, indent=1), encoding="utf-8")
+         "targets": [asdict(r) | {"n_met": r.n_met} for r in rows],
+         "pooled": {"resamples": cfg.eval.bootstrap, "targets": [asdict(r) for r in pooled],
+                    "differences": [asdict(d) for d in diffs]}}), indent=1, allow_nan=False), encoding="utf-8")
     echo(md)
     echo(f"summary: {out / 'seeds.md'}")
     return md

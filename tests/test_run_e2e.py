@@ -292,5 +292,15 @@ def test_seeds_trains_one_adapter_per_seed_and_shares_adapter_free_results(tmp_p
         own = targets(load_results(runs / name / "eval/base_rag"), load_results(runs / name / "eval/lora_rag"))
         got = [(t["target"], t["values"][i], t["met"][i]) for t in summary["targets"]]
         assert [(n, ok) for n, _, ok in own] == [(n, ok) for n, _, ok in got]
-        assert all(math.isclose(v, w) or (math.isnan(v) and math.isnan(w)) for (_, v, _), (_, w, _) in zip(own, got))
+        # seeds.json is strict JSON: an undefined value (a one-class AUROC) is null
+        assert all((math.isnan(v) and w is None) or math.isclose(v, w) for (_, v, _), (_, w, _) in zip(own, got))
     assert "of 2 seeds" in md and (runs / "ci-tiny-seeds/seeds.md").read_text().endswith(md)
+    # the pooled table: every target once more, over both seeds, and the demo's cell differences
+    assert "## Pooled over 2 seeds and the facts asked" in md
+    assert [t["name"] for t in summary["pooled"]["targets"]] == [t["target"] for t in summary["targets"]]
+    for t, pt in zip(summary["targets"], summary["pooled"]["targets"]):
+        if None not in t["values"]:  # the pooled point is the mean over seeds
+            assert math.isclose(pt["value"], sum(t["values"]) / 2)
+    assert {d["cell"] for d in summary["pooled"]["differences"]} <= {
+        "consistent (known)", "factual_error (known)", "outdated (known)", "irrelevant (known)", "consistent (unknown)"}
+    assert all(len(d["mcnemar_p"]) == 2 for d in summary["pooled"]["differences"])

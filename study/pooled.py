@@ -1,0 +1,143 @@
+"""The seeds' pooled table: each target and each LoRA-RAG − base RAG difference as one number over
+every training seed, with a 95 % CI that resamples seeds and facts together.
+
+The per-seed table (study/seeds.py) says how often a seed meets a target. This one says what the
+recipe does with both sources of variation counted: which seed was drawn and which facts were
+asked (eval.stats.crossed_bootstrap; every seed is read on the same items). Items that share a
+fact, as the research config's two test wordings do, form one unit, so a fact asked twice is not
+counted as two independent items. Differences are paired: both systems are read on the same
+resampled facts, and each seed's exact McNemar p on the cell's items is given beside them.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+import numpy as np
+
+from lorarag.eval.answer_metrics import is_correct
+from lorarag.eval.records import ItemResult
+from lorarag.eval.stats import crossed_bootstrap, mcnemar_exact
+
+Pair = tuple[Sequence[ItemResult], Sequence[ItemResult]]  # (base RAG, LoRA-RAG) results of one seed
+Stats = Callable[[Sequence[ItemResult], Sequence[ItemResult]], list[tuple[str, float]]]
+
+# The cells whose LoRA − base accuracy difference the pooled table reports (the demo's targets).
+DIFF_CELLS = (("consistent", "known"), ("factual_error", "known"), ("outdated", "known"),
+              ("irrelevant", "known"), ("consistent", "unknown"))
+
+
+@dataclass(frozen=True)
+class PooledRow:
+    """One statistic over every seed: its mean over seeds and the seeds x facts 95 % CI."""
+
+    name: str
+    value: float
+    lo: float
+    hi: float
+
+
+@dataclass(frozen=True)
+class PooledDiff:
+    """One cell: base and LoRA accuracy over seeds, their paired difference, McNemar p per seed."""
+
+    cell: str
+    n_items: int  # a seed
+    n_facts: int
+    base: PooledRow
+    lora: PooledRow
+    diff: PooledRow
+    mcnemar_p: tuple[float, ...]  # per seed, in seed order
+
+
+def _by_fact(items: Sequence[ItemResult], facts: Sequence[str]) -> list[list[ItemResult]]:
+    index = {f: i for i, f in enumerate(facts)}
+    groups: list[list[ItemResult]] = [[] for _ in facts]
+    for r in items:
+        groups[index[r.fact_id]].append(r)
+    return groups
+
+
+def pooled_rows(per_seed: Sequence[Pair], stats: Stats, *, resamples: int = 1000, seed: int = 0) -> list[PooledRow]:
+    """`stats(base, lora)` at every seed, averaged over seeds, with a CI from resampling seeds
+    and facts (crossed). Every seed must hold the same items, as `lorarag seeds` evaluates them."""
+    if not per_seed:
+        raise ValueError("no seeds to pool")
+    qids = sorted(r.qid for r in per_seed[0][1])
+    for base, lora in per_seed:
+        if sorted(r.qid for r in lora) != qids or sorted(r.qid for r in base) != qids:
+            raise ValueError("the seeds' results hold different items: pooling reads every seed on the same ones")
+    facts = sorted({r.fact_id for r in per_seed[0][1]})
+    grouped = [(_by_fact(b, facts), _by_fact(l, facts)) for b, l in per_seed]
+    names = [n for n, _ in stats(*per_seed[0])]
+    point = np.mean([[v for _, v in stats(b, l)] for b, l in per_seed], axis=0)
+
+    def stat(seed_idx: np.ndarray, fact_idx: np.ndarray) -> np.ndarray:
+        rows = []
+        for s in seed_idx:
+            gb, gl = grouped[s]
+            rows.append([v for _, v in stats([r for u in fact_idx for r in gb[u]],
+                                              [r for u in fact_idx for r in gl[u]])])
+        return np.mean(rows, axis=0)
+
+    cis = crossed_bootstrap(stat, len(per_seed), len(facts), resamples=resamples, seed=seed)
+    return [PooledRow(n, float(v), lo, hi) for n, v, (lo, hi) in zip(names, point, cis)]
+
+
+def cell_accuracies(base: Sequence[ItemResult], lora: Sequence[ItemResult]) -> list[tuple[str, float]]:
+    """Per DIFF_CELLS cell: base accuracy, LoRA accuracy, their difference (NaN where empty)."""
+    out = []
+    for s, k in DIFF_CELLS:
+        b = [is_correct(r) for r in base if r.scenario == s and r.knowledge == k]
+        lo = [is_correct(r) for r in lora if r.scenario == s and r.knowledge == k]
+        ab = sum(b) / len(b) if b else math.nan
+        al = sum(lo) / len(lo) if lo else math.nan
+        out += [(f"{s} ({k}) base", ab), (f"{s} ({k}) lora", al), (f"{s} ({k}) diff", al - ab)]
+    return out
+
+
+def pooled_differences(per_seed: Sequence[Pair], *, resamples: int = 1000, seed: int = 0) -> list[PooledDiff]:
+    """LoRA − base accuracy per DIFF_CELLS cell over every seed (see module docstring)."""
+    rows = pooled_rows(per_seed, cell_accuracies, resamples=resamples, seed=seed)
+    out = []
+    for i, (s, k) in enumerate(DIFF_CELLS):
+        base_r, lora_r, diff_r = rows[3 * i: 3 * i + 3]
+        cell = [r for r in per_seed[0][1] if r.scenario == s and r.knowledge == k]
+        if not cell:
+            continue
+        ps = []
+        for base, lora in per_seed:
+            b = {r.qid: is_correct(r) for r in base if r.scenario == s and r.knowledge == k}
+            lo = {r.qid: is_correct(r) for r in lora if r.scenario == s and r.knowledge == k}
+            ps.append(mcnemar_exact(np.array([b[q] for q in sorted(b)]), np.array([lo[q] for q in sorted(b)]))[2])
+        out.append(PooledDiff(f"{s} ({k})", len(cell), len({r.fact_id for r in cell}),
+                              base_r, lora_r, diff_r, tuple(ps)))
+    return out
+
+
+def _ci(r: PooledRow, signed: bool = False) -> str:
+    if math.isnan(r.value):
+        return "–"
+    f = "{:+.2f}" if signed else "{:.2f}"
+    ci = "" if math.isnan(r.lo) else f" [{f.format(r.lo)}, {f.format(r.hi)}]"
+    return f.format(r.value) + ci
+
+
+def pooled_markdown(seeds: Sequence[int], targets: Sequence[PooledRow], diffs: Sequence[PooledDiff],
+                    resamples: int) -> str:
+    """Markdown: the pooled targets, then the pooled differences with McNemar p per seed."""
+    lines = [f"## Pooled over {len(seeds)} seeds and the facts asked", "",
+             f"Mean over seeds; 95 % CI from {resamples} resamples of seeds and facts together "
+             "(items that share a fact count once).", "",
+             "| target | mean over seeds [95% CI] |", "|---|---|"]
+    lines += [f"| {r.name} | {_ci(r)} |" for r in targets]
+    if diffs:
+        lines += ["", "| cell | items a seed (facts) | base RAG | LoRA-RAG | LoRA − base [95% CI] | "
+                  "McNemar p per seed |", "|---|---|---|---|---|---|"]
+        for d in diffs:
+            ps = ", ".join(f"{p:.2g}" for p in d.mcnemar_p)
+            lines.append(f"| {d.cell} | {d.n_items} ({d.n_facts}) | {_ci(d.base)} | {_ci(d.lora)} | "
+                         f"{_ci(d.diff, signed=True)} | {ps} |")
+    return "\n".join(lines) + "\n"
