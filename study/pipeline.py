@@ -114,6 +114,8 @@ def run(cfg: RunConfig, *, fresh: bool = False, dry_run: bool = False, echo: Ech
     p.step("index", f"indexing {len(src.chunks)} chunks")
     retriever = index_chunks(cfg, src.chunks, src.n_documents, cfg.rag.index)
     p.step("scenarios", "building test and dev scenarios")
+    if cfg.prepare_base is not None and cfg.data is not None and cfg.data.paraphrase.enabled:
+        BASE_PREPARERS[cfg.prepare_base](cfg.train.model)  # the generator writes training wordings first
     test, dev_known, dev_unseen = src.scenarios(echo, retriever)
     echo(f"          {len(test)} test items; dev {len(dev_known)} known + {len(dev_unseen)} never-learned")
     p.step("train", f"LoRA run '{cfg.train.run_name}'")

@@ -244,3 +244,61 @@ def test_attribution_of_a_token_f1_kb_counts_right_sentence_answers_as_correct()
                       "answer": "It is a district in Mozambique."})
     assert attribute(fe, correct_fn("token_f1")) == "conflict_missed"
     assert attribute(make_item(**{**fe.__dict__, "answer": "Reginald Punnett"}), correct_fn("token_f1")) == "correct"
+
+
+@pytest.mark.slow
+def test_reduced_kb_run_with_dense_distractors_and_generated_wordings(tmp_path, tiny_models):
+    """The two opt-in KB branches through `lorarag run`: `data.distractors: retrieval` on a dense
+    FAISS index (an irrelevant context is the run retriever's best-ranked chunks that are neither
+    the item's own nor hold its answer, in rank order) and `data.paraphrase` (every single-wording
+    taught question asked once, each reply checked, cached under a stamp, counted in the headline)."""
+    import torch
+
+    torch.set_num_threads(1)
+    from lorarag.rag.config import DenseIndexConfig, EmbedderConfig
+    from lorarag.rag.records import read_jsonl
+    from lorarag.rag.retrieve import load_retriever
+    from lorarag.scenarios.kb_labels import find_answer
+    from lorarag.scenarios.kb_records import QAItem
+    from lorarag.scenarios.records import load_scenarios
+    from lorarag.study.paraphrase import Paraphrase
+    from lorarag.study.pipeline import run
+
+    cfg = _in_tmp(tmp_path)
+    emb = EmbedderConfig(kind="transformers", model=str(tiny_models["embedder"]), batch_size=2,
+                         query_instruction=None)
+    rag = cfg.rag.model_copy(update={
+        "embedder": emb, "retrieval": cfg.rag.retrieval.model_copy(update={"mode": "dense"}),
+        "index": cfg.rag.index.model_copy(update={"dense": DenseIndexConfig(kind="flat")})})
+    data = cfg.data.model_copy(update={"distractors": "retrieval",
+                                       "paraphrase": cfg.data.paraphrase.model_copy(
+                                           update={"enabled": True, "prompts": 1, "max_new_tokens": 12})})
+    keep = [s for s in cfg.systems if s.name in ("base_rag", "lora_rag")]
+    cfg = cfg.model_copy(update={"rag": rag, "data": data, "systems": keep})
+    lines: list[str] = []
+    table = run(cfg, echo=lines.append)
+    root = tmp_path / "runs" / cfg.name
+
+    # paraphrases: one reply per single-wording taught question, cached with its stamp, tallied
+    splits = {g: read_jsonl(root / f"data/splits/{g}.jsonl", QAItem) for g in ("known", "known_dev")}
+    single = sorted(it.qid for g in splits.values() for it in g if it.answers and not it.wordings)
+    rows = read_jsonl(root / "data/paraphrases.jsonl", Paraphrase)
+    assert single and sorted(p.qid for p in rows) == single
+    assert (root / "data/paraphrases.stamp.json").is_file()
+    kept = sum(not p.why_not for p in rows)
+    assert any(ln.strip().startswith(f"paraphrases: {kept} of {len(rows)} kept for {len(single)} ")
+               for ln in lines), lines
+    assert f"reworded {len(single)} single-wording taught question(s)" in table
+
+    # irrelevant contexts: the dense retriever's ranking, own chunks and answer-bearing ones skipped
+    retriever = load_retriever(cfg.rag.index, cfg.rag.retrieval, cfg.rag.embedder)
+    ids = [c.chunk_id for c in retriever.chunks]
+    texts = {c.chunk_id: c.text for c in retriever.chunks}
+    irrelevant = [s for s in load_scenarios(root / "scenarios/test.jsonl") if s.scenario == "irrelevant"]
+    assert irrelevant
+    for s in irrelevant:
+        ranked, _ = retriever.rank([s.question], len(ids))[0]
+        own = set(s.relevant_ids) | set(s.removes)
+        expect = [ids[int(i)] for i in ranked if ids[int(i)] not in own
+                  and not (s.gold_answers and find_answer(texts[ids[int(i)]], s.gold_answers))]
+        assert [p.chunk_id for p in s.presented] == expect[:len(s.presented)], s.qid
