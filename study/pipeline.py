@@ -55,8 +55,8 @@ def plan(cfg: RunConfig, fresh: bool) -> list[tuple[str, str]]:
         _plan_source(cfg, root),
         ("index", f"build_from_chunks({source}) -> {cfg.rag.index.dir} ({r.mode}, top_n={r.top_n}, "
                   f"top_k={r.top_k}{', reranker ' + cfg.rag.reranker.model if cfg.rag.reranker else ''})"),
-        _plan_scenarios(cfg, root),
-        ("train", base + describe_training(cfg, fresh)),
+        ("scenarios", base + _plan_scenarios(cfg, root)[1]),
+        ("train", describe_training(cfg, fresh)),
         ("calibrate", gate),
         ("evaluate", f"run_eval for {systems} -> {root / 'eval'}" + "".join(
             f"; then on {x.kind} ({x.path}, {x.split}, <= {x.max_per_cell or cfg.eval.max_per_cell} per cell, "
@@ -114,13 +114,11 @@ def run(cfg: RunConfig, *, fresh: bool = False, dry_run: bool = False, echo: Ech
     p.step("index", f"indexing {len(src.chunks)} chunks")
     retriever = index_chunks(cfg, src.chunks, src.n_documents, cfg.rag.index)
     p.step("scenarios", "building test and dev scenarios")
-    if cfg.prepare_base is not None and cfg.data is not None and cfg.data.paraphrase.enabled:
-        BASE_PREPARERS[cfg.prepare_base](cfg.train.model)  # the generator writes training wordings first
+    if cfg.prepare_base is not None:  # before the scenarios: data.paraphrase's generator is the base model
+        BASE_PREPARERS[cfg.prepare_base](cfg.train.model)
     test, dev_known, dev_unseen = src.scenarios(echo, retriever)
     echo(f"          {len(test)} test items; dev {len(dev_known)} known + {len(dev_unseen)} never-learned")
     p.step("train", f"LoRA run '{cfg.train.run_name}'")
-    if cfg.prepare_base is not None:
-        BASE_PREPARERS[cfg.prepare_base](cfg.train.model)
     adapter = train_or_reuse(cfg, lambda: src.write_sft(echo), fresh, echo)
     p.step("calibrate", "gate threshold on the dev split")
     parts = build_parts(cfg, retriever, adapter, src.chunks)
