@@ -7,11 +7,12 @@ lower-case, delete punctuation (Unicode category P* and ASCII punctuation, as SQ
 tokenise: every CJK character is its own token (character-level, as CMRC/DRCD score Chinese),
 everything else splits on whitespace. Accents are kept ("été" != "ete").
 
-`contains_gold` is the accuracy used for short-answer conflict items: the answer counts as
-correct when the normalised token sequence of some gold answer occurs contiguously in the
+`contains_gold` is the core of the accuracy used for short-answer conflict items: the answer counts
+as correct when the normalised token sequence of some gold answer occurs contiguously in the
 normalised answer ("The speed limit is 50 km/h." contains "50 km/h"; "150" does not contain "50"
 because matching is at token boundaries; for Chinese, tokens are characters so this is a
-substring test). A model that answers in a sentence is thus not punished as EM would be.
+substring test). A model that answers in a sentence is thus not punished as EM would be. `is_correct`
+also requires the source's wrong value to be absent, so a reply naming both values is no answer.
 """
 
 from __future__ import annotations
@@ -149,11 +150,26 @@ def citation_accuracy(item) -> float:
     return ok / total
 
 
+def names_wrong_value(item) -> bool:
+    """The answer also states the value the source asserts (`context_answer`: the perturbed or older
+    value), where that value is not part of a gold answer. "It was 80 km/h, now 50 km/h" names both
+    the gold 50 km/h and the outdated 80 km/h: it does not say which holds, so it is not an answer.
+    A wrong value that a gold answer contains ("50" in "50 km/h") cannot be told apart and is ignored."""
+    wrong = getattr(item, "context_answer", None)
+    if not wrong or not item.gold_answers:
+        return False
+    if any(contains_gold(g, (wrong,), item.language) for g in item.gold_answers):
+        return False  # consistent sources assert the gold itself
+    return contains_gold(item.answer, (wrong,), item.language)
+
+
 def is_correct(item) -> bool:
-    """Item accuracy: answerable -> not abstained and contains a gold answer; unanswerable -> abstained."""
+    """Item accuracy: answerable -> not abstained, contains a gold answer and not the source's wrong
+    value (`names_wrong_value`); unanswerable -> abstained."""
     if not item.gold_answers:
         return bool(item.abstained)
-    return (not item.abstained) and contains_gold(item.answer, item.gold_answers, item.language)
+    return ((not item.abstained) and contains_gold(item.answer, item.gold_answers, item.language)
+            and not names_wrong_value(item))
 
 
 def _nanmean(xs: Iterable[float]) -> float:

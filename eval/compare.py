@@ -55,8 +55,7 @@ METRICS: dict[str, Frac] = {
                          cm.keeps_prior),
     "fallback_success": _where(lambda r: r.scenario in WRONG_VALUE_SCENARIOS and r.route is not None,
                                lambda r: r.route == "fallback" and is_correct(r)),
-    "over_fallback": _where(lambda r: r.scenario == "consistent" and r.route is not None,
-                            lambda r: r.route == "fallback"),
+    "over_fallback": _where(lambda r: r.scenario == "consistent" and r.route is not None, cm.left_context),
 }
 
 

@@ -1,7 +1,9 @@
 """Conflict and fallback metrics per scenario type and knowledge split (pure functions).
 
 Definitions (every rate carries its denominator `n`; NaN when n = 0):
-- accuracy: `answer_metrics.is_correct` (contains-gold; abstaining is right only on unanswerable).
+- accuracy: `answer_metrics.is_correct` (contains-gold and not the source's wrong value) over
+  answerable items; a correct abstention (on an unanswerable item) is its own rate,
+  `correct_abstention`, never folded into accuracy.
 - context bias (ClashEval's misled rate): P(the answer takes the context's wrong value | the
   model's closed-book answer was right), over factual_error/outdated items. "Takes the context's
   value" = contains the context's value and no gold answer.
@@ -9,16 +11,20 @@ Definitions (every rate carries its denominator `n`; NaN when n = 0):
   right), over consistent items whose closed-book answer misses the gold. "Keeps" = the answer
   and the closed-book answer contain one another (normalised tokens) and the answer is wrong.
 - fallback success: P(route = fallback and correct) over factual_error/outdated items.
-- over-fallback: P(route = fallback) over consistent items (context right: falling back is a
-  wasted or harmful detour); reported per knowledge split, so the unknown-fact row is the
-  over-fallback on never-learned facts. NaN for systems without routing.
+- over-fallback: P(not answered from the context) over consistent items: a fallback to memory
+  or an abstention (context right: either is a wasted or harmful detour, and a system that abstains
+  instead of falling back must not score 0); the abstention rate is reported beside it. Per
+  knowledge split, so the unknown-fact row is the over-fallback on never-learned facts. NaN for
+  systems without routing.
 - long-form answers (ConflictNQ's answers are sentences, where contains-gold fails every system):
   mean token F1 to the true answer, and "sides with the source" = P(token F1 to the context's
   wrong value > token F1 to the true answer) over factual_error/outdated items.
 - detector: positive = the context should not be used as is (scenario != consistent);
-  predicted positive = verdict != "supported" (an `invalid` verdict counts as a flag: the system
-  did not trust the context). AUROC from `flag_score` = 1 - P(supported), by sklearn, overall and
-  per flawed scenario type against the consistent items of the same split.
+  predicted positive = verdict != "supported". An `invalid` reply (no verdict could be read) is a
+  miss whatever the truth: a false negative on a flawed context, a false positive on a consistent
+  one, and the worst flag_score for the AUROC (0 on flawed, 1 on consistent); their number is
+  `n_invalid`. AUROC from `flag_score` = 1 - P(supported), by sklearn, overall and per flawed
+  scenario type against the consistent items of the same split.
 """
 
 from __future__ import annotations
@@ -91,8 +97,19 @@ def _rate(items: Iterable[ItemResult], where: Callable[[ItemResult], bool],
 
 
 def accuracy(items: Sequence[ItemResult]) -> Rate:
-    """Accuracy with its Wilson 95 % CI."""
-    return _rate(items, lambda r: True, is_correct)
+    """Accuracy over answerable items with its Wilson 95 % CI (NaN on a cell of unanswerable items)."""
+    return _rate(items, lambda r: bool(r.gold_answers), is_correct)
+
+
+def correct_abstention(items: Sequence[ItemResult]) -> Rate:
+    """P(abstained | unanswerable): the right reply where no source holds the answer."""
+    return _rate(items, lambda r: not r.gold_answers, lambda r: r.abstained)
+
+
+def cell_rate(items: Sequence[ItemResult]) -> Rate:
+    """A cell's score: accuracy where it holds answerable items, else (the `unanswerable` cells) the
+    correct-abstention rate, named as such by the cell."""
+    return accuracy(items) if any(r.gold_answers for r in items) else correct_abstention(items)
 
 
 def context_bias(items: Sequence[ItemResult]) -> Rate:
@@ -113,10 +130,21 @@ def fallback_success(items: Sequence[ItemResult]) -> Rate:
                  lambda r: r.route == "fallback" and is_correct(r))
 
 
+def left_context(r: ItemResult) -> bool:
+    """The system did not answer from the context: it fell back to memory or abstained."""
+    return r.route in ("fallback", "abstain") or r.abstained
+
+
 def over_fallback(items: Sequence[ItemResult]) -> Rate:
-    """P(fell back) on consistent contexts (NaN without routing)."""
-    return _rate(items, lambda r: r.scenario == "consistent" and r.route is not None,
-                 lambda r: r.route == "fallback")
+    """P(not answered from the context: fallback or abstention) on consistent contexts (NaN without
+    routing)."""
+    return _rate(items, lambda r: r.scenario == "consistent" and r.route is not None, left_context)
+
+
+def consistent_abstention(items: Sequence[ItemResult]) -> Rate:
+    """P(abstained) on consistent contexts of routing systems: the part of over-fallback that is
+    abstention."""
+    return _rate(items, lambda r: r.scenario == "consistent" and r.route is not None, lambda r: r.abstained)
 
 
 def detector(items: Sequence[ItemResult], positives: Sequence[str] | None = None) -> DetectorScore:
@@ -127,16 +155,20 @@ def detector(items: Sequence[ItemResult], positives: Sequence[str] | None = None
     from sklearn.metrics import roc_auc_score
 
     pos = set(positives) if positives else {s for s in SCENARIO_TYPES if s != "consistent"}
-    sel = [r for r in items if r.flag_score is not None and (r.scenario in pos or r.scenario == "consistent")]
+    sel = [r for r in items if (r.flag_score is not None or r.verdict == "invalid")
+           and (r.scenario in pos or r.scenario == "consistent")]
     y = [r.scenario in pos for r in sel]
-    pred = [r.verdict is not None and r.verdict != "supported" for r in sel]
+    # an invalid reply is wrong either way: not flagged when flawed, flagged when consistent
+    pred = [(not t) if r.verdict == "invalid" else (r.verdict is not None and r.verdict != "supported")
+            for r, t in zip(sel, y)]
+    scores = [(0.0 if t else 1.0) if r.verdict == "invalid" else r.flag_score for r, t in zip(sel, y)]
     tp = sum(1 for t, p in zip(y, pred) if t and p)
     fp = sum(1 for t, p in zip(y, pred) if p and not t)
     fn = sum(1 for t, p in zip(y, pred) if t and not p)
     prec = tp / (tp + fp) if tp + fp else math.nan
     rec = tp / (tp + fn) if tp + fn else math.nan
     f1 = 2 * tp / (2 * tp + fp + fn) if (tp + fp + fn) else math.nan
-    auroc = (float(roc_auc_score(y, [r.flag_score for r in sel])) if 0 < sum(y) < len(y) else math.nan)
+    auroc = float(roc_auc_score(y, scores)) if 0 < sum(y) < len(y) else math.nan
     return DetectorScore(prec, rec, f1, auroc, len(sel), sum(y), sum(1 for r in sel if r.verdict == "invalid"))
 
 
@@ -144,11 +176,12 @@ def roc_points(items: Sequence[ItemResult]) -> tuple[list[float], list[float]]:
     """(FPR, TPR) of flag_score, flawed vs consistent (empty when undefined)."""
     from sklearn.metrics import roc_curve
 
-    sel = [r for r in items if r.flag_score is not None]
+    sel = [r for r in items if r.flag_score is not None or r.verdict == "invalid"]
     y = [r.scenario != "consistent" for r in sel]
     if not 0 < sum(y) < len(y):
         return [], []
-    fpr, tpr, _ = roc_curve(y, [r.flag_score for r in sel])
+    fpr, tpr, _ = roc_curve(y, [(0.0 if t else 1.0) if r.verdict == "invalid" else r.flag_score
+                                for r, t in zip(sel, y)])
     return fpr.tolist(), tpr.tolist()
 
 
@@ -177,8 +210,10 @@ def conflict_table(items: Sequence[ItemResult]) -> list[dict]:
             "accuracy": acc.value, "acc_lo": acc.lo, "acc_hi": acc.hi,
             "context_bias": context_bias(sel).value, "prior_bias": prior_bias(sel).value,
             "fallback_success": fallback_success(sel).value, "over_fallback": over_fallback(sel).value,
+            "consistent_abstention": consistent_abstention(sel).value,
             "fallback_rate": _rate(sel, lambda r: r.route is not None, lambda r: r.route == "fallback").value,
             "abstain_rate": sum(r.abstained for r in sel) / len(sel),
+            "correct_abstention": correct_abstention(sel).value,
         })
     return rows
 

@@ -20,13 +20,12 @@ from typing import Iterable, Mapping
 from lorarag.core.errors import RecordError, UserError
 from lorarag.rag.records import Answer, read_jsonl_lines, write_jsonl
 
+
 class EvalError(UserError, ValueError):
     """Results that cannot be evaluated, compared or reported as asked (one line, exit 2)."""
 
 
 ROUTES = ("context", "fallback", "abstain")
-# Scenario types whose presented context asserts a wrong or no answer.
-FLAWED_SCENARIOS = ("factual_error", "outdated", "irrelevant", "unanswerable")
 WRONG_VALUE_SCENARIOS = ("factual_error", "outdated")  # context asserts a wrong value
 
 
@@ -65,11 +64,12 @@ class ItemResult:
     notes: tuple[str, ...] = ()  # the trace's notes (gate reading and decision, invalid replies)
     raw_output: str = ""  # the generator's reply before parsing (the run explorer shows it)
     verdict_probs: tuple[tuple[str, float], ...] = ()  # (label, probability) at the verdict token
+    cluster: str = ""  # the scenario's cluster (organisation or document); "" in older results: the fact
 
     @property
-    def answerable(self) -> bool:
-        """True when the item has a gold answer (everything but `unanswerable`)."""
-        return bool(self.gold_answers)
+    def unit(self) -> str:
+        """The resampling unit: the item's cluster, else its fact."""
+        return self.cluster or self.fact_id
 
 
 def _flag_score(probs: tuple[tuple[str, float], ...]) -> float | None:
@@ -119,6 +119,7 @@ def item_result(system: str, scenario, answer: Answer, closed_book_answer: str |
         phrasing=scenario.phrasing, source_set=scenario.source_set,
         notes=tuple(tr.notes) if tr else (),
         raw_output=tr.raw_output if tr else "", verdict_probs=tuple(tr.verdict_probs) if tr else (),
+        cluster=scenario.cluster or scenario.fact_id,
     )
 
 

@@ -118,7 +118,8 @@ def _html_table(rows: Sequence[dict], cols: Sequence[str]) -> str:
 
 
 CONFLICT_COLS = ("scenario", "knowledge", "n", "accuracy", "acc_lo", "acc_hi", "context_bias", "prior_bias",
-                 "fallback_success", "over_fallback", "abstain_rate")
+                 "fallback_success", "over_fallback", "consistent_abstention", "abstain_rate",
+                 "correct_abstention")
 LANGUAGE_COLS = ("language", "scenario", "knowledge", "n", "accuracy", "acc_lo", "acc_hi")
 DETECTOR_COLS = ("knowledge", "positives", "n", "n_pos", "precision", "recall", "f1", "auroc", "n_invalid")
 ATTR_COLS = ("scenario", "knowledge", "n", *CLASSES)

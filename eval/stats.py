@@ -1,5 +1,10 @@
-"""Uncertainty: Wilson intervals for proportions, paired bootstrap CIs, a seeds x units bootstrap,
-exact McNemar tests."""
+"""Uncertainty: Wilson intervals for proportions, paired bootstrap CIs (item- or cluster-level), a
+seeds x units bootstrap, exact McNemar tests, a cluster-level paired permutation test, and
+non-inferiority judged on a CI bound.
+
+Items are not independent when they share an organisation or a document: a model that misreads
+one organisation's name misreads its every fact. `clusters` (one label per item) makes a bootstrap
+or a test resample whole clusters, so the CI and p reflect the number of clusters, not of items."""
 
 from __future__ import annotations
 
@@ -37,40 +42,58 @@ class PairedDiff:
     resamples: int
 
 
+def _cluster_index(clusters: Sequence[str] | np.ndarray, n: int) -> tuple[np.ndarray, int]:
+    """(cluster number per item, number of clusters) for a label per item."""
+    labels = np.asarray(clusters)
+    if labels.shape != (n,):
+        raise ValueError(f"one cluster label per item needed: {labels.shape} labels for {n} items")
+    if n == 0:
+        return np.zeros(0, dtype=int), 0
+    _, idx = np.unique(labels, return_inverse=True)
+    return idx.reshape(-1), int(idx.max()) + 1
+
+
 def paired_bootstrap(a: np.ndarray, b: np.ndarray, *, den_a: np.ndarray | None = None,
                      den_b: np.ndarray | None = None, resamples: int = 2000, seed: int = 0,
-                     alpha: float = 0.05) -> PairedDiff:
+                     alpha: float = 0.05, clusters: Sequence[str] | np.ndarray | None = None) -> PairedDiff:
     """Percentile bootstrap CI of B's rate minus A's rate, resampling paired items.
 
     Without denominators the rates are means of `a` and `b` (NaN pairs dropped). With
     `den_a`/`den_b` (0/1 per item: is the item in that system's denominator?) each rate is
     sum(num) / sum(den) on every resample — the right form for conditional rates such as context
     bias, whose denominator (closed-book right) differs between the two models. Resamples where
-    a denominator is empty are dropped.
+    a denominator is empty are dropped. With `clusters` (a label per item) whole clusters are
+    resampled: each rate is the sum over drawn clusters of their numerators over their denominators.
     """
     a = np.asarray(a, dtype=np.float64)
     b = np.asarray(b, dtype=np.float64)
     if a.shape != b.shape:
         raise ValueError(f"paired arrays differ in shape: {a.shape} vs {b.shape}")
+    labels = np.arange(len(a)) if clusters is None else np.asarray(clusters)
     if den_a is None:
         keep = ~(np.isnan(a) | np.isnan(b))
-        a, b = a[keep], b[keep]
+        a, b, labels = a[keep], b[keep], labels[keep]
         da, db = np.ones_like(a), np.ones_like(b)
     else:
         da, db = np.asarray(den_a, np.float64), np.asarray(den_b, np.float64)
         a, b = np.nan_to_num(a) * da, np.nan_to_num(b) * db
     n = len(a)
+    # Sum every quantity per cluster (one item a cluster without `clusters`); a resample draws clusters.
+    idx, k = _cluster_index(labels, n)
+    a, b, da, db = (np.bincount(idx, weights=x, minlength=k) for x in (a, b, da, db))
     ra = a.sum() / da.sum() if da.sum() else math.nan
     rb = b.sum() / db.sum() if db.sum() else math.nan
     if math.isnan(ra) or math.isnan(rb):  # one side undefined: report both rates, no difference
         return PairedDiff(float(ra), float(rb), math.nan, math.nan, math.nan, n, resamples)
+    if k < 2:  # one cluster: every resample is the sample itself, a zero-width CI that claims certainty
+        return PairedDiff(float(ra), float(rb), float(rb - ra), math.nan, math.nan, n, resamples)
     rng = np.random.default_rng(seed)
     diffs = np.empty(resamples)
-    step = max(1, 2_000_000 // n)  # bound the (resamples, n) index matrix
+    step = max(1, 2_000_000 // k)  # bound the (resamples, clusters) index matrix
     for s in range(0, resamples, step):
-        idx = rng.integers(0, n, size=(min(step, resamples - s), n))
+        draw = rng.integers(0, k, size=(min(step, resamples - s), k))
         with np.errstate(invalid="ignore", divide="ignore"):
-            diffs[s:s + len(idx)] = b[idx].sum(1) / db[idx].sum(1) - a[idx].sum(1) / da[idx].sum(1)
+            diffs[s:s + len(draw)] = b[draw].sum(1) / db[draw].sum(1) - a[draw].sum(1) / da[draw].sum(1)
     diffs = diffs[np.isfinite(diffs)]
     lo, hi = np.quantile(diffs, [alpha / 2, 1 - alpha / 2]) if len(diffs) else (math.nan, math.nan)
     return PairedDiff(float(ra), float(rb), float(rb - ra), float(lo), float(hi), n, resamples)
@@ -98,6 +121,57 @@ def crossed_bootstrap(stat: Callable[[np.ndarray, np.ndarray], Sequence[float]],
         out.append(tuple(float(q) for q in np.quantile(col, [alpha / 2, 1 - alpha / 2])) if len(col)
                    else (math.nan, math.nan))
     return out
+
+
+def cluster_permutation_test(a: np.ndarray, b: np.ndarray, clusters: Sequence[str] | np.ndarray, *,
+                             resamples: int = 10000, seed: int = 0) -> tuple[int, float]:
+    """Paired permutation test of B's total minus A's at the cluster level: (clusters, two-sided p).
+
+    Under "no difference", the two systems' results of one cluster are exchangeable, so each
+    cluster's summed difference d_c = sum(b - a) keeps or flips its sign. The statistic is sum(d_c);
+    p = P(|sum(±d_c)| >= |sum(d_c)|), counted exactly over all 2^m sign patterns of the m <= 16
+    clusters whose difference is not 0 (the others cannot change the sum), else from `resamples` random patterns as (hits + 1) / (resamples + 1). It is scipy's
+    `permutation_test(..., permutation_type="samples")` on the cluster differences; with one item a
+    cluster it is the paired randomisation test of the items. NaN pairs are dropped.
+    """
+    a = np.asarray(a, dtype=np.float64)
+    b = np.asarray(b, dtype=np.float64)
+    keep = ~(np.isnan(a) | np.isnan(b))
+    idx, k = _cluster_index(np.asarray(clusters)[keep], int(keep.sum()))
+    if k == 0:
+        return 0, math.nan
+    d = np.bincount(idx, weights=(b - a)[keep], minlength=k)
+    d = d[d != 0]  # a cluster without difference is the same under either sign
+    observed = abs(d.sum())
+    tol = 1e-9 * max(1.0, observed)
+    m = len(d)
+    if m <= 16:
+        signs = 1 - 2 * ((np.arange(2 ** m)[:, None] >> np.arange(m)) & 1)
+        return k, float(np.mean(np.abs(signs @ d) >= observed - tol))
+    rng = np.random.default_rng(seed)
+    hits = 0
+    for s in range(0, resamples, 1000):
+        signs = rng.choice((-1.0, 1.0), size=(min(1000, resamples - s), m))
+        hits += int(np.sum(np.abs(signs @ d) >= observed - tol))
+    return k, (hits + 1) / (resamples + 1)
+
+
+def one_per_cluster(clusters: Sequence[str], keys: Sequence[str]) -> np.ndarray:
+    """Indices of one item per cluster, the one with the smallest key (a qid): McNemar on these
+    counts each cluster once, where two wordings of one fact would otherwise be two pairs."""
+    best: dict[str, int] = {}
+    for i, (c, key) in enumerate(zip(clusters, keys)):
+        if c not in best or key < keys[best[c]]:
+            best[c] = i
+    return np.array(sorted(best.values()), dtype=int)
+
+
+def noninferior(lower: float, base: float, rel_margin: float) -> tuple[float, bool]:
+    """(margin, met) for "B is not worse than A by more than `rel_margin` of A's rate": met only
+    when the lower 95 % CI bound of B − A is above −rel_margin × base (a mean above it is not
+    enough). NaN inputs are not met."""
+    margin = rel_margin * base
+    return margin, bool(not math.isnan(lower) and not math.isnan(margin) and lower > -margin)
 
 
 def mcnemar_exact(a_correct: np.ndarray, b_correct: np.ndarray) -> tuple[int, int, float]:

@@ -143,7 +143,8 @@ def corpus_scenarios(items: Sequence[QAItem], chunks: Sequence[Chunk], *, name: 
         # per-item stream, stable under subsetting; training draws apart from the test's values
         rng = random.Random(f"{seed}/{name}/{it.qid}" + ("/train" if conflicts == "train" else ""))
         base = dict(fact_id=f"{name}/{it.qid}", question=it.question, gold_answers=it.answers,
-                    relevant_ids=it.relevant_ids, knowledge=knowledge, language=it.language, source_set=name)
+                    relevant_ids=it.relevant_ids, knowledge=knowledge, language=it.language, source_set=name,
+                    cluster=by_id[it.relevant_ids[0]].doc_id if it.relevant_ids else "")  # the fact's document
         qid = f"{name}/{it.qid}"
         own = set(it.relevant_ids)
         if it.unanswerable:

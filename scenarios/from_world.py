@@ -220,7 +220,8 @@ def world_scenarios(world: World, wi: WorldIndex, groups: Sequence[str], split: 
             rng = random.Random(f"{seed}/{f.fact_id}/{ph}")  # per-item stream: stable under subsetting
             q = f.questions[ph]
             base = dict(fact_id=f.fact_id, question=q, gold_answers=f.gold_answers,
-                        relevant_ids=(gold_c.chunk_id,), knowledge=known, language=f.language, phrasing=ph)
+                        relevant_ids=(gold_c.chunk_id,), knowledge=known, language=f.language, phrasing=ph,
+                        cluster=f.fact_id.split("/", 1)[0])  # fact ids are "<org_id>/<attribute>"
             own = {wi.gold[f.fact_id]} | {wi.archive[(f.fact_id, y)] for _, y in f.history}
             extra = _distractors(q, wi.search, own, f.gold_answers, by_id, distractors)
 
@@ -264,7 +265,7 @@ def world_scenarios(world: World, wi: WorldIndex, groups: Sequence[str], split: 
                                     gold_answers=(), relevant_ids=(), scenario="unanswerable",
                                     presented=tuple(_pc(c) for c in hard), context_answer=None,
                                     knowledge="known" if u.group == "known" else "unknown",
-                                    language=u.language, phrasing=ph))
+                                    language=u.language, phrasing=ph, cluster=u.fact_id.split("/", 1)[0]))
     return out
 
 

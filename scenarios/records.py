@@ -63,6 +63,10 @@ class Scenario:
     phrasing: int = 0  # index of the question phrasing (held-out phrasings for eval)
     removes: tuple[str, ...] = ()  # KB chunk ids absent from this scenario's world
     source_set: str = "demo"  # "demo", "conflictnq", "conflictqa", or a perturbed corpus name
+    # The unit errors cluster in, for resampling and paired tests: the organisation (world) or the
+    # document holding the fact (KB). Facts of one organisation share its name and its language, so a
+    # model that misreads one tends to misread them all. Empty: the fact is its own cluster.
+    cluster: str = ""
 
     def __post_init__(self) -> None:
         if self.scenario not in SCENARIO_TYPES:

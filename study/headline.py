@@ -11,7 +11,8 @@ import math
 from typing import Mapping, Sequence
 
 from lorarag.eval.conflict_metrics import (
-    accuracy,
+    cell_rate,
+    consistent_abstention,
     context_bias,
     detector,
     fallback_success,
@@ -44,7 +45,7 @@ def _cell(items: Sequence[ItemResult], scenario: str, knowledge: str) -> list[It
 def _acc(items: Sequence[ItemResult]) -> str:
     if not items:
         return "–"
-    a = accuracy(items)
+    a = cell_rate(items)
     return f"{a.value:.2f} [{a.lo:.2f}, {a.hi:.2f}] (n={a.n})"
 
 
@@ -60,7 +61,7 @@ def targets(base: Sequence[ItemResult], lora: Sequence[ItemResult]) -> list[tupl
     """(target, measured, met) for every target of the CPU demo."""
     def acc(items, s, k):
         sel = _cell(items, s, k)
-        return accuracy(sel).value if sel else math.nan
+        return cell_rate(sel).value if sel else math.nan
 
     def auroc(items, k, pos=None):
         sel = [r for r in items if r.knowledge == k]
@@ -104,7 +105,8 @@ def headline_markdown(cfg: RunConfig, results: Mapping[str, Sequence[ItemResult]
     for label, fn, k in (("context bias (known)", context_bias, "known"),
                          ("fallback success (known)", fallback_success, "known"),
                          ("over-fallback, consistent (known)", over_fallback, "known"),
-                         ("over-fallback, consistent (unknown)", over_fallback, "unknown")):
+                         ("over-fallback, consistent (unknown)", over_fallback, "unknown"),
+                         ("of which abstention, consistent (unknown)", consistent_abstention, "unknown")):
         vals = [fn([r for r in items if r.knowledge == k]).value for _, items in names]
         lines.append(f"| {label} | " + " | ".join(_num(v) for v in vals) + " |")
     for k in knows:
@@ -125,7 +127,7 @@ def headline_markdown(cfg: RunConfig, results: Mapping[str, Sequence[ItemResult]
         lines.append("|---|" + "---|" * len(cols))
         for o in others:
             lines.append(f"| {o} | " + " | ".join(
-                _num(accuracy(_cell(results[o], s, k)).value) if _cell(results[o], s, k) else "–"
+                _num(cell_rate(_cell(results[o], s, k)).value) if _cell(results[o], s, k) else "–"
                 for s, k in cols) + " |")
     broken = [(n, inv, len(items)) for n, items in results.items()
               if items and (inv := sum(r.verdict == "invalid" for r in items)) / len(items) > INVALID_LIMIT]

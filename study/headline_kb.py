@@ -9,12 +9,14 @@ Answers are scored by `data.answer_metric`:
   reply equally far from both, an abstention say, does not side with the truth); elsewhere the mean
   token F1 to the true answer (unanswerable: abstaining is right).
 Every difference is LoRA-RAG minus base RAG over the same items, with a seeded paired-bootstrap
-95 % CI. A missed target is printed as missed, never hidden.
+95 % CI that resamples clusters (the document holding each fact), McNemar's p over items and a
+cluster-level permutation p beside it. A missed target is printed as missed, never hidden.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
@@ -22,15 +24,18 @@ import numpy as np
 from lorarag.eval.answer_metrics import is_correct, token_f1
 from lorarag.eval.attribution import attribution_table, table_markdown
 from lorarag.eval.compare import pair
-from lorarag.eval.conflict_metrics import over_fallback
+from lorarag.eval.conflict_metrics import consistent_abstention, over_fallback
 from lorarag.eval.records import WRONG_VALUE_SCENARIOS, ItemResult
 from lorarag.eval.shortcut import SHORTCUT_AUROC
-from lorarag.eval.stats import mcnemar_exact, paired_bootstrap, wilson_ci
+from lorarag.eval.stats import cluster_permutation_test, mcnemar_exact, noninferior, paired_bootstrap, wilson_ci
 from lorarag.scenarios.records import SCENARIO_TYPES
 
 Score = Callable[[ItemResult], float]
 FE_GAIN = 0.40  # LoRA-RAG over base RAG, known facts with a wrong source
-UNSEEN_SLACK = 0.10  # LoRA-RAG below base RAG at most, consistent sources of never-learned facts
+# Non-inferiority on consistent sources of never-learned facts, relative to base RAG's score: LoRA-RAG
+# keeps at least 75 % of it, judged on the paired CI's lower bound (a fixed 0.10 on a base F1 of 0.17
+# would allow losing more than half of it and still be called met).
+UNSEEN_REL_MARGIN = 0.25
 
 
 def sides_with_truth(r: ItemResult) -> bool:
@@ -85,19 +90,37 @@ def system_pairs(cfg: Any, results: Mapping[str, Sequence[ItemResult]]) -> list[
     return out
 
 
+@dataclass(frozen=True)
+class CellDiff:
+    """LoRA-RAG − base RAG on one cell's paired items: the CI resamples clusters (organisation or
+    document), McNemar counts items, the permutation test counts clusters."""
+
+    n: int
+    base: float
+    lora: float
+    diff: float
+    lo: float
+    hi: float
+    p_mcnemar: float  # NaN for a graded score (token F1)
+    clusters: int
+    p_cluster: float
+
+
 def cell_diff(cfg: Any, base: Sequence[ItemResult], lora: Sequence[ItemResult], scenario: str, knowledge: str,
-              score: Score) -> tuple[int, float, float, float, float, float, float] | None:
-    """(n, base, lora, diff, lo, hi, McNemar p or nan) of one cell over the paired items, or None."""
+              score: Score) -> CellDiff | None:
+    """The paired difference of one cell (None when either side has no item of it)."""
     a = [r for r in base if r.scenario == scenario and r.knowledge == knowledge]
     b = [r for r in lora if r.scenario == scenario and r.knowledge == knowledge]
     if not a or not b:
         return None
     a, b = pair(a, b, warn=False)
     sa, sb = np.array([score(r) for r in a]), np.array([score(r) for r in b])
-    d = paired_bootstrap(sa, sb, resamples=cfg.eval.bootstrap, seed=cfg.eval.seed)
+    units = [r.unit for r in a]
+    d = paired_bootstrap(sa, sb, resamples=cfg.eval.bootstrap, seed=cfg.eval.seed, clusters=units)
     binary = bool(np.isin(sa, (0.0, 1.0)).all() and np.isin(sb, (0.0, 1.0)).all())
     p = mcnemar_exact(sa == 1.0, sb == 1.0)[2] if binary else math.nan  # token F1 is not a yes/no score
-    return len(a), d.a, d.b, d.diff, d.lo, d.hi, p
+    k, pc = cluster_permutation_test(sa, sb, units, seed=cfg.eval.seed)
+    return CellDiff(len(a), d.a, d.b, d.diff, d.lo, d.hi, p, k, pc)
 
 
 def kb_targets(cfg: Any, base: Sequence[ItemResult], lora: Sequence[ItemResult]) -> list[tuple[str, float, bool]]:
@@ -107,11 +130,13 @@ def kb_targets(cfg: Any, base: Sequence[ItemResult], lora: Sequence[ItemResult])
     fe = cell_diff(cfg, base, lora, "factual_error", "known", score)
     cons = cell_diff(cfg, base, lora, "consistent", "unknown", score)
     nan = math.nan
+    margin, ok = noninferior(cons.lo, cons.base, UNSEEN_REL_MARGIN) if cons else (nan, False)
     return [
         (f"LoRA-RAG − base RAG, {metric_name(metric, 'factual_error')}, factual error (known) >= {FE_GAIN:.2f}, "
-         "CI above 0", fe[3] if fe else nan, bool(fe) and fe[3] >= FE_GAIN and fe[4] > 0),
-        (f"LoRA-RAG − base RAG, {metric_name(metric, 'consistent')}, consistent (never-learned) >= "
-         f"-{UNSEEN_SLACK:.2f}", cons[3] if cons else nan, bool(cons) and cons[3] >= -UNSEEN_SLACK),
+         "CI above 0", fe.diff if fe else nan, bool(fe) and fe.diff >= FE_GAIN and fe.lo > 0),
+        (f"LoRA-RAG − base RAG, {metric_name(metric, 'consistent')}, consistent (never-learned): lower 95 % "
+         f"CI bound > −{UNSEEN_REL_MARGIN:.2f} × base = −{margin:.2f}"
+         + (f" (bound {cons.lo:+.2f})" if cons else ""), cons.diff if cons else nan, ok),
     ]
 
 
@@ -189,16 +214,20 @@ def kb_headline(cfg: Any, results: Mapping[str, Sequence[ItemResult]], summary: 
     for ctx, b, lo in pairs:
         base, lora = results[b], results[lo]
         lines += [f"### {ctx} context: {b} vs {lo}", "",
-                  f"| scenario | knowledge | metric | n | {b} | {lo} | {lo} − {b} [95% paired CI] | "
-                  f"McNemar p | {lo} over-fallback |", "|---|---|---|---|---|---|---|---|---|"]
+                  f"| scenario | knowledge | metric | n (clusters) | {b} | {lo} | {lo} − {b} [95% paired CI] | "
+                  f"McNemar p (items) | permutation p (clusters) | {lo} over-fallback (of which abstained) |",
+                  "|---|---|---|---|---|---|---|---|---|---|"]
         for s in SCENARIO_TYPES:
             for k in ("known", "unknown"):
                 c = cell_diff(cfg, base, lora, s, k, score)
                 if c is None:
                     continue
-                ofb = over_fallback([r for r in lora if r.knowledge == k]).value if s == "consistent" else math.nan
-                lines.append(f"| {s} | {k} | {metric_name(metric, s)} | {c[0]} | {_n(c[1])} | {_n(c[2])} | "
-                             f"{c[3]:+.2f} [{c[4]:+.2f}, {c[5]:+.2f}] | {_p(c[6])} | {_n(ofb)} |")
+                mine = [r for r in lora if r.knowledge == k]
+                ofb = (f"{_n(over_fallback(mine).value)} ({_n(consistent_abstention(mine).value)})"
+                       if s == "consistent" else "–")
+                lines.append(f"| {s} | {k} | {metric_name(metric, s)} | {c.n} ({c.clusters}) | {_n(c.base)} | "
+                             f"{_n(c.lora)} | {c.diff:+.2f} [{c.lo:+.2f}, {c.hi:+.2f}] | {_p(c.p_mcnemar)} | "
+                             f"{_p(c.p_cluster)} | {ofb} |")
         lines.append("")
     if pairs:
         ctx, b, lo = pairs[0]

@@ -2,11 +2,12 @@
 every training seed, with a 95 % CI that resamples seeds and facts together.
 
 The per-seed table (study/seeds.py) says how often a seed meets a target. This one says what the
-recipe does with both sources of variation counted: which seed was drawn and which facts were
-asked (eval.stats.crossed_bootstrap; every seed is read on the same items). Items that share a
-fact, as the research config's two test wordings do, form one unit, so a fact asked twice is not
-counted as two independent items. Differences are paired: both systems are read on the same
-resampled facts, and each seed's exact McNemar p on the cell's items is given beside them.
+recipe does with both sources of variation counted: which seed was drawn and which clusters were
+asked (eval.stats.crossed_bootstrap; every seed is read on the same items). The unit is the item's
+cluster, the organisation (world) or the document (KB): a fact asked in two wordings, and the
+facts of one organisation, whose name and language they share, are not counted as independent
+items. Differences are paired: both systems are read on the same resampled clusters. Beside them,
+per seed, McNemar's exact p over every item and over one item per cluster (the smallest qid).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import numpy as np
 
 from lorarag.eval.answer_metrics import is_correct
 from lorarag.eval.records import ItemResult
-from lorarag.eval.stats import crossed_bootstrap, mcnemar_exact
+from lorarag.eval.stats import crossed_bootstrap, mcnemar_exact, one_per_cluster
 
 Pair = tuple[Sequence[ItemResult], Sequence[ItemResult]]  # (base RAG, LoRA-RAG) results of one seed
 Stats = Callable[[Sequence[ItemResult], Sequence[ItemResult]], list[tuple[str, float]]]
@@ -45,44 +46,45 @@ class PooledDiff:
 
     cell: str
     n_items: int  # a seed
-    n_facts: int
+    n_clusters: int
     base: PooledRow
     lora: PooledRow
     diff: PooledRow
-    mcnemar_p: tuple[float, ...]  # per seed, in seed order
+    mcnemar_p: tuple[float, ...]  # per seed, in seed order, over every item
+    mcnemar_p_cluster: tuple[float, ...] = ()  # per seed, over one item per cluster
 
 
-def _by_fact(items: Sequence[ItemResult], facts: Sequence[str]) -> list[list[ItemResult]]:
-    index = {f: i for i, f in enumerate(facts)}
-    groups: list[list[ItemResult]] = [[] for _ in facts]
+def _by_unit(items: Sequence[ItemResult], units: Sequence[str]) -> list[list[ItemResult]]:
+    index = {f: i for i, f in enumerate(units)}
+    groups: list[list[ItemResult]] = [[] for _ in units]
     for r in items:
-        groups[index[r.fact_id]].append(r)
+        groups[index[r.unit]].append(r)
     return groups
 
 
 def pooled_rows(per_seed: Sequence[Pair], stats: Stats, *, resamples: int = 1000, seed: int = 0) -> list[PooledRow]:
     """`stats(base, lora)` at every seed, averaged over seeds, with a CI from resampling seeds
-    and facts (crossed). Every seed must hold the same items, as `lorarag seeds` evaluates them."""
+    and clusters (crossed). Every seed must hold the same items, as `lorarag seeds` evaluates them."""
     if not per_seed:
         raise ValueError("no seeds to pool")
     qids = sorted(r.qid for r in per_seed[0][1])
     for base, lora in per_seed:
         if sorted(r.qid for r in lora) != qids or sorted(r.qid for r in base) != qids:
             raise ValueError("the seeds' results hold different items: pooling reads every seed on the same ones")
-    facts = sorted({r.fact_id for r in per_seed[0][1]})
-    grouped = [(_by_fact(b, facts), _by_fact(l, facts)) for b, l in per_seed]
+    units = sorted({r.unit for r in per_seed[0][1]})
+    grouped = [(_by_unit(b, units), _by_unit(l, units)) for b, l in per_seed]
     names = [n for n, _ in stats(*per_seed[0])]
     point = np.mean([[v for _, v in stats(b, l)] for b, l in per_seed], axis=0)
 
-    def stat(seed_idx: np.ndarray, fact_idx: np.ndarray) -> np.ndarray:
+    def stat(seed_idx: np.ndarray, unit_idx: np.ndarray) -> np.ndarray:
         rows = []
         for s in seed_idx:
             gb, gl = grouped[s]
-            rows.append([v for _, v in stats([r for u in fact_idx for r in gb[u]],
-                                              [r for u in fact_idx for r in gl[u]])])
+            rows.append([v for _, v in stats([r for u in unit_idx for r in gb[u]],
+                                              [r for u in unit_idx for r in gl[u]])])
         return np.mean(rows, axis=0)
 
-    cis = crossed_bootstrap(stat, len(per_seed), len(facts), resamples=resamples, seed=seed)
+    cis = crossed_bootstrap(stat, len(per_seed), len(units), resamples=resamples, seed=seed)
     return [PooledRow(n, float(v), lo, hi) for n, v, (lo, hi) in zip(names, point, cis)]
 
 
@@ -107,13 +109,17 @@ def pooled_differences(per_seed: Sequence[Pair], *, resamples: int = 1000, seed:
         cell = [r for r in per_seed[0][1] if r.scenario == s and r.knowledge == k]
         if not cell:
             continue
-        ps = []
+        ps, pcs = [], []
         for base, lora in per_seed:
-            b = {r.qid: is_correct(r) for r in base if r.scenario == s and r.knowledge == k}
+            b = {r.qid: r for r in base if r.scenario == s and r.knowledge == k}
             lo = {r.qid: is_correct(r) for r in lora if r.scenario == s and r.knowledge == k}
-            ps.append(mcnemar_exact(np.array([b[q] for q in sorted(b)]), np.array([lo[q] for q in sorted(b)]))[2])
-        out.append(PooledDiff(f"{s} ({k})", len(cell), len({r.fact_id for r in cell}),
-                              base_r, lora_r, diff_r, tuple(ps)))
+            qids = sorted(b)
+            yb, yl = np.array([is_correct(b[q]) for q in qids]), np.array([lo[q] for q in qids])
+            ps.append(mcnemar_exact(yb, yl)[2])
+            one = one_per_cluster([b[q].unit for q in qids], qids)
+            pcs.append(mcnemar_exact(yb[one], yl[one])[2])
+        out.append(PooledDiff(f"{s} ({k})", len(cell), len({r.unit for r in cell}),
+                              base_r, lora_r, diff_r, tuple(ps), tuple(pcs)))
     return out
 
 
@@ -129,15 +135,17 @@ def pooled_markdown(seeds: Sequence[int], targets: Sequence[PooledRow], diffs: S
                     resamples: int) -> str:
     """Markdown: the pooled targets, then the pooled differences with McNemar p per seed."""
     lines = [f"## Pooled over {len(seeds)} seeds and the facts asked", "",
-             f"Mean over seeds; 95 % CI from {resamples} resamples of seeds and facts together "
-             "(items that share a fact count once).", "",
+             f"Mean over seeds; 95 % CI from {resamples} resamples of seeds and clusters together "
+             "(organisations or documents: items that share one count once).", "",
              "| target | mean over seeds [95% CI] |", "|---|---|"]
     lines += [f"| {r.name} | {_ci(r)} |" for r in targets]
     if diffs:
-        lines += ["", "| cell | items a seed (facts) | base RAG | LoRA-RAG | LoRA − base [95% CI] | "
-                  "McNemar p per seed |", "|---|---|---|---|---|---|"]
+        lines += ["", "| cell | items a seed (clusters) | base RAG | LoRA-RAG | LoRA − base [95% CI] | "
+                  "McNemar p per seed (items) | McNemar p per seed (one item a cluster) |",
+                  "|---|---|---|---|---|---|---|"]
         for d in diffs:
             ps = ", ".join(f"{p:.2g}" for p in d.mcnemar_p)
-            lines.append(f"| {d.cell} | {d.n_items} ({d.n_facts}) | {_ci(d.base)} | {_ci(d.lora)} | "
-                         f"{_ci(d.diff, signed=True)} | {ps} |")
+            pcs = ", ".join(f"{p:.2g}" for p in d.mcnemar_p_cluster)
+            lines.append(f"| {d.cell} | {d.n_items} ({d.n_clusters}) | {_ci(d.base)} | {_ci(d.lora)} | "
+                         f"{_ci(d.diff, signed=True)} | {ps} | {pcs} |")
     return "\n".join(lines) + "\n"

@@ -50,19 +50,21 @@ def test_seeds_that_disagree_widen_the_interval():
 def test_differences_hand_computed_with_mcnemar_per_seed():
     """8 facts x 2 wordings of factual error (known). Base RAG is misled everywhere; LoRA-RAG is
     right on all 16 items at seed 1 and on 12 (6 facts) at seed 2. McNemar: 16 and 12 discordant
-    pairs, all one way: p = 2 * 0.5^16 and 2 * 0.5^12."""
+    pairs, all one way: p = 2 * 0.5^16 and 2 * 0.5^12; with one item a fact (its cluster here), 8
+    and 6 pairs: p = 2 * 0.5^8 and 2 * 0.5^6."""
     facts = [f"f{i}" for i in range(8)]
     base = _items("base", {f: False for f in facts})
     s1 = _items("lora", {f: True for f in facts})
     s2 = _items("lora", {f: i < 6 for i, f in enumerate(facts)})
     (d,) = pooled_differences([(base, s1), (base, s2)], resamples=500)
-    assert (d.cell, d.n_items, d.n_facts) == ("factual_error (known)", 16, 8)
+    assert (d.cell, d.n_items, d.n_clusters) == ("factual_error (known)", 16, 8)
     assert d.base.value == 0.0 and d.lora.value == pytest.approx(0.875) and d.diff.value == pytest.approx(0.875)
     assert d.mcnemar_p == pytest.approx((2 * 0.5 ** 16, 2 * 0.5 ** 12))
+    assert d.mcnemar_p_cluster == pytest.approx((2 * 0.5 ** 8, 2 * 0.5 ** 6))
     assert d.diff.lo <= 0.875 <= d.diff.hi and d.diff.hi <= 1.0 and d.diff.lo > 0.4
     md = pooled_markdown([1, 2], [], [d], 500)
     assert "| factual_error (known) | 16 (8) | 0.00 [0.00, 0.00] | 0.88 [" in md
-    assert "| 3.1e-05, 0.00049 |" in md
+    assert "| 3.1e-05, 0.00049 | 0.0078, 0.031 |" in md
 
 
 def test_seeds_read_on_different_items_are_refused():

@@ -174,10 +174,10 @@ def test_kb_targets_side_with_the_truth_by_token_f1_and_compare_paired_items():
     cfg = load_config(REPO / "configs/run/conflictnq-kb.yaml", RunConfig)
 
     def items(system: str, right_fe: int, right_cons: int) -> list:
-        out = [make_item(system=system, qid=f"fe{i}", scenario="factual_error", knowledge="known",
+        out = [make_item(system=system, qid=f"fe{i}", fact_id=f"fe{i}", scenario="factual_error", knowledge="known",
                          gold_answers=(gold,), context_answer=fake, answer=gold if i < right_fe else fake)
                for i in range(20)]
-        return out + [make_item(system=system, qid=f"c{i}", scenario="consistent", knowledge="unknown",
+        return out + [make_item(system=system, qid=f"c{i}", fact_id=f"c{i}", scenario="consistent", knowledge="unknown",
                                 gold_answers=(gold,), context_answer=gold, answer=gold if i < right_cons else "")
                       for i in range(20)]
 
@@ -204,7 +204,8 @@ def test_kb_headline_gives_mcnemar_p_the_shortcut_probe_and_detection_by_knowled
     gold, fake = "Reginald Punnett", "a district in Mozambique"
 
     def items(system: str, right: int, flagged: dict[str, int] | None = None) -> list:
-        return [make_item(system=system, qid=f"{k}{i}", scenario="factual_error", knowledge=k, gold_answers=(gold,),
+        return [make_item(system=system, qid=f"{k}{i}", fact_id=f"{k}{i}", scenario="factual_error", knowledge=k,
+                          gold_answers=(gold,),
                           context_answer=fake, answer=gold if i < right else fake,
                           verdict=None if flagged is None else ("conflicting" if i < flagged[k] else "supported"))
                 for k in ("known", "unknown") for i in range(20)]
@@ -214,9 +215,10 @@ def test_kb_headline_gives_mcnemar_p_the_shortcut_probe_and_detection_by_knowled
                                                                                               "unknown": 13})},
                      summary)
     # base right on 2 of 20, LoRA on 14, never the other way: 12 discordant pairs all one way,
-    # exact McNemar p = 2 * 0.5**12 = 0.00049
+    # exact McNemar p = 2 * 0.5**12 = 0.00049; each item its own fact, so 20 clusters and the
+    # cluster permutation p is the same 2 of 2**12 sign patterns
     row = next(ln for ln in md.splitlines() if ln.startswith("| factual_error | known |"))
-    assert "| 20 | 0.10 | 0.70 | +0.60 [" in row and "| 0.00049 |" in row
+    assert "| 20 (20) | 0.10 | 0.70 | +0.60 [" in row and "| 0.00049 | 0.00049 |" in row
     assert "AUROC 0.97, length alone 0.48" in md and "can be told by their form" in md
     # doubt 15/20 known (Wilson 0.531-0.888), 13/20 never-learned (0.433-0.819)
     det = next(ln for ln in md.splitlines() if ln.startswith("| factual_error | 15/20"))
