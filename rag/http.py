@@ -10,7 +10,8 @@ byte at a time still ends the request at the deadline. Every socket read of the 
 line, headers, body) gets only the time left until the deadline, and the body is streamed with
 the deadline checked between chunks. Retries are separate requests, each with its own deadline.
 Once one request of a client has given up on a server that cannot be reached, the requests still
-in flight give up at their next retry instead of each retrying (and warning) on their own.
+in flight give up at their next retry instead of each retrying (and warning) on their own. That
+failure is `EndpointDown` (an `EndpointError`): the server is down for every request, not just this one.
 """
 
 from __future__ import annotations
@@ -31,6 +32,11 @@ log = logging.getLogger(__name__)
 
 class EndpointError(UserError, RuntimeError):
     """A server that is down, too slow, or answers something unusable."""
+
+
+class EndpointDown(EndpointError):
+    """A server that cannot be reached or never answers in time: every request to it fails alike
+    (a caller serving many requests hands this one failure to all of them instead of retrying each)."""
 
 
 class _Deadline(Exception):
@@ -114,7 +120,7 @@ class JSONClient:
         for attempt in range(self.max_retries + 1):
             if attempt:
                 if self._down is not None:  # another request already gave up on this server
-                    raise EndpointError(f"{url}: {self._down}")
+                    raise EndpointDown(f"{url}: {self._down}")
                 delay = self.backoff_s * 2 ** (attempt - 1)
                 with self._lock:
                     first = self._retrying == 0
@@ -148,6 +154,7 @@ class JSONClient:
         why = f"{last} after {self.max_retries + 1} attempt(s)"
         if last.startswith(("cannot connect", "timed out")):
             self._down = why
+            raise EndpointDown(f"{url}: {why}")
         raise EndpointError(f"{url}: {why}")
 
 

@@ -6,41 +6,45 @@
     GET  /v1/models             the one served system
     GET  /health                {"status": "ok"}
 
-Concurrent requests are batched into the generator: the first request of a batch waits at most
-`max_wait_ms` for others (up to `max_batch`), then the batch is answered in one `system.answer`
-call on a single worker thread (the models are not shared between threads). A request body over
-`max_body_bytes` gets 413, more than `max_concurrency` requests in flight get 429, a generator
-that cannot be reached (a vLLM server that is down) gets 503 — each as OpenAI-style error JSON
-`{"error": {"message", "type", "code"}}`. The server binds 127.0.0.1 unless told otherwise.
+Concurrent requests are batched into the generator (serve/batch.py): each question is first
+checked alone against the generator's window (serve/window.py), and one request's failure never
+reaches the others of its batch. Statuses, each as OpenAI-style error JSON
+`{"error": {"message", "type", "code"}}`:
+
+    400  malformed request, or a question too long for the model's window whatever is retrieved
+    413  a body over `max_body_bytes`: refused from its Content-Length, or, for a chunked body
+         (no Content-Length), as soon as the bytes counted on arrival pass the limit; the rest
+         is never read (the 413 closes the connection), so at most the limit plus one received
+         chunk is ever held
+    429  more than `max_concurrency` requests in flight
+    503  a generator that cannot be reached (a vLLM server that is down)
+    500  anything else answering this one question raised (logged with its traceback)
+
+The server binds 127.0.0.1 unless told otherwise.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 import uuid
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import Literal, Protocol
+from typing import Literal
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from lorarag.core.errors import ConfigError
 from lorarag.rag.http import EndpointError
+from lorarag.rag.prompt import ContextWindowError
 from lorarag.rag.records import Answer
+from lorarag.serve.batch import AnswerSystem, Batcher
+
+__all__ = ["AnswerSystem", "ServeSettings", "create_app", "serve"]
 
 log = logging.getLogger(__name__)
-
-
-class AnswerSystem(Protocol):
-    """What the server needs: batched answers with their Trace (fallback.system.AdvancedRAGSystem)."""
-
-    def answer(self, questions: list[str]) -> list[Answer]: ...
-
-    def close(self) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -85,7 +89,27 @@ class ServeError(Exception):
 
 
 def _error(status: int, kind: str, message: str) -> JSONResponse:
-    return JSONResponse({"error": {"message": message, "type": kind, "code": status}}, status_code=status)
+    # A 413 closes the connection: uvicorn would otherwise go on reading (and discarding) the rest of
+    # an upload the app refused, however long, to keep the connection alive for the next request.
+    headers = {"connection": "close"} if status == 413 else None
+    return JSONResponse({"error": {"message": message, "type": kind, "code": status}}, status_code=status,
+                        headers=headers)
+
+
+async def read_body(request: Request, limit: int) -> bytes:
+    """The body, refused (413) once more than `limit` bytes are announced or have arrived; a chunked
+    body is counted as it arrives and the rest of it is never read."""
+    too_big = ServeError(413, "invalid_request_error", f"request body over {limit} bytes")
+    size = request.headers.get("content-length")
+    if size is not None and size.isdigit() and int(size) > limit:
+        raise too_big
+    chunks, n = [], 0
+    async for chunk in request.stream():
+        n += len(chunk)
+        if n > limit:
+            raise too_big
+        chunks.append(chunk)
+    return b"".join(chunks)
 
 
 def question_of(req: ChatRequest) -> str:
@@ -111,55 +135,6 @@ def trace_of(a: Answer) -> dict:
             "context_answer": t.context_answer, "abstained": a.abstained, "notes": list(t.notes),
             "sources": [{"rank": i, "chunk_id": r.chunk.chunk_id, "source": r.chunk.source,
                          "score": r.score} for i, r in enumerate(sources, 1)]}
-
-
-class Batcher:
-    """Collects concurrent questions into batches for one worker thread."""
-
-    def __init__(self, system: AnswerSystem, settings: ServeSettings) -> None:
-        self.system, self.settings = system, settings
-        self.queue: asyncio.Queue[tuple[str, asyncio.Future]] = asyncio.Queue()
-        self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="lorarag-answer")
-        self.task: asyncio.Task | None = None
-        self.batches: list[int] = []  # the size of every batch answered (the benchmark reads it)
-
-    def start(self) -> None:
-        self.task = asyncio.get_running_loop().create_task(self._loop())
-
-    async def ask(self, question: str) -> Answer:
-        fut: asyncio.Future = asyncio.get_running_loop().create_future()
-        await self.queue.put((question, fut))
-        return await fut
-
-    async def _loop(self) -> None:
-        loop = asyncio.get_running_loop()
-        while True:
-            batch = [await self.queue.get()]
-            deadline = loop.time() + self.settings.max_wait_ms / 1000
-            while len(batch) < self.settings.max_batch:
-                left = deadline - loop.time()
-                if left <= 0:
-                    break
-                try:
-                    batch.append(await asyncio.wait_for(self.queue.get(), left))
-                except asyncio.TimeoutError:
-                    break
-            self.batches.append(len(batch))
-            try:
-                answers = await loop.run_in_executor(self.pool, self.system.answer, [q for q, _ in batch])
-            except Exception as exc:  # handed to every waiting request; the server maps it to a status
-                for _, fut in batch:
-                    if not fut.done():
-                        fut.set_exception(exc)
-                continue
-            for (_, fut), a in zip(batch, answers):
-                if not fut.done():
-                    fut.set_result(a)
-
-    async def stop(self) -> None:
-        if self.task is not None:
-            self.task.cancel()
-        self.pool.shutdown(wait=True)
 
 
 def create_app(system: AnswerSystem, settings: ServeSettings = ServeSettings()) -> FastAPI:
@@ -189,12 +164,10 @@ def create_app(system: AnswerSystem, settings: ServeSettings = ServeSettings()) 
     @app.post("/v1/chat/completions")
     async def chat(request: Request) -> JSONResponse:
         nonlocal in_flight
-        size = request.headers.get("content-length")
-        if size is not None and size.isdigit() and int(size) > settings.max_body_bytes:
-            return _error(413, "invalid_request_error", f"request body over {settings.max_body_bytes} bytes")
-        body = await request.body()
-        if len(body) > settings.max_body_bytes:
-            return _error(413, "invalid_request_error", f"request body over {settings.max_body_bytes} bytes")
+        try:
+            body = await read_body(request, settings.max_body_bytes)
+        except ServeError as exc:
+            return _error(exc.status, exc.kind, exc.message)
         if in_flight >= settings.max_concurrency:
             return _error(429, "rate_limit_error", f"more than {settings.max_concurrency} requests in flight")
         in_flight += 1
@@ -212,9 +185,14 @@ def create_app(system: AnswerSystem, settings: ServeSettings = ServeSettings()) 
             return _error(400, "invalid_request_error", f"{where}: {err.get('msg', 'invalid')}")
         except ServeError as exc:
             return _error(exc.status, exc.kind, exc.message)
+        except ContextWindowError as exc:  # this question's prompt cannot fit the model's window
+            return _error(400, "invalid_request_error", f"messages: {exc}")
         except (EndpointError, ConnectionError) as exc:
             log.warning("generator unavailable: %s", exc)
             return _error(503, "service_unavailable", f"the generator is unavailable: {exc}")
+        except Exception as exc:  # this request's own failure, isolated from the rest of its batch
+            log.error("answering one request failed", exc_info=exc)
+            return _error(500, "server_error", f"internal error answering this request ({type(exc).__name__})")
         finally:
             in_flight -= 1
         return JSONResponse({
@@ -231,5 +209,8 @@ def create_app(system: AnswerSystem, settings: ServeSettings = ServeSettings()) 
 def serve(system: AnswerSystem, settings: ServeSettings, *, host: str = "127.0.0.1", port: int = 8000) -> None:
     """Run the server until interrupted (uvicorn; SIGINT/SIGTERM shut it down and close the models)."""
     import uvicorn
+
+    if not 1 <= port <= 65535:
+        raise ConfigError(f"port {port} is not a TCP port (1-65535)")
 
     uvicorn.run(create_app(system, settings), host=host, port=port, log_level="info")

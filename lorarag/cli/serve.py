@@ -8,6 +8,15 @@ from pathlib import Path
 import typer
 
 
+def check_port(port: int, option: str = "--port") -> None:
+    """A TCP port a server can listen on (1-65535), refused before anything loads: with a larger one
+    the server logged the number given while listening elsewhere, and 0 picks a port nobody is told."""
+    from lorarag.core.errors import UserError
+
+    if not 1 <= port <= 65535:
+        raise UserError(f"{option}: {port} is not a TCP port (1-65535)")
+
+
 def register(app: typer.Typer, bench_app: typer.Typer) -> None:
     """Add `serve` and `bench serve`."""
 
@@ -21,6 +30,7 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
                   max_concurrency: int = typer.Option(128, min=1, help="requests in flight before 429"),
                   max_body_bytes: int = typer.Option(65536, min=256, help="largest request body (bytes)")) -> None:
         """Serve the run's AdvancedRAGSystem at /v1/chat/completions, /v1/models and /health."""
+        check_port(port)
         from lorarag.serve.app import ServeSettings, serve
         from lorarag.study.trained import load_run
 
