@@ -27,8 +27,8 @@ URL = "/v1/chat/completions"
 NORMAL = ["Who founded Beloria Labs?", "Where is Beloria Labs based?", "When was Beloria Labs founded?",
           "Who is the CEO of Beloria Labs?", "What does Beloria Labs make?", "How many people work at Beloria?",
           "Which city hosts Beloria Labs?", "Who chairs the Beloria board?"]
-# ~24 KB: under the 64 KB body limit, but thousands of tokens against a 512-token window
-LONG = "Tell me everything about Beloria Labs and its founders. " * 400
+# ~59 KB: under the 64 KB body limit, but thousands of tokens against a 512-token window
+LONG = "Tell me everything about Beloria Labs and its founders. " * 1050
 
 
 def _body(q: str) -> dict:
@@ -132,6 +132,46 @@ def test_an_over_long_question_among_normal_ones_fails_alone(served, system):
             assert r.status_code == 200 and r.json()["choices"][0]["message"]["content"] == alone[q]
     asked = [q for call in counting.calls for q in call]
     assert sorted(asked) == sorted(NORMAL) and max(map(len, counting.calls)) > 1  # batched, without it
+
+
+def test_the_openai_kind_checks_the_window_by_its_own_bound(tmp_path):
+    """kind openai, against a server without /tokenize (swift, Ollama): a short question passes on the
+    UTF-8 byte bound alone; the long one is refused with its size in bytes (no tokenizer here)."""
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from lorarag.fallback.config import FallbackConfig, GateConfig
+    from lorarag.fallback.system import AdvancedRAGSystem, Detector
+    from lorarag.rag.config import GeneratorConfig
+    from lorarag.rag.generators import build_generator
+    from lorarag.serve.window import QuestionTooLong, window_check
+
+    asked: list[str] = []
+
+    class NoTokenize(BaseHTTPRequestHandler):
+        def do_POST(self):  # noqa: N802 (http.server's name)
+            asked.append(self.path)
+            self.send_response(404)
+            self.send_header("content-length", "0")
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), NoTokenize)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        gen = build_generator(GeneratorConfig(kind="openai", model="base", adapters={"lora": "sft"}, max_retries=0,
+                                              base_url=f"http://127.0.0.1:{server.server_port}/v1",
+                                              max_model_len=512))
+        cfg = FallbackConfig(gate=GateConfig(enabled=False))
+        check = window_check(AdvancedRAGSystem(FixedSources(), Detector(gen, {}, cfg, None), cfg))
+        check(NORMAL[0])
+        assert asked == []  # decided on the byte bound, no request
+        with pytest.raises(QuestionTooLong, match=f"{len(LONG.encode())} bytes"):
+            check(LONG)
+        assert asked == ["/tokenize"]
+    finally:
+        server.shutdown()
 
 
 class Upper:
