@@ -148,7 +148,7 @@ def test_the_openai_kind_checks_the_window_by_its_own_bound(tmp_path):
     asked: list[str] = []
 
     class NoTokenize(BaseHTTPRequestHandler):
-
+        def do_POST(self):  # http.server's method name
             asked.append(self.path)
             self.send_response(404)
             self.send_header("content-length", "0")
