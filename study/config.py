@@ -20,19 +20,31 @@ from lorarag.scenarios.world import DEV_PHRASING, TEST_PHRASING, untrained_phras
 from lorarag.train.config import TrainConfig
 
 
+ADAPTER_KINDS = ("closed_book", "astute_rag", "prompted_detection")  # kinds that take `adapter:`
+
+
 class SystemConfig(Strict):
-    """One evaluated system (fallback/systems.py)."""
+    """One evaluated system (study/systems.py)."""
 
     name: str
-    kind: Literal["lora_rag", "base_rag", "prompted_detection", "astute_rag", "closed_book", "oracle"]
+    kind: Literal["lora_rag", "base_rag", "prompted_detection", "astute_rag", "closed_book", "memory_or_context",
+                  "oracle"]
     context: Literal["retrieved", "presented"] = "retrieved"
-    adapter: str | None = None  # closed_book: None = base model, "lora" = the trained adapter
-    max_new_tokens: int = 24  # base_rag / closed_book / oracle answers
+    # closed_book / astute_rag / prompted_detection: None = the base model, "lora" = the trained adapter
+    adapter: str | None = None
+    max_new_tokens: int = 24  # base_rag / closed_book / astute_rag / memory_or_context / oracle answers
+
+    @model_validator(mode="after")
+    def _adapter_kind(self) -> "SystemConfig":
+        if self.adapter is not None and self.kind not in ADAPTER_KINDS:
+            raise ValueError(f"system {self.name!r}: adapter: means nothing for kind {self.kind!r} (it goes with "
+                             f"{', '.join(ADAPTER_KINDS)}; lora_rag and memory_or_context use fallback.detector's)")
+        return self
 
     @property
     def uses_adapter(self) -> bool:
         """Whether its answers depend on the trained adapter (and so on the training seed)."""
-        return self.kind == "lora_rag" or (self.kind == "closed_book" and self.adapter is not None)
+        return self.kind in ("lora_rag", "memory_or_context") or self.adapter is not None
 
 
 class CalibrationConfig(Strict):

@@ -33,7 +33,7 @@ def system_stamp(cfg: RunConfig, sc: SystemConfig, test: list[Scenario], adapter
         stamp["numerics"] = cfg.numerics.model_dump()
     if sc.uses_adapter:
         stamp["adapter"] = str(adapter.resolve()) if adapter is not None else None
-    if sc.kind == "lora_rag":
+    if sc.kind in ("lora_rag", "memory_or_context"):  # both route on the gate's threshold
         stamp["gate"] = gate
     if sc.kind in ("lora_rag", "prompted_detection"):  # prompted detection runs without a gate
         stamp["fallback"] = cfg.fallback.model_dump(exclude={"gate"} if sc.kind == "prompted_detection" else None)

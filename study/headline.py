@@ -20,9 +20,12 @@ from lorarag.eval.conflict_metrics import (
     over_fallback,
     sides_with_source,
 )
+from lorarag.eval.answer_metrics import is_correct
 from lorarag.eval.records import ItemResult
 from lorarag.scenarios.records import SCENARIO_TYPES
+from lorarag.study.baselines import baseline_table
 from lorarag.study.config import RunConfig
+from lorarag.study.headline_kb import system_pairs
 
 
 def _first(cfg: RunConfig, results: Mapping[str, Sequence[ItemResult]], kind: str) -> tuple[str, list[ItemResult]] | None:
@@ -138,7 +141,9 @@ def headline_markdown(cfg: RunConfig, results: Mapping[str, Sequence[ItemResult]
         lines += ["", "### Targets", "", "| target | measured | met |", "|---|---|---|"]
         for name, v, ok in targets(base[1], lora[1]):
             lines.append(f"| {name} | {_num(v)} | {'yes' if ok else '**MISSED**'} |")
-    return "\n".join(lines) + "\n"
+    for ctx, b, lo in system_pairs(cfg, results):
+        lines += [""] + baseline_table(cfg, results, ctx, b, lo, lambda r: float(is_correct(r)))
+    return "\n".join(lines).rstrip() + "\n"
 
 
 def set_table(title: str, results: Mapping[str, Sequence[ItemResult]]) -> str:

@@ -29,6 +29,7 @@ from lorarag.eval.records import WRONG_VALUE_SCENARIOS, ItemResult
 from lorarag.eval.shortcut import SHORTCUT_AUROC
 from lorarag.eval.stats import cluster_permutation_test, mcnemar_exact, noninferior, paired_bootstrap, wilson_ci
 from lorarag.scenarios.records import SCENARIO_TYPES
+from lorarag.study.baselines import baseline_table
 
 Score = Callable[[ItemResult], float]
 FE_GAIN = 0.40  # LoRA-RAG over base RAG, known facts with a wrong source
@@ -237,6 +238,8 @@ def kb_headline(cfg: Any, results: Mapping[str, Sequence[ItemResult]], summary: 
         lines.append("")
     if pairs:
         lines += detection_table(results[pairs[0][2]])
+    for ctx, b, lo in pairs:
+        lines += baseline_table(cfg, results, ctx, b, lo, score)
     for sc in cfg.systems:
         if sc.context == "retrieved" and sc.kind in ("base_rag", "lora_rag") and sc.name in results:
             rule = ("contains a gold answer" if metric == "contains" else

@@ -6,9 +6,12 @@ study/contexts.py: `retrieved` (the clean KB, then poisoned into the scenario's 
 `presented` (the scenario's own chunks).
 
 Kinds: `lora_rag` (AdvancedRAGSystem), `base_rag` (plain grounded RAG, no detection),
-`prompted_detection` (the base model asked for the same verdict format, no LoRA), `astute_rag`
-(the base model's own closed-book answer consolidated with the sources, prompt only), `closed_book`
-(base or LoRA, no retrieval) and `oracle` (the gold chunk only, answered by the base RAG prompt).
+`prompted_detection` (the same verdict format asked for by prompt), `astute_rag` (the model's own
+closed-book answer consolidated with the sources, prompt only), `closed_book` (no retrieval),
+`memory_or_context` (the LoRA's closed-book answer where the gate keeps it, else base RAG from the
+context: no verdict) and `oracle` (the gold chunk only, answered by the base RAG prompt).
+`prompted_detection`, `astute_rag` and `closed_book` run on the base model, or with `adapter: lora`
+on the trained adapter: a baseline that knows what the LoRA knows.
 Components (generator, retrieval, tokenizer) are built once in study/parts.py and injected.
 """
 
@@ -24,6 +27,8 @@ from lorarag.fallback.format import (
     closed_book_user_turn,
     rag_user_turn,
 )
+from lorarag.fallback.format import is_unknown
+from lorarag.fallback.gate import gate_fires
 from lorarag.fallback.system import AdvancedRAGSystem, Detector, closed_book
 from lorarag.rag.generate import Generator, Message
 from lorarag.rag.prompt import neutralise
@@ -65,21 +70,23 @@ def astute_user_turn(question: str, sources: list[SourceText], own: str) -> str:
 
 
 class AstuteRAG:
-    """A prompt-only baseline: elicit the base model's own answer, consolidate it with the sources."""
+    """A prompt-only baseline: elicit the model's own answer, consolidate it with the sources."""
 
-    def __init__(self, name: str, generator: Generator, ctx: ScenarioContexts, mode: str, max_new_tokens: int) -> None:
+    def __init__(self, name: str, generator: Generator, ctx: ScenarioContexts, mode: str, max_new_tokens: int,
+                 adapter: str | None = None) -> None:
         self.name, self.generator, self.ctx, self.mode, self.max_new = name, generator, ctx, mode, max_new_tokens
+        self.adapter = adapter  # None: the base model; the LoRA's name: what it learned is its own knowledge
 
     def answer_scenarios(self, items: list[Scenario]) -> list[Answer]:
-        """Closed-book answers (the base model's; a memo hit after closed_book_base), then one
+        """Closed-book answers (a memo hit after the closed-book system of the same model), then one
         consolidation pass over each scenario's context."""
         questions = [s.question for s in items]
         ctxs = self.ctx.contexts(items, self.mode)
-        own = closed_book(self.generator, None, questions)
+        own = closed_book(self.generator, self.adapter, questions)
         convs = [[Message("system", ASTUTE_SYSTEM),
                   Message("user", astute_user_turn(q, [SourceText(r.chunk.text, r.chunk.date) for r in c[1]], o.answer))]
                  for q, c, o in zip(questions, ctxs, own)]
-        gens = self.generator.generate(convs, adapter=None, max_new_tokens=self.max_new)
+        gens = self.generator.generate(convs, adapter=self.adapter, max_new_tokens=self.max_new)
         return [Answer(question=q, text=g.text.strip(),
                        sources=tuple(dict.fromkeys(r.chunk.source for r in c[1])),
                        trace=Trace(question=q, retrieved=tuple(c[0]), reranked=tuple(c[1]), prompt=g.prompt,
@@ -137,6 +144,44 @@ class ClosedBook:
                 for s, g in zip(items, gens)]
 
 
+class MemoryOrContext:
+    """The simple rule beside LoRA-RAG: the LoRA's greedy closed-book answer where the gate keeps
+    it (a memory, its mean NLL at or under the calibrated threshold), else base RAG's answer from
+    the context. It knows what the LoRA knows but never compares the source with its memory, so
+    LoRA-RAG beats it only where reading the source against memory pays: a newer source over an
+    older memory, or a memory the gate keeps wrongly."""
+
+    def __init__(self, name: str, rag: RAGSystem, generator: Generator, adapter: str | None,
+                 threshold: float | None, ctx: ScenarioContexts, mode: str, max_new_tokens: int) -> None:
+        self.name, self.rag, self.generator, self.adapter = name, rag, generator, adapter
+        self.threshold, self.ctx, self.mode, self.max_new = threshold, ctx, mode, max_new_tokens
+
+    def answer_scenarios(self, items: list[Scenario]) -> list[Answer]:
+        """One closed-book pass for all (a memo hit after closed_book_lora), one RAG pass for the rest."""
+        questions = [s.question for s in items]
+        ctxs = self.ctx.contexts(items, self.mode)
+        cb = closed_book(self.generator, self.adapter, questions)
+        keep = [not is_unknown(c.answer) and (self.threshold is None or not gate_fires(c.nll, self.threshold))
+                for c in cb]
+        rest = [i for i, k in enumerate(keep) if not k]
+        read = self.rag.answer_with_context([questions[i] for i in rest], [list(ctxs[i][1]) for i in rest],
+                                            candidates=[list(ctxs[i][0] or ctxs[i][1]) for i in rest],
+                                            max_new_tokens=self.max_new)
+        from_context = dict(zip(rest, read))
+        out = []
+        for i, (q, c, m) in enumerate(zip(questions, ctxs, cb)):
+            note = f"gate doubt={m.nll:.4f} memory {m.answer!r} " + ("kept" if keep[i] else "rejected")
+            if keep[i]:
+                out.append(Answer(question=q, text=m.answer, trace=Trace(
+                    question=q, retrieved=tuple(c[0]), reranked=tuple(c[1]), route="fallback",
+                    memory_answer=m.answer, notes=(note,))))
+            else:
+                a = from_context[i]
+                out.append(replace(a, trace=replace(a.trace or Trace(question=q), retrieved=tuple(c[0]),
+                                                    reranked=tuple(c[1]), route="context", notes=(note,))))
+        return out
+
+
 def build_system(cfg: SystemConfig, parts: Parts) -> ScenarioSystem:
     """The scenario system for `cfg.kind`, from shared, already-built components (`parts`)."""
     return SYSTEMS[cfg.kind](cfg, parts)
@@ -149,9 +194,10 @@ def _lora_rag(cfg: SystemConfig, parts: Parts) -> LoRARAG:
 
 def _prompted(cfg: SystemConfig, parts: Parts) -> LoRARAG:
     fb = parts.fallback
-    # Same format and policy, base model, no gate (there is no calibrated threshold for the base); each
-    # field forced in turn, so the base model's verdict is read even where it cannot keep the format.
-    fb = fb.model_copy(update={"detector": fb.detector.model_copy(update={"adapter": None}),
+    # Same format and policy, the base model (or `adapter`), no gate (memory `fields` has no gated
+    # closed-book reading); each field forced in turn, so the verdict is read even where the model
+    # cannot keep the format.
+    fb = fb.model_copy(update={"detector": fb.detector.model_copy(update={"adapter": cfg.adapter}),
                                "gate": fb.gate.model_copy(update={"enabled": False})})
     det = Detector(parts.generator, parts.first_tokens, fb, None, system_prompt=PROMPTED_SYSTEM, memory="fields")
     return LoRARAG(cfg.name, AdvancedRAGSystem(parts.rag, det, fb), parts.contexts, cfg.context)
@@ -163,5 +209,9 @@ SYSTEMS: dict[str, Callable[[SystemConfig, Parts], ScenarioSystem]] = {
     "base_rag": lambda cfg, p: BaseRAG(cfg.name, p.rag, p.contexts, cfg.context, cfg.max_new_tokens),
     "oracle": lambda cfg, p: BaseRAG(cfg.name, p.rag, p.contexts, "oracle", cfg.max_new_tokens),
     "closed_book": lambda cfg, p: ClosedBook(cfg.name, p.generator, cfg.adapter, cfg.max_new_tokens),
-    "astute_rag": lambda cfg, p: AstuteRAG(cfg.name, p.generator, p.contexts, cfg.context, cfg.max_new_tokens),
+    "astute_rag": lambda cfg, p: AstuteRAG(cfg.name, p.generator, p.contexts, cfg.context, cfg.max_new_tokens,
+                                           cfg.adapter),
+    "memory_or_context": lambda cfg, p: MemoryOrContext(cfg.name, p.rag, p.generator, p.fallback.detector.adapter,
+                                                        p.gate_threshold if p.fallback.gate.enabled else None,
+                                                        p.contexts, cfg.context, cfg.max_new_tokens),
 }

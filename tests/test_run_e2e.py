@@ -185,6 +185,8 @@ def test_reduced_demo_end_to_end(tmp_path):
             assert all(r["closed_book_answer"] is not None for r in rows)
             # the gate (min_auroc 0: always on) read the closed-book NLL of every item
             assert all(any("gate doubt (closed_book_nll)=" in n for n in r["notes"]) for r in rows)
+        if s.kind == "memory_or_context":  # the LoRA's memory where the gate keeps it, else the context
+            assert all(r["verdict"] is None and r["route"] in ("context", "fallback") for r in rows)
 
     # report structure
     md = (root / "report/report.md").read_text()
@@ -196,6 +198,9 @@ def test_reduced_demo_end_to_end(tmp_path):
     pair = json.loads((root / "report/base-vs-lora/metrics.json").read_text())
     assert pair["comparison"]["a"] == "base_rag" and pair["comparison"]["b"] == "lora_rag"
     assert "### Targets" in table and "| consistent | known |" in table
+    assert "### lora_rag against every baseline (retrieved context)" in table
+    assert "Knowledge-sharing baselines (know what the LoRA knows): closed_book_lora, astute_rag_lora, " \
+           "memory_or_context." in table
     assert (root / "report/headline.md").read_text() == table
 
     # the extra set: every system answered its sampled items (2 per cell) from its own index, where

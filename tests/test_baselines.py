@@ -1,0 +1,104 @@
+"""Baselines that know what the LoRA knows: memory-or-context routing, adapter variants of the
+prompt baselines, and the headline table against them (hand-computed cells)."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from lorarag.fallback.format import SYSTEM_CLOSED_BOOK
+from lorarag.rag.config import RetrievalConfig
+from lorarag.rag.generate import Generation
+from lorarag.rag.records import Answer, Trace
+from lorarag.scenarios.records import PresentedChunk, Scenario
+from lorarag.study.baselines import baseline_table
+from lorarag.study.config import SystemConfig
+from lorarag.study.contexts import ScenarioContexts
+from lorarag.study.systems import MemoryOrContext
+from tests.eval_fixtures import make_item
+
+
+class ClosedBookScript:
+    """Stands in for the model (outside the code under test): scripted closed-book answers and
+    token logprobs per question; records which adapter each call used."""
+
+    def __init__(self, closed):
+        self.closed, self.calls = closed, []
+
+    def generate(self, convs, *, adapter=None, max_new_tokens=None, top_logprobs=0, prefixes=None):
+        assert all(c[0].content == SYSTEM_CLOSED_BOOK for c in convs)
+        self.calls.append(adapter)
+        qs = [c[-1].content.rsplit("Question: ", 1)[-1].strip() for c in convs]
+        out = []
+        for q in qs:
+            key = next(k for k in self.closed if k in q)
+            out.append(Generation(text=self.closed[key][0], logprobs=self.closed[key][1], prompt=q))
+        return out
+
+
+class ContextReader:
+    """Stands in for the base RAG system: answers every question 'from the context'."""
+
+    def __init__(self):
+        self.asked = []
+
+    def answer_with_context(self, questions, contexts, *, candidates=None, max_new_tokens=None):
+        self.asked += list(questions)
+        return [Answer(question=q, text=f"context says {q}", trace=Trace(question=q)) for q in questions]
+
+
+def _scenario(q: str) -> Scenario:
+    return Scenario(qid=q, fact_id=q, question=q, gold_answers=("7",), relevant_ids=("c",), scenario="consistent",
+                    presented=(PresentedChunk("c", "The value is 7."),), context_answer="7")
+
+
+def test_memory_or_context_keeps_confident_memories_and_reads_the_context_otherwise():
+    closed = {"q-known": ("7", (-0.01, -0.03)),  # mean NLL 0.02 nats/token: kept under 0.5
+              "q-unsure": ("5", (-1.2, -0.6)),  # 0.9: rejected
+              "q-declined": ("unknown", (-0.001,))}  # no memory to keep, however confident
+    gen, rag = ClosedBookScript(closed), ContextReader()
+    ctx = ScenarioContexts(None, None, RetrievalConfig(), {})
+    sys_ = MemoryOrContext("moc", rag, gen, "lora", 0.5, ctx, "presented", 16)
+    known, unsure, declined = sys_.answer_scenarios([_scenario(q) for q in closed])
+    assert gen.calls == ["lora"]  # the LoRA's memory, one closed-book pass
+    assert rag.asked == ["q-unsure", "q-declined"]  # the context is read only where memory was rejected
+    assert (known.text, known.trace.route, known.trace.memory_answer) == ("7", "fallback", "7")
+    assert (unsure.text, unsure.trace.route) == ("context says q-unsure", "context")
+    assert declined.trace.route == "context" and "rejected" in declined.trace.notes[0]
+    assert "gate doubt=0.0200" in known.trace.notes[0] and len(known.trace.reranked) == 1
+    # without a threshold (gate off) every memory that is not "unknown" is kept
+    every = MemoryOrContext("moc", ContextReader(), gen, "lora", None, ctx, "presented", 16)
+    assert [a.trace.route for a in every.answer_scenarios([_scenario(q) for q in closed])] == \
+        ["fallback", "fallback", "context"]
+
+
+def test_adapter_goes_only_with_the_kinds_that_take_it():
+    assert SystemConfig(name="a", kind="astute_rag", adapter="lora").uses_adapter
+    assert SystemConfig(name="m", kind="memory_or_context").uses_adapter
+    assert not SystemConfig(name="p", kind="prompted_detection").uses_adapter
+    with pytest.raises(ValueError, match="adapter: means nothing for kind 'base_rag'"):
+        SystemConfig(name="b", kind="base_rag", adapter="lora")
+
+
+def test_baseline_table_names_the_best_system_and_the_captured_router_gain():
+    """4 consistent known items. Right answers: closed-book LoRA on 1, 2; base RAG on 2, 3;
+    LoRA-RAG on 1, 2, 3; memory-or-context on 1, 2. Oracle router: 1, 2, 3 = 0.75. Best pure
+    strategy 0.50, so LoRA-RAG (0.75) captures (0.75 - 0.50) / (0.75 - 0.50) = 1.00 of the gain.
+    Best knowledge-sharing baseline: closed-book LoRA at 0.50 (first of the tie): +0.25."""
+    right = {"closed_book_lora": {1, 2}, "base_rag": {2, 3}, "lora_rag": {1, 2, 3}, "moc": {1, 2}}
+    results = {name: [make_item(system=name, qid=f"q{i}", fact_id=f"f{i}", answer="50 km/h" if i in r else "9")
+                      for i in range(1, 5)] for name, r in right.items()}
+    cfg = SimpleNamespace(eval=SimpleNamespace(bootstrap=1000, seed=0), systems=[
+        SystemConfig(name="closed_book_lora", kind="closed_book", adapter="lora"),
+        SystemConfig(name="base_rag", kind="base_rag", context="presented"),
+        SystemConfig(name="lora_rag", kind="lora_rag", context="presented"),
+        SystemConfig(name="moc", kind="memory_or_context", context="presented")])
+    lines = baseline_table(cfg, results, "presented", "base_rag", "lora_rag",
+                           lambda r: float(r.answer == "50 km/h"))
+    assert "closed_book_lora, moc" in lines[2]
+    row = next(ln for ln in lines if ln.startswith("| consistent | known |"))
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert cells[:7] == ["consistent", "known", "4", "0.75", "0.50", "0.50", "0.50"]
+    assert cells[7] == "0.75" and cells[8] == "lora_rag" and cells[10] == "1.00"
+    assert cells[9].startswith("+0.25 [") and cells[9].endswith("vs closed_book_lora")
