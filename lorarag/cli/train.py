@@ -36,6 +36,19 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
 
         run(model, steps, batch, n_gen, new_tokens, out)
 
+    @bench_app.command("numerics")
+    def bench_numerics_cmd(out: Path = typer.Option(Path("runs/bench/numerics.json"), help="results JSON"),
+                           record: bool = typer.Option(False, "--record",
+                                                       help="add this machine's fingerprint to the committed ones")
+                           ) -> None:
+        """Fingerprint a pinned tiny training run and compare it with other machines' (first differing stage)."""
+        import tempfile
+
+        from lorarag.bench.numerics import run as run_numerics
+
+        with tempfile.TemporaryDirectory(prefix="lorarag-numerics-") as work:
+            run_numerics(Path(work), out, record, typer.echo)
+
     @app.command("world")
     def world_cmd(out: Path = typer.Option(Path("data/generated/demo"), help="output folder"),
                   seed: int = typer.Option(0), n_orgs: int = typer.Option(40, "--n-orgs")) -> None:
@@ -66,7 +79,9 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
     @app.command("train")
     def train_cmd(config: Path = typer.Argument(..., help="configs/train/*.yaml"),
                   dry_run: bool = typer.Option(False, "--dry-run", help="print the exact command, run nothing"),
-                  slurm: Path = typer.Option(None, "--slurm", help="write an sbatch script here and exit")) -> None:
+                  slurm: Path = typer.Option(None, "--slurm", help="write an sbatch script here and exit"),
+                  force: bool = typer.Option(False, "--force", help="with --slurm: replace an existing file "
+                                             "lorarag did not write (never the config)")) -> None:
         """Train a LoRA (ms-swift, or the CPU peft loop); resumes from the last checkpoint."""
         from lorarag.core.errors import UserError
         from lorarag.train.config import SFTConfig
@@ -78,8 +93,9 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
             raise UserError(f"--slurm needs the path of the sbatch script to write, got {str(slurm)!r}")
         cfg = load_train_config(config)
         if slurm is not None:
-            slurm.parent.mkdir(parents=True, exist_ok=True)
-            slurm.write_text(slurm_script(cfg, str(config)), encoding="utf-8")
+            from lorarag.core import outputs
+
+            outputs.write_text(slurm, slurm_script(cfg, str(config)), force=force, inputs=[config])
             typer.echo(f"wrote {slurm} (submit with: sbatch {slurm})")
             return
         if not dry_run and cfg.world is not None and not Path(cfg.dataset).is_file():
@@ -118,9 +134,11 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
     def import_cmd(name: str = typer.Argument(..., help="conflictnq or conflictqa"),
                    out: Path = typer.Option(..., help="scenario JSONL to write"),
                    data: Path = typer.Option(Path("../shared/data"), help="the shared data folder"),
-                   split: str = typer.Option("test", help="conflictnq split: test or val")) -> None:
+                   split: str = typer.Option("test", help="conflictnq split: test or val"),
+                   force: bool = typer.Option(False, "--force", help="replace output files lorarag did not write")
+                   ) -> None:
         """Convert a shared conflict data set into scenario records (+ its KB chunks next to it)."""
         from lorarag.scenarios.importers import import_set
 
-        n = import_set(name, data, out, split=split)
+        n = import_set(name, data, out, split=split, force=force)
         typer.echo(f"{n} scenarios -> {out}")

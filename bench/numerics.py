@@ -1,0 +1,139 @@
+"""`lorarag bench numerics`: a fingerprint of a pinned tiny training run, held against the
+fingerprints committed from other machines, so any machine can check whether it trains the same
+bits and, where it does not, at which stage they part.
+
+The run (in a child process with the AVX2 pins and 1 thread of `numerics: {cpu_isa: avx2}`):
+1. `base`: a tiny Qwen3 built from seed 0 (random init: the RNG's kernels);
+2. `rows`: 12 SFT rows of the seed-0 demo world (data, no arithmetic);
+3. `forward`: the base model's logits on the first row (the forward kernels);
+4. `loss@1..3`: the peft loop's loss at each step (step 1 is a forward pass at the LoRA's init;
+   steps 2-3 also read the updates before them);
+5. `adapter@1..3`: the adapter after each step (backward pass and optimiser).
+The first stage that differs from a reference says where the bits part: model build, forward,
+or backward/optimiser. The same run with the machine's own kernel choice says whether the pins
+change anything on this CPU. Nothing here is timed; the JSON goes to `--out`.
+
+`bench/numerics_reference.json` holds one fingerprint per machine kind that ran it, with the
+machine's CPU flags; `--record` adds this machine's.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Callable
+
+from lorarag.core.numerics import NumericsConfig, cpu_flags, pinned_env
+
+REFERENCE = Path(__file__).with_name("numerics_reference.json")
+PINS = NumericsConfig(cpu_isa="avx2", threads=1)
+STEPS = 3
+STAGES = ("base", "rows", "forward", *(f"loss@{i}" for i in range(1, STEPS + 1)),
+          *(f"adapter@{i}" for i in range(1, STEPS + 1)))
+TRAIN_ARGS = {"lora_rank": 4, "lora_alpha": 8, "max_steps": STEPS, "save_steps": 1, "save_total_limit": STEPS,
+              "per_device_train_batch_size": 4, "max_length": 512, "torch_dtype": "float32",
+              "learning_rate": 5e-3}
+
+
+def _sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()[:16]
+
+
+def worker(work: Path) -> dict[str, str]:
+    """The fingerprint, computed in this (pinned) process."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from lorarag.rag.tiny import build_causal_lm
+    from lorarag.scenarios.config import WorldConfig
+    from lorarag.scenarios.world import build_world
+    from lorarag.train.config import SFTConfig
+    from lorarag.train.peft_trainer import train_peft
+    from lorarag.train.sft import build_rows, write_sft
+
+    lm = build_causal_lm(work / "tiny-qwen3", seed=0)
+    rows, _ = build_rows(build_world(WorldConfig(seed=0, n_orgs=8)), SFTConfig(knowledge_repeats=1))
+    data = write_sft(rows[:12], work / "train.jsonl")
+    out = {"base": _sha((Path(lm) / "model.safetensors").read_bytes()), "rows": _sha(Path(data).read_bytes())}
+    tok = AutoTokenizer.from_pretrained(lm)
+    model = AutoModelForCausalLM.from_pretrained(lm, torch_dtype=torch.float32).eval()
+    first = json.loads(Path(data).read_text(encoding="utf-8").splitlines()[0])["messages"]
+    ids = tok.apply_chat_template(first, tokenize=True, return_tensors="pt", return_dict=True)["input_ids"]
+    with torch.no_grad():
+        out["forward"] = _sha(model(input_ids=ids).logits.float().numpy().tobytes())
+    folder = work / "train"
+    train_peft(str(lm), str(data), str(folder), TRAIN_ARGS, 0)
+    losses = [json.loads(x) for x in (folder / "logging.jsonl").read_text().splitlines()]
+    for rec in losses:
+        out[f"loss@{rec['step']}"] = f"{rec['loss']:.4f}"
+    for step in range(1, STEPS + 1):
+        out[f"adapter@{step}"] = _sha((folder / f"checkpoint-{step}" / "adapter_model.safetensors").read_bytes())
+    return out
+
+
+def fingerprint(work: Path, *, pinned: bool = True) -> dict[str, str]:
+    """The fingerprint from a child process, under the AVX2 pins (they must be set before torch
+    loads) or, `pinned=False`, with the machine's own kernel choice on 1 thread."""
+    work.mkdir(parents=True, exist_ok=True)
+    env = {k: v for k, v in os.environ.items() if k not in pinned_env(PINS)}
+    env.update(pinned_env(PINS) if pinned else {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"})
+    res = subprocess.run([sys.executable, "-m", "lorarag.bench.numerics", str(work)], env=env,
+                         capture_output=True, text=True, timeout=900)
+    if res.returncode != 0:
+        raise RuntimeError(f"the pinned fingerprint run failed:\n{res.stderr[-3000:]}")
+    return json.loads(res.stdout.strip().splitlines()[-1])
+
+
+def first_difference(mine: dict[str, str], ref: dict[str, str]) -> str | None:
+    """The first stage (in STAGES order) whose value differs, or None when all agree."""
+    return next((s for s in STAGES if mine.get(s) != ref.get(s)), None)
+
+
+WHERE = {"base": "model build (the RNG's kernels)", "rows": "the data", "forward": "the forward pass",
+         "loss@1": "the forward pass at the LoRA's init"}
+
+
+def run(work: Path, out: Path, record: bool, echo: Callable[[str], None]) -> dict:
+    """Fingerprint this machine, compare with every committed reference, write `out`."""
+    flags = cpu_flags()
+    echo(f"numerics: pinned tiny run ({', '.join(f'{k}={v}' for k, v in pinned_env(PINS).items())}) "
+         f"on a CPU with {', '.join(flags) or 'no reported flags'}")
+    mine = fingerprint(work / "pinned")
+    own = fingerprint(work / "own", pinned=False)
+    refs = json.loads(REFERENCE.read_text(encoding="utf-8")) if REFERENCE.is_file() else []
+    own_diff = first_difference(own, mine)
+    echo("this machine's own kernels (unpinned): " + ("the same bits as pinned" if own_diff is None else
+                                                      f"first differ from pinned at {own_diff}"))
+    report = {"cpu_flags": flags, "pins": pinned_env(PINS), "fingerprint": mine, "unpinned": own,
+              "unpinned_first_difference": own_diff, "against": []}
+    echo("| stage | this machine | " + " | ".join(r["machine"] for r in refs) + " |")
+    echo("|---|---|" + "---|" * len(refs))
+    for s in STAGES:
+        echo(f"| {s} | {mine.get(s)} | " + " | ".join(
+            ("same" if r["fingerprint"].get(s) == mine.get(s) else r["fingerprint"].get(s, "–")) for r in refs) + " |")
+    for r in refs:
+        diff = first_difference(mine, r["fingerprint"])
+        where = ("identical bits" if diff is None else
+                 f"first differs at {diff}: {WHERE.get(diff, 'the backward pass or the optimiser')}")
+        report["against"].append({"machine": r["machine"], "first_difference": diff})
+        echo(f"against {r['machine']}: {where}")
+    if record:
+        name = "+".join(f for f in flags if f != "avx2") or "avx2"
+        refs = [r for r in refs if r["machine"] != name] + [{"machine": name, "cpu_flags": flags,
+                                                              "pins": pinned_env(PINS), "fingerprint": mine}]
+        REFERENCE.write_text(json.dumps(refs, indent=1) + "\n", encoding="utf-8")
+        echo(f"recorded as {name} in {REFERENCE}")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
+    return report
+
+
+if __name__ == "__main__":
+    import torch
+
+    torch.set_num_threads(1)
+    print(json.dumps(worker(Path(sys.argv[1]))))
