@@ -1,0 +1,138 @@
+"""How much of the test's contexts training has shown, per scenario x knowledge cell.
+
+A detector that remembers "this chunk was labelled outdated" scores on a flawed test context it
+was trained on without comparing anything with its memory. So every test item's context is looked
+up in the SFT rows as they are on disk (train and val), as the sources the rows show:
+- factual_error / outdated / consistent: the passage asserting the item's context value (the
+  perturbed copy, the older version, the gold chunk);
+- irrelevant: each shown chunk *with its question's fact*: the (question, chunk) pair, since a
+  chunk shown for another question teaches nothing about this one.
+`verbatim`: the passage is a training source line exactly; `near`: at least NEAR of its word
+8-grams occur in one training source (a copy with a changed date or value is still a copy). The
+item's own true chunk is left out of the near comparison: a perturbed or older copy of it is near
+it by construction, and showing the true chunk is what training on the knowledge base means.
+Consistent contexts may well be KB chunks training showed: the LoRA is trained on the knowledge
+base it retrieves from, as in deployment. Flawed ones must not be.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter, defaultdict
+from dataclasses import dataclass
+from typing import Callable, Iterable, Mapping, Sequence
+
+from lorarag.rag.prompt import neutralise
+from lorarag.scenarios.records import Scenario
+
+NGRAM = 8  # words
+NEAR = 0.8  # share of a passage's 8-grams in one training source that makes it a near copy
+FLAWED = ("factual_error", "outdated", "irrelevant")
+
+_SOURCE_LINE = re.compile(r"^\[S\d+\] (.*)$", re.M)
+
+
+def shown(text: str) -> str:
+    """A passage as a source line shows it (fallback/format.rag_user_turn): inert, one line."""
+    return " ".join(neutralise(text).split())
+
+
+def _grams(text: str) -> set[tuple[str, ...]]:
+    words = text.casefold().split()
+    if len(words) < NGRAM:
+        return {tuple(words)} if words else set()
+    return {tuple(words[i:i + NGRAM]) for i in range(len(words) - NGRAM + 1)}
+
+
+@dataclass(frozen=True)
+class CellOverlap:
+    """Test items of one cell whose context training showed, verbatim or as a near copy."""
+
+    scenario: str
+    knowledge: str
+    n: int
+    verbatim: int
+    near: int  # includes verbatim
+    first: str | None  # the qid of the first item with a near copy (for the error message)
+
+
+class TrainingSources:
+    """Every source line of the SFT rows, indexed by word 8-gram, with the fact of its question."""
+
+    def __init__(self, rows: Iterable[Mapping], fact_of: Callable[[str], str | None]) -> None:
+        self.texts: list[str] = []
+        self.facts: list[str | None] = []
+        self.index: dict[tuple[str, ...], set[int]] = defaultdict(set)
+        self.exact: dict[str, set[int]] = defaultdict(set)
+        for row in rows:
+            for m in row["messages"]:
+                if m["role"] != "user" or "\n[S" not in "\n" + m["content"]:
+                    continue
+                fact = fact_of(m["content"].rsplit("Question: ", 1)[-1].strip())
+                for line in _SOURCE_LINE.findall(m["content"]):
+                    i = len(self.texts)
+                    self.texts.append(line)
+                    self.facts.append(fact)
+                    self.exact[line].add(i)
+                    for g in _grams(line):
+                        self.index[g].add(i)
+
+    def seen(self, passage: str, fact: str | None = None, besides: frozenset[str] = frozenset()
+             ) -> tuple[bool, bool]:
+        """(verbatim, near) for `passage` among the sources (of `fact` only, when given); sources
+        whose text is in `besides` (shown form) count for verbatim only."""
+        line = shown(passage)
+        facts, texts = self.facts, self.texts
+        ok = (lambda i: True) if fact is None else (lambda i: facts[i] == fact)
+        verbatim = any(ok(i) for i in self.exact.get(line, ()))
+        grams = _grams(line)
+        if verbatim or not grams:
+            return verbatim, verbatim
+        hits: Counter[int] = Counter(i for g in grams for i in self.index.get(g, ())
+                                     if ok(i) and texts[i] not in besides)
+        return False, bool(hits) and max(hits.values()) >= NEAR * len(grams)
+
+
+def context_passages(s: Scenario) -> list[str]:
+    """The passages of a test item that carry its context's claim (see the module docstring)."""
+    if s.scenario == "irrelevant":
+        return [p.text for p in s.presented]
+    value = (s.context_answer or "").casefold()
+    hits = [p.text for p in s.presented if value and value in p.text.casefold()]
+    return hits or [p.text for p in s.presented if p.replaces] or [p.text for p in s.presented[:1]]
+
+
+def overlap_table(test: Sequence[Scenario], sources: TrainingSources,
+                  kb_texts: Mapping[str, str] | None = None) -> list[CellOverlap]:
+    """Per (scenario, knowledge) cell: how many items' contexts training showed. `kb_texts`
+    (chunk id -> text) names each item's true chunks, left out of the near comparison."""
+    kb_texts = kb_texts or {}
+    cells: dict[tuple[str, str], list[tuple[str, bool, bool]]] = defaultdict(list)
+    for s in test:
+        fact = s.fact_id if s.scenario == "irrelevant" else None
+        own = frozenset(shown(kb_texts[c]) for c in s.relevant_ids if c in kb_texts)
+        marks = [sources.seen(p, fact, own if s.scenario != "consistent" else frozenset())
+                 for p in context_passages(s)]
+        cells[(s.scenario, s.knowledge)].append((s.qid, any(v for v, _ in marks), any(n for _, n in marks)))
+    out = []
+    for (sc, k), rows in sorted(cells.items()):
+        first = next((q for q, _, n in rows if n), None)
+        out.append(CellOverlap(sc, k, len(rows), sum(v for _, v, _ in rows), sum(n for _, _, n in rows), first))
+    return out
+
+
+def leaking(table: Sequence[CellOverlap]) -> list[CellOverlap]:
+    """The flawed cells with a test context training showed (consistent ones are deployment)."""
+    return [c for c in table if c.scenario in FLAWED and c.near]
+
+
+def overlap_markdown(table: Sequence[CellOverlap]) -> list[str]:
+    """Markdown lines of the table, with what a consistent overlap means."""
+    lines = ["### Test contexts that training showed (SFT train + val rows, as on disk)", "",
+             f"`near`: at least {NEAR:.0%} of the passage's word {NGRAM}-grams in one training source "
+             "(verbatim included); for `irrelevant`, the chunk shown with a question of the same fact. "
+             "Consistent contexts may be knowledge-base chunks training showed: the LoRA is trained on the "
+             "knowledge base it retrieves from. Flawed ones must not be.", "",
+             "| scenario | knowledge | n | verbatim | near copy |", "|---|---|---|---|---|"]
+    lines += [f"| {c.scenario} | {c.knowledge} | {c.n} | {c.verbatim} | {c.near} |" for c in table]
+    return lines + [""]
