@@ -18,6 +18,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+from lorarag.core import outputs
 from lorarag.eval import conflict_metrics as cm
 from lorarag.eval.answer_metrics import exact_match, is_correct, token_f1
 from lorarag.eval.attribution import attribution_counts
@@ -170,15 +171,21 @@ def comparison_markdown(c: Comparison) -> str:
     return "\n".join(out) + "\n"
 
 
-def write_comparison(c: Comparison, out_dir: str | Path) -> Path:
-    """Write `compare.md` and `compare.json` into out_dir; returns the Markdown path."""
+def write_comparison(c: Comparison, out_dir: str | Path, *, force: bool = False,
+                     inputs: Sequence[str | Path] = ()) -> Path:
+    """Write `compare.md` and `compare.json` into out_dir; returns the Markdown path. Existing ones
+    are replaced only when this code wrote them (core/outputs.py) or with `force`; `inputs` (the
+    compared results) never."""
     out = output_dir(out_dir)
+    files = [out / "compare.json", out / "compare.md"]
+    outputs.claim(files, force=force, inputs=inputs)
     data = {"a": c.name_a, "b": c.name_b, "rows": [asdict(r) for r in c.rows],
             "fixed": list(c.fixed), "broken": list(c.broken)}
     text = json.dumps(nan_to_none(data), indent=1, ensure_ascii=False, allow_nan=False)
     (out / "compare.json").write_text(text, encoding="utf-8")
     path = out / "compare.md"
     path.write_text(comparison_markdown(c), encoding="utf-8")
+    outputs.record(files)
     return path
 
 

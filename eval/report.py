@@ -20,6 +20,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Mapping, Sequence
 
+from lorarag.core import outputs
 from lorarag.eval import conflict_metrics as cm
 from lorarag.eval import retrieval_metrics as rm
 from lorarag.eval.answer_metrics import answer_summary
@@ -193,7 +194,7 @@ CSS = ("body{font:14px/1.45 system-ui,sans-serif;max-width:1180px;margin:auto;pa
 def write_report(runs: Runs, out_dir: str | Path, *, resamples: int = 2000, seed: int = 0,
                  title: str = "lorarag evaluation report", headline: str | None = None,
                  gate: Mapping | str | Path | None = None, pair: tuple[str, str] | None = None,
-                 explorer: bool = True) -> Path:
+                 explorer: bool = True, force: bool = False) -> Path:
     """Write metrics.json, report.md, report.html, exports and (`explorer`) explorer.html for `runs`;
     returns the HTML path.
 
@@ -202,13 +203,22 @@ def write_report(runs: Runs, out_dir: str | Path, *, resamples: int = 2000, seed
     gate.json (a dict, the file or its folder): its threshold is drawn over the gate's doubt
     histograms (without it that plot is skipped with a note). `pair` = (base, LoRA) names for the
     explorer's side-by-side view and fixed/broken marks (default: the two systems, when two).
+    Files already in `out_dir` are replaced only when this code wrote them (core/outputs.py) or with
+    `force`; the runs' own results are never replaced.
     """
     systems, judged = _load(runs)
     out = output_dir(out_dir)
+    gate_info, gate_note = _gate(gate)
+    plots = report_plots(systems, gate_info, gate_note)
+    pngs = {k: v for k, v in plots.items() if isinstance(v, bytes)}
+    names = list(systems)
+    files = [out / f for f in ("metrics.json", "attribution.jsonl", "report.md", "report.html")]
+    files += [out / f"ragas-{_safe(n)}.jsonl" for n in names] + [out / f"plot{i}.png" for i in range(1, len(pngs) + 1)]
+    files += [out / EXPLORER_FILE] if explorer else []
+    outputs.claim(files, force=force, inputs=_inputs(runs))
     metrics: dict = {"systems": {n: system_metrics(items) for n, items in systems.items()}}
     for n, summary in judged.items():  # LLM-judged faithfulness / relevance, when a judge phase ran
         metrics["systems"][n]["judge"] = summary
-    names = list(systems)
     comp_md = head_md = ""
     if len(names) == 2:
         a, b = systems[names[0]], systems[names[1]]
@@ -228,9 +238,6 @@ def write_report(runs: Runs, out_dir: str | Path, *, resamples: int = 2000, seed
     for n, items in systems.items():
         export_ragas(items, out / f"ragas-{_safe(n)}.jsonl")
 
-    gate_info, gate_note = _gate(gate)
-    plots = report_plots(systems, gate_info, gate_note)
-    pngs = {k: v for k, v in plots.items() if isinstance(v, bytes)}
     for i, (k, png) in enumerate(pngs.items(), 1):
         (out / f"plot{i}.png").write_bytes(png)
     sections = _sections(metrics)
@@ -285,7 +292,19 @@ def write_report(runs: Runs, out_dir: str | Path, *, resamples: int = 2000, seed
     h.append("</section></body></html>")
     path = out / "report.html"
     path.write_text("\n".join(h), encoding="utf-8")
+    outputs.record(files)
     return path
+
+
+def _inputs(runs: Runs) -> list[Path]:
+    """The files a report reads (never to be written over): each run's results and judged rows."""
+    if isinstance(runs, Mapping):
+        return []
+    paths = []
+    for r in runs:
+        p = Path(r)
+        paths += [p / "results.jsonl", p / JUDGED_FILE] if p.is_dir() else [p]
+    return paths
 
 
 def _safe(name: str) -> str:

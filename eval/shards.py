@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence, TypeVar
 
+from lorarag.core import outputs
 from lorarag.core.errors import ConfigError, UserError
 from lorarag.eval.records import ItemResult, load_results, save_results
 from lorarag.eval.runner import STAMP_FILE  # the stamp each shard's run directory holds
@@ -115,9 +116,11 @@ def merge_shards(out_dir: str | Path, count: int, qids: Sequence[str]) -> list[I
 
 
 def slurm_array(config: str | Path, count: int, out: str | Path, *, partition: str | None = None,
-                gpus_per_task: int = 1, time_limit: str = "24:00:00", python: str = "python") -> Path:
+                gpus_per_task: int = 1, time_limit: str = "24:00:00", python: str = "python",
+                force: bool = False) -> Path:
     """An sbatch script running `lorarag eval CONFIG --shard $SLURM_ARRAY_TASK_ID/N`, one shard per
-    task, then (a dependent job is the user's call) `lorarag eval CONFIG --merge N`."""
+    task, then (a dependent job is the user's call) `lorarag eval CONFIG --merge N`. An existing
+    `out` is replaced only when lorarag wrote it (core/outputs.py) or with `force`; CONFIG never."""
     if count < 1:
         raise ConfigError("--shards must be >= 1")
     out = Path(out)
@@ -132,6 +135,4 @@ def slurm_array(config: str | Path, count: int, out: str | Path, *, partition: s
     lines += ["set -euo pipefail",
               f"{python} -m lorarag.cli eval {cfg} --shard \"$SLURM_ARRAY_TASK_ID/{count}\"",
               f"# when every task has finished: {python} -m lorarag.cli eval {cfg} --merge {count}"]
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    return out
+    return outputs.write_text(out, "\n".join(lines) + "\n", force=force, inputs=[config])

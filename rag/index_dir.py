@@ -122,8 +122,13 @@ def clean_leftovers(final: Path) -> list[str]:
 
 
 def building_dir(final: Path) -> Path:
-    """A fresh, empty hidden sibling to build the index in."""
-    final.parent.mkdir(parents=True, exist_ok=True)
+    """A fresh, empty hidden sibling to build the index in; IndexDirError (one line) when the
+    folder above `final` cannot be created or written (read-only, a file in the way)."""
+    try:
+        final.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise IndexDirError(f"index.dir {final}: cannot create its folder {final.parent} "
+                            f"({exc.strerror or exc})") from None
     clean_leftovers(final)
     tmp = final.with_name(f".{final.name}.building-{os.getpid()}")
     try:
@@ -131,6 +136,9 @@ def building_dir(final: Path) -> Path:
     except FileExistsError:
         raise IndexDirError(f"{tmp}: exists and holds files an index build does not write; "
                             "move it away and build again") from None
+    except OSError as exc:
+        raise IndexDirError(f"index.dir {final}: cannot write in {final.parent} ({exc.strerror or exc}); "
+                            "point index.dir at a writable folder") from None
     return tmp
 
 
@@ -138,8 +146,17 @@ def swap_in(tmp: Path, final: Path) -> None:
     """Replace `final` (re-checked: ours, empty or absent) by the finished build `tmp`."""
     check_replaceable(final)
     old = final.with_name(f".{final.name}.old-{os.getpid()}")
-    if final.exists():
-        final.rename(old)
-    tmp.rename(final)
+    try:
+        if final.exists():
+            final.rename(old)
+        try:
+            tmp.rename(final)
+        except OSError:
+            if old.exists():
+                old.rename(final)  # the previous index serves on
+            raise
+    except OSError as exc:
+        raise IndexDirError(f"index.dir {final}: cannot put the new index in place ({exc.strerror or exc}); "
+                            "the previous index, if any, is left as it was") from None
     if old.exists():
         shutil.rmtree(old)

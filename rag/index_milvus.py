@@ -22,6 +22,7 @@ import json
 import logging
 import os
 import time
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -29,6 +30,7 @@ import numpy as np
 
 from lorarag.core.errors import ConfigError
 from lorarag.rag.config import DenseIndexConfig
+from lorarag.rag.index_dir import IndexMismatch, index_path
 from lorarag.rag.records import Chunk
 
 log = logging.getLogger(__name__)
@@ -51,8 +53,86 @@ def milvus_uri(cfg: DenseIndexConfig, index_dir: str | Path) -> str:
     return str(folder.with_name(folder.name + ".milvus.db"))
 
 
+@contextmanager
+def _milvus_logs():
+    """Collect Milvus Lite's and pymilvus's log records (tracebacks included) instead of printing
+    them: our one-line error carries their cause; on success they go to this module's DEBUG log."""
+    records: list[logging.LogRecord] = []
+
+    class _Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            records.append(record)
+
+    keep, loggers = _Keep(), [logging.getLogger(n) for n in ("milvus_lite", "pymilvus")]
+    before = [lg.propagate for lg in loggers]
+    for lg in loggers:
+        lg.addHandler(keep)
+        lg.propagate = False
+    try:
+        yield records
+        for r in records:  # reached only when the call succeeded
+            log.debug("%s: %s", r.name, r.getMessage())
+    finally:
+        for lg, prop in zip(loggers, before):
+            lg.removeHandler(keep)
+            lg.propagate = prop
+
+
+def _cause(exc: BaseException, records: list[logging.LogRecord]) -> str:
+    """One line: the error Milvus Lite logged (e.g. "another process holds the lock on ..."), else `exc`'s."""
+    for r in reversed(records):
+        if r.levelno >= logging.ERROR and r.exc_info and r.exc_info[1] is not None:
+            inner = r.exc_info[1]
+            return (str(inner).strip().splitlines() or [type(inner).__name__])[0][:300]
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+
+
+def _is_lite(uri: str) -> bool:
+    return not uri.startswith(("http://", "https://", "tcp://", "unix:"))
+
+
+def check_lite(db: Path) -> None:
+    """MilvusUnavailable unless every collection manifest in the Milvus Lite folder `db` is readable
+    and lists only files that are there. Milvus Lite falls back to `manifest.json.prev` when
+    `manifest.json` is unreadable and then deletes, as orphans, the segments and index files the
+    older manifest does not list: such a folder must never reach it."""
+    if not db.exists():
+        return
+    if not db.is_dir():
+        raise MilvusUnavailable(f"{db}: is a file, not a Milvus Lite database folder; point milvus_uri elsewhere")
+    for coll in sorted([*db.glob("collections/*"), *db.glob("databases/*/collections/*")]):
+        if coll.is_dir():
+            problem = _manifest_problem(coll)
+            if problem:
+                raise MilvusUnavailable(f"{coll / 'manifest.json'}: {problem}; not opened (Milvus Lite would delete "
+                                        f"the files it no longer lists): restore it, or move {db} away and "
+                                        "rebuild with `lorarag index`")
+
+
+def _manifest_problem(coll: Path) -> str | None:
+    """Why Milvus Lite would not read collection folder `coll`'s manifest as it is, or None."""
+    try:
+        data = json.loads((coll / "manifest.json").read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return "missing" if (coll / "partitions").exists() else None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        return f"unreadable ({str(exc).splitlines()[0][:120]})"
+    parts = data.get("partitions") if isinstance(data, dict) else None
+    if not isinstance(parts, dict):
+        return "malformed (no partitions object)"
+    for name, part in parts.items():
+        files = [f for k in ("data_files", "delta_files") for f in (part.get(k) if isinstance(part, dict) else None) or []]
+        if not isinstance(part, dict) or not all(isinstance(f, str) for f in files):
+            return f"malformed (partition {name!r})"
+        gone = [f for f in files if not (coll / "partitions" / name / f).is_file()]
+        if gone:
+            return f"lists {gone[0]}, which is not there"
+    return None
+
+
 def connect(uri: str, token_env: str | None) -> Any:
-    """A MilvusClient for `uri`; MilvusUnavailable (one line) when it cannot connect."""
+    """A MilvusClient for `uri`; MilvusUnavailable (one line) when it cannot connect. A Milvus Lite
+    folder is checked first (`check_lite`)."""
     try:
         from pymilvus import MilvusClient
     except ImportError:
@@ -65,17 +145,21 @@ def connect(uri: str, token_env: str | None) -> Any:
         token = os.environ.get(token_env, "")
         if not token:
             raise ConfigError(f"index.dense.milvus_token_env: environment variable {token_env} is not set")
-    try:
-        return MilvusClient(uri=uri, token=token, timeout=30)
-    except Exception as exc:  # pymilvus raises its own and grpc errors; the user gets one line
-        raise MilvusUnavailable(f"cannot connect to Milvus at {uri}: {str(exc).splitlines()[0][:200]}") from None
+    if _is_lite(uri):
+        check_lite(Path(uri))
+    with _milvus_logs() as records:
+        try:
+            return MilvusClient(uri=uri, token=token, timeout=30)
+        except Exception as exc:  # pymilvus raises its own and grpc errors; the user gets one line
+            raise MilvusUnavailable(f"cannot connect to Milvus at {uri}: {_cause(exc, records)}") from None
 
 
 def _call(what: str, uri: str, fn, *args, **kwargs):
-    try:
-        return fn(*args, **kwargs)
-    except Exception as exc:  # a server error mid-request: one line naming the operation
-        raise MilvusUnavailable(f"Milvus at {uri}: {what} failed: {str(exc).splitlines()[0][:200]}") from None
+    with _milvus_logs() as records:
+        try:
+            return fn(*args, **kwargs)
+        except Exception as exc:  # a server error mid-request: one line naming the operation
+            raise MilvusUnavailable(f"Milvus at {uri}: {what} failed: {_cause(exc, records)}") from None
 
 
 class MilvusPart:
@@ -141,8 +225,13 @@ class MilvusPart:
 
     @classmethod
     def load(cls, path: Path, cfg: DenseIndexConfig) -> "MilvusPart":
-        """Open the collection `path` names; MilvusUnavailable when it is gone or unreachable."""
-        meta = json.loads(path.read_text(encoding="utf-8"))
+        """Open the collection `path` names; MilvusUnavailable when it is gone or unreachable,
+        IndexMismatch when `path` is unreadable or names another database than the config's."""
+        meta = _read_meta(path)
+        want = milvus_uri(cfg, index_path(path.parent))  # as `build` named it
+        if meta["uri"] != want:
+            raise IndexMismatch(f"{path}: names Milvus at {meta['uri']}, the config's is {want}; "
+                                "rebuild with `lorarag index`")
         client = connect(meta["uri"], cfg.milvus_token_env)
         if not _call("has collection", meta["uri"], client.has_collection, meta["collection"]):
             raise MilvusUnavailable(f"{path}: Milvus collection {meta['collection']} is gone from {meta['uri']} "
@@ -168,6 +257,24 @@ class MilvusPart:
             order = np.lexsort((i, -s))
             out.append((i[order], s[order]))
         return out
+
+
+_META = {"uri": str, "collection": str, "alias": str, "dimension": int, "n": int, "index_type": str}
+
+
+def _read_meta(path: Path) -> dict:
+    """dense.milvus.json as written by `save`; IndexMismatch (one line) when it is anything else."""
+    try:
+        meta = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise IndexMismatch(f"{path}: missing; rebuild with `lorarag index`") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise IndexMismatch(f"{path}: unreadable ({str(exc).splitlines()[0][:120]}); "
+                            "rebuild with `lorarag index`") from None
+    if not isinstance(meta, dict) or any(not isinstance(meta.get(k), t) for k, t in _META.items()):
+        raise IndexMismatch(f"{path}: not a Milvus index record (needs {', '.join(_META)}); "
+                            "rebuild with `lorarag index`")
+    return meta
 
 
 def _aliased(client: Any, uri: str, alias: str) -> str | None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from lorarag.core import outputs
 from lorarag.core.errors import RecordError
 from lorarag.rag.records import Chunk, iter_jsonl_lines, write_jsonl
 from lorarag.scenarios.records import (
@@ -141,9 +142,17 @@ def load_set(name: str, folder: str | Path, split: str = "test") -> tuple[list[S
     return scenarios, chunks
 
 
-def import_set(name: str, data_dir: str | Path, out: str | Path, split: str = "test") -> int:
-    """Write `<out>` (scenarios) and `<out stem>.chunks.jsonl` (KB); returns the scenario count."""
-    scenarios, chunks = load_set(name, Path(data_dir) / name, split)
+def import_set(name: str, data_dir: str | Path, out: str | Path, split: str = "test", *,
+               force: bool = False) -> int:
+    """Write `<out>` (scenarios) and `<out stem>.chunks.jsonl` (KB); returns the scenario count.
+    Existing files are replaced only when lorarag wrote them (core/outputs.py) or with `force`;
+    the data set's own file never."""
+    folder = Path(data_dir) / name
+    scenarios, chunks = load_set(name, folder, split)
     out = Path(out)
-    write_jsonl(out.with_name(out.stem + ".chunks.jsonl"), chunks)
-    return save_scenarios(out, scenarios)
+    kb = out.with_name(out.stem + ".chunks.jsonl")
+    outputs.claim([out, kb], force=force, inputs=[set_file(name, folder, split)])
+    write_jsonl(kb, chunks)
+    n = save_scenarios(out, scenarios)
+    outputs.record([out, kb])
+    return n

@@ -23,7 +23,9 @@ def _eval(config: Path = typer.Argument(..., help="configs/eval/*.yaml"),
           merge: int = typer.Option(None, "--merge", help="N: check and merge the N shards into OUT_DIR"),
           slurm: Path = typer.Option(None, "--slurm", help="write an sbatch array script running --shards "
                                      "shard tasks, and exit"),
-          shards: int = typer.Option(None, "--shards", help="with --slurm: how many shards")) -> None:
+          shards: int = typer.Option(None, "--shards", help="with --slurm: how many shards"),
+          force: bool = typer.Option(False, "--force", help="replace output files lorarag did not write (the "
+                                     "--slurm script, the run's report files); never the config")) -> None:
     """Run a system over a scenario set; results.jsonl is written incrementally and resumes
     (only onto results made with the same config: the run directory keeps a stamp of it).
     Beyond one machine: `--shard I/N` on each, then `--merge N`; `--slurm FILE --shards N` writes the
@@ -36,7 +38,12 @@ def _eval(config: Path = typer.Argument(..., help="configs/eval/*.yaml"),
     if slurm is not None:
         if shards is None or str(slurm).startswith("-"):
             raise UserError("--slurm FILE needs a file name and --shards N")
-        typer.echo(f"wrote {slurm_array(config, shards, slurm)}: sbatch it, then `lorarag eval {config} --merge {shards}`")
+        from lorarag.core.config import load_config
+        from lorarag.eval.config import EvalConfig
+
+        load_config(config, EvalConfig)  # a script for a config that is missing or invalid would only fail on the cluster
+        script = slurm_array(config, shards, slurm, force=force)
+        typer.echo(f"wrote {script}: sbatch it, then `lorarag eval {config} --merge {shards}`")
         return
     if shards is not None:
         raise UserError("--shards goes with --slurm (a shard run takes --shard I/N)")
@@ -85,7 +92,7 @@ def _eval(config: Path = typer.Argument(..., help="configs/eval/*.yaml"),
         typer.echo(f"shard {shard}: {len(items)} items -> {run_dir / 'results.jsonl'}")
         return
     html = write_report([cfg.out_dir], run_dir / "report", resamples=cfg.bootstrap_resamples,
-                        seed=cfg.seed)
+                        seed=cfg.seed, force=force)
     typer.echo(f"{len(items)} items -> {run_dir / 'results.jsonl'}; report: {html}")
 
 
@@ -93,7 +100,9 @@ def _compare(run_a: Path = typer.Argument(..., help="baseline run dir (or result
              run_b: Path = typer.Argument(..., help="candidate run dir (or results.jsonl)"),
              out: Path = typer.Option(None, help="where compare.md/json go (default: RUN_B/compare)"),
              resamples: int = typer.Option(2000, help="bootstrap resamples (>= 1000)"),
-             seed: int = typer.Option(0, help="bootstrap seed")) -> None:
+             seed: int = typer.Option(0, help="bootstrap seed"),
+             force: bool = typer.Option(False, "--force", help="replace compare.md/json lorarag did not write")
+             ) -> None:
     """Compare two runs item by item: differences with 95% CIs, McNemar p, fixed/broken items."""
     from rich.console import Console
     from rich.table import Table
@@ -103,7 +112,8 @@ def _compare(run_a: Path = typer.Argument(..., help="baseline run dir (or result
 
     c = compare_items(load_results(run_a), load_results(run_b), resamples=resamples, seed=seed)
     dest = out or (run_b if run_b.is_dir() else run_b.parent) / "compare"
-    md = write_comparison(c, dest)
+    inputs = [p / "results.jsonl" if p.is_dir() else p for p in (run_a, run_b)]
+    md = write_comparison(c, dest, force=force, inputs=inputs)
     t = Table(title=f"{c.name_b} vs {c.name_a}")
     for col in ("metric", "scenario", "knowledge", "n", c.name_a, c.name_b, "diff [95% CI]", "McNemar p"):
         t.add_column(col)
@@ -122,11 +132,12 @@ def _compare(run_a: Path = typer.Argument(..., help="baseline run dir (or result
 def _report(runs: list[Path] = typer.Argument(..., help="run dirs (or results.jsonl); the first is the baseline"),
             out: Path = typer.Option(..., help="report directory"),
             resamples: int = typer.Option(2000, help="bootstrap resamples (>= 1000)"),
-            seed: int = typer.Option(0, help="bootstrap seed")) -> None:
+            seed: int = typer.Option(0, help="bootstrap seed"),
+            force: bool = typer.Option(False, "--force", help="replace report files lorarag did not write")) -> None:
     """Write metrics.json, report.md and a self-contained report.html for one or more runs."""
     from lorarag.eval.report import write_report
 
-    html = write_report(runs, out, resamples=resamples, seed=seed)
+    html = write_report(runs, out, resamples=resamples, seed=seed, force=force)
     typer.echo(f"report: {html}")
 
 

@@ -1,0 +1,121 @@
+"""Output files as things we own: a command replaces only what it wrote itself, unchanged since.
+
+Every CLI writer (`--slurm` scripts, `report`/`compare --out`, `import-conflicts --out`) calls
+`claim` with every path it is about to write before writing any of them, then `record` after. A
+folder that holds our outputs keeps a small manifest, `.lorarag-outputs.json`
+(`{"format": 1, "files": {name: sha256 hex of the bytes we wrote}}`), so a file is ours exactly
+when its current bytes hash to what we recorded: a file the user wrote, or edited after us, is
+refused with a one-line `OutputError` naming it and `--force`. An input of the same command (its
+config, its data) is never an output, not even with `--force`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+from collections.abc import Iterable
+from pathlib import Path
+
+from lorarag.core.errors import UserError
+
+log = logging.getLogger(__name__)
+
+MANIFEST = ".lorarag-outputs.json"
+_FORMAT = 1
+
+
+class OutputError(UserError):
+    """An output path holds a file lorarag did not write (or one edited since), or cannot be written."""
+
+
+def _sha256(path: Path) -> str | None:
+    h = hashlib.sha256()
+    try:
+        with path.open("rb") as fh:
+            for block in iter(lambda: fh.read(1 << 20), b""):
+                h.update(block)
+    except OSError:
+        return None
+    return h.hexdigest()
+
+
+def _recorded(folder: Path) -> dict[str, str]:
+    """name -> sha256 of the files lorarag wrote in `folder` ({} without a readable manifest)."""
+    try:
+        data = json.loads((folder / MANIFEST).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return {}
+    files = data.get("files") if isinstance(data, dict) and data.get("format") == _FORMAT else None
+    if not isinstance(files, dict):
+        return {}
+    return {k: v for k, v in files.items() if isinstance(k, str) and isinstance(v, str)}
+
+
+def is_ours(path: str | Path) -> bool:
+    """True when `path` is a file lorarag wrote and nobody changed since."""
+    path = Path(path)
+    want = _recorded(path.parent).get(path.name)
+    return want is not None and path.is_file() and not path.is_symlink() and _sha256(path) == want
+
+
+def _same(a: Path, b: Path) -> bool:
+    try:
+        return a.resolve() == b.resolve() or (a.exists() and b.exists() and os.path.samefile(a, b))
+    except OSError:
+        return False
+
+
+def claim(paths: Iterable[str | Path], *, force: bool = False, inputs: Iterable[str | Path] = ()) -> None:
+    """OutputError (one line) unless every path in `paths` may be written: absent, or a file we
+    wrote and that is unchanged, or (`force`) any file. A path that is one of `inputs`, or a
+    folder, is refused even with `force`."""
+    inputs = [Path(p) for p in inputs]
+    for raw in paths:
+        path = Path(raw)
+        for src in inputs:
+            if _same(path, src):
+                raise OutputError(f"{path}: is an input of this command ({src}); refusing to overwrite it, "
+                                   "even with --force: give another output path")
+        if not path.exists() and not path.is_symlink():
+            continue
+        if path.is_dir():
+            raise OutputError(f"{path}: is a folder; name a file to write")
+        if force or is_ours(path):
+            continue
+        raise OutputError(f"{path}: exists and was not written by lorarag (or was edited since); refusing "
+                           "to overwrite it: give another path, or --force to replace it")
+
+
+def record(paths: Iterable[str | Path]) -> None:
+    """Note the files just written in their folders' manifests, so a later run may replace them."""
+    by_folder: dict[Path, list[Path]] = {}
+    for raw in paths:
+        p = Path(raw)
+        by_folder.setdefault(p.parent, []).append(p)
+    for folder, files in by_folder.items():
+        known = _recorded(folder)
+        for p in files:
+            digest = _sha256(p)
+            if digest is not None:
+                known[p.name] = digest
+        tmp = folder / f"{MANIFEST}.{os.getpid()}.tmp"
+        tmp.write_text(json.dumps({"format": _FORMAT, "files": dict(sorted(known.items()))}, indent=1),
+                       encoding="utf-8")
+        os.replace(tmp, folder / MANIFEST)
+
+
+def write_text(path: str | Path, text: str, *, force: bool = False, inputs: Iterable[str | Path] = ()) -> Path:
+    """`claim`, write `text` (UTF-8) through a temporary sibling, `record`; returns the path."""
+    path = Path(path)
+    claim([path], force=force, inputs=inputs)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, path)
+    except OSError as exc:
+        raise OutputError(f"{path}: cannot write it ({exc.strerror or exc})") from None
+    record([path])
+    return path
