@@ -51,13 +51,18 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
 
     @app.command("world")
     def world_cmd(out: Path = typer.Option(Path("data/generated/demo"), help="output folder"),
-                  seed: int = typer.Option(0), n_orgs: int = typer.Option(40, "--n-orgs")) -> None:
+                  seed: int = typer.Option(0), n_orgs: int = typer.Option(40, "--n-orgs"),
+                  force: bool = typer.Option(False, "--force", help="replace files lorarag did not write")) -> None:
         """Write the seeded demo world: corpus/*.md, facts.jsonl, chunks.jsonl."""
+        from lorarag.core import outputs
         from lorarag.scenarios.config import WorldConfig
         from lorarag.scenarios.world import build_world, write_world
 
         world = build_world(WorldConfig(seed=seed, n_orgs=n_orgs))
+        files = [out / "facts.jsonl", out / "chunks.jsonl", *(out / "corpus" / d.doc_id for d in world.documents)]
+        outputs.claim(files, force=force)
         corpus = write_world(world, out)
+        outputs.record(files)
         typer.echo(f"{len(world.facts)} facts, {len(world.documents)} documents -> {corpus}")
 
     @app.command("sft")
@@ -122,12 +127,20 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
                   base: bool = typer.Option(False, "--base", help="probe the base model, no adapter"),
                   limit: int = typer.Option(0, help="at most N conflict scenarios (0: all)"),
                   out: Path = typer.Option(None, help="write the rows as JSONL here"),
-                  conflicts: bool = typer.Option(True, help="also the conflict-aware scenarios")) -> None:
+                  conflicts: bool = typer.Option(True, help="also the conflict-aware scenarios"),
+                  force: bool = typer.Option(False, "--force", help="with --out: replace a file lorarag did not "
+                                             "write (never the config)")) -> None:
         """Closed-book accuracy (held-out phrasing) and conflict-aware accuracy on the test split."""
+        from lorarag.core import outputs
         from lorarag.train.probe import probe_run
         from lorarag.train.swift import load_train_config
 
-        summary = probe_run(load_train_config(config), base=base, limit=limit, out=out, conflicts=conflicts)
+        cfg = load_train_config(config)
+        if out is not None:  # refused before the model loads, not after minutes of probing
+            outputs.claim([out], force=force, inputs=[config, cfg.dataset])
+        summary = probe_run(cfg, base=base, limit=limit, out=out, conflicts=conflicts)
+        if out is not None:
+            outputs.record([out])
         typer.echo(json.dumps(summary, indent=2))
 
     @app.command("import-conflicts")
