@@ -97,9 +97,12 @@ class ResumeMismatch(UserError):
     """A run directory whose results were made with another config than the one resuming."""
 
 
-def _plain(value: Any) -> Any:
+def plain_stamp(value: Any) -> Any:
     """A stamp as JSON gives it back (tuples -> lists), so a stamp read from disk compares equal."""
     return json.loads(json.dumps(value, sort_keys=True, default=str))
+
+
+_plain = plain_stamp
 
 
 def stamp_differences(old: Any, new: Any, prefix: str = "") -> list[str]:
@@ -189,6 +192,7 @@ def run_eval(system: ScenarioSystem, scenarios: Sequence, out_dir: str | Path, *
         claim_run_dir(out, stamp, on_change=on_change)
     out.mkdir(parents=True, exist_ok=True)
     path = results_path(out)
+    path.touch()  # even with no items (an empty shard): the results exist, under their stamp
     _cut_torn_tail(path)
     done = load_results(path, system=system.name) if path.exists() else []
     _check_existing(done, set(qids), path)

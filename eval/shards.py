@@ -19,12 +19,12 @@ import json
 import shlex
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence, TypeVar
+from typing import Any, Mapping, Sequence, TypeVar
 
 from lorarag.core import outputs
 from lorarag.core.errors import ConfigError, UserError
 from lorarag.eval.records import ItemResult, load_results, save_results
-from lorarag.eval.runner import STAMP_FILE  # the stamp each shard's run directory holds
+from lorarag.eval.runner import STAMP_FILE, plain_stamp, stamp_differences  # each shard dir holds a stamp
 
 T = TypeVar("T")
 
@@ -76,9 +76,26 @@ def write_stamp(folder: Path, stamp: dict) -> None:
     (folder / STAMP_FILE).write_text(json.dumps(stamp, indent=1, sort_keys=True), encoding="utf-8")
 
 
-def merge_shards(out_dir: str | Path, count: int, qids: Sequence[str]) -> list[ItemResult]:
+def _check_stamp(folder: Path, name: str, text: str, want: dict) -> None:
+    """ShardError when a shard's stamp file is unreadable or differs from the merging config's."""
+    try:
+        got = json.loads(text)
+    except json.JSONDecodeError:
+        raise ShardError(f"shard {name}: {folder / STAMP_FILE} is unreadable: re-run `--shard {name}`") from None
+    diff = stamp_differences(got, want)
+    if diff:
+        shown = ", ".join(diff[:6]) + (f" and {len(diff) - 6} more" if len(diff) > 6 else "")
+        raise ShardError(f"shard {name} ({folder}) was evaluated under another config than the one merging "
+                         f"({shown} differ): re-run `--shard {name}` under this config")
+
+
+def merge_shards(out_dir: str | Path, count: int, qids: Sequence[str],
+                 stamp: Mapping[str, Any] | None = None) -> list[ItemResult]:
     """Every shard's rows, checked (module docstring), in the order of `qids`; written to
-    `<out_dir>/results.jsonl` (which must not exist yet: a merge never overwrites results)."""
+    `<out_dir>/results.jsonl` (which must not exist yet: a merge never overwrites results).
+    `stamp`: the stamp of the config merging; every shard must have been run under exactly it
+    (ShardError naming the shard and the differing keys), so one config's results are never
+    written as another's."""
     out = Path(out_dir)
     final = out / "results.jsonl"
     if final.exists():
@@ -92,6 +109,8 @@ def merge_shards(out_dir: str | Path, count: int, qids: Sequence[str]) -> list[I
         if not (folder / "results.jsonl").is_file() or not (folder / STAMP_FILE).is_file():
             raise ShardError(f"shard {i}/{count} missing: no results in {folder} (run `--shard {i}/{count}`)")
         stamps[folder.name] = (folder / STAMP_FILE).read_text(encoding="utf-8")
+        if stamp is not None:
+            _check_stamp(folder, f"{i}/{count}", stamps[folder.name], plain_stamp(dict(stamp)))
         for r in load_results(folder):
             if shard_of(r.qid, count) != i:
                 raise ShardError(f"{folder}: item {r.qid} belongs to shard {shard_of(r.qid, count)}, not {i}")
@@ -111,7 +130,9 @@ def merge_shards(out_dir: str | Path, count: int, qids: Sequence[str]) -> list[I
         raise ShardError(f"shards do not cover the scenario set: {what}")
     merged = [rows[q] for q in qids]
     save_results(final, merged)
-    (out / STAMP_FILE).write_text(next(iter(stamps.values())), encoding="utf-8")
+    kept = json.dumps(plain_stamp(dict(stamp)), indent=1, sort_keys=True) if stamp is not None \
+        else next(iter(stamps.values()))
+    (out / STAMP_FILE).write_text(kept, encoding="utf-8")
     return merged
 
 

@@ -15,6 +15,7 @@ adapter as `gate.json`, so evaluation never sees test items while tuning.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import math
@@ -51,6 +52,8 @@ class GateCalibration:
     # threshold, so they are left out of the fit and counted here (kept/rejected include them)
     known_declined: int = 0
     unseen_declined: int = 0
+    adapter: str = ""  # `adapter_sha256` of the adapter whose scores were read ("": not recorded)
+    dev: str = ""  # `dev_sha256` of the dev questions read ("": not recorded)
 
     def save(self, folder: str | Path) -> Path:
         """Write `gate.json` into `folder` (normally the adapter's folder)."""
@@ -67,6 +70,40 @@ def generator_id(cfg: GeneratorConfig) -> str:
     return f"{cfg.kind} {cfg.model} {cfg.dtype}{head}{attn}{cache}"
 
 
+ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors")
+_SHA_CACHE: dict[tuple[str, int, int], str] = {}  # (resolved path, size, mtime_ns) -> sha256
+
+
+def file_sha256(path: str | Path) -> str:
+    """sha256 (hex) of a file, remembered per process by path + size + mtime (weights are large)."""
+    path = Path(path).resolve()
+    st = path.stat()
+    key = (str(path), st.st_size, st.st_mtime_ns)
+    if key not in _SHA_CACHE:
+        h = hashlib.sha256()
+        with path.open("rb") as fh:
+            for block in iter(lambda: fh.read(1 << 20), b""):
+                h.update(block)
+        _SHA_CACHE[key] = h.hexdigest()
+    return _SHA_CACHE[key]
+
+
+def adapter_sha256(folder: str | Path) -> str:
+    """The adapter named by its content, not its path: sha256 over the sha256 of its weights and
+    its config (a retrained adapter at the same path gets another name)."""
+    h = hashlib.sha256()
+    for name in ADAPTER_FILES:
+        f = Path(folder) / name
+        h.update(f"{name}:{file_sha256(f) if f.is_file() else 'absent'}\n".encode())
+    return h.hexdigest()
+
+
+def dev_sha256(known: Sequence[str], unseen: Sequence[str]) -> str:
+    """The dev split a calibration read, by its questions in order (known, then never-learned)."""
+    text = "\n".join(known) + "\n\0\n" + "\n".join(unseen)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
 def load_gate(folder: str | Path) -> GateCalibration:
     """Read `gate.json` from `folder`; ConfigError when missing or malformed."""
     path = Path(folder) / GATE_FILE
@@ -75,8 +112,8 @@ def load_gate(folder: str | Path) -> GateCalibration:
         return GateCalibration(**data)
     except FileNotFoundError:
         raise ConfigError(f"{path}: no gate calibration (run `lorarag calibrate` first)") from None
-    except (json.JSONDecodeError, TypeError) as exc:
-        raise ConfigError(f"{path}: malformed gate calibration ({exc})") from None
+    except (json.JSONDecodeError, UnicodeDecodeError, TypeError) as exc:
+        raise ConfigError(f"{path}: malformed gate calibration ({exc}): run `lorarag calibrate`") from None
 
 
 def gate_fires(doubt: float | None, threshold: float) -> bool:
@@ -196,15 +233,22 @@ def threshold_in_use(cal: GateCalibration, g: GateConfig) -> float | None:
     return cal.threshold
 
 
-def gate_mismatch(cal: GateCalibration, g: GateConfig, gen_cfg: GeneratorConfig) -> list[str]:
+def gate_mismatch(cal: GateCalibration, g: GateConfig, gen_cfg: GeneratorConfig,
+                  adapter: str | None = None) -> list[str]:
     """What a saved calibration was made with that the config no longer asks for: rule, signal,
-    generator (a bf16 model reads other NLLs than an fp32 one)."""
+    generator (a bf16 model reads other NLLs than an fp32 one) and, given its `adapter_sha256`,
+    the adapter (a retrained one reads other scores; a file without the record counts as another)."""
     pairs = {"rule": (cal.rule, g.rule), "signal": (cal.signal, SIGNAL),
              "generator": (cal.generator, generator_id(gen_cfg))}
-    return [f"{k} {saved!r} (config: {want!r})" for k, (saved, want) in pairs.items() if saved != want]
+    out = [f"{k} {saved!r} (config: {want!r})" for k, (saved, want) in pairs.items() if saved != want]
+    if adapter is not None and cal.adapter != adapter:
+        out.append(f"adapter {cal.adapter[:12] or '(not recorded)'} (in use: {adapter[:12]})")
+    return out
 
 
 def reusable_gate(cal: GateCalibration, g: GateConfig, gen_cfg: GeneratorConfig, n_known: int,
-                  n_unseen: int) -> bool:
-    """A saved calibration still applies: nothing in gate_mismatch, same dev sizes."""
-    return not gate_mismatch(cal, g, gen_cfg) and (cal.n_known, cal.n_unseen) == (n_known, n_unseen)
+                  n_unseen: int, *, adapter: str | None = None, dev: str | None = None) -> bool:
+    """A saved calibration still applies: nothing in gate_mismatch, same dev sizes and, when given,
+    the same adapter content (`adapter_sha256`) and dev questions (`dev_sha256`)."""
+    return (not gate_mismatch(cal, g, gen_cfg, adapter) and (cal.n_known, cal.n_unseen) == (n_known, n_unseen)
+            and (dev is None or cal.dev == dev))

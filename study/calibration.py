@@ -15,7 +15,9 @@ from lorarag.core.errors import ConfigError
 from lorarag.fallback.gate import (
     GATE_FILE,
     GateCalibration,
+    adapter_sha256,
     calibrate_claimed,
+    dev_sha256,
     fixed_threshold,
     generator_id,
     load_gate,
@@ -42,17 +44,22 @@ class GateReading:
 def calibrate_gate(cfg: RunConfig, parts: Parts, adapter: Path, dev_known: list[Scenario],
                    dev_unseen: list[Scenario], echo: Echo, *, force: bool = False) -> GateReading:
     """The gate's doubt score on the dev split -> threshold, saved as gate.json next to the adapter
-    (a saved one is reused when it was read by the same rule, generator and dev sizes)."""
+    (a saved one is reused only when it was read by the same rule and generator, from this adapter's
+    content (`adapter_sha256`: a retrained adapter at the same path is calibrated afresh) and on
+    these dev questions (`dev_sha256`, not only their counts))."""
     g = cfg.fallback.gate
     if g.threshold is not None and not force:
         return GateReading(fixed_threshold(g), None)
+    adapter_id = adapter_sha256(adapter)
+    dev_id = dev_sha256([x.question for x in dev_known], [x.question for x in dev_unseen])
     if (adapter / GATE_FILE).is_file() and not force:
         try:
             cal = load_gate(adapter)
         except ConfigError as exc:  # our own cache file, from an older format: read the dev split again
             log.warning("%s; calibrating afresh", exc)
         else:
-            if reusable_gate(cal, g, cfg.rag.generator, len(dev_known), len(dev_unseen)):
+            if reusable_gate(cal, g, cfg.rag.generator, len(dev_known), len(dev_unseen),
+                             adapter=adapter_id, dev=dev_id):
                 echo(f"          reusing gate calibration from {adapter / GATE_FILE}")
                 return GateReading(threshold_in_use(cal, g), cal)
     det = Detector(parts.generator, parts.first_tokens, cfg.fallback, None)
@@ -64,7 +71,7 @@ def calibrate_gate(cfg: RunConfig, parts: Parts, adapter: Path, dev_known: list[
             echo(f"          dev {label}: {min(s + 32, len(items))}/{len(items)}")
         readings.append(vals)
     cal = replace(calibrate_claimed(readings[0], readings[1], rule=g.rule, target=g.target),
-                  generator=generator_id(cfg.rag.generator))
+                  generator=generator_id(cfg.rag.generator), adapter=adapter_id, dev=dev_id)
     if cal.known_declined or cal.unseen_declined:
         echo(f"          declined closed-book (\"unknown\", left out of the fit): known "
              f"{cal.known_declined}/{cal.n_known}, never-learned {cal.unseen_declined}/{cal.n_unseen}")

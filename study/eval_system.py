@@ -21,6 +21,7 @@ from lorarag.core.runinfo import hash_paths
 from lorarag.eval.config import EvalConfig
 from lorarag.fallback.gate import (
     GATE_FILE,
+    adapter_sha256,
     fixed_threshold,
     gate_mismatch,
     load_gate,
@@ -59,7 +60,7 @@ def _threshold(run_cfg: RunConfig, adapter: Path | None, components: str) -> flo
         return fixed_threshold(gate)
     if adapter is not None and (adapter / GATE_FILE).is_file():
         cal = load_gate(adapter)
-        if gate.enabled and (stale := gate_mismatch(cal, gate, run_cfg.rag.generator)):
+        if gate.enabled and (stale := gate_mismatch(cal, gate, run_cfg.rag.generator, adapter_sha256(adapter))):
             raise ConfigError(f"{adapter / GATE_FILE}: calibrated with {'; '.join(stale)}: "
                               f"run `lorarag calibrate {components}` first")
         return threshold_in_use(cal, gate)

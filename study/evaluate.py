@@ -10,7 +10,7 @@ from lorarag.eval.explorer import EXPLORER_FILE
 from lorarag.eval.records import closed_book_map, load_results
 from lorarag.eval.report import write_report
 from lorarag.eval.runner import run_eval
-from lorarag.fallback.gate import GATE_FILE
+from lorarag.fallback.gate import GATE_FILE, adapter_sha256
 from lorarag.scenarios.records import Scenario
 from lorarag.study.config import RunConfig, SystemConfig
 from lorarag.study.headline import headline_markdown, pair_names
@@ -25,14 +25,16 @@ log = logging.getLogger(__name__)
 
 def system_stamp(cfg: RunConfig, sc: SystemConfig, test: list[Scenario], adapter: Path | None,
                  gate: float | None) -> dict:
-    """What a system's results depend on: a results folder with another stamp is redone."""
+    """What a system's results depend on: a results folder with another stamp is redone. The
+    adapter is named by its content (`adapter_sha256`), so one retrained at the same path redoes
+    its systems instead of resuming the old adapter's results."""
     stamp = {"system": sc.model_dump(), "generator": cfg.rag.generator.model_dump(),
              "retrieval": cfg.rag.retrieval.model_dump(),
              "items": hashlib.sha256("\n".join(s.qid for s in test).encode()).hexdigest()[:16]}
     if cfg.numerics.cpu_isa or cfg.numerics.threads:  # pinned kernels give other bits than the machine's own
         stamp["numerics"] = cfg.numerics.model_dump()
     if sc.uses_adapter:
-        stamp["adapter"] = str(adapter.resolve()) if adapter is not None else None
+        stamp["adapter"] = adapter_sha256(adapter) if adapter is not None else None
     if sc.kind in ("lora_rag", "memory_or_context"):  # both route on the gate's threshold
         stamp["gate"] = gate
     if sc.kind in ("lora_rag", "prompted_detection"):  # prompted detection runs without a gate

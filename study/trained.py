@@ -10,8 +10,9 @@ same system `lorarag run` evaluated as `lora_rag`, answering retrieved context:
     answer = system.answer(["Who leads Vesova Dynamics?"])[0]
     answer.text, answer.trace.route, answer.trace.verdict, answer.trace.verdict_score
 
-Anything missing (no run dir, no trained adapter, no index, a gate calibrated by another generator)
-is a one-line ConfigError naming what to run first.
+Anything missing or unreadable (no run dir, a garbled config.yaml or adapter.json, no trained
+adapter, a truncated adapter_model.safetensors, a garbled gate.json, no index, a gate calibrated by
+another generator or for another adapter) is a one-line ConfigError naming the file or what to run first.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from lorarag.core.config import load_config
 from lorarag.core.errors import ConfigError
 from lorarag.fallback.gate import (
     GATE_FILE,
+    adapter_sha256,
     fixed_threshold,
     gate_mismatch,
     load_gate,
@@ -38,6 +40,7 @@ from lorarag.rag.retrieve import load_retriever
 from lorarag.study.config import RunConfig
 from lorarag.study.parts import build_parts
 from lorarag.study.training import find_adapter
+from lorarag.train.swift import check_adapter
 
 RUN_CONFIG = "config.yaml"
 
@@ -64,6 +67,7 @@ def read_run(run_dir: str | Path) -> TrainedRun:
     if adapter is None:
         raise ConfigError(f"{run_dir}: no trained adapter for run '{cfg.train.run_name}' under "
                           f"{cfg.train.runs_dir}: run `lorarag run` on its config first")
+    check_adapter(adapter)  # before any model loads: a truncated file would fail deep inside peft
     gate = cfg.fallback.gate
     if gate.threshold is not None:
         threshold = fixed_threshold(gate)
@@ -73,7 +77,7 @@ def read_run(run_dir: str | Path) -> TrainedRun:
         if not (adapter / GATE_FILE).is_file():
             raise ConfigError(f"{adapter / GATE_FILE}: no gate calibration: run `lorarag calibrate` first")
         cal = load_gate(adapter)
-        stale = gate_mismatch(cal, gate, cfg.rag.generator)
+        stale = gate_mismatch(cal, gate, cfg.rag.generator, adapter_sha256(adapter))
         if stale:
             raise ConfigError(f"{adapter / GATE_FILE}: calibrated with {'; '.join(stale)}: "
                               f"run `lorarag calibrate` first")

@@ -67,18 +67,31 @@ def build_sft(cfg: RunConfig, world: World, echo: Echo) -> None:
 
 def train_or_reuse(cfg: RunConfig, write_sft: Callable[[], None], fresh: bool, echo: Echo) -> Path:
     """The adapter folder: an earlier finished run of `train.run_name`, or a new training on the
-    SFT rows `write_sft()` writes to `train.dataset` (study/sources.py)."""
+    SFT rows `write_sft()` writes to `train.dataset` (study/sources.py).
+
+    An adapter is reused only when it was trained from exactly these rows, base and recipe: the
+    rows are written (and leak-checked) first so their sha256 can be compared with the one saved
+    in adapter.json (`swift.provenance_changes`). Any difference is refused with a ConfigError
+    naming the part that differs and pointing to `--fresh` (which retrains in that run dir) or a
+    new run name: the old run dir may be another config's, so it is never replaced unasked. On a
+    match the rows on disk are the ones the adapter trained on, so the leak check that ran on them
+    holds for the adapter too.
+    """
+    if not fresh:  # the recipe first: no SFT is rebuilt for a run refused anyway
+        check_same_recipe(cfg)
+    write_sft()
     if not fresh:
         found = find_adapter(cfg)
         if found is not None:
-            echo(f"          reusing adapter {found} (use --fresh to retrain)")
+            changed = swift.provenance_changes(cfg.train)
+            if changed:
+                raise ConfigError(f"train run '{cfg.train.run_name}' was trained from other data (differs in "
+                                  f"{'; '.join(changed)}): rerun with `lorarag run --fresh` or name the run anew")
+            echo(f"          reusing adapter {found} (same SFT rows, base and recipe; --fresh retrains)")
             return found
     out = train_dir(cfg)
     if fresh:
         shutil.rmtree(out, ignore_errors=True)
-    else:  # an unfinished run resumes from its checkpoints only under the same recipe
-        check_same_recipe(cfg)
-    write_sft()
     return Path(swift.train(cfg.train))  # ms-swift (GPU) or the CPU peft loop, as `train.kind` says
 
 

@@ -3,7 +3,8 @@
 The run dir `runs/train/<run_name>/` keeps the resolved config and run.json (git SHA, versions,
 seeds, data hashes: lorarag/runinfo.py), ms-swift's own `output/args.json`, the checkpoints
 under `output/checkpoint-N/`, and `adapter.json`: the pointer to the final adapter that later
-commands resolve with `find_adapter(run name or path)`. A killed run resumes from its last
+commands resolve with `find_adapter(run name or path)`, with `trained_on`: the sha256 of the SFT
+rows and of the base model's files it was trained from (`provenance_changes` compares them). A killed run resumes from its last
 checkpoint (`--resume_from_checkpoint`). Multi-GPU / multi-node goes through ms-swift's torchrun
 launch (NPROC_PER_NODE, NNODES, NODE_RANK, MASTER_ADDR, MASTER_PORT in the environment) and
 DeepSpeed (`swift: {deepspeed: zero2}`); `slurm_script` writes an sbatch file for a cluster.
@@ -22,6 +23,7 @@ from typing import Any
 from lorarag.core.config import load_config
 from lorarag.core.errors import ConfigError
 from lorarag.core.runinfo import start_run
+from lorarag.fallback.gate import ADAPTER_FILES, file_sha256
 from lorarag.train.config import TrainConfig, check_swift_args
 
 # ms-swift 4.x flags that make a local, offline run work (see the measured-stack notes).
@@ -70,6 +72,94 @@ def config_changes(cfg: TrainConfig) -> list[str]:
     old = _flat(load_train_config(saved).model_dump(mode="json", exclude=set(LAUNCH_FIELDS)))
     new = _flat(cfg.model_dump(mode="json", exclude=set(LAUNCH_FIELDS)))
     return sorted(k for k in old.keys() | new.keys() if old.get(k, KeyError) != new.get(k, KeyError))
+
+
+# What of a base model folder shapes the training: weights, configs, tokenizer (not READMEs).
+BASE_SUFFIXES = (".json", ".safetensors", ".bin", ".model", ".gguf", ".txt", ".tiktoken")
+
+
+def base_fingerprint(model: str) -> dict[str, str]:
+    """{file name: sha256} of the base model folder's top-level files that shape training
+    (`BASE_SUFFIXES`); a model given by name (no folder) is recorded by that name."""
+    folder = Path(model)
+    if not folder.is_dir():
+        return {"(name)": model}
+    return {f.name: file_sha256(f) for f in sorted(folder.iterdir()) if f.is_file() and f.suffix in BASE_SUFFIXES}
+
+
+def training_record(cfg: TrainConfig) -> dict[str, Any]:
+    """What an adapter was trained from besides its recipe (the run dir's config.yaml): the sha256
+    of its SFT rows (`train`, and `val` when set) and `base_fingerprint` of the base model.
+    Saved in adapter.json as `trained_on`; compared by `provenance_changes` before any reuse."""
+    rows = {"train": file_sha256(cfg.dataset) if Path(cfg.dataset).is_file() else None}
+    if cfg.val_dataset:
+        rows["val"] = file_sha256(cfg.val_dataset) if Path(cfg.val_dataset).is_file() else None
+    return {"rows": rows, "base": base_fingerprint(cfg.model)}
+
+
+def _short(sha: str | None) -> str:
+    return sha[:12] if sha else "none"
+
+
+def provenance_changes(cfg: TrainConfig) -> list[str]:
+    """How the finished run of `cfg.run_name` was trained from other data than `cfg` gives now:
+    one phrase per differing part (`SFT rows (train: sha a vs b)`, `base model (files ...)`);
+    [] when rows and base match exactly. An adapter.json without the record (an older lorarag)
+    is never taken as a match."""
+    saved = read_pointer(run_dir(cfg) / "adapter.json").get("trained_on")
+    if not isinstance(saved, dict):
+        return ["SFT rows and base model (adapter.json records neither)"]
+    now = training_record(cfg)
+    out: list[str] = []
+    old_rows, new_rows = saved.get("rows") or {}, now["rows"]
+    for key in sorted(set(old_rows) | set(new_rows)):
+        if old_rows.get(key) != new_rows.get(key):
+            out.append(f"SFT rows ({key}: sha {_short(old_rows.get(key))} vs {_short(new_rows.get(key))})")
+    old_base, new_base = saved.get("base") or {}, now["base"]
+    files = sorted(k for k in set(old_base) | set(new_base) if old_base.get(k) != new_base.get(k))
+    if files:
+        out.append(f"base model ({', '.join(files[:4])}{' ...' if len(files) > 4 else ''})")
+    return out
+
+
+def read_pointer(path: Path) -> dict[str, Any]:
+    """adapter.json as a dict; ConfigError naming the file when it is garbled."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path}: garbled adapter pointer ({exc}): retrain with --fresh") from None
+    if not isinstance(data, dict) or not isinstance(data.get("adapter"), str):
+        raise ConfigError(f"{path}: not an adapter pointer (no \"adapter\" path): retrain with --fresh")
+    return data
+
+
+def check_adapter(folder: str | Path) -> None:
+    """ConfigError naming the file when an adapter folder cannot be loaded: a garbled
+    adapter_config.json, or adapter_model.safetensors truncated or without a valid header
+    (safetensors: 8-byte little-endian header length, JSON header, then the tensor bytes)."""
+    folder = Path(folder)
+    cfg_file, weights = (folder / n for n in ADAPTER_FILES)
+    for f in (cfg_file, weights):
+        if not f.is_file():
+            raise ConfigError(f"{f}: missing: retrain with --fresh")
+    try:
+        if not isinstance(json.loads(cfg_file.read_text(encoding="utf-8")), dict):
+            raise ValueError("not a JSON object")
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{cfg_file}: garbled adapter config ({exc}): retrain with --fresh") from None
+    size = weights.stat().st_size
+    try:
+        with weights.open("rb") as fh:
+            n = int.from_bytes(fh.read(8), "little")
+            if size < 8 or n <= 0 or 8 + n > size:
+                raise ValueError(f"header of {n} bytes in a file of {size}")
+            header = json.loads(fh.read(n))
+        end = max((int(v["data_offsets"][1]) for k, v in header.items() if k != "__metadata__"), default=0)
+    except (ValueError, KeyError, TypeError, IndexError, AttributeError) as exc:
+        raise ConfigError(f"{weights}: not a readable safetensors file ({exc}): retrain with --fresh") from None
+    if 8 + n + end > size:
+        raise ConfigError(f"{weights}: truncated ({size} bytes, its header needs {8 + n + end}): "
+                          f"retrain with --fresh")
 
 
 def _flag_values(value: Any) -> list[str]:
@@ -200,6 +290,7 @@ def train(cfg: TrainConfig, *, dry_run: bool = False, config_path: str | None = 
                          f"{', '.join(changed)}); remove it or name the run anew")
 
     data = [cfg.dataset] + ([cfg.val_dataset] if cfg.val_dataset else [])
+    record = training_record(cfg)  # the rows and base as this training reads them
     rd = start_run(run_dir(cfg), cfg, seeds={"seed": cfg.seed}, data=data, command=cmd)
     (rd / "command.sh").write_text(render(cmd, env) + "\n", encoding="utf-8")
     returncode = run_child(cmd, launch_env(env))
@@ -211,7 +302,7 @@ def train(cfg: TrainConfig, *, dry_run: bool = False, config_path: str | None = 
         raise TrainError(f"{cfg.run_name}: training finished without a checkpoint in {rd / 'output'}")
     pointer = {"adapter": str(final), "base_model": cfg.model, "kind": cfg.kind,
                "model_type": cfg.swift.get("model_type"), "template": cfg.swift.get("template"),
-               "system": cfg.swift.get("system"), "config": config_path}
+               "system": cfg.swift.get("system"), "config": config_path, "trained_on": record}
     (rd / "adapter.json").write_text(json.dumps(pointer, indent=2), encoding="utf-8")
     return final
 
@@ -223,7 +314,7 @@ def find_adapter(run_name_or_path: str | Path, runs_dir: str | Path = "runs/trai
         return p
     for cand in (p / "adapter.json", Path(runs_dir) / str(run_name_or_path) / "adapter.json"):
         if cand.is_file():
-            return Path(json.loads(cand.read_text(encoding="utf-8"))["adapter"])
+            return Path(read_pointer(cand)["adapter"])
     raise FileNotFoundError(f"no adapter for {run_name_or_path!r}: not an adapter folder and no "
                             f"{Path(runs_dir) / str(run_name_or_path) / 'adapter.json'} (train it first)")
 
@@ -232,7 +323,7 @@ def adapter_info(run_name_or_path: str | Path, runs_dir: str | Path = "runs/trai
     """The pointer of a run (base model, template, ...), {} when given a bare adapter folder."""
     for cand in (Path(run_name_or_path) / "adapter.json", Path(runs_dir) / str(run_name_or_path) / "adapter.json"):
         if cand.is_file():
-            return json.loads(cand.read_text(encoding="utf-8"))
+            return read_pointer(cand)
     return {}
 
 

@@ -66,7 +66,7 @@ def _eval(config: Path = typer.Argument(..., help="configs/eval/*.yaml"),
     stamp = eval_stamp(cfg, everything)
     run_dir = Path(cfg.out_dir)
     if merge is not None:
-        merged = merge_shards(run_dir, merge, [x.qid for x in scenarios])
+        merged = merge_shards(run_dir, merge, [x.qid for x in scenarios], stamp=stamp)  # this config's shards only
         html = write_report([cfg.out_dir], run_dir / "report", resamples=cfg.bootstrap_resamples, seed=cfg.seed)
         typer.echo(f"merged {merge} shards: {len(merged)} items -> {run_dir / 'results.jsonl'}; report: {html}")
         return
