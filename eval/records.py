@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Iterable, Mapping
 
 from lorarag.core.errors import RecordError, UserError
+from lorarag.core.inputs import check_input_file
 from lorarag.rag.records import Answer, read_jsonl_lines, write_jsonl
 
 
@@ -139,6 +140,7 @@ def load_results(run: str | Path, *, system: str | None = None) -> list[ItemResu
     path = results_path(run)
     if not path.exists():
         raise FileNotFoundError(f"{path}: no results file")
+    check_input_file(path, "results file")  # a FIFO would block the read, a device exhaust memory
     rows = read_jsonl_lines(path, ItemResult, tolerate_torn_tail=True)
     want = system if system is not None else (rows[0][1].system if rows else None)
     first: dict[str, int] = {}

@@ -45,6 +45,15 @@ class WorldConfig(Strict):
 # ---------------------------------------------------------------------------------------
 # A user's knowledge base + labelled QA set instead of the demo world (`data:` of a run config).
 # ---------------------------------------------------------------------------------------
+def _only_for(src: Strict, keys: dict[str, str]) -> None:
+    """ValueError for a key set away from its default that means nothing for `src.kind`: a
+    `split: dev` on JSONL questions would look chosen and be ignored. Compared with the default,
+    not with the keys given, so a dumped config (every field written) validates again."""
+    for key, kind in keys.items():
+        if src.kind != kind and getattr(src, key) != type(src).model_fields[key].default:
+            raise ValueError(f"{key}: only for kind {kind}, not {src.kind}")
+
+
 CorpusKind = Literal["folder", "beir", "hf", "squad", "conflictnq"]
 QuestionKind = Literal["jsonl", "beir", "squad", "conflictnq"]
 
@@ -69,6 +78,12 @@ class CorpusSource(Strict):
     pdf_parser: Literal["auto", "pypdf", "mineru"] = "auto"  # folder
     strict: bool = False  # folder: a bad file stops the run instead of being listed and left out
 
+    @model_validator(mode="after")
+    def _keys_of_kind(self) -> "CorpusSource":
+        _only_for(self, {"split": "hf", "id_field": "hf", "text_field": "hf", "title_field": "hf",
+                         "pdf_parser": "folder", "strict": "folder"})
+        return self
+
 
 class QuestionSource(Strict):
     """The labelled questions (scenarios/kb_questions.py).
@@ -87,6 +102,11 @@ class QuestionSource(Strict):
     path: str
     split: str = "test"  # beir: qrels/<split>.tsv
     language: Literal["auto", "en", "zh", "fr"] = "auto"  # auto: per question, rag.prompt.detect_language
+
+    @model_validator(mode="after")
+    def _keys_of_kind(self) -> "QuestionSource":
+        _only_for(self, {"split": "beir"})
+        return self
 
 
 class SplitConfig(Strict):

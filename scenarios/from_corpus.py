@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import random
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field as dc_field
 from typing import Literal, Sequence
 
 from lorarag.core.errors import RecordError
@@ -36,7 +36,7 @@ from lorarag.scenarios.from_world import (
     substitute_value,
 )
 from lorarag.scenarios.kb_labels import answer_pattern, find_answer
-from lorarag.scenarios.kb_records import QAItem, field, jsonl_objects, no_other_keys
+from lorarag.scenarios.kb_records import QAItem, answer_text, field, jsonl_objects, no_other_keys, norm_text
 from lorarag.scenarios.records import SCENARIO_TYPES, PresentedChunk, Scenario
 
 _WORD = re.compile(r"\w+", re.UNICODE)
@@ -50,19 +50,41 @@ class OlderValue:
     answer: str
     date: str  # a date or version label, shown with the source ("as of 2019", "v2.1")
     text: str | None = None  # the older passage as it read then; None: the gold chunk, older value
+    where: str = dc_field(default="", compare=False)  # file:line, for error messages
 
 
 def load_outdated(path: str) -> dict[str, OlderValue]:
-    """Older versions, JSONL `{id, answer, date}` (+ optional `text`): id -> OlderValue."""
+    """Older versions, JSONL `{id, answer, date}` (+ optional `text`): id -> OlderValue. A `text`
+    must hold its older answer (any spacing), and an empty file is an error: it was given to
+    supply outdated items and would silently supply none."""
     out: dict[str, OlderValue] = {}
-    for where, obj in jsonl_objects(path):
+    for where, obj in jsonl_objects(path, "older-versions file"):
         no_other_keys(obj, {"id", "answer", "date", "text"}, where)
         qid = field(obj, "id", str, where)
         if qid in out:
             raise RecordError(f"{where}: id {qid!r} repeats")
-        out[qid] = OlderValue(qid, field(obj, "answer", str, where), field(obj, "date", str, where),
-                              field(obj, "text", str, where, required=False))
+        answer = answer_text(field(obj, "answer", str, where), where, "answer")
+        text = field(obj, "text", str, where, required=False)
+        if text is not None and not find_answer(text, (answer,)):
+            raise RecordError(f"{where}: text: does not hold its older answer {answer!r}")
+        out[qid] = OlderValue(qid, answer, field(obj, "date", str, where), text, where)
+    if not out:
+        raise RecordError(f"{path}: no older versions (empty file): outdated items need at least one")
     return out
+
+
+def check_outdated(outdated: dict[str, OlderValue], items: Sequence[QAItem], questions: str) -> None:
+    """Each older version belongs to an answerable question of the set and differs from its
+    truth: an older answer equal to a gold answer would be an outdated item asserting the truth."""
+    by_id = {it.qid: it for it in items}
+    for old in outdated.values():
+        it = by_id.get(old.qid)
+        if it is None:
+            raise RecordError(f"{old.where}: id {old.qid!r} is not a question of {questions}")
+        if it.unanswerable or not it.answers:
+            raise RecordError(f"{old.where}: id {old.qid!r}: the question has no answer, so no older one")
+        if norm_text(old.answer) in {norm_text(a) for a in it.answers}:
+            raise RecordError(f"{old.where}: answer: {old.answer!r} is the current gold answer, not an older one")
 
 
 def held_out_conflicts(item: QAItem, seed: int, k: int) -> tuple[int, ...]:

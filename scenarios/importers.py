@@ -17,6 +17,7 @@ from pathlib import Path
 
 from lorarag.core import outputs
 from lorarag.core.errors import RecordError
+from lorarag.core.inputs import check_input_file
 from lorarag.rag.records import Chunk, iter_jsonl_lines, write_jsonl
 from lorarag.scenarios.records import (
     PresentedChunk,
@@ -31,9 +32,9 @@ _NEG = re.compile(r"\b(not|no|never|cannot|neither|nor)\b|n't\b", re.IGNORECASE)
 def _rows(path: Path) -> list[tuple[int, dict]]:
     """(line, row) of an upstream JSONL file: UTF-8 JSON objects, at least one (an empty file is
     an error, not 0 scenarios); RecordError names file:line."""
-    if not path.is_file():
+    if not path.exists():
         raise FileNotFoundError(f"{path}: not found (the shared data folder is ../shared/data)")
-    rows = list(iter_jsonl_lines(path))
+    rows = list(iter_jsonl_lines(check_input_file(path, "conflict set file")))
     if not rows:
         raise RecordError(f"{path}: no rows (empty file)")
     return rows
@@ -70,6 +71,9 @@ def conflictnq(path: Path) -> tuple[list[Scenario], list[Chunk]]:
         if bad is not None or not real:
             raise RecordError(f"{path}:{line}: ConflictNQ row {qid}: "
                               + (f"{bad} is not text" if bad else "no real passage"))
+        if " ".join(wrong.split()).casefold() == " ".join(gold.split()).casefold():
+            raise RecordError(f"{path}:{line}: ConflictNQ row {qid}: fake_short_answer is the real short answer "
+                              "(its factual-error items would assert the truth)")
         real_ids = tuple(f"conflictnq/{qid}/real{i}" for i in range(len(real)))
         chunks += [_chunk(cid, t) for cid, t in zip(real_ids, real)]
         base = dict(fact_id=f"conflictnq/{qid}", question=q, gold_answers=(gold,), relevant_ids=real_ids,

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from lorarag.core.errors import RecordError
+from lorarag.core.inputs import check_input_file
 from lorarag.rag.chunk import make_chunker
 from lorarag.rag.config import ChunkerConfig, CorpusConfig
 from lorarag.rag.ingest import ingest
@@ -68,7 +69,7 @@ def _beir(src: CorpusSource) -> Docs:
     path = existing(src.path, "BEIR corpus")
     file = path / "corpus.jsonl" if path.is_dir() else path
     out = _Collector()
-    _rows(out, jsonl_objects(file), "_id", "text", "title")
+    _rows(out, jsonl_objects(file, "BEIR corpus"), "_id", "text", "title")
     return out.result(str(file))
 
 
@@ -90,12 +91,24 @@ def _hf_rows(src: CorpusSource) -> Iterable[tuple[str, dict]]:
             raise RecordError(f"{path}: split: {src.split!r} given but the folder holds one dataset")
         return ((f"{path} row {i}", r) for i, r in enumerate(ds))
     if path.suffix == ".parquet":
-        import pyarrow.parquet as pq
-
-        return ((f"{path} row {i}", r) for i, r in enumerate(pq.read_table(path).to_pylist()))
+        return _parquet_rows(path)
     if path.suffix in (".jsonl", ".json"):
-        return jsonl_objects(path)
+        return jsonl_objects(path, "Hugging Face dataset")
     raise RecordError(f"{path}: a Hugging Face dataset is a save_to_disk folder, a .parquet or a .jsonl file")
+
+
+def _parquet_rows(path: Path) -> Iterable[tuple[str, dict]]:
+    """(`file row i`, row) of a parquet file; a truncated or non-parquet file is one RecordError."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    check_input_file(path, "parquet file")
+    try:
+        rows = pq.read_table(path).to_pylist()
+    except (pa.ArrowException, OSError) as exc:
+        msg = " ".join(str(exc).split())
+        raise RecordError(f"{path}: not a readable parquet file ({msg})") from None
+    return ((f"{path} row {i}", r) for i, r in enumerate(rows))
 
 
 def _hf(src: CorpusSource) -> Docs:
@@ -106,7 +119,7 @@ def _hf(src: CorpusSource) -> Docs:
 
 def squad_articles(path: str | Path) -> list[tuple[str, dict]]:
     """(`file: data[i].paragraphs[j]`, paragraph object) of a SQuAD v1.1/v2.0 file, checked."""
-    data = read_json(path)
+    data = read_json(path, "SQuAD file")
     if not isinstance(data, dict):
         raise RecordError(f"{path}: expected a SQuAD object with `data`")
     articles = field(data, "data", list, str(path))
@@ -133,7 +146,7 @@ def _squad(src: CorpusSource) -> Docs:
 def conflictnq_rows(path: str | Path) -> list[tuple[str, dict]]:
     """(`file:line`, row) of a ConflictNQ file with its passages checked (lists of `{passage}`)."""
     rows = []
-    for where, r in jsonl_objects(path):
+    for where, r in jsonl_objects(path, "ConflictNQ file"):
         field(r, "id", str, where)
         for key in ("real_passages", "fake_passages"):
             for k, p in enumerate(field(r, key, list, where)):

@@ -13,22 +13,27 @@ must be empty: nothing in the corpus answers it). Any other key is an error.
 from __future__ import annotations
 
 import csv
+import io
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Sequence
 
 from lorarag.core.errors import RecordError
+from lorarag.core.inputs import check_input_dir, read_input_text
 from lorarag.rag.prompt import detect_language
 from lorarag.scenarios.config import QuestionSource
 from lorarag.scenarios.kb_corpus import conflictnq_rows, squad_articles
 from lorarag.scenarios.kb_records import (
     Conflict,
+    KBCorpus,
     Label,
     QAItem,
-    existing,
+    answer_text,
+    answers_of,
     field,
     int_list,
     jsonl_objects,
     no_other_keys,
+    norm_text,
     str_list,
 )
 
@@ -69,18 +74,40 @@ def _conflicts(obj: dict, where: str) -> tuple[Conflict, ...]:
         if not isinstance(c, dict):
             raise RecordError(f"{w}: expected an object {{text, answer}}")
         no_other_keys(c, {"text", "answer"}, w)
-        out.append(Conflict(field(c, "text", str, w), field(c, "answer", str, w)))
+        out.append(Conflict(field(c, "text", str, w), answer_text(field(c, "answer", str, w), w, "answer")))
     return tuple(out)
+
+
+def _wordings(question: str, others: tuple[str, ...], where: str, key: str = "paraphrases") -> tuple[str, ...]:
+    """`others` when each is a wording of its own: one equal to the question or to an earlier one
+    (case and whitespace aside) would count one wording twice."""
+    seen = {norm_text(question): "the question"}
+    for i, w in enumerate(others):
+        if norm_text(w) in seen:
+            raise RecordError(f"{where}: {key}[{i}]: {w!r} is the same wording as {seen[norm_text(w)]}")
+        seen[norm_text(w)] = f"{key}[{i}]"
+    return others
+
+
+def _check_conflicts(answers: tuple[str, ...], conflicts: tuple[Conflict, ...], where: str,
+                     key: str = "conflicts") -> None:
+    """A conflict passage must assert a wrong answer: one whose answer is a gold answer would be a
+    factual-error item asserting the truth."""
+    gold = {norm_text(a) for a in answers}
+    for k, c in enumerate(conflicts):
+        if norm_text(c.answer) in gold:
+            raise RecordError(f"{where}: {key}[{k}].answer: {c.answer!r} is a gold answer (a conflict asserts a "
+                              "wrong one)")
 
 
 def _jsonl(src: QuestionSource) -> list[QAItem]:
     out = _Items(src)
-    for where, obj in jsonl_objects(src.path):
+    for where, obj in jsonl_objects(src.path, "questions file"):
         no_other_keys(obj, JSONL_KEYS, where)
         qid = field(obj, "id", str, where)
         where = f"{where} (id {qid})"
         unanswerable = field(obj, "unanswerable", bool, where, required=False) or False
-        answers = str_list(obj, "answers", where, empty=unanswerable)
+        answers = answers_of(obj, "answers", where, empty=unanswerable)
         rel = str_list(obj, "relevant_ids", where, empty=unanswerable)
         if unanswerable and (answers or rel):
             raise RecordError(f"{where}: {'answers' if answers else 'relevant_ids'}: must be empty for an "
@@ -89,41 +116,45 @@ def _jsonl(src: QuestionSource) -> list[QAItem]:
         if lang is not None and lang not in LANGUAGES:
             raise RecordError(f"{where}: language: {lang!r} is not one of {', '.join(LANGUAGES)}")
         q = field(obj, "question", str, where)
+        conflicts = _conflicts(obj, where)
+        if unanswerable and conflicts:
+            raise RecordError(f"{where}: conflicts: an unanswerable question has no truth to contradict")
+        _check_conflicts(answers, conflicts, where)
+        wordings = _wordings(q, str_list(obj, "paraphrases", where, required=False, empty=True), where)
         out.add(QAItem(qid, q, answers, language=out.language(q, lang), labels=tuple(Label(r) for r in rel),
-                       wordings=str_list(obj, "paraphrases", where, required=False, empty=True),
-                       unanswerable=unanswerable, conflicts=_conflicts(obj, where), where=where))
+                       wordings=wordings, unanswerable=unanswerable, conflicts=conflicts, where=where))
     return out.result()
 
 
 def read_qrels(path: Path) -> dict[str, list[tuple[str, str]]]:
     """BEIR qrels: query id -> [(corpus id, `file:line`)] of the rows with a positive score."""
-    path = existing(path, "qrels file")
+    text = read_input_text(path, "qrels file")
     out: dict[str, list[tuple[str, str]]] = {}
-    with path.open(encoding="utf-8-sig", newline="") as fh:
-        for i, row in enumerate(csv.reader(fh, delimiter="\t"), 1):
-            where = f"{path}:{i}"
-            if not row or not "".join(row).strip():
-                continue
-            if len(row) != 3:
-                raise RecordError(f"{where}: expected 3 tab-separated fields (query-id, corpus-id, score), "
-                                  f"got {len(row)}")
-            if i == 1 and row[2] == "score":  # the header
-                continue
-            try:
-                score = int(row[2])
-            except ValueError:
-                raise RecordError(f"{where}: score: expected an integer, got {row[2]!r}") from None
-            if score > 0:
-                out.setdefault(row[0], []).append((row[1], where))
+    # rows of the decoded text (a byte that is not UTF-8 was refused with its line)
+    for i, row in enumerate(csv.reader(io.StringIO(text, newline=""), delimiter="\t"), 1):
+        where = f"{path}:{i}"
+        if not row or not "".join(row).strip():
+            continue
+        if len(row) != 3:
+            raise RecordError(f"{where}: expected 3 tab-separated fields (query-id, corpus-id, score), "
+                              f"got {len(row)}")
+        if i == 1 and row[2] == "score":  # the header
+            continue
+        try:
+            score = int(row[2])
+        except ValueError:
+            raise RecordError(f"{where}: score: expected an integer, got {row[2]!r}") from None
+        if score > 0:
+            out.setdefault(row[0], []).append((row[1], where))
     return out
 
 
 def _beir(src: QuestionSource) -> list[QAItem]:
-    folder = existing(src.path, "BEIR folder")
+    folder = check_input_dir(src.path, "BEIR folder")
     qrels = read_qrels(folder / "qrels" / f"{src.split}.tsv")
     out = _Items(src)
     seen: set[str] = set()
-    for where, obj in jsonl_objects(folder / "queries.jsonl"):
+    for where, obj in jsonl_objects(folder / "queries.jsonl", "BEIR queries file"):
         qid = field(obj, "_id", str, where)
         seen.add(qid)
         if qid not in qrels:
@@ -131,11 +162,11 @@ def _beir(src: QuestionSource) -> list[QAItem]:
         where = f"{where} (id {qid})"
         meta = field(obj, "metadata", dict, where, required=False, empty=True) or {}
         mw = f"{where}: metadata"
-        answers = str_list(meta, "answers", mw, required=False)
+        answers = answers_of(meta, "answers", mw, required=False)
         if "answer" in meta:
             if answers:
                 raise RecordError(f"{mw}: both `answer` and `answers`: give one")
-            answers = (field(meta, "answer", str, mw),)
+            answers = (answer_text(field(meta, "answer", str, mw), mw, "answer"),)
         starts = int_list(meta, "answer_start", mw)
         docs = [d for d, _ in qrels[qid]]
         if starts is not None and len(starts) != len(answers):
@@ -171,7 +202,7 @@ def _squad(src: QuestionSource) -> list[QAItem]:
                 aw = f"{where}: answers[{j}]"
                 if not isinstance(a, dict):
                     raise RecordError(f"{aw}: expected an object {{text, answer_start}}")
-                text, start = field(a, "text", str, aw), field(a, "answer_start", int, aw)
+                text, start = answer_text(field(a, "text", str, aw), aw, "text"), field(a, "answer_start", int, aw)
                 if context[start:start + len(text)] != text:
                     raise RecordError(f"{aw}: answer_start {start} does not point at {text!r} in the context")
                 labels.append(Label(par["_doc"], start, start + len(text)))
@@ -189,16 +220,55 @@ def _conflictnq(src: QuestionSource) -> list[QAItem]:
         where = f"{where} (id {qid})"
         raw_q = field(r, "question", str, where)
         q = field(r, "cleaned_question", str, where, required=False) or raw_q
-        wrong = field(r, "fake_short_answer", str, where)
-        out.add(QAItem(qid, q, (field(r, "real_short_answer", str, where),), language=out.language(q),
+        real = answer_text(field(r, "real_short_answer", str, where), where, "real_short_answer")
+        wrong = answer_text(field(r, "fake_short_answer", str, where), where, "fake_short_answer")
+        if norm_text(wrong) == norm_text(real):
+            raise RecordError(f"{where}: fake_short_answer: {wrong!r} is the real short answer")
+        reals = {norm_text(p["passage"]) for p in r["real_passages"]}
+        same = next((k for k, p in enumerate(r["fake_passages"]) if norm_text(p["passage"]) in reals), None)
+        if same is not None:
+            raise RecordError(f"{where}: fake_passages[{same}]: the text of a real passage (it would assert the truth)")
+        out.add(QAItem(qid, q, (real,), language=out.language(q),
                        labels=tuple(Label(f"{qid}/real{k}") for k in range(len(r["real_passages"]))),
-                       wordings=(raw_q,) if raw_q != q else (),
+                       # the raw NQ question is a second wording only where it differs beyond case and spacing
+                       wordings=(raw_q,) if norm_text(raw_q) != norm_text(q) else (),
                        conflicts=tuple(Conflict(p["passage"], wrong) for p in r["fake_passages"]), where=where))
     return out.result()
 
 
 READERS: dict[str, Callable[[QuestionSource], list[QAItem]]] = {
     "jsonl": _jsonl, "beir": _beir, "squad": _squad, "conflictnq": _conflictnq}
+
+
+def check_against_corpus(items: Sequence[QAItem], corpus: KBCorpus) -> None:
+    """What only the corpus can tell: an answer offset (BEIR `metadata.answer_start`, SQuAD's
+    `answer_start`) must point at one of the item's answers in its document's own text, and a
+    conflict passage must not be the text of a document or chunk the item is labelled with (it
+    would be a factual-error item asserting the truth). `items` as loaded or label-mapped."""
+    docs = {d.doc_id: d.text for d in corpus.documents}
+    chunks = {c.chunk_id: c.text for c in corpus.chunks}
+    for it in items:
+        where = it.where or it.qid
+        gold = {norm_text(a) for a in it.answers}
+        for k, lab in enumerate(it.labels):
+            if lab.start is None or lab.end is None or lab.doc_id not in docs:
+                continue
+            off = corpus.body_offset.get(lab.doc_id, 0)
+            got = docs[lab.doc_id][off + lab.start:off + lab.end]
+            if norm_text(got) not in gold:
+                raise RecordError(f"{where}: answer_start[{k}]: {lab.start} does not point at an answer in "
+                                  f"document {lab.doc_id!r} (it reads {got!r})")
+        if not it.conflicts:
+            continue
+        real = {norm_text(docs[i][corpus.body_offset.get(i, 0):]): i for i in (lab.doc_id for lab in it.labels)
+                if i in docs}
+        real.update({norm_text(docs[i]): i for i in (lab.doc_id for lab in it.labels) if i in docs})
+        real.update({norm_text(chunks[i]): i for i in (*it.relevant_ids, *(lab.doc_id for lab in it.labels))
+                     if i in chunks})
+        for k, c in enumerate(it.conflicts):
+            if norm_text(c.text) in real:
+                raise RecordError(f"{where}: conflicts[{k}].text: the text of {real[norm_text(c.text)]!r}, the real "
+                                  "document (a conflict passage must assert a wrong answer)")
 
 
 def load_questions(src: QuestionSource) -> list[QAItem]:

@@ -8,11 +8,13 @@ RecordError naming the file, the line (or the JSON path) and the field.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
 from lorarag.core.errors import RecordError
+from lorarag.core.inputs import read_input_text
 from lorarag.rag.records import Chunk, Document
 
 
@@ -139,13 +141,10 @@ def existing(path: str | Path, what: str) -> Path:
     return p
 
 
-def jsonl_objects(path: str | Path) -> Iterator[tuple[str, dict]]:
-    """(`file:line`, object) for every non-blank line; RecordError on a line that is not a JSON object."""
-    path = existing(path, "file")
-    try:
-        text = path.read_text(encoding="utf-8-sig")
-    except UnicodeDecodeError as exc:
-        raise RecordError(f"{path}: not UTF-8 (byte {exc.start})") from None
+def jsonl_objects(path: str | Path, what: str = "JSONL file") -> Iterator[tuple[str, dict]]:
+    """(`file:line`, object) for every non-blank line; RecordError on a line that is not a JSON object
+    (and, before any read, on a path that is not a regular file: core/inputs.py)."""
+    text = read_input_text(path, what)
     for i, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
@@ -159,12 +158,34 @@ def jsonl_objects(path: str | Path) -> Iterator[tuple[str, dict]]:
         yield where, obj
 
 
-def read_json(path: str | Path) -> Any:
+def read_json(path: str | Path, what: str = "JSON file") -> Any:
     """A whole JSON file; RecordError with the line of a syntax error."""
-    path = existing(path, "file")
+    text = read_input_text(path, what)
     try:
-        return json.loads(path.read_text(encoding="utf-8-sig"))
+        return json.loads(text)
     except json.JSONDecodeError as exc:
         raise RecordError(f"{path}:{exc.lineno}: malformed JSON ({exc.msg})") from None
-    except UnicodeDecodeError as exc:
-        raise RecordError(f"{path}: not UTF-8 (byte {exc.start})") from None
+
+
+_NORM = re.compile(r"\s+")
+
+
+def norm_text(text: str) -> str:
+    """`text` lower-cased with runs of whitespace as one space: what "the same wording" means."""
+    return _NORM.sub(" ", text).strip().casefold()
+
+
+def answer_text(v: str, where: str, key: str) -> str:
+    """`v` when it can be an answer: at least one letter or digit (an answer of punctuation alone
+    matches everywhere or nowhere)."""
+    if not any(ch.isalnum() for ch in v):
+        raise RecordError(f"{where}: {key}: {v!r} has no letter or digit (empty or punctuation only)")
+    return v
+
+
+def answers_of(obj: dict, key: str, where: str, *, required: bool = True, empty: bool = False) -> tuple[str, ...]:
+    """`obj[key]` as a list of answers (see `str_list` and `answer_text`)."""
+    out = str_list(obj, key, where, required=required, empty=empty)
+    for i, a in enumerate(out):
+        answer_text(a, where, f"{key}[{i}]")
+    return out

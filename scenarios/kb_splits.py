@@ -64,9 +64,13 @@ def split_by_fact(items: Sequence[QAItem], cfg: SplitConfig) -> dict[str, list[Q
     groups = sorted(facts(usable), key=lambda g: min(it.qid for it in g))
     random.Random(f"{cfg.seed}/kb-splits").shuffle(groups)
     n = len(groups)
-    if n < 5:
-        raise RecordError(f"{n} fact(s) with answers: too few to split into known, context-only and "
-                          "never-learned facts with dev and test parts (at least 5)")
+    # unanswerable questions are facts of the split but teach and calibrate nothing: only facts with
+    # an answer count towards the 5 the known, context-only, dev and test parts need
+    answered = sum(any(it.answers for it in g) for g in groups)
+    if answered < 5:
+        raise RecordError(f"{answered} fact(s) with answers: too few to split into known, context-only and "
+                          "never-learned facts with dev and test parts (at least 5; unanswerable questions "
+                          "do not count)")
     n_known = _cut(n, cfg.known_fraction, keep=3)
     n_ctx = min(round(n * cfg.context_only_fraction), n - n_known - 2)
     known, ctx, unseen = groups[:n_known], groups[n_known:n_known + n_ctx], groups[n_known + n_ctx:]

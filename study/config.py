@@ -160,6 +160,9 @@ class RunConfig(Strict):
                              f"SFT rows leave out, here {[TEST_PHRASING, *free]} (phrasing 2 is the gate's dev)")
 
     def _check_kb(self) -> None:
+        if "outdated" in self.eval.scenarios and not self.data.outdated:
+            raise ValueError("eval.scenarios: outdated needs data.outdated (older versions of the answers); "
+                             "give it or drop outdated from eval.scenarios")
         if self.rag.corpus.paths:
             raise ValueError("rag.corpus.paths: must be [] with data: (the knowledge base is data.corpus)")
         sft = self.train.sft

@@ -19,15 +19,14 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Sequence
 
-from lorarag.core.errors import RecordError
 from lorarag.eval.shortcut import context_probe
 from lorarag.eval.stats import nan_to_none
 from lorarag.rag.records import Chunk, write_jsonl
-from lorarag.scenarios.from_corpus import OlderValue, corpus_scenarios, load_outdated
+from lorarag.scenarios.from_corpus import OlderValue, check_outdated, corpus_scenarios, load_outdated
 from lorarag.scenarios.from_world import Searcher, bm25_searcher
 from lorarag.scenarios.kb_corpus import load_corpus
 from lorarag.scenarios.kb_labels import map_labels
-from lorarag.scenarios.kb_questions import load_questions
+from lorarag.scenarios.kb_questions import check_against_corpus, load_questions
 from lorarag.scenarios.kb_records import KBCorpus, QAItem
 from lorarag.scenarios.kb_splits import HELD_OUT, RETRIEVAL_ONLY, save_splits, split_by_fact
 from lorarag.scenarios.records import Scenario, save_scenarios
@@ -75,10 +74,9 @@ def prepare_kb(cfg: RunConfig, paths: Paths) -> KB:
     d = cfg.data
     corpus = load_corpus(d.corpus, cfg.rag.chunker)
     items, mapping = map_labels(load_questions(d.questions), corpus)
+    check_against_corpus(items, corpus)
     outdated = load_outdated(d.outdated) if d.outdated else {}
-    unknown = sorted(set(outdated) - {it.qid for it in items})
-    if unknown:
-        raise RecordError(f"{d.outdated}: id {unknown[0]!r} is not a question of {d.questions.path}")
+    check_outdated(outdated, items, d.questions.path)
     groups = split_by_fact(items, d.splits)
     out = paths.root / "data"
     write_jsonl(out / "labels.jsonl", mapping)
