@@ -79,6 +79,10 @@ def split_by_fact(items: Sequence[QAItem], cfg: SplitConfig) -> dict[str, list[Q
            "unseen_dev": unseen[:u_dev], "unseen": unseen[u_dev:]}
     out = {g: sorted((it for fact in cut[g] for it in fact), key=lambda it: it.qid) for g in GROUPS}
     out[RETRIEVAL_ONLY] = [it for it in items if not (it.answers or it.unanswerable)]
+    empty = [g for g in ("known_dev", "unseen_dev") if not any(it.answers for it in out[g])]
+    if empty:  # the gate is calibrated on answered dev questions of both kinds
+        raise RecordError(f"splits.seed {cfg.seed}: the gate's dev part(s) {' and '.join(empty)} hold no question "
+                          f"with an answer ({answered} answered facts among {n}); add answered facts or change the seed")
     return out
 
 
