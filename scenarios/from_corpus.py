@@ -24,7 +24,7 @@ from __future__ import annotations
 import random
 import re
 from dataclasses import dataclass, field as dc_field
-from typing import Literal, Sequence
+from typing import Collection, Literal, Mapping, Sequence
 
 from lorarag.core.errors import RecordError
 from lorarag.rag.records import Chunk
@@ -146,11 +146,13 @@ def corpus_scenarios(items: Sequence[QAItem], chunks: Sequence[Chunk], *, name: 
                      types: Sequence[str] = SCENARIO_TYPES, conflicts: Literal["test", "train", "none"] = "test",
                      conflicts_per_item: int = 1, train_conflicts: int = 1, conflict_seed: int = 0,
                      outdated: dict[str, OlderValue] | None = None,
-                     pool: Sequence[str] | None = None) -> list[Scenario]:
+                     pool: Sequence[str] | None = None,
+                     exclude: Mapping[str, Collection[str]] | None = None) -> list[Scenario]:
     """Scenarios of `types` for each item (see the module docstring); `chunks` are the KB (or the
     part of it a training split may show), `pool` the answers substitutes are drawn from.
     `conflicts_per_item` conflict passages (drawn by `conflict_seed`, the same for test and training)
-    are the test's; `"train"` takes up to `train_conflicts` of the others."""
+    are the test's; `"train"` takes up to `train_conflicts` of the others. `exclude`: fact id ->
+    chunk ids never shown as its distractors (training rows keep out the test's irrelevant chunks)."""
     by_id = {c.chunk_id: c for c in chunks}
     search = search or bm25_searcher(chunks)
     pool = list(pool if pool is not None else (a for it in items for a in it.answers[:1]))
@@ -168,7 +170,7 @@ def corpus_scenarios(items: Sequence[QAItem], chunks: Sequence[Chunk], *, name: 
                     relevant_ids=it.relevant_ids, knowledge=knowledge, language=it.language, source_set=name,
                     cluster=by_id[it.relevant_ids[0]].doc_id if it.relevant_ids else "")  # the fact's document
         qid = f"{name}/{it.qid}"
-        own = set(it.relevant_ids)
+        own = set(it.relevant_ids) | set((exclude or {}).get(f"{name}/{it.qid}", ()))
         if it.unanswerable:
             if "unanswerable" in types:
                 hard = hard_distractors(it.question, search, by_id, own, (), distractors + 1)

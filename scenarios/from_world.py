@@ -9,6 +9,14 @@ Scenario types (fallback/scenarios.py):
   no date at all (the gold chunk stating the older value), so only knowledge can flag them;
 - irrelevant: hard distractors from a BM25 index over the KB (high score, no answer);
 - unanswerable: a question answered nowhere, with its best-scoring chunks.
+
+The test split's flawed contexts are drawn where training never draws, so that a detector cannot
+score by remembering a passage's label (train/overlap.py counts what is left, per cell): its older
+versions exist only in the test (a value no training or dev row asserts, dated before every
+version the KB keeps, worded as the archive or, undated, as the profile), its fabricated values are
+none that a training or dev row (the SFT val rows) asserts for the fact, and its irrelevant chunks
+none that such a row shows with a question of the fact (`Trained`). Values are drawn from the
+same pools as training's: a fabricated value must not be told from a true one by its kind.
 """
 
 from __future__ import annotations
@@ -16,7 +24,7 @@ from __future__ import annotations
 import random
 import re
 from dataclasses import dataclass, replace
-from typing import Callable, Collection, Iterable, Sequence
+from typing import Callable, Collection, Iterable, Mapping, Sequence
 
 from lorarag.core.errors import RecordError
 from lorarag.rag.config import BM25Config
@@ -194,24 +202,45 @@ def index_world(world: World, chunks: Sequence[Chunk] | None = None, search: Sea
     return WorldIndex(tuple(chunks), gold, archive, search or bm25_searcher(chunks))
 
 
-def _fake_value(f: Fact, rng: random.Random) -> str:
-    taken = {f.value} | {v for v, _ in f.history}
-    for _ in range(100):
+def _fake_value(f: Fact, rng: random.Random, avoid: Collection[str] = ()) -> str:
+    taken = {f.value} | {v for v, _ in f.history} | set(avoid)
+    for _ in range(200):
         v = VALUE_MAKERS[f.attribute](rng, f.language)
         if v not in taken:
             return v
     raise PerturbationError(f"{f.fact_id}: no substitute value")
 
 
+@dataclass(frozen=True)
+class Trained:
+    """What the SFT rows' contexts hold per fact id: the values they assert, the chunks they show."""
+
+    values: Mapping[str, frozenset[str]]
+    chunks: Mapping[str, frozenset[str]]
+
+    @classmethod
+    def of(cls, scenarios: Iterable[Scenario]) -> "Trained":
+        values: dict[str, set[str]] = {}
+        chunks: dict[str, set[str]] = {}
+        for s in scenarios:
+            if s.context_answer:
+                values.setdefault(s.fact_id, set()).add(s.context_answer)
+            chunks.setdefault(s.fact_id, set()).update(p.chunk_id for p in s.presented)
+        return cls({k: frozenset(v) for k, v in values.items()}, {k: frozenset(v) for k, v in chunks.items()})
+
+
 def world_scenarios(world: World, wi: WorldIndex, groups: Sequence[str], split: str, *, seed: int = 0,
                     undated_fraction: float = 0.5, distractors: int = 1,
                     types: Sequence[str] = ("consistent", "factual_error", "outdated", "irrelevant",
                                             "unanswerable"),
-                    phrasings: Sequence[int] | None = None) -> list[Scenario]:
+                    phrasings: Sequence[int] | None = None, trained: Trained | None = None) -> list[Scenario]:
     """Scenarios for every fact of `groups` asked with the phrasings of `split` (train/dev/test),
-    or with `phrasings` when given (a test split in more than one held-out wording)."""
+    or with `phrasings` when given (a test split in more than one held-out wording). `trained`: what
+    the SFT rows show, kept out of the test's flawed contexts (module docstring)."""
+    trained = trained or Trained({}, {})
     wordings = tuple(SPLIT_PHRASINGS[split] if phrasings is None else phrasings)
     by_id = {c.chunk_id: c for c in wi.chunks}
+    held = split == "test"  # flawed contexts from where training never draws (module docstring)
     out: list[Scenario] = []
     for f in sorted(world.by_group(*groups), key=lambda x: x.fact_id):
         known = "known" if f.group == "known" else "unknown"
@@ -235,12 +264,24 @@ def world_scenarios(world: World, wi: WorldIndex, groups: Sequence[str], split: 
                 out.append(Scenario(qid=f"{qid}/consistent", scenario="consistent", presented=mix(_pc(gold_c)),
                                     context_answer=f.value, **base))
             if "factual_error" in types:
-                fake = _fake_value(f, rng)
+                fake = _fake_value(f, rng, trained.values.get(f.fact_id, ()) if held else ())
                 pc = PresentedChunk(f"{gold_c.chunk_id}~fe", replace_span(gold_c.text, f.value, fake),
                                     gold_c.source, gold_c.date, replaces=gold_c.chunk_id)
                 out.append(Scenario(qid=f"{qid}/factual_error", scenario="factual_error", presented=mix(pc),
                                     context_answer=fake, **base))
-            if "outdated" in types and f.history:
+            if "outdated" in types and f.history and held:
+                # an older version that exists only in the test: a value of the test half, dated
+                # before every version the KB keeps, in the archive's wording or (undated) the profile's
+                old = _fake_value(f, rng, trained.values.get(f.fact_id, ()))
+                yr = str(int(min(y for _, y in f.history)) - 1 - rng.randrange(3))
+                dated = rng.random() >= undated_fraction
+                text = f.archive_statement(old, yr) if dated else replace_span(gold_c.text, f.value, old)
+                pc = PresentedChunk(f"{gold_c.chunk_id}~old{yr}", text,
+                                    f"orgs/{f.org_id}/archive-{yr}.md" if dated else gold_c.source,
+                                    yr if dated else None, replaces=gold_c.chunk_id)
+                out.append(Scenario(qid=f"{qid}/outdated", scenario="outdated", presented=mix(pc),
+                                    context_answer=old, **base))
+            elif "outdated" in types and f.history:
                 old, yr = f.history[rng.randrange(len(f.history))]
                 if rng.random() < undated_fraction:  # the profile paragraph, stale: no date anywhere
                     pc = PresentedChunk(f"{gold_c.chunk_id}~old{yr}", replace_span(gold_c.text, f.value, old),
@@ -252,7 +293,8 @@ def world_scenarios(world: World, wi: WorldIndex, groups: Sequence[str], split: 
                 out.append(Scenario(qid=f"{qid}/outdated", scenario="outdated", presented=mix(pc),
                                     context_answer=old, removes=removes, **base))
             if "irrelevant" in types:
-                hard = _distractors(q, wi.search, own, f.gold_answers, by_id, distractors + 1)
+                shown = trained.chunks.get(f.fact_id, frozenset()) if held else frozenset()
+                hard = _distractors(q, wi.search, own | shown, f.gold_answers, by_id, distractors + 1)
                 out.append(Scenario(qid=f"{qid}/irrelevant", scenario="irrelevant",
                                     presented=tuple(_pc(c) for c in hard), context_answer=None,
                                     removes=tuple(sorted(own)), **base))

@@ -29,6 +29,7 @@ from lorarag.scenarios.config import WorldConfig
 from lorarag.scenarios.world_text import ARCHIVE, PROFILE, QUESTIONS, UNANSWERABLE
 
 GROUPS = ("known", "context_only", "unknown_dev", "unknown")
+TRAIN_GROUPS = ("known", "context_only")  # the organisations training shows (taught or as sources)
 TRAIN_PHRASINGS = (0, 1)
 KNOWLEDGE_ONLY_PHRASINGS = (4, 5)  # closed-book rows only: more paraphrases of each fact
 EXTRA_KNOWLEDGE_PHRASINGS = (6, 7, 8, 9)  # closed-book rows only, `knowledge_phrasings: 8`

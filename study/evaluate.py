@@ -17,8 +17,10 @@ from lorarag.study.headline import headline_markdown, pair_names
 from lorarag.study.headline_kb import kb_headline
 from lorarag.study.kb import read_summary
 from lorarag.study.layout import Echo, Paths
+from lorarag.study.leaks import read_overlap
 from lorarag.study.parts import Parts
 from lorarag.study.systems import build_system
+from lorarag.train.overlap import overlap_markdown
 
 log = logging.getLogger(__name__)
 
@@ -71,6 +73,9 @@ def report(cfg: RunConfig, paths: Paths, runs: dict[str, Path], echo: Echo, adap
     results = {name: load_results(p) for name, p in runs.items()}
     title = f"lorarag run {cfg.name}"
     table = headline_markdown(cfg, results) if cfg.data is None else kb_headline(cfg, results, read_summary(paths.root))
+    overlap = read_overlap(paths.root)  # which test contexts training showed (study/leaks.py)
+    if overlap:
+        table = table.rstrip() + "\n\n" + "\n".join(overlap_markdown(overlap)).rstrip() + "\n"
     pair = pair_names(cfg, results)
     gate = adapter / GATE_FILE if adapter is not None and (adapter / GATE_FILE).is_file() else None
     write_report(results, paths.report, resamples=cfg.eval.bootstrap, seed=cfg.eval.seed, title=title,

@@ -147,9 +147,13 @@ def build_kb_sft(cfg: RunConfig, kb: KB, test: list[Scenario], echo: Echo,
     """Stage 4's data: the SFT rows from the KB, leak-checked, written to `train.dataset`."""
     d = cfg.data
     passages = [p.text for s in test for p in s.presented if p.replaces]
+    irrelevant: dict[str, set[str]] = {}  # the test's irrelevant chunks per fact: no training row shows them
+    for s in test:
+        if s.scenario == "irrelevant":
+            irrelevant.setdefault(s.fact_id, set()).update(p.chunk_id for p in s.presented)
     rows, val, stats = build_kb_rows(kb.groups, kb.chunks, cfg.train.sft, conflict_seed=d.splits.seed,
                                      conflicts_per_item=d.conflicts_per_item, outdated=kb.outdated,
-                                     test_passages=passages, searcher=searcher)
+                                     test_passages=passages, test_irrelevant=irrelevant, searcher=searcher)
     held = [it for g in HELD_OUT for it in kb.groups[g]]
     kb_leak_check(rows, held, {c.chunk_id: c for c in kb.chunks}, passages)
     write_sft(rows, cfg.train.dataset)

@@ -31,6 +31,7 @@ from lorarag.study.config import RunConfig
 from lorarag.study.evaluate import evaluate, report
 from lorarag.study.extra import check_extra_sets, evaluate_extra_sets
 from lorarag.study.layout import KB_STEPS, STEPS, Echo, Paths, Progress
+from lorarag.study.leaks import check_test_contexts
 from lorarag.study.parts import build_parts
 from lorarag.study.prepare import index_chunks
 from lorarag.study.sources import KBSource, WorldSource
@@ -120,6 +121,7 @@ def run(cfg: RunConfig, *, fresh: bool = False, dry_run: bool = False, echo: Ech
     echo(f"          {len(test)} test items; dev {len(dev_known)} known + {len(dev_unseen)} never-learned")
     p.step("train", f"LoRA run '{cfg.train.run_name}'")
     adapter = train_or_reuse(cfg, lambda: src.write_sft(echo), fresh, echo)
+    check_test_contexts(cfg, paths, test, src.owners(), {c.chunk_id: c.text for c in src.chunks}, echo)
     p.step("calibrate", "gate threshold on the dev split")
     parts = build_parts(cfg, retriever, adapter, src.chunks)
     gate = calibrate_gate(cfg, parts, adapter, dev_known, dev_unseen, echo)

@@ -13,6 +13,7 @@ from lorarag.scenarios.from_world import ask_in_phrasings, index_world, world_sc
 from lorarag.scenarios.records import Scenario, save_scenarios
 from lorarag.scenarios.world import World, build_world, write_world
 from lorarag.study.config import RunConfig
+from lorarag.train.sft import trained_contexts
 from lorarag.study.layout import Paths
 
 
@@ -52,8 +53,10 @@ def make_scenarios(cfg: RunConfig, world: World, paths: Paths) -> tuple[list[Sce
     """(test, dev known, dev never-learned) scenarios of the world, saved as JSONL."""
     wi = index_world(world)
     undated = cfg.train.world.undated_outdated_fraction
-    test = world_scenarios(world, wi, ["known", "unknown"], "test", seed=cfg.seed,
-                           undated_fraction=undated, types=cfg.eval.scenarios, phrasings=cfg.eval.test_phrasings)
+    # what the SFT rows' contexts assert and show stays out of the test's flawed contexts
+    trained = trained_contexts(world, cfg.train.sft)  # as study/training.build_sft builds the rows
+    test = world_scenarios(world, wi, ["known", "unknown"], "test", seed=cfg.seed, undated_fraction=undated,
+                           types=cfg.eval.scenarios, phrasings=cfg.eval.test_phrasings, trained=trained)
     test = sample_cells([s for s in test if s.knowledge in cfg.eval.knowledge], cfg.eval.max_per_cell,
                         cfg.eval.seed)
     dev = []

@@ -29,10 +29,10 @@ from lorarag.study.training import build_sft
 Split = tuple[list[Scenario], list[Scenario], list[Scenario]]  # test, dev known, dev never-learned
 
 
-
 def pool_searcher(retriever: Retriever, pool: Sequence[Chunk]) -> Searcher:
     """`retriever` limited to the chunks of `pool` (the SFT rows' distractors)."""
     return retriever_searcher(retriever, {c.chunk_id for c in pool})
+
 
 class WorldSource:
     """The seeded demo world (stage 1: `world`)."""
@@ -54,6 +54,10 @@ class WorldSource:
 
     def write_sft(self, echo: Echo) -> None:
         build_sft(self.cfg, self.world, echo)
+
+    def owners(self) -> dict[str, tuple[str, str]]:
+        """Every question of the world -> (its fact, its organisation), for the overlap check."""
+        return {q: (f.fact_id, f.org_id) for f in (*self.world.facts, *self.world.unanswerable) for q in f.questions}
 
 
 class KBSource:
@@ -97,6 +101,13 @@ class KBSource:
 
     def write_sft(self, echo: Echo) -> None:
         """Written (and leak-checked) with the scenarios."""
+
+    def owners(self) -> dict[str, tuple[str, str]]:
+        """Every wording of every labelled question -> (its fact, the document of its first relevant
+        chunk), for the overlap check (the fact ids of study/kb.py's scenarios: `kb/<qid>`)."""
+        doc = {c.chunk_id: c.doc_id for c in self.chunks}
+        return {w: (f"kb/{it.qid}", doc.get(it.relevant_ids[0], f"kb/{it.qid}") if it.relevant_ids else f"kb/{it.qid}")
+                for items in self.kb.groups.values() for it in items for w in it.all_wordings}
 
 
 def open_source(cfg: RunConfig, paths: Paths) -> WorldSource | KBSource:

@@ -19,19 +19,24 @@ def row(question: str, *texts: str) -> dict:
                          {"role": "assistant", "content": "memory: x | source: y | verdict: supported | answer: x"}]}
 
 
-FACTS = {"Where is Vesova Dynamics based?": "vesova/hq", "Where does Vesova Dynamics have its head office?": "vesova/hq",
-         "How many warehouses does Brask run?": "brask/warehouses"}
+FACT_OF = {"Where is Vesova Dynamics based?": "vesova/hq", "Where does Vesova Dynamics have its head office?": "vesova/hq",
+           "How many warehouses does Brask run?": "brask/warehouses"}
+
+
+def owner(question: str):
+    fact = FACT_OF.get(question)
+    return fact, fact and fact.split("/")[0]
 
 
 def item(qid: str, scenario: str, question: str, texts: tuple[str, ...], value: str | None, fact: str) -> Scenario:
     return Scenario(qid=qid, fact_id=fact, question=question, gold_answers=("Tartu",), relevant_ids=("c",),
                     scenario=scenario, presented=tuple(PresentedChunk(f"c{i}", t) for i, t in enumerate(texts)),
-                    context_answer=value)
+                    context_answer=value, cluster=fact.split("/")[0])
 
 
 def test_verbatim_near_and_pair_overlaps_are_counted_per_cell():
     rows = [row("Where is Vesova Dynamics based?", OLD, OTHER)]
-    src = TrainingSources(rows, FACTS.get)
+    src = TrainingSources(rows, owner)
     test = [
         # the outdated passage shown verbatim in training
         item("a", "outdated", "Where does Vesova Dynamics have its head office?", (OLD,), "Tartu", "vesova/hq"),
@@ -56,7 +61,7 @@ def test_a_near_copy_is_caught_when_most_windows_survive():
     """Appending a dated clause to a 30-word passage keeps all its 23 original 8-grams: 23 of 27
     windows = 0.85 >= 0.8, a near copy though never verbatim."""
     base = " ".join(f"w{i}" for i in range(30))
-    src = TrainingSources([row("Where is Vesova Dynamics based?", base)], FACTS.get)
+    src = TrainingSources([row("Where is Vesova Dynamics based?", base)], owner)
     copy = base + " as of May 2024"
     t = overlap_table([item("e", "factual_error", "q", (copy,), None, "vesova/hq")], src)
     assert (t[0].verbatim, t[0].near) == (0, 1)
@@ -75,11 +80,23 @@ def test_the_items_own_true_chunk_is_left_out_of_the_near_comparison():
     """A perturbed copy of the gold chunk is near it by construction; training showing the gold
     chunk (as a consistent source) is no leak of the perturbed test passage. Another trained
     perturbation of it is."""
-    src = TrainingSources([row("Where is Vesova Dynamics based?", OLD)], FACTS.get)
+    src = TrainingSources([row("Where is Vesova Dynamics based?", OLD)], owner)
     fe = Scenario(qid="i", fact_id="vesova/hq", question="q", gold_answers=("Tartu",), relevant_ids=("gold",),
                   scenario="factual_error", presented=(PresentedChunk("gold~fe", NEW, replaces="gold"),),
-                  context_answer="2021")
+                  context_answer="2021", cluster="vesova")
     assert overlap_table([fe], src)[0].near == 1  # no KB texts given: near the trained gold chunk
     assert overlap_table([fe], src, {"gold": OLD})[0].near == 0
-    trained_fe = TrainingSources([row("Where is Vesova Dynamics based?", OLD.replace("2019", "2017"))], FACTS.get)
+    trained_fe = TrainingSources([row("Where is Vesova Dynamics based?", OLD.replace("2019", "2017"))], owner)
     assert overlap_table([fe], trained_fe, {"gold": OLD})[0].near == 1
+
+
+def test_a_templated_sentence_about_another_organisation_is_not_a_near_copy():
+    """7 word 8-grams; another organisation's sentence of the same template shares 6 (86 %), but it
+    was shown with another organisation's question: another passage, not a copy of this one."""
+    mine = "Dunara Robotics has its headquarters in Gdansk, where most of its robotics staff work."
+    theirs = mine.replace("Dunara", "Sadara")
+    src = TrainingSources([row("How many warehouses does Brask run?", theirs)], owner)
+    t = overlap_table([item("j", "factual_error", "q", (mine,), "Gdansk", "vesova/hq")], src)
+    assert (t[0].verbatim, t[0].near) == (0, 0)
+    same_org = TrainingSources([row("Where is Vesova Dynamics based?", theirs)], owner)
+    assert overlap_table([item("k", "factual_error", "q", (mine,), "Gdansk", "vesova/hq")], same_org)[0].near == 1

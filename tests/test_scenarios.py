@@ -62,9 +62,13 @@ def test_factual_error_is_the_gold_chunk_with_only_the_value_swapped(built):
 
 
 def test_outdated_dated_or_not(built):
-    world, wi, sc = built
+    """Dev (as training): the KB's own older versions, dated archive chunks or the profile with an
+    older value. Test: an older version that exists only in the test, dated before every version
+    the KB keeps or undated, in the gold chunk's place."""
+    world, wi, test = built
     facts = {f.fact_id: f for f in world.facts}
-    out = [s for s in sc if s.scenario == "outdated"]
+    dev = world_scenarios(world, wi, ("known", "unknown"), "dev", seed=5)
+    out = [s for s in dev if s.scenario == "outdated"]
     undated = [s for s in out if not s.removes]
     dated = [s for s in out if s.removes]
     assert undated and dated  # about half each (undated_fraction 0.5)
@@ -76,6 +80,43 @@ def test_outdated_dated_or_not(built):
         years = {y for v, y in facts[s.fact_id].history if v == s.context_answer}
         assert any(p.date in years for p in s.presented)
         assert s.removes == s.relevant_ids
+    held = [s for s in test if s.scenario == "outdated"]
+    assert any(p.date for s in held for p in s.presented if p.replaces)
+    assert any(not p.date for s in held for p in s.presented if p.replaces)
+    kb_texts = {c.text for c in wi.chunks}
+    for s in held:
+        f = facts[s.fact_id]
+        (pc,) = [p for p in s.presented if p.replaces]
+        assert pc.replaces == s.relevant_ids[0] and not s.removes and pc.text not in kb_texts
+        assert s.context_answer != f.value and s.context_answer not in {v for v, _ in f.history}
+        if pc.date:
+            assert int(pc.date) < min(int(y) for _, y in f.history) and pc.date in pc.text
+
+
+def test_no_flawed_test_context_is_one_the_sft_rows_show(tmp_path):
+    """The demo world's test split against its SFT rows as written to disk (train and val):
+    no factual-error, outdated or irrelevant context verbatim or as a near copy; the consistent
+    ones are the KB's own chunks, which training shows."""
+    from lorarag.fallback.format import inert_question
+    from lorarag.train.config import SFTConfig
+    from lorarag.train.overlap import TrainingSources, leaking, overlap_table
+    from lorarag.train.sft import build_rows, read_sft, trained_contexts, write_sft
+
+    world = build_world(WorldConfig(seed=0, n_orgs=30))
+    wi = index_world(world)
+    sft = SFTConfig()
+    rows, val = build_rows(world, sft)
+    disk = read_sft(write_sft(rows, tmp_path / "t.jsonl")) + read_sft(write_sft(val, tmp_path / "v.jsonl"))
+    owners = {" ".join(inert_question(q).split()): (f.fact_id, f.org_id) for f in world.facts for q in f.questions}
+    src = TrainingSources(disk, lambda q: owners.get(" ".join(q.split()), (None, None)))
+    kb = {c.chunk_id: c.text for c in wi.chunks}
+    held = world_scenarios(world, wi, ("known", "unknown"), "test", seed=0, trained=trained_contexts(world, sft))
+    table = overlap_table(held, src, kb)
+    assert not leaking(table), [c for c in table if c.near]
+    cons = next(c for c in table if (c.scenario, c.knowledge) == ("consistent", "known"))
+    assert cons.verbatim == cons.n  # the gold chunks are the KB training shows
+    # without `trained` the same split shows what training saw: the check is not vacuous
+    assert leaking(overlap_table(world_scenarios(world, wi, ("known", "unknown"), "test", seed=0), src, kb))
 
 
 def test_irrelevant_contexts_never_contain_the_answer(built):

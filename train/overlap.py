@@ -6,11 +6,14 @@ up in the SFT rows as they are on disk (train and val), as the sources the rows 
 - factual_error / outdated / consistent: the passage asserting the item's context value (the
   perturbed copy, the older version, the gold chunk);
 - irrelevant: each shown chunk *with its question's fact*: the (question, chunk) pair, since a
-  chunk shown for another question teaches nothing about this one.
+  chunk shown for another question teaches nothing about this one. Irrelevant contexts are KB
+  chunks as they are, so the pair is matched verbatim (a near copy is some other chunk).
 `verbatim`: the passage is a training source line exactly; `near`: at least NEAR of its word
-8-grams occur in one training source (a copy with a changed date or value is still a copy). The
-item's own true chunk is left out of the near comparison: a perturbed or older copy of it is near
-it by construction, and showing the true chunk is what training on the knowledge base means.
+8-grams occur in one training source shown with a question of the item's cluster (organisation or
+document): a copy with a changed date or value is still a copy, but a templated sentence about
+another organisation is another passage. The item's own true chunk is left out of the near
+comparison: a perturbed or older copy of it is near it by construction, and showing the true chunk
+is what training on the knowledge base means.
 Consistent contexts may well be KB chunks training showed: the LoRA is trained on the knowledge
 base it retrieves from, as in deployment. Flawed ones must not be.
 """
@@ -56,40 +59,50 @@ class CellOverlap:
     first: str | None  # the qid of the first item with a near copy (for the error message)
 
 
-class TrainingSources:
-    """Every source line of the SFT rows, indexed by word 8-gram, with the fact of its question."""
+Owner = Callable[[str], tuple[str | None, str | None]]  # a training question -> (its fact, its cluster)
 
-    def __init__(self, rows: Iterable[Mapping], fact_of: Callable[[str], str | None]) -> None:
+
+class TrainingSources:
+    """Every source line of the SFT rows, indexed by word 8-gram, with the fact and cluster of the
+    question it was shown with."""
+
+    def __init__(self, rows: Iterable[Mapping], owner: Owner) -> None:
         self.texts: list[str] = []
         self.facts: list[str | None] = []
+        self.clusters: list[str | None] = []
         self.index: dict[tuple[str, ...], set[int]] = defaultdict(set)
         self.exact: dict[str, set[int]] = defaultdict(set)
         for row in rows:
             for m in row["messages"]:
                 if m["role"] != "user" or "\n[S" not in "\n" + m["content"]:
                     continue
-                fact = fact_of(m["content"].rsplit("Question: ", 1)[-1].strip())
+                fact, cluster = owner(m["content"].rsplit("Question: ", 1)[-1].strip())
                 for line in _SOURCE_LINE.findall(m["content"]):
                     i = len(self.texts)
                     self.texts.append(line)
                     self.facts.append(fact)
+                    self.clusters.append(cluster)
                     self.exact[line].add(i)
                     for g in _grams(line):
                         self.index[g].add(i)
 
-    def seen(self, passage: str, fact: str | None = None, besides: frozenset[str] = frozenset()
-             ) -> tuple[bool, bool]:
-        """(verbatim, near) for `passage` among the sources (of `fact` only, when given); sources
-        whose text is in `besides` (shown form) count for verbatim only."""
+    def seen(self, passage: str, *, fact: str | None = None, cluster: str | None = None,
+             besides: frozenset[str] = frozenset()) -> tuple[bool, bool]:
+        """(verbatim, near) for `passage`: verbatim among every source (of `fact` only, when
+        given); near among the sources of `fact`, else of `cluster`, else all, less those whose
+        text is in `besides` (shown form)."""
         line = shown(passage)
-        facts, texts = self.facts, self.texts
-        ok = (lambda i: True) if fact is None else (lambda i: facts[i] == fact)
-        verbatim = any(ok(i) for i in self.exact.get(line, ()))
+        facts, clusters, texts = self.facts, self.clusters, self.texts
+        verbatim = any(fact is None or facts[i] == fact for i in self.exact.get(line, ()))
         grams = _grams(line)
         if verbatim or not grams:
             return verbatim, verbatim
-        hits: Counter[int] = Counter(i for g in grams for i in self.index.get(g, ())
-                                     if ok(i) and texts[i] not in besides)
+
+        def ok(i: int) -> bool:
+            mine = facts[i] == fact if fact is not None else cluster is None or clusters[i] == cluster
+            return mine and texts[i] not in besides
+
+        hits: Counter[int] = Counter(i for g in grams for i in self.index.get(g, ()) if ok(i))
         return False, bool(hits) and max(hits.values()) >= NEAR * len(grams)
 
 
@@ -97,9 +110,12 @@ def context_passages(s: Scenario) -> list[str]:
     """The passages of a test item that carry its context's claim (see the module docstring)."""
     if s.scenario == "irrelevant":
         return [p.text for p in s.presented]
+    replaced = [p.text for p in s.presented if p.replaces]  # a perturbed or older copy in a chunk's place
+    if replaced:
+        return replaced
     value = (s.context_answer or "").casefold()
     hits = [p.text for p in s.presented if value and value in p.text.casefold()]
-    return hits or [p.text for p in s.presented if p.replaces] or [p.text for p in s.presented[:1]]
+    return hits or [p.text for p in s.presented[:1]]
 
 
 def overlap_table(test: Sequence[Scenario], sources: TrainingSources,
@@ -111,8 +127,11 @@ def overlap_table(test: Sequence[Scenario], sources: TrainingSources,
     for s in test:
         fact = s.fact_id if s.scenario == "irrelevant" else None
         own = frozenset(shown(kb_texts[c]) for c in s.relevant_ids if c in kb_texts)
-        marks = [sources.seen(p, fact, own if s.scenario != "consistent" else frozenset())
+        marks = [sources.seen(p, fact=fact, cluster=s.cluster or s.fact_id,
+                              besides=own if s.scenario != "consistent" else frozenset())
                  for p in context_passages(s)]
+        if s.scenario == "irrelevant":  # KB chunks as they are: the pair is matched verbatim
+            marks = [(v, v) for v, _ in marks]
         cells[(s.scenario, s.knowledge)].append((s.qid, any(v for v, _ in marks), any(n for _, n in marks)))
     out = []
     for (sc, k), rows in sorted(cells.items()):
@@ -129,8 +148,9 @@ def leaking(table: Sequence[CellOverlap]) -> list[CellOverlap]:
 def overlap_markdown(table: Sequence[CellOverlap]) -> list[str]:
     """Markdown lines of the table, with what a consistent overlap means."""
     lines = ["### Test contexts that training showed (SFT train + val rows, as on disk)", "",
-             f"`near`: at least {NEAR:.0%} of the passage's word {NGRAM}-grams in one training source "
-             "(verbatim included); for `irrelevant`, the chunk shown with a question of the same fact. "
+             f"`near`: at least {NEAR:.0%} of the passage's word {NGRAM}-grams in one training source shown "
+             "for the item's organisation or document (verbatim included); for `irrelevant`, the chunk "
+             "itself shown with a question of the same fact. "
              "Consistent contexts may be knowledge-base chunks training showed: the LoRA is trained on the "
              "knowledge base it retrieves from. Flawed ones must not be.", "",
              "| scenario | knowledge | n | verbatim | near copy |", "|---|---|---|---|---|"]

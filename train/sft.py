@@ -34,11 +34,12 @@ from lorarag.fallback.format import (
     rag_reply,
     rag_user_turn,
 )
-from lorarag.scenarios.from_world import index_world, world_scenarios
+from lorarag.scenarios.from_world import Trained, WorldIndex, index_world, world_scenarios
 from lorarag.scenarios.records import Scenario, save_scenarios, validate_against_kb
 from lorarag.scenarios.world import (
     DEV_PHRASING,
     TEST_PHRASING,
+    TRAIN_GROUPS,
     World,
     build_world,
     closed_book_phrasings,
@@ -47,7 +48,6 @@ from lorarag.scenarios.world import (
 )
 from lorarag.train.config import SFTConfig
 
-TRAIN_GROUPS = ("known", "context_only")
 HELD_OUT_GROUPS = ("unknown", "unknown_dev")
 
 
@@ -94,12 +94,27 @@ def rag_row(s: Scenario, knows: bool) -> SFTRow:
     return SFTRow((("system", SYSTEM_RAG), ("user", user), ("assistant", reply)), "rag", verdict, s.fact_id)
 
 
-def build_rows(world: World, cfg: SFTConfig, undated_fraction: float = 0.5) -> tuple[list[SFTRow], list[SFTRow]]:
-    """(train rows, val rows): train from training phrasings of train groups, val from dev phrasing."""
-    rng = random.Random(cfg.seed)
+def _row_scenarios(world: World, cfg: SFTConfig, undated_fraction: float = 0.5
+                   ) -> tuple[WorldIndex, list[Scenario], list[Scenario]]:
+    """(index, train scenarios, dev scenarios) the RAG rows are made of."""
     wi = index_world(world, groups=TRAIN_GROUPS)  # distractors only from training-visible orgs
     train_sc = world_scenarios(world, wi, TRAIN_GROUPS, "train", seed=cfg.seed, distractors=cfg.distractors,
                                undated_fraction=undated_fraction)
+    dev = world_scenarios(world, wi, ("known",), "dev", seed=cfg.seed + 1, distractors=cfg.distractors)
+    return wi, train_sc, dev
+
+
+def trained_contexts(world: World, cfg: SFTConfig, undated_fraction: float = 0.5) -> Trained:
+    """What the contexts of the SFT rows (train and val) assert and show per fact: the test draws
+    its flawed contexts elsewhere (scenarios/from_world.py)."""
+    _, train_sc, dev = _row_scenarios(world, cfg, undated_fraction)
+    return Trained.of([*train_sc, *dev])
+
+
+def build_rows(world: World, cfg: SFTConfig, undated_fraction: float = 0.5) -> tuple[list[SFTRow], list[SFTRow]]:
+    """(train rows, val rows): train from training phrasings of train groups, val from dev phrasing."""
+    rng = random.Random(cfg.seed)
+    wi, train_sc, dev = _row_scenarios(world, cfg, undated_fraction)
     rows: list[SFTRow] = []
     for f in world.by_group("known"):
         for ph in closed_book_phrasings(cfg.knowledge_phrasings):
@@ -122,7 +137,6 @@ def build_rows(world: World, cfg: SFTConfig, undated_fraction: float = 0.5) -> t
             continue  # an untaught fact gives no ground to call a value outdated
         rows += [rag_row(s, knows=group == "known")] * cfg.rag_per_fact
     rng.shuffle(rows)
-    dev = world_scenarios(world, wi, ("known",), "dev", seed=cfg.seed + 1, distractors=cfg.distractors)
     val = [rag_row(s, True) for s in dev] + [knowledge_row(f.questions[DEV_PHRASING], f.value, f.fact_id)
                                              for f in world.by_group("known")]
     rng.shuffle(val)

@@ -25,7 +25,7 @@ import re
 import zlib
 from collections import Counter
 from dataclasses import replace
-from typing import Callable, Iterable, Sequence
+from typing import Callable, Collection, Iterable, Mapping, Sequence
 
 from lorarag.rag.prompt import neutralise
 from lorarag.rag.records import Chunk
@@ -83,13 +83,14 @@ def _wordings(s: Scenario, item: QAItem, how: str) -> tuple[str, ...]:
 
 def build_kb_rows(groups: dict[str, list[QAItem]], chunks: Sequence[Chunk], cfg: SFTConfig, *,
                   conflict_seed: int, conflicts_per_item: int = 1, outdated: dict[str, OlderValue] | None = None,
-                  test_passages: Iterable[str] = (),
+                  test_passages: Iterable[str] = (), test_irrelevant: Mapping[str, Collection[str]] | None = None,
                   searcher: Callable[[Sequence[Chunk]], Searcher] = bm25_searcher
                   ) -> tuple[list[SFTRow], list[SFTRow], dict]:
     """(train rows, val rows, stats) for the splits of scenarios/kb_splits.py; val rows are a seeded
     sample of the training rows (a KB has no held-out wording of its known facts to spare). A
     training context that happens to equal a test passage (`test_passages`: the same substituted
-    value drawn twice) is left out and counted. Distractors come from `searcher(pool)` (BM25 over
+    value drawn twice) is left out and counted; no row of a fact shows a chunk the test shows as
+    irrelevant to it (`test_irrelevant`: fact id -> chunk ids, kept out of its distractors). Distractors come from `searcher(pool)` (BM25 over
     the pool by default), the pool being every chunk that answers no held-out question."""
     held = {c for g in HELD_OUT for it in groups[g] for c in it.relevant_ids}
     pool = [c for c in chunks if c.chunk_id not in held]
@@ -101,7 +102,8 @@ def build_kb_rows(groups: dict[str, list[QAItem]], chunks: Sequence[Chunk], cfg:
         for w in it.all_wordings if it.answers else ():
             rows += [knowledge_row(w, it.answers[0], it.qid)] * cfg.knowledge_repeats
     common = dict(seed=cfg.seed, search=search, distractors=cfg.distractors, conflicts="train",
-                  conflicts_per_item=conflicts_per_item, conflict_seed=conflict_seed, pool=answers)
+                  conflicts_per_item=conflicts_per_item, conflict_seed=conflict_seed, pool=answers,
+                  exclude=test_irrelevant)
     scenarios = corpus_scenarios(taught, pool, name="kb", knowledge="known", outdated=outdated, **common)
     scenarios += corpus_scenarios(groups["context_only"], pool, name="kb", knowledge="unknown",
                                   types=("consistent", "factual_error", "irrelevant", "unanswerable"), **common)

@@ -1,0 +1,70 @@
+"""Between stages 4 and 5: no flawed test context may be one the SFT rows showed.
+
+The rows are read back from disk (train and val, as the adapter was or will be trained on them),
+every test item's context is looked up in them (train/overlap.py), and the table goes into
+run.json (`test_context_overlap`) and `data/overlap.json`, from where the headline prints it. A
+factual-error, outdated or irrelevant test context that training showed, verbatim or as a near
+copy, stops the run with a one-line error naming the item: its cell would measure memory of a
+label, not detection.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+from pathlib import Path
+from typing import Mapping, Sequence
+
+from lorarag.core.errors import ConfigError
+from lorarag.fallback.format import inert_question
+from lorarag.scenarios.records import Scenario
+from lorarag.study.config import RunConfig
+from lorarag.study.layout import Echo, Paths
+from lorarag.train.overlap import CellOverlap, TrainingSources, leaking, overlap_table
+from lorarag.train.sft import read_sft
+
+OVERLAP_FILE = "overlap.json"
+
+
+def _key(question: str) -> str:
+    return " ".join(inert_question(question).split())
+
+
+def check_test_contexts(cfg: RunConfig, paths: Paths, test: Sequence[Scenario],
+                        owners: Mapping[str, tuple[str, str]], kb_texts: Mapping[str, str],
+                        echo: Echo) -> list[CellOverlap]:
+    """The overlap table of `test` against the SFT rows on disk; ConfigError on a flawed leak.
+    `owners`: every question training may ask -> (fact, cluster)."""
+    files = [Path(cfg.train.dataset)] + ([Path(cfg.train.val_dataset)] if cfg.train.val_dataset else [])
+    rows = [r for f in files if f.is_file() for r in read_sft(f)]
+    index = {_key(q): o for q, o in owners.items()}
+    sources = TrainingSources(rows, lambda q: index.get(" ".join(q.split()), (None, None)))
+    table = overlap_table(test, sources, kb_texts)
+    record = [asdict(c) for c in table]
+    (paths.root / "data").mkdir(parents=True, exist_ok=True)
+    (paths.root / "data" / OVERLAP_FILE).write_text(json.dumps(record, indent=1), encoding="utf-8")
+    run_json = paths.root / "run.json"
+    if run_json.is_file():
+        info = json.loads(run_json.read_text(encoding="utf-8"))
+        info["test_context_overlap"] = record
+        tmp = run_json.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps(info, indent=1, sort_keys=True), encoding="utf-8")
+        tmp.replace(run_json)
+    bad = leaking(table)
+    shown = sum(c.near for c in table if c.scenario == "consistent")
+    echo(f"          test contexts in the SFT rows ({len(rows)} rows): consistent {shown} (the KB itself), "
+         f"flawed {sum(c.near for c in bad)}")
+    if bad:
+        c = bad[0]
+        raise ConfigError(f"test item {c.first}: its {c.scenario} context is one the SFT rows show ({c.near} of "
+                          f"{c.n} {c.scenario} ({c.knowledge}) items; verbatim {c.verbatim}): the cell would "
+                          f"measure a remembered label; see {paths.root / 'data' / OVERLAP_FILE}")
+    return table
+
+
+def read_overlap(root: Path) -> list[CellOverlap]:
+    """The table a run wrote (empty when it has none)."""
+    f = root / "data" / OVERLAP_FILE
+    if not f.is_file():
+        return []
+    return [CellOverlap(**r) for r in json.loads(f.read_text(encoding="utf-8"))]
