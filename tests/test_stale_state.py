@@ -229,7 +229,7 @@ def _ask(run: Path) -> tuple[int, str]:
     return out.returncode, out.stderr
 
 
-@pytest.mark.parametrize("spoil", ["pointer", "adapter_config", "truncated", "gate"])
+@pytest.mark.parametrize("spoil", ["run_config", "pointer", "adapter_config", "truncated", "gate"])
 def test_garbled_adapter_files_are_one_line_errors(tmp_path, lora, spoil):
     from lorarag.study.trained import read_run
 
@@ -239,7 +239,10 @@ def test_garbled_adapter_files_are_one_line_errors(tmp_path, lora, spoil):
     (rd / "adapter.json").write_text(json.dumps({"adapter": str(ad)}))
     weights = ad / "adapter_model.safetensors"
     swift.check_adapter(ad)  # the intact adapter passes
-    if spoil == "pointer":
+    if spoil == "run_config":
+        bad = root / "config.yaml"
+        bad.write_text("name: [unclosed\n")
+    elif spoil == "pointer":
         bad = rd / "adapter.json"
         bad.write_text('{"adapter": ')
     elif spoil == "adapter_config":
@@ -258,3 +261,18 @@ def test_garbled_adapter_files_are_one_line_errors(tmp_path, lora, spoil):
         code, err = _ask(root)
         assert code == 2 and err.strip().startswith("error: ") and "Traceback" not in err
         assert "truncated" in err
+
+
+def test_checkpoints_are_not_resumed_on_other_rows(tmp_path):
+    """An unfinished run (checkpoints, no adapter.json yet) continues only on the rows it started on."""
+    cfg, _ = _finished_run(tmp_path)
+    rd = swift.run_dir(cfg.train)
+    (rd / "adapter.json").unlink()
+    ck = rd / "output/checkpoint-2"
+    (ck / "trainer_state.pt").write_bytes(b"s")  # a complete checkpoint
+    start_run(rd, cfg.train, data=[cfg.train.dataset, cfg.train.val_dataset])
+    assert swift.resume_changes(cfg.train, [cfg.train.dataset, cfg.train.val_dataset]) == []
+    Path(cfg.train.dataset).write_text(ROWS_B)
+    with pytest.raises(swift.TrainError, match=r"other SFT rows \(.*train\.jsonl changed\); rerun with --fresh"):
+        swift.train(cfg.train)
+    assert (ck / "adapter_model.safetensors").read_bytes() == b"x"

@@ -122,6 +122,18 @@ def provenance_changes(cfg: TrainConfig) -> list[str]:
     return out
 
 
+def resume_changes(cfg: TrainConfig, data: list[str]) -> list[str]:
+    """The SFT files whose sha256 differs from the one run.json saved when the checkpoints that a
+    resume would continue were started; [] without checkpoints or without a readable run.json."""
+    if last_checkpoint(run_dir(cfg) / "output") is None:
+        return []
+    try:
+        saved = json.loads((run_dir(cfg) / "run.json").read_text(encoding="utf-8")).get("data_hashes") or {}
+    except (OSError, ValueError, AttributeError):
+        return []
+    return [p for p in data if p in saved and saved[p] != (file_sha256(p) if Path(p).is_file() else None)]
+
+
 def read_pointer(path: Path) -> dict[str, Any]:
     """adapter.json as a dict; ConfigError naming the file when it is garbled."""
     try:
@@ -290,6 +302,10 @@ def train(cfg: TrainConfig, *, dry_run: bool = False, config_path: str | None = 
                          f"{', '.join(changed)}); remove it or name the run anew")
 
     data = [cfg.dataset] + ([cfg.val_dataset] if cfg.val_dataset else [])
+    resumed = resume_changes(cfg, data)  # start_run below rewrites run.json: compare first
+    if resumed:
+        raise TrainError(f"{cfg.run_name}: the checkpoints in {run_dir(cfg) / 'output'} were trained on other "
+                         f"SFT rows ({', '.join(resumed)} changed); rerun with --fresh or name the run anew")
     record = training_record(cfg)  # the rows and base as this training reads them
     rd = start_run(run_dir(cfg), cfg, seeds={"seed": cfg.seed}, data=data, command=cmd)
     (rd / "command.sh").write_text(render(cmd, env) + "\n", encoding="utf-8")
