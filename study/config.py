@@ -21,7 +21,7 @@ from lorarag.train.config import TrainConfig
 
 
 class SystemConfig(Strict):
-    """One evaluated system (fallback/systems.py)."""
+    """One evaluated system (study/systems.py)."""
 
     name: str
     kind: Literal["lora_rag", "base_rag", "prompted_detection", "astute_rag", "closed_book", "oracle"]

@@ -97,8 +97,3 @@ class KBSource:
 
     def write_sft(self, echo: Echo) -> None:
         """Written (and leak-checked) with the scenarios."""
-
-
-def open_source(cfg: RunConfig, paths: Paths) -> WorldSource | KBSource:
-    """Stage 1 of the run: the world or the KB, as the config says."""
-    return KBSource(cfg, paths) if cfg.data is not None else WorldSource(cfg, paths)
