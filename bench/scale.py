@@ -84,6 +84,7 @@ shard_worker(sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4])
 def _eval_setup(work: Path):
     """The scenario set and a base-RAG system on a tiny Qwen3 (built once under `work`)."""
     from lorarag.core.config import load_config
+    from lorarag.core.paths import packaged_config
     from lorarag.rag.tiny import build_causal_lm
     from lorarag.scenarios.from_world import index_world, world_scenarios
     from lorarag.scenarios.world import build_world
@@ -92,7 +93,7 @@ def _eval_setup(work: Path):
     from lorarag.study.prepare import index_chunks
     from lorarag.study.systems import build_system
 
-    cfg = load_config(Path(__file__).resolve().parents[1] / "configs/run/ci-tiny.yaml", RunConfig)
+    cfg = load_config(packaged_config("run/ci-tiny.yaml"), RunConfig)
     model = work / "tiny-qwen3"
     if not (model / "config.json").is_file():
         build_causal_lm(model)

@@ -29,6 +29,7 @@ import httpx
 
 from lorarag.core.config import load_config
 from lorarag.core.errors import ConfigError
+from lorarag.core.paths import packaged_config
 from lorarag.fallback.system import AdvancedRAGSystem, Detector
 from lorarag.rag.servers import free_port
 from lorarag.scenarios.from_world import ask_in_phrasings, index_world, world_scenarios
@@ -40,7 +41,7 @@ from lorarag.study.parts import build_parts
 from lorarag.study.prepare import index_chunks
 from lorarag.study.trained import load_run, read_run
 
-DEMO_CONFIG = Path(__file__).resolve().parents[1] / "configs/run/cpu-demo-fp32.yaml"
+DEMO_CONFIG = "run/cpu-demo-fp32.yaml"  # a shipped config (lorarag.core.paths.packaged_config)
 CLIENTS = (1, 8, 32)
 
 
@@ -62,7 +63,7 @@ def demo_system(work: Path) -> tuple[AdvancedRAGSystem, list[str]]:
     """The default system (module docstring) and the demo world's test questions."""
     from lorarag.train.smollm2 import ensure_smollm2
 
-    cfg = load_config(DEMO_CONFIG, RunConfig)
+    cfg = load_config(packaged_config(DEMO_CONFIG), RunConfig)
     ensure_smollm2(cfg.train.model)
     world = build_world(cfg.train.world)
     retriever = index_chunks(cfg, world.chunks(), len(world.documents),

@@ -1,4 +1,8 @@
 """Evaluation: ItemResult records (records), runner (resumable), pure metrics (retrieval_metrics,
 answer_metrics, conflict_metrics, attribution, stats), the cached LLM judge (judge), paired
-comparison and headline rows (compare), and reports (report). Write `from eval import metrics`-style
-imports (`from eval.records import ItemResult`), never `import eval`."""
+comparison and headline rows (compare), and reports (report)."""
+
+# Installed as lorarag.eval (pyproject's package-dir): a bare `import eval` from the checkout root
+# would load a second copy of every module, with its own registries and records.
+if __name__ != "lorarag.eval":
+    raise ImportError(f"import lorarag.eval, not {__name__}: the folder eval/ is installed as lorarag.eval")

@@ -30,7 +30,7 @@ class JudgeConfig(Strict):
 class EvalConfig(Strict):
     """One system over one scenario set."""
 
-    scenarios: str  # scenario JSONL (fallback.scenarios format)
+    scenarios: str  # scenario JSONL (scenarios/records.py format)
     system: dict[str, Any]  # {kind: ..., name: ..., <the kind's own keys>}
     components: str | None = None  # run config the system factory builds models/index from
     out_dir: str

@@ -37,7 +37,7 @@ class ItemResult:
     system: str
     qid: str
     fact_id: str
-    scenario: str  # one of fallback.scenarios.SCENARIO_TYPES
+    scenario: str  # one of scenarios.records.SCENARIO_TYPES
     knowledge: str  # "known" | "unknown"
     language: str
     question: str

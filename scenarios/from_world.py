@@ -1,6 +1,6 @@
 """Build Scenario records from the demo world (a user's corpus: scenarios/from_corpus.py). Deterministic by seed.
 
-Scenario types (fallback/scenarios.py):
+Scenario types (scenarios/records.py):
 - consistent: the gold chunk as it is;
 - factual_error: the gold chunk with its answer span replaced by a plausible value of the same
   type (numbers keep their format, years stay years, names/places come from the same pool), in
@@ -41,7 +41,7 @@ from lorarag.scenarios.world import (
     World,
 )
 
-# Which phrasings each split uses (see train/world.py).
+# Which phrasings each split uses (see scenarios/world.py).
 SPLIT_PHRASINGS = {"train": TRAIN_PHRASINGS, "dev": (DEV_PHRASING,), "test": (TEST_PHRASING,)}
 
 

@@ -2,7 +2,7 @@
 of its profile paragraphs, dated archive paragraphs and question phrasings (en, zh).
 
 Phrasings per attribute (QUESTIONS): 0-1 training, 2 dev, 3 held-out test, 4-5 and 6-9 closed-book
-paraphrases only (see train/world.py).
+paraphrases only (see scenarios/world.py).
 """
 
 UNANSWERABLE = "employees"  # asked about, but stated nowhere in the world

@@ -108,8 +108,3 @@ class KBSource:
         doc = {c.chunk_id: c.doc_id for c in self.chunks}
         return {w: (f"kb/{it.qid}", doc.get(it.relevant_ids[0], f"kb/{it.qid}") if it.relevant_ids else f"kb/{it.qid}")
                 for items in self.kb.groups.values() for it in items for w in it.all_wordings}
-
-
-def open_source(cfg: RunConfig, paths: Paths) -> WorldSource | KBSource:
-    """Stage 1 of the run: the world or the KB, as the config says."""
-    return KBSource(cfg, paths) if cfg.data is not None else WorldSource(cfg, paths)

@@ -92,7 +92,7 @@ def closed_book(model, tok, items: Sequence[tuple[str, str, Sequence[str]]]) -> 
             for (qid, _, gold), o in zip(items, outs)]
 
 
-def conflict_aware(model, tok, scenarios: Sequence[Scenario], known_groups: set[str] | None = None) -> list[ProbeRow]:
+def conflict_aware(model, tok, scenarios: Sequence[Scenario]) -> list[ProbeRow]:
     """Reply to each scenario; verdict vs the SFT target's verdict, answer vs the right answer."""
 
     chats = [[{"role": "system", "content": SYSTEM_RAG},

@@ -1,7 +1,7 @@
 """The `lorarag` console script: one typer app; each package registers its own subcommands.
 
-Sub-command modules (`rag/cli.py`, `train/cli.py`, `eval/cli.py`, `fallback/cli.py`,
-`bench/cli.py`) must import only light modules at top level so `lorarag --help` stays fast.
+Sub-command modules (`lorarag/cli/rag.py`, `generate.py`, `train.py`, `eval.py`, `study.py`,
+`serve.py`) must import only light modules at top level so `lorarag --help` stays fast.
 """
 
 from __future__ import annotations
