@@ -4,8 +4,9 @@ One server (serve/app.py, uvicorn on 127.0.0.1, dynamic batching) answers three 
 of the same question pool (the demo world's facts in all their wordings), equal in size: one client
 sending one request at a time (the sequential baseline: every batch holds one question), then 8
 and 32 clients at once. The slices are disjoint because the generator's memo answers a repeated
-greedy request without the model: a repeated question would measure the memo, not the server. Reported per setting: answers/s, p50 and p95
-latency (s), the mean batch the generator saw, and throughput as a ratio to the sequential run.
+greedy request without the model: a repeated question would measure the memo, not the server.
+Reported per setting: answers/s, p50 and p95 latency (s), the mean batch the generator saw, and
+throughput as a ratio to the sequential run.
 
 The system is a run dir's trained AdvancedRAGSystem (`--run`), or by default the CPU demo's: SmolLM2-
 135M-Instruct in fp32 (any CPU), the demo world's BM25 index and a LoRA adapter of the demo's shape

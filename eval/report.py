@@ -250,7 +250,8 @@ def write_report(runs: Runs, out_dir: str | Path, *, resamples: int = 2000, seed
 
     md = [f"# {title}\n", f"Systems: {', '.join(names)}\n"]
     if explorer:
-        md.append(f"Every item, filterable, with its sources, reply, verdict and route: [{EXPLORER_FILE}]({EXPLORER_FILE})\n")
+        md.append("Every item, filterable, with its sources, reply, verdict and route: "
+                  f"[{EXPLORER_FILE}]({EXPLORER_FILE})\n")
     if headline:
         md += [f"**{verdict}**\n" if verdict else "", headline]
     elif head_md:

@@ -130,7 +130,8 @@ def cluster_permutation_test(a: np.ndarray, b: np.ndarray, clusters: Sequence[st
     Under "no difference", the two systems' results of one cluster are exchangeable, so each
     cluster's summed difference d_c = sum(b - a) keeps or flips its sign. The statistic is sum(d_c);
     p = P(|sum(±d_c)| >= |sum(d_c)|), counted exactly over all 2^m sign patterns of the m <= 16
-    clusters whose difference is not 0 (the others cannot change the sum), else from `resamples` random patterns as (hits + 1) / (resamples + 1). It is scipy's
+    clusters whose difference is not 0 (the others cannot change the sum), else from `resamples`
+    random patterns as (hits + 1) / (resamples + 1). It is scipy's
     `permutation_test(..., permutation_type="samples")` on the cluster differences; with one item a
     cluster it is the paired randomisation test of the items. NaN pairs are dropped.
     """

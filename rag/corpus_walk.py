@@ -87,7 +87,8 @@ def walk_root(root: Path, roots: list[Path], follow_outside: bool = False) -> li
             entries = _list_dir(folder)
         except OSError as exc:
             label = rel(folder) + "/" if folder != base else "./"
-            out.append(Entry(folder, label, f"unreadable folder ({exc.strerror or type(exc).__name__}): its files are left out"))
+            why = exc.strerror or type(exc).__name__
+            out.append(Entry(folder, label, f"unreadable folder ({why}): its files are left out"))
             return
         for e in entries:
             if not e.name.startswith("."):

@@ -150,7 +150,7 @@ def connect(uri: str, token_env: str | None) -> Any:
     with _milvus_logs() as records:
         try:
             return MilvusClient(uri=uri, token=token, timeout=30)
-        except Exception as exc:  # pymilvus raises its own and grpc errors; the user gets one line
+        except Exception as exc:  # noqa: BLE001 -- pymilvus raises its own and grpc errors; the user gets one line
             raise MilvusUnavailable(f"cannot connect to Milvus at {uri}: {_cause(exc, records)}") from None
 
 
@@ -158,7 +158,7 @@ def _call(what: str, uri: str, fn, *args, **kwargs):
     with _milvus_logs() as records:
         try:
             return fn(*args, **kwargs)
-        except Exception as exc:  # a server error mid-request: one line naming the operation
+        except Exception as exc:  # noqa: BLE001 -- a server error mid-request: one line naming the operation
             raise MilvusUnavailable(f"Milvus at {uri}: {what} failed: {_cause(exc, records)}") from None
 
 

@@ -46,7 +46,7 @@ def answer_isolated(system: AnswerSystem, check: Check | None, questions: list[s
             if check is not None:
                 check(q)
             ok.append(i)
-        except Exception as exc:  # the isolation boundary: this question's failure is its own
+        except Exception as exc:  # noqa: BLE001 -- the isolation boundary: this question's failure is its own
             out[i] = exc
     if ok:
         try:
@@ -56,7 +56,7 @@ def answer_isolated(system: AnswerSystem, check: Check | None, questions: list[s
         except (EndpointDown, ConnectionError) as exc:  # the generator is down: every request's failure
             for i in ok:
                 out[i] = exc
-        except Exception as exc:  # the isolation boundary: find the question(s) that raise, alone
+        except Exception as exc:  # noqa: BLE001 -- the isolation boundary: find the question(s) that raise, alone
             if len(ok) == 1:
                 out[ok[0]] = exc
             else:
@@ -65,7 +65,7 @@ def answer_isolated(system: AnswerSystem, check: Check | None, questions: list[s
                 for i in ok:
                     try:
                         (out[i],) = system.answer([questions[i]])
-                    except Exception as one:  # this question's own failure
+                    except Exception as one:  # noqa: BLE001 -- this question's own failure
                         out[i] = one
     return out  # every slot was set above
 

@@ -72,9 +72,9 @@ def pooled_rows(per_seed: Sequence[Pair], stats: Stats, *, resamples: int = 1000
         if sorted(r.qid for r in lora) != qids or sorted(r.qid for r in base) != qids:
             raise ValueError("the seeds' results hold different items: pooling reads every seed on the same ones")
     units = sorted({r.unit for r in per_seed[0][1]})
-    grouped = [(_by_unit(b, units), _by_unit(l, units)) for b, l in per_seed]
+    grouped = [(_by_unit(b, units), _by_unit(lo, units)) for b, lo in per_seed]
     names = [n for n, _ in stats(*per_seed[0])]
-    point = np.mean([[v for _, v in stats(b, l)] for b, l in per_seed], axis=0)
+    point = np.mean([[v for _, v in stats(b, lo)] for b, lo in per_seed], axis=0)
 
     def stat(seed_idx: np.ndarray, unit_idx: np.ndarray) -> np.ndarray:
         rows = []

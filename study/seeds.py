@@ -179,7 +179,7 @@ def run_seeds(cfg: RunConfig, seeds: Sequence[int], *, fresh: bool = False, dry_
         gates[s] = json.loads(gate.read_text(encoding="utf-8")) if gate is not None and gate.is_file() else None
     rows = seed_rows(per_seed)
     echo(f"          pooling {len(seeds)} seeds: {cfg.eval.bootstrap} resamples of seeds and facts")
-    pooled = pooled_rows(pairs, lambda b, l: [(n, v) for n, v, _ in target_fn(b, l)],
+    pooled = pooled_rows(pairs, lambda b, lo: [(n, v) for n, v, _ in target_fn(b, lo)],
                          resamples=cfg.eval.bootstrap, seed=cfg.eval.seed)
     diffs = pooled_differences(pairs, resamples=cfg.eval.bootstrap, seed=cfg.eval.seed) if cfg.data is None else []
     md = seeds_markdown(seeds, rows, gates) + "\n" + pooled_markdown(seeds, pooled, diffs, cfg.eval.bootstrap)

@@ -49,7 +49,8 @@ def synthetic_run(n_items: int, systems: tuple[str, ...] = SYNTHETIC_SYSTEMS, se
         if sc in ("factual_error", "outdated"):
             first = (gid + ("~fe" if sc == "factual_error" else "~old2021"), gold_text.replace(gold, wrong))
         elif sc == "irrelevant":
-            first = (f"orgs/{org}/profile.md#4", f"For its most recent fiscal year, {org} reported a profit of $15.1 million.")
+            first = (f"orgs/{org}/profile.md#4",
+                     f"For its most recent fiscal year, {org} reported a profit of $15.1 million.")
         else:
             first = (gid, gold_text)
         other = (f"orgs/{org}/archive-2021.md#1", f"In 2021, {org} Labs opened an office in {_CITIES[(i // 8 + 5) % 10]}.")

@@ -258,7 +258,8 @@ def test_unanswerable_questions_do_not_count_as_facts(tmp_path):
 
 
 def _kb() -> dict:
-    return load_config(REPO / "configs/run/ci-kb-tiny.yaml", RunConfig).model_dump()  # every field written: a dump validates again
+    # every field written: a dump validates again
+    return load_config(REPO / "configs/run/ci-kb-tiny.yaml", RunConfig).model_dump()
 
 
 @pytest.mark.parametrize("section,key,value,msg", [

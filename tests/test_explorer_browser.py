@@ -166,7 +166,8 @@ def test_explorer_at_10k_items_x_6_systems_load_and_filter_times(tmp_path, capsy
         assert st["total"] == n == 60_000
         assert len(d.find_elements(By.CSS_SELECTOR, "#spacer .row")) < 200  # virtualised: visible rows only
         times = {}
-        for label, el, value in (("system=lora_rag", "f-system", "lora_rag"), ("+scenario=outdated", "f-scenario", "outdated"),
+        for label, el, value in (("system=lora_rag", "f-system", "lora_rag"),
+                                 ("+scenario=outdated", "f-scenario", "outdated"),
                                  ("+class=correct", "f-class", "correct"), ("+base→LoRA fixed", "f-change", "fixed")):
             t = time.perf_counter()
             select(d, el, value)

@@ -93,6 +93,15 @@ def test_project_code_imports_only_through_the_lorarag_namespace():
     assert not hits, hits[:10]
 
 
+def test_ruff_passes_with_the_projects_config():
+    """pyproject's [tool.ruff]: pyflakes, pycodestyle at 125 characters, no blind except."""
+    exe = Path(sys.executable).with_name("ruff")
+    if not exe.is_file():
+        pytest.skip("ruff is not installed (pip install -e .[dev])")
+    out = subprocess.run([str(exe), "check", "--no-cache", "."], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-1000:]
+
+
 def test_no_module_over_400_lines():
     """One module, one stage, readable top to bottom."""
     long = []

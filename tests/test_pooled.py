@@ -27,7 +27,7 @@ def test_a_fact_asked_twice_is_one_unit_not_two_items():
     right = {f"f{i}": i % 2 == 0 for i in range(20)}  # half right
     once = [(_items("base", right, 1), _items("lora", right, 1))]
     twice = [(_items("base", right, 2), _items("lora", right, 2))]
-    acc = lambda b, l: [("lora acc", float(np.mean([r.answer == "50 km/h" for r in l])))]  # noqa: E731
+    acc = lambda b, lo: [("lora acc", float(np.mean([r.answer == "50 km/h" for r in lo])))]  # noqa: E731
     (r1,), (r2,) = pooled_rows(once, acc, resamples=400), pooled_rows(twice, acc, resamples=400)
     assert r1.value == r2.value == 0.5
     assert (r1.lo, r1.hi) == (r2.lo, r2.hi)
@@ -37,7 +37,7 @@ def test_a_fact_asked_twice_is_one_unit_not_two_items():
 def test_seeds_that_disagree_widen_the_interval():
     right_a = {f"f{i}": True for i in range(30)}
     right_b = {f"f{i}": i < 15 for i in range(30)}
-    acc = lambda b, l: [("lora acc", float(np.mean([r.answer == "50 km/h" for r in l])))]  # noqa: E731
+    acc = lambda b, lo: [("lora acc", float(np.mean([r.answer == "50 km/h" for r in lo])))]  # noqa: E731
     base = _items("base", right_a)
     same = pooled_rows([(base, _items("lora", right_a))] * 2, acc, resamples=300)[0]
     apart = pooled_rows([(base, _items("lora", right_a)), (base, _items("lora", right_b))], acc, resamples=300)[0]
@@ -72,4 +72,4 @@ def test_seeds_read_on_different_items_are_refused():
     one = (_items("base", right), _items("lora", right))
     other = (_items("base", {"f1": True}), _items("lora", {"f1": True}))
     with pytest.raises(ValueError, match="different items"):
-        pooled_rows([one, other], lambda b, l: [("n", float(len(l)))])
+        pooled_rows([one, other], lambda b, lo: [("n", float(len(lo)))])

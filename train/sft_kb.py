@@ -90,8 +90,9 @@ def build_kb_rows(groups: dict[str, list[QAItem]], chunks: Sequence[Chunk], cfg:
     sample of the training rows (a KB has no held-out wording of its known facts to spare). A
     training context that happens to equal a test passage (`test_passages`: the same substituted
     value drawn twice) is left out and counted; no row of a fact shows a chunk the test shows as
-    irrelevant to it (`test_irrelevant`: fact id -> chunk ids, kept out of its distractors). Distractors come from `searcher(pool)` (BM25 over
-    the pool by default), the pool being every chunk that answers no held-out question."""
+    irrelevant to it (`test_irrelevant`: fact id -> chunk ids, kept out of its distractors).
+    Distractors come from `searcher(pool)` (BM25 over the pool by default), the pool being every
+    chunk that answers no held-out question."""
     held = {c for g in HELD_OUT for it in groups[g] for c in it.relevant_ids}
     pool = [c for c in chunks if c.chunk_id not in held]
     search = searcher(pool)

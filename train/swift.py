@@ -1,12 +1,12 @@
 """`lorarag train <config>`: run `swift sft --tuner_type lora` (or the CPU `peft` loop) in a run dir.
 
 The run dir `runs/train/<run_name>/` keeps the resolved config and run.json (git SHA, versions,
-seeds, data hashes: lorarag/runinfo.py), ms-swift's own `output/args.json`, the checkpoints
+seeds, data hashes: lorarag/core/runinfo.py), ms-swift's own `output/args.json`, the checkpoints
 under `output/checkpoint-N/`, and `adapter.json`: the pointer to the final adapter that later
 commands resolve with `find_adapter(run name or path)`, with `trained_on`: the sha256 of the SFT
-rows and of the base model's files it was trained from (`provenance_changes` compares them). A killed run resumes from its last
-checkpoint (`--resume_from_checkpoint`). Multi-GPU / multi-node goes through ms-swift's torchrun
-launch (NPROC_PER_NODE, NNODES, NODE_RANK, MASTER_ADDR, MASTER_PORT in the environment) and
+rows and of the base model's files it was trained from (`provenance_changes` compares them). A
+killed run resumes from its last checkpoint (`--resume_from_checkpoint`). Multi-GPU / multi-node
+goes through ms-swift's torchrun launch (NPROC_PER_NODE, NNODES, NODE_RANK, MASTER_ADDR, MASTER_PORT in the environment) and
 DeepSpeed (`swift: {deepspeed: zero2}`); `slurm_script` writes an sbatch file for a cluster.
 """
 
