@@ -103,8 +103,8 @@ def test_pdf_page_of_chunk() -> None:
 
 def test_ids_stable_across_processes_and_parameters() -> None:
     text = "第一段。\n\n第二段，内容。\n\n" + "长句子" * 300
-    code = ("from rag.chunk import make_chunker; from rag.config import ChunkerConfig; "
-            "from rag.records import Document; import sys; "
+    code = ("from lorarag.rag.chunk import make_chunker; from lorarag.rag.config import ChunkerConfig; "
+            "from lorarag.rag.records import Document; import sys; "
             f"d = Document(doc_id='x.md', source='x.md', text={text!r}); "
             "print(' '.join(c.chunk_id for c in make_chunker(ChunkerConfig()).chunk(d)))")
     # Two fresh interpreters with different hash seeds give the same ids.

@@ -1,0 +1,66 @@
+"""The overlap check between the train step and the gate: a run whose flawed test context is in an
+SFT row on disk stops with one line naming the item; the table goes to run.json and data/."""
+
+from __future__ import annotations
+
+import json
+from types import SimpleNamespace
+
+import pytest
+
+from lorarag.core.errors import ConfigError
+from lorarag.fallback.format import SYSTEM_RAG, SourceText, rag_user_turn
+from lorarag.scenarios.records import PresentedChunk, Scenario
+from lorarag.study.layout import Paths
+from lorarag.study.leaks import check_test_contexts, read_overlap
+
+OLD = "In 2021, Vesova Dynamics had its headquarters in Tallinn, on the harbour front."
+GOLD = "Vesova Dynamics has its headquarters in Tartu, where most of its engineering staff work."
+
+
+def _rows(path, *contexts):
+    with path.open("w", encoding="utf-8") as f:
+        for q, texts in contexts:
+            user = rag_user_turn(q, [SourceText(t) for t in texts])
+            f.write(json.dumps({"messages": [{"role": "system", "content": SYSTEM_RAG},
+                                             {"role": "user", "content": user},
+                                             {"role": "assistant", "content": "memory: Tartu | answer: Tartu"}]}) + "\n")
+
+
+def _setup(tmp_path, trained_texts):
+    train, val = tmp_path / "train.jsonl", tmp_path / "val.jsonl"
+    _rows(train, ("Where is Vesova Dynamics based?", trained_texts))
+    _rows(val, ("Where is Vesova Dynamics based?", (GOLD,)))
+    cfg = SimpleNamespace(train=SimpleNamespace(dataset=str(train), val_dataset=str(val)))
+    paths = Paths(tmp_path / "run")
+    paths.root.mkdir(parents=True)
+    (paths.root / "run.json").write_text(json.dumps({"git_sha": "x"}))
+    test = [Scenario(qid="org1/hq/p3/outdated", fact_id="org1/hq", question="Which city is Vesova Dynamics in?",
+                     gold_answers=("Tartu",), relevant_ids=("gold",), scenario="outdated",
+                     presented=(PresentedChunk("gold~old2021", OLD, replaces="gold"),), context_answer="Tallinn",
+                     cluster="org1"),
+            Scenario(qid="org1/hq/p3/consistent", fact_id="org1/hq", question="Which city is Vesova Dynamics in?",
+                     gold_answers=("Tartu",), relevant_ids=("gold",), scenario="consistent",
+                     presented=(PresentedChunk("gold", GOLD),), context_answer="Tartu", cluster="org1")]
+    owners = {"Where is Vesova Dynamics based?": ("org1/hq", "org1"),
+              "Which city is Vesova Dynamics in?": ("org1/hq", "org1")}
+    return cfg, paths, test, owners
+
+
+def test_a_flawed_test_context_in_a_training_row_stops_the_run(tmp_path):
+    cfg, paths, test, owners = _setup(tmp_path, (OLD, GOLD))
+    with pytest.raises(ConfigError, match=r"test item org1/hq/p3/outdated: its outdated context is one the SFT rows "
+                                          r"show \(1 of 1 outdated \(known\) items; verbatim 1\)"):
+        check_test_contexts(cfg, paths, test, owners, {"gold": GOLD}, lambda _: None)
+    # the table is on disk all the same, for the report and for the user
+    assert [(c.scenario, c.verbatim) for c in read_overlap(paths.root)] == [("consistent", 1), ("outdated", 1)]
+
+
+def test_a_clean_run_records_the_table_in_run_json_and_says_what_consistent_means(tmp_path):
+    cfg, paths, test, owners = _setup(tmp_path, (GOLD,))
+    lines: list[str] = []
+    table = check_test_contexts(cfg, paths, test, owners, {"gold": GOLD}, lines.append)
+    assert {(c.scenario, c.near) for c in table} == {("consistent", 1), ("outdated", 0)}
+    info = json.loads((paths.root / "run.json").read_text())
+    assert info["git_sha"] == "x" and [r["scenario"] for r in info["test_context_overlap"]] == ["consistent", "outdated"]
+    assert "consistent 1 (the KB itself), flawed 0" in lines[0]
