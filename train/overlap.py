@@ -20,25 +20,16 @@ base it retrieves from, as in deployment. Flawed ones must not be.
 
 from __future__ import annotations
 
-import re
 from collections import Counter, defaultdict
 from dataclasses import dataclass
 from typing import Callable, Iterable, Mapping, Sequence
 
-from lorarag.rag.prompt import neutralise
 from lorarag.scenarios.records import Scenario
+from lorarag.train.sft_kb import _SOURCE_LINE, shown  # a source line as the SFT rows show it
 
 NGRAM = 8  # words
 NEAR = 0.8  # share of a passage's 8-grams in one training source that makes it a near copy
 FLAWED = ("factual_error", "outdated", "irrelevant")
-
-_SOURCE_LINE = re.compile(r"^\[S\d+\] (.*)$", re.M)
-
-
-def shown(text: str) -> str:
-    """A passage as a source line shows it (fallback/format.rag_user_turn): inert, one line."""
-    return " ".join(neutralise(text).split())
-
 
 def _grams(text: str) -> set[tuple[str, ...]]:
     words = text.casefold().split()
