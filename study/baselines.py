@@ -81,7 +81,9 @@ def baseline_table(cfg: Any, results: Mapping[str, Sequence[ItemResult]], ctx: s
                 pure = [sc[cb_lora], sc[base]]
             deployable = {lora: float(own.mean()), **{n: v for n, v in sc.items()
                                                      if next(x for x in others if x.name == n).kind != "oracle"}}
-            best = max(deployable, key=lambda n: deployable[n])
+            top = max(deployable.values())
+            tied = [n for n, v in deployable.items() if v >= top - 1e-9]
+            best = tied[0] if len(tied) == 1 else f"tie: {', '.join(tied[:3])}" + (" …" if len(tied) > 3 else "")
             diff = "–"
             rivals = [n for n in sharing if n in sc]
             if rivals:

@@ -102,3 +102,9 @@ def test_baseline_table_names_the_best_system_and_the_captured_router_gain():
     assert cells[:7] == ["consistent", "known", "4", "0.75", "0.50", "0.50", "0.50"]
     assert cells[7] == "0.75" and cells[8] == "lora_rag" and cells[10] == "1.00"
     assert cells[9].startswith("+0.25 [") and cells[9].endswith("vs closed_book_lora")
+    # a cell every system gets equally right names no single winner
+    tied = {name: [make_item(system=name, qid=f"q{i}", fact_id=f"f{i}", scenario="outdated", answer="50 km/h")
+                   for i in range(1, 5)] for name in right}
+    row = next(ln for ln in baseline_table(cfg, tied, "presented", "base_rag", "lora_rag",
+                                           lambda r: float(r.answer == "50 km/h")) if ln.startswith("| outdated |"))
+    assert "| tie: lora_rag, closed_book_lora, base_rag … |" in row
