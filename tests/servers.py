@@ -1,9 +1,38 @@
-"""Start real local model servers for tests (127.0.0.1 only) and stop them by process group.
+"""Start real local servers for tests (127.0.0.1 only): model servers as processes stopped by process
+group, and our own FastAPI app in a uvicorn thread.
 
-The launcher lives in rag/servers.py so that benchmarks run through the installed `lorarag`
+The process launcher lives in rag/servers.py so that benchmarks run through the installed `lorarag`
 script can use it too; this module keeps the tests' import path.
 """
 
+from __future__ import annotations
+
+import threading
+import time
+from contextlib import contextmanager
+from typing import Iterator
+
 from lorarag.rag.servers import free_port, launched, swift_deploy_cmd, vllm_server_cmd
 
-__all__ = ["free_port", "launched", "swift_deploy_cmd", "vllm_server_cmd"]
+__all__ = ["free_port", "launched", "served_app", "swift_deploy_cmd", "vllm_server_cmd"]
+
+
+@contextmanager
+def served_app(app) -> Iterator[tuple[str, threading.Thread]]:
+    """`app` served by uvicorn on a free loopback port in a thread: (base URL, the thread), stopped
+    on exit (the caller can check that the thread ended)."""
+    import uvicorn
+
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    for _ in range(300):  # at most 30 s to bind
+        if server.started:
+            break
+        time.sleep(0.1)
+    try:
+        yield f"http://127.0.0.1:{port}", thread
+    finally:
+        server.should_exit = True
+        thread.join(timeout=60)

@@ -50,25 +50,13 @@ class Counting:
 @pytest.fixture(scope="module")
 def served(run_dir):
     """A real uvicorn server on 127.0.0.1 around the run's system; yields (base url, counting system)."""
-    import uvicorn
-
-    from lorarag.rag.servers import free_port
     from lorarag.serve.app import ServeSettings, create_app
     from lorarag.study.trained import load_run
+    from tests.servers import served_app
 
     system = Counting(load_run(run_dir))
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(create_app(system, ServeSettings(max_wait_ms=200, max_body_bytes=4096)),
-                                           host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    for _ in range(300):
-        if server.started:
-            break
-        time.sleep(0.1)
-    yield f"http://127.0.0.1:{port}", system
-    server.should_exit = True
-    thread.join(timeout=60)
+    with served_app(create_app(system, ServeSettings(max_wait_ms=200, max_body_bytes=4096))) as (url, thread):
+        yield url, system
     assert not thread.is_alive() and system.closed  # shutdown closes the models
 
 

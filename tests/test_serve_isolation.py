@@ -13,7 +13,6 @@ import json
 import subprocess
 import sys
 import threading
-import time
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx
@@ -89,24 +88,12 @@ def system(tiny_models, lora):
 @pytest.fixture()
 def served(system):
     """A real uvicorn server on 127.0.0.1 around the counting system; yields (base url, counting system)."""
-    import uvicorn
-
-    from lorarag.rag.servers import free_port
     from lorarag.serve.app import ServeSettings, create_app
+    from tests.servers import served_app
 
     counting = Counting(system)
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(create_app(counting, ServeSettings(max_wait_ms=500)),
-                                           host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    for _ in range(300):
-        if server.started:
-            break
-        time.sleep(0.1)
-    yield f"http://127.0.0.1:{port}", counting
-    server.should_exit = True
-    thread.join(timeout=60)
+    with served_app(create_app(counting, ServeSettings(max_wait_ms=500))) as (url, _):
+        yield url, counting
 
 
 def test_an_over_long_question_alone_gets_400_and_never_reaches_the_model(served):
@@ -276,20 +263,9 @@ def test_a_chunked_body_within_the_limit_is_read_whole():
 def test_an_endless_chunked_upload_to_a_real_server_is_stopped_early():
     """Over a real socket the client gets its 413 (or the connection closed under it) long before an
     endless body has been sent: what it managed to push is bounded by the socket buffers, not 1 GB."""
-    import uvicorn
-
-    from lorarag.rag.servers import free_port
     from lorarag.serve.app import ServeSettings, create_app
+    from tests.servers import served_app
 
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(create_app(Upper(), ServeSettings(max_body_bytes=4096)),
-                                           host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    for _ in range(300):
-        if server.started:
-            break
-        time.sleep(0.1)
     yielded = 0
     cap = 1024 * 1024 * 1024  # the client gives up by itself only after 1 GiB
 
@@ -299,17 +275,14 @@ def test_an_endless_chunked_upload_to_a_real_server_is_stopped_early():
             yielded += 65536
             yield b"x" * 65536
 
-    try:
+    with served_app(create_app(Upper(), ServeSettings(max_body_bytes=4096))) as (url, _):
         try:
-            r = httpx.post(f"http://127.0.0.1:{port}{URL}", content=endless(), timeout=60,
+            r = httpx.post(f"{url}{URL}", content=endless(), timeout=60,
                            headers={"content-type": "application/json"})
             assert r.status_code == 413
         except (httpx.WriteError, httpx.RemoteProtocolError, httpx.ReadError):
             pass  # the server closed the connection while the client was still writing
         assert yielded < 64 * 1024 * 1024
-    finally:
-        server.should_exit = True
-        thread.join(timeout=60)
 
 
 @pytest.mark.parametrize("port", ["70000", "0", "-5"])
