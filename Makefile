@@ -11,7 +11,7 @@ export VLLM_PLUGINS :=
 export VLLM_ENABLE_V1_MULTIPROCESSING := 0
 export VLLM_CPU_KVCACHE_SPACE := 1
 
-.PHONY: install demo browser test test-fast bench clean
+.PHONY: install demo browser test test-fast lint bench clean
 
 $(STAMP): pyproject.toml constraints-cpu.txt
 	$(PYTHON) -m venv $(VENV)
@@ -44,6 +44,11 @@ browser: $(STAMP)
 test: $(STAMP)
 	@$(MAKE) --no-print-directory browser || echo "browser: not installed; the browser tests will skip and say what is missing"
 	$(PY) -m pytest -q --timeout=1200; rc=$$?; if [ $$rc -eq 5 ]; then echo "no tests collected"; exit 1; fi; exit $$rc
+
+# ruff, and import-linter on the installed layout (plain `lint-imports` at the root sees only lorarag/:
+# the design card's folders are mapped into the package by pyproject's package-dir, not nested in it).
+lint: $(STAMP)
+	$(PY) -m pytest -q tests/test_layers.py -k "lint_imports or ruff"
 
 test-fast: $(STAMP)
 	$(PY) -m pytest -q -m "not slow"
