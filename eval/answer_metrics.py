@@ -151,16 +151,17 @@ def citation_accuracy(item) -> float:
 
 
 def names_wrong_value(item) -> bool:
-    """The answer also states the value the source asserts (`context_answer`: the perturbed or older
-    value), where that value is not part of a gold answer. "It was 80 km/h, now 50 km/h" names both
-    the gold 50 km/h and the outdated 80 km/h: it does not say which holds, so it is not an answer.
-    A wrong value that a gold answer contains ("50" in "50 km/h") cannot be told apart and is ignored."""
-    wrong = getattr(item, "context_answer", None)
-    if not wrong or not item.gold_answers:
+    """The answer also states a value that is not the answer: the one the source asserts
+    (`context_answer`: the perturbed or older value) or, on an update, the value the newer source
+    supersedes (`superseded`), where that value is not part of a gold answer. "It was 80 km/h, now
+    50 km/h" names both the gold 50 km/h and the outdated 80 km/h: it does not say which holds, so it
+    is not an answer. A wrong value that a gold answer contains ("50" in "50 km/h") cannot be told
+    apart and is ignored."""
+    if not item.gold_answers:
         return False
-    if any(contains_gold(g, (wrong,), item.language) for g in item.gold_answers):
-        return False  # consistent sources assert the gold itself
-    return contains_gold(item.answer, (wrong,), item.language)
+    wrongs = [w for w in (getattr(item, "context_answer", None), *getattr(item, "superseded", ())) if w]
+    return any(contains_gold(item.answer, (w,), item.language) for w in wrongs
+               if not any(contains_gold(g, (w,), item.language) for g in item.gold_answers))
 
 
 def is_correct(item) -> bool:

@@ -11,17 +11,19 @@ Unanswerable items (no gold answer):
 Answerable items:
   5. correct (contains a gold answer, not abstained; or the caller's rule) -> correct
   6. abstained                                     -> abstained_wrongly
-  7. route = fallback on a consistent item whose target chunk was given -> wrong_route
-  8. route = fallback otherwise                    -> fallback_wrong
-  9. the item has a target and the system retrieved anything, and no target is among the
+  7. an update item (the newer context is right) answered with the superseded value, or routed
+     to memory                                     -> memory_overrode
+  8. route = fallback on a consistent item whose target chunk was given -> wrong_route
+  9. route = fallback otherwise                    -> fallback_wrong
+  10. the item has a target and the system retrieved anything, and no target is among the
      top-N candidates (`retrieved_ids`, or `final_ids` when there was no separate stage)
                                                    -> retrieval_miss
- 10. a target is among the candidates but none is given -> rerank_drop
- 11. flawed scenario (factual_error, outdated, irrelevant) with context given
+ 11. a target is among the candidates but none is given -> rerank_drop
+ 12. flawed scenario (factual_error, outdated, irrelevant) with context given
                                                    -> conflict_missed (answered from a bad context)
- 12. otherwise (relevant chunk given or no context) -> generation_failure
+ 13. otherwise (relevant chunk given or no context) -> generation_failure
 
-Retrieval comes before conflict_missed (rules 9-10 before 11): when the perturbed chunk never
+Retrieval comes before conflict_missed (rules 10-11 before 12): when the perturbed chunk never
 reached the model the detector had nothing to flag. Correctness comes first everywhere: an item
 that fell back on good context but still answered right is `correct` (over-fallback is measured
 separately in conflict_metrics).
@@ -34,12 +36,12 @@ from collections import Counter
 from pathlib import Path
 from typing import Callable, Sequence
 
-from lorarag.eval.answer_metrics import is_correct
+from lorarag.eval.answer_metrics import is_correct, names_wrong_value
 from lorarag.eval.records import ItemResult
 from lorarag.scenarios.records import SCENARIO_TYPES
 
 CLASSES = ("correct", "retrieval_miss", "rerank_drop", "generation_failure", "conflict_missed",
-           "wrong_route", "fallback_wrong", "abstained_correctly", "abstained_wrongly")
+           "memory_overrode", "wrong_route", "fallback_wrong", "abstained_correctly", "abstained_wrongly")
 FLAWED_CONTEXT = ("factual_error", "outdated", "irrelevant")
 Correct = Callable[[ItemResult], bool]
 
@@ -60,6 +62,8 @@ def attribute(r: ItemResult, correct: Correct = is_correct) -> str:
         return "abstained_wrongly"
     targets = set(r.target_ids)
     target_given = bool(targets & set(r.final_ids))
+    if r.scenario == "update" and (r.route == "fallback" or names_wrong_value(r)):
+        return "memory_overrode"
     if r.route == "fallback":
         return "wrong_route" if (r.scenario == "consistent" and target_given) else "fallback_wrong"
     candidates = r.retrieved_ids or r.final_ids

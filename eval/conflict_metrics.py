@@ -19,12 +19,14 @@ Definitions (every rate carries its denominator `n`; NaN when n = 0):
 - long-form answers (ConflictNQ's answers are sentences, where contains-gold fails every system):
   mean token F1 to the true answer, and "sides with the source" = P(token F1 to the context's
   wrong value > token F1 to the true answer) over factual_error/outdated items.
-- detector: positive = the context should not be used as is (scenario != consistent);
+- detector: positive = the context should not be used as is (any scenario but the sound ones,
+  `consistent` and `update`: a newer source is right even where it contradicts the memory);
   predicted positive = verdict != "supported". An `invalid` reply (no verdict could be read) is a
   miss whatever the truth: a false negative on a flawed context, a false positive on a consistent
   one, and the worst flag_score for the AUROC (0 on flawed, 1 on consistent); their number is
   `n_invalid`. AUROC from `flag_score` = 1 - P(supported), by sklearn, overall and per flawed
-  scenario type against the consistent items of the same split.
+  scenario type against the sound items of the same split (`negatives` narrows them: outdated vs
+  update asks whether the detector reads which version is newer).
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ import numpy as np
 from lorarag.eval.answer_metrics import contains_gold, is_correct, token_f1
 from lorarag.eval.records import WRONG_VALUE_SCENARIOS, ItemResult
 from lorarag.eval.stats import wilson_ci
-from lorarag.scenarios.records import SCENARIO_TYPES
+from lorarag.scenarios.records import SCENARIO_TYPES, SOUND_CONTEXTS
 
 
 def closed_book_correct(r: ItemResult) -> bool | None:
@@ -147,16 +149,18 @@ def consistent_abstention(items: Sequence[ItemResult]) -> Rate:
     return _rate(items, lambda r: r.scenario == "consistent" and r.route is not None, lambda r: r.abstained)
 
 
-def detector(items: Sequence[ItemResult], positives: Sequence[str] | None = None) -> DetectorScore:
+def detector(items: Sequence[ItemResult], positives: Sequence[str] | None = None,
+             negatives: Sequence[str] = SOUND_CONTEXTS) -> DetectorScore:
     """Precision, recall, F1 of the verdict flag and AUROC of flag_score.
 
-    `positives`: flawed scenario types to score against the consistent items (default: all).
+    `positives`: flawed scenario types to score against the `negatives` (default: every flawed type
+    against every sound one).
     """
     from sklearn.metrics import roc_auc_score
 
-    pos = set(positives) if positives else {s for s in SCENARIO_TYPES if s != "consistent"}
+    pos = set(positives) if positives else {s for s in SCENARIO_TYPES if s not in SOUND_CONTEXTS}
     sel = [r for r in items if (r.flag_score is not None or r.verdict == "invalid")
-           and (r.scenario in pos or r.scenario == "consistent")]
+           and (r.scenario in pos or r.scenario in negatives)]
     y = [r.scenario in pos for r in sel]
     # an invalid reply is wrong either way: not flagged when flawed, flagged when consistent
     pred = [(not t) if r.verdict == "invalid" else (r.verdict is not None and r.verdict != "supported")
@@ -177,7 +181,7 @@ def roc_points(items: Sequence[ItemResult]) -> tuple[list[float], list[float]]:
     from sklearn.metrics import roc_curve
 
     sel = [r for r in items if r.flag_score is not None or r.verdict == "invalid"]
-    y = [r.scenario != "consistent" for r in sel]
+    y = [r.scenario not in SOUND_CONTEXTS for r in sel]
     if not 0 < sum(y) < len(y):
         return [], []
     fpr, tpr, _ = roc_curve(y, [(0.0 if t else 1.0) if r.verdict == "invalid" else r.flag_score
@@ -251,8 +255,8 @@ def detector_table(items: Sequence[ItemResult]) -> list[dict]:
     for k in sorted({r.knowledge for r in items}) + ["all"]:
         sel = [r for r in items if k == "all" or r.knowledge == k]
         rows.append({"knowledge": k, "positives": "all", **asdict(detector(sel))})
-        for s in SCENARIO_TYPES[1:]:
-            if any(r.scenario == s for r in sel):
+        for s in SCENARIO_TYPES:
+            if s not in SOUND_CONTEXTS and any(r.scenario == s for r in sel):
                 rows.append({"knowledge": k, "positives": s, **asdict(detector(sel, [s]))})
     return rows
 

@@ -16,13 +16,14 @@ from typing import Mapping, Sequence
 from lorarag.eval import conflict_metrics as cm
 from lorarag.eval.attribution import CLASSES, attribute
 from lorarag.eval.records import ItemResult
-from lorarag.scenarios.records import SCENARIO_TYPES
+from lorarag.scenarios.records import SCENARIO_TYPES, SOUND_CONTEXTS
 
 # Okabe & Ito (2008), "Color Universal Design": blue, orange, bluish green, vermillion, sky blue,
 # reddish purple, yellow, black; systems take them in this order.
 OKABE_ITO = ("#0072B2", "#E69F00", "#009E73", "#D55E00", "#56B4E9", "#CC79A7", "#F0E442", "#000000")
 CLASS_COLOURS = {"correct": "#009E73", "retrieval_miss": "#56B4E9", "rerank_drop": "#0072B2",
-                 "generation_failure": "#999999", "conflict_missed": "#D55E00", "wrong_route": "#E69F00",
+                 "generation_failure": "#999999", "conflict_missed": "#D55E00", "memory_overrode": "#882255",
+                 "wrong_route": "#E69F00",
                  "fallback_wrong": "#CC79A7", "abstained_correctly": "#F0E442", "abstained_wrongly": "#000000"}
 _DOUBT = re.compile(r"^gate doubt \(([^)]*)\)=(\S+)$")
 
@@ -161,7 +162,7 @@ def reliability(items: Sequence[ItemResult], bins: int = 10) -> list[tuple[float
             continue
         b = min(bins - 1, int(r.flag_score * bins))
         acc[b].append(r.flag_score)
-        hit[b].append(r.scenario != "consistent")
+        hit[b].append(r.scenario not in SOUND_CONTEXTS)
     return [(sum(p) / len(p), sum(h) / len(h), len(p)) for p, h in zip(acc, hit) if p]
 
 

@@ -66,6 +66,7 @@ class ItemResult:
     raw_output: str = ""  # the generator's reply before parsing (the run explorer shows it)
     verdict_probs: tuple[tuple[str, float], ...] = ()  # (label, probability) at the verdict token
     cluster: str = ""  # the scenario's cluster (organisation or document); "" in older results: the fact
+    superseded: tuple[str, ...] = ()  # `update`: the values the newer context replaces (a stale answer)
 
     @property
     def unit(self) -> str:
@@ -120,7 +121,7 @@ def item_result(system: str, scenario, answer: Answer, closed_book_answer: str |
         phrasing=scenario.phrasing, source_set=scenario.source_set,
         notes=tuple(tr.notes) if tr else (),
         raw_output=tr.raw_output if tr else "", verdict_probs=tuple(tr.verdict_probs) if tr else (),
-        cluster=scenario.cluster or scenario.fact_id,
+        cluster=scenario.cluster or scenario.fact_id, superseded=tuple(scenario.superseded),
     )
 
 

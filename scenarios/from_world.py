@@ -8,7 +8,9 @@ Scenario types (scenarios/records.py):
 - outdated: an older dated statement (a KB archive chunk); in the demo world part of them carry
   no date at all (the gold chunk stating the older value), so only knowledge can flag them;
 - irrelevant: hard distractors from a BM25 index over the KB (high score, no answer);
-- unanswerable: a question answered nowhere, with its best-scoring chunks.
+- unanswerable: a question answered nowhere, with its best-scoring chunks;
+- update: a version dated after the training snapshot carries a new value; the context is right
+  and what the LoRA learned is stale (`Scenario.superseded`).
 
 The test split's flawed contexts are drawn where training never draws, so that a detector cannot
 score by remembering a passage's label (train/overlap.py counts what is left, per cell): its older
@@ -33,6 +35,7 @@ from lorarag.rag.records import Chunk
 from lorarag.rag.retrieve import Retriever
 from lorarag.scenarios.records import PresentedChunk, Scenario
 from lorarag.scenarios.world import (
+    CURRENT_YEAR,
     DEV_PHRASING,
     TEST_PHRASING,
     TRAIN_PHRASINGS,
@@ -40,6 +43,7 @@ from lorarag.scenarios.world import (
     Fact,
     World,
 )
+from lorarag.scenarios.world_text import ARCHIVE
 
 # Which phrasings each split uses (see scenarios/world.py).
 SPLIT_PHRASINGS = {"train": TRAIN_PHRASINGS, "dev": (DEV_PHRASING,), "test": (TEST_PHRASING,)}
@@ -298,6 +302,9 @@ def world_scenarios(world: World, wi: WorldIndex, groups: Sequence[str], split: 
                 out.append(Scenario(qid=f"{qid}/irrelevant", scenario="irrelevant",
                                     presented=tuple(_pc(c) for c in hard), context_answer=None,
                                     removes=tuple(sorted(own)), **base))
+            if "update" in types and f.attribute in ARCHIVE[f.language]:
+                out.append(_update(f, gold_c, rng, trained.values.get(f.fact_id, ()) if held else (), held, mix, qid,
+                                   base))
     if "unanswerable" in types:
         for u in sorted((x for x in world.unanswerable if x.group in groups), key=lambda x: x.fact_id):
             for ph in wordings:
@@ -309,6 +316,23 @@ def world_scenarios(world: World, wi: WorldIndex, groups: Sequence[str], split: 
                                     knowledge="known" if u.group == "known" else "unknown",
                                     language=u.language, phrasing=ph, cluster=u.fact_id.split("/", 1)[0]))
     return out
+
+
+def _update(f: Fact, gold_c: Chunk, rng: random.Random, avoid: Collection[str], held: bool,
+            mix: Callable[[PresentedChunk], tuple[PresentedChunk, ...]], qid: str, base: dict) -> Scenario:
+    """A knowledge update: the fact's value changed after the training snapshot (`CURRENT_YEAR`,
+    the profile's as-of year). The new value, dated after it in the archive's wording, takes the
+    current chunk's place; the right answer is the context's and the taught value is `superseded`.
+    Only the date tells it from an outdated archive statement of the same form. Training and dev
+    date theirs one or two years on, the test three or four (a year no row shows, as the test's
+    outdated versions are older than every year training shows), so a test passage is no near copy
+    of a training one and the detector has to read the year, not recall it."""
+    new = _fake_value(f, rng, avoid)
+    year = str(CURRENT_YEAR + 1 + rng.randrange(2) + (2 if held else 0))
+    pc = PresentedChunk(f"{gold_c.chunk_id}~new{year}", f.archive_statement(new, year),
+                        f"orgs/{f.org_id}/update-{year}.md", year, replaces=gold_c.chunk_id)
+    return Scenario(qid=f"{qid}/update", scenario="update", presented=mix(pc), context_answer=new,
+                    superseded=f.gold_answers, **{**base, "gold_answers": (new,)})
 
 
 def ask_in_phrasings(items: Sequence[Scenario], world: World, phrasings: Sequence[int]) -> list[Scenario]:

@@ -29,10 +29,14 @@ from lorarag.rag.records import (
 )
 
 # The one definition of the scenario types and knowledge splits (configs take the Literals).
-ScenarioName = Literal["consistent", "factual_error", "outdated", "irrelevant", "unanswerable"]
+ScenarioName = Literal["consistent", "factual_error", "outdated", "irrelevant", "unanswerable", "update"]
 KnowledgeName = Literal["known", "unknown"]
 SCENARIO_TYPES: tuple[str, ...] = get_args(ScenarioName)
 KNOWLEDGE_SPLITS: tuple[str, ...] = get_args(KnowledgeName)
+# Contexts that hold the right answer and should be used as they are: the knowledge base's own chunk
+# (`consistent`) and a version dated after what the LoRA learned (`update`: the context is right and
+# the memory stale). The detector's negatives; every other type is a context not to be used as is.
+SOUND_CONTEXTS: tuple[str, ...] = ("consistent", "update")
 
 
 @dataclass(frozen=True)
@@ -67,6 +71,9 @@ class Scenario:
     # document holding the fact (KB). Facts of one organisation share its name and its language, so a
     # model that misreads one tends to misread them all. Empty: the fact is its own cluster.
     cluster: str = ""
+    # `update` only: the values the context supersedes, i.e. what the LoRA learned before the update
+    # (the gold answers are the context's newer value). Naming one of them is a stale answer.
+    superseded: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.scenario not in SCENARIO_TYPES:
@@ -76,6 +83,9 @@ class Scenario:
             raise RecordError(f"{self.qid}: unknown knowledge split {self.knowledge!r}")
         if self.scenario != "unanswerable" and not self.gold_answers:
             raise RecordError(f"{self.qid}: no gold answer for a {self.scenario} scenario")
+        if (self.scenario == "update") != bool(self.superseded):
+            raise RecordError(f"{self.qid}: `superseded` (the values a newer context replaces) is for `update` "
+                              f"scenarios only, and every `update` scenario needs it")
 
 
 def load_scenarios(path: str | Path) -> list[Scenario]:

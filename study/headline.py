@@ -22,7 +22,7 @@ from lorarag.eval.conflict_metrics import (
 )
 from lorarag.eval.answer_metrics import is_correct
 from lorarag.eval.records import ItemResult
-from lorarag.scenarios.records import SCENARIO_TYPES
+from lorarag.scenarios.records import SCENARIO_TYPES, SOUND_CONTEXTS
 from lorarag.study.baselines import baseline_table
 from lorarag.study.config import RunConfig
 from lorarag.study.headline_kb import system_pairs
@@ -66,9 +66,9 @@ def targets(base: Sequence[ItemResult], lora: Sequence[ItemResult]) -> list[tupl
         sel = _cell(items, s, k)
         return cell_rate(sel).value if sel else math.nan
 
-    def auroc(items, k, pos=None):
+    def auroc(items, k, pos=None, neg=SOUND_CONTEXTS):
         sel = [r for r in items if r.knowledge == k]
-        return detector(sel, pos).auroc if sel else math.nan
+        return detector(sel, pos, neg).auroc if sel else math.nan
 
     ofb = over_fallback([r for r in lora if r.knowledge == "unknown"]).value
     fe_unknown = auroc(lora, "unknown", ["factual_error"])
@@ -87,6 +87,10 @@ def targets(base: Sequence[ItemResult], lora: Sequence[ItemResult]) -> list[tupl
         ("detector AUROC, unknown, factual error ~ 0.5 (0.35-0.65)", fe_unknown,
          lambda v: 0.35 <= v <= 0.65),
     ]
+    if _cell(lora, "update", "known"):  # the context right, the memory stale: detection, not memory
+        rows += [("LoRA-RAG, update (known) >= 0.85", acc(lora, "update", "known"), lambda v: v >= 0.85),
+                 ("detector AUROC, known, outdated vs update >= 0.9",
+                  auroc(lora, "known", ["outdated"], ["update"]), lambda v: v >= 0.9)]
     return [(name, v, (not math.isnan(v)) and bool(ok(v))) for name, v, ok in rows]
 
 
@@ -113,10 +117,14 @@ def headline_markdown(cfg: RunConfig, results: Mapping[str, Sequence[ItemResult]
         vals = [fn([r for r in items if r.knowledge == k]).value for _, items in names]
         lines.append(f"| {label} | " + " | ".join(_num(v) for v in vals) + " |")
     for k in knows:
-        for pos in (None, "factual_error", "outdated", "irrelevant"):
-            vals = [detector([r for r in items if r.knowledge == k], [pos] if pos else None).auroc
+        for pos, neg in ((None, SOUND_CONTEXTS), ("factual_error", SOUND_CONTEXTS), ("outdated", SOUND_CONTEXTS),
+                         ("irrelevant", SOUND_CONTEXTS), ("outdated", ("update",))):
+            if neg == ("update",) and not any(r.scenario == "update" for _, items in names for r in items):
+                continue
+            vals = [detector([r for r in items if r.knowledge == k], [pos] if pos else None, neg).auroc
                     for _, items in names]
-            lines.append(f"| detector AUROC ({k}, {pos or 'all flawed'}) | " +
+            vs = "" if neg == SOUND_CONTEXTS else f" vs {', '.join(neg)}"
+            lines.append(f"| detector AUROC ({k}, {pos or 'all flawed'}{vs}) | " +
                          " | ".join(_num(v) for v in vals) + " |")
     if lora is not None:
         inv = sum(r.verdict == "invalid" for r in lora[1])

@@ -30,6 +30,11 @@ CASES = {
     "conflict_missed": make_item(scenario="factual_error", context_answer=WRONG, target_ids=("kb1~fe",),
                                  retrieved_ids=("kb1~fe",), final_ids=("kb1~fe",), answer=WRONG,
                                  route="context", verdict="supported", flag_score=0.1),
+    # A newer source (the update, 60 km/h) was given and the memory's superseded 50 km/h answered.
+    "memory_overrode": make_item(scenario="update", gold_answers=("60 km/h",), context_answer="60 km/h",
+                                 superseded=("50 km/h",), target_ids=("kb1~new2025",),
+                                 retrieved_ids=("kb1~new2025",), final_ids=("kb1~new2025",), route="fallback",
+                                 verdict="outdated", answer="50 km/h"),
     # Fell back although the consistent context with the answer was given, and got it wrong.
     "wrong_route": make_item(route="fallback", verdict="conflicting", answer="60 km/h"),
     # Fell back on a factual error, memory wrong as well.
@@ -45,6 +50,17 @@ CASES = {
 @pytest.mark.parametrize("label", CLASSES)
 def test_one_item_per_class(label):
     assert attribute(CASES[label]) == label
+
+
+def test_update_names_the_stale_value_without_a_route():
+    # A system with no route (base RAG, closed book) that answers the superseded value is overridden
+    # by memory too; naming both values is not an answer; the new value alone is correct.
+    upd = dict(scenario="update", gold_answers=("60 km/h",), context_answer="60 km/h", superseded=("50 km/h",),
+               target_ids=("kb1~new2025",), retrieved_ids=("kb1~new2025",), final_ids=("kb1~new2025",))
+    assert attribute(make_item(**upd, answer="50 km/h")) == "memory_overrode"
+    assert attribute(make_item(**upd, answer="it was 50 km/h, now 60 km/h")) == "memory_overrode"
+    assert attribute(make_item(**upd, answer="60 km/h")) == "correct"
+    assert attribute(make_item(**upd, answer="70 km/h")) == "generation_failure"
 
 
 def test_precedence_between_rules():
@@ -87,4 +103,4 @@ def test_counts_and_files(tmp_path):
     rows = [json.loads(x) for x in jpath.read_text().splitlines()]
     assert [r["label"] for r in rows] == list(CLASSES)
     table = mpath.read_text()
-    assert "| all | all | 9 | 1 |" in table and "retrieval_miss" in table.splitlines()[0]
+    assert "| all | all | 10 | 1 |" in table and "retrieval_miss" in table.splitlines()[0]

@@ -58,6 +58,11 @@ class SFTConfig(Strict):
     # factual error), the other outdated + irrelevant; `all`: both phrasings carry every type
     # (twice the conflict-aware rows, each phrasing with its own perturbed value).
     rag_phrasings: Literal["alternate", "all"] = "alternate"
+    # Knowledge updates (scenario `update`): on the phrasing that carries the outdated context, a
+    # version dated after the training snapshot with a new value; the reply states the taught value
+    # as memory, judges the source `supported` and answers from it. Beside the outdated rows (older
+    # date: answer from memory) the verdict must read which one is newer, not only that they differ.
+    updates: bool = False
     distractors: int = 1  # extra distractor sources beside the gold / perturbed chunk
     raft_gold_absent: float = 0.3  # share of irrelevant examples built from distractors only
     val_fraction: float = 0.05

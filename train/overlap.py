@@ -3,8 +3,8 @@
 A detector that remembers "this chunk was labelled outdated" scores on a flawed test context it
 was trained on without comparing anything with its memory. So every test item's context is looked
 up in the SFT rows as they are on disk (train and val), as the sources the rows show:
-- factual_error / outdated / consistent: the passage asserting the item's context value (the
-  perturbed copy, the older version, the gold chunk);
+- factual_error / outdated / update / consistent: the passage asserting the item's context value
+  (the perturbed copy, the older or the newer version, the gold chunk);
 - irrelevant: each shown chunk *with its question's fact*: the (question, chunk) pair, since a
   chunk shown for another question teaches nothing about this one. Irrelevant contexts are KB
   chunks as they are, so the pair is matched verbatim (a near copy is some other chunk).
@@ -29,7 +29,9 @@ from lorarag.train.sft_kb import _SOURCE_LINE, shown  # a source line as the SFT
 
 NGRAM = 8  # words
 NEAR = 0.8  # share of a passage's 8-grams in one training source that makes it a near copy
-FLAWED = ("factual_error", "outdated", "irrelevant")
+# The cells whose test contexts training must never have shown: the flawed ones, and `update` (a newer
+# source is right; a remembered "this passage is supported" would score it without reading the date).
+FLAWED = ("factual_error", "outdated", "irrelevant", "update")
 
 def _grams(text: str) -> set[tuple[str, ...]]:
     words = text.casefold().split()

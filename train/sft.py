@@ -10,7 +10,9 @@ Kinds of examples (all prompts from fallback/format.py, so training and inferenc
   factual-error copy of identical form), outdated (dated and undated) and irrelevant contexts
   (distractors only, the gold chunk absent, as RAFT does); `context_only` facts are never
   taught, so their target copies the source with memory "unknown"; unanswerable questions get
-  "insufficient".
+  "insufficient"; with `updates`, known facts also get a source dated after the training snapshot
+  with a new value (`update`): memory states the taught value, the verdict is `supported`, the
+  answer the source's (beside the outdated rows, on the same phrasing: only the date differs).
 Splits are by fact: `unknown` / `unknown_dev` organisations never appear, not even as a
 distractor, and dev/test phrasings are never used; `leak_check` proves it on the written rows.
 """
@@ -49,6 +51,8 @@ from lorarag.scenarios.world import (
 from lorarag.train.config import SFTConfig
 
 HELD_OUT_GROUPS = ("unknown", "unknown_dev")
+# The scenario types conflict-aware rows are made of; `update` joins them with `SFTConfig.updates`.
+ROW_TYPES = ("consistent", "factual_error", "outdated", "irrelevant", "unanswerable")
 
 
 class LeakError(RecordError):
@@ -77,8 +81,10 @@ def knowledge_row(question: str, answer: str, fact_id: str, kind: str = "knowled
 
 def target(s: Scenario, knows: bool) -> tuple[str, str]:
     """(verdict, reply) that the LoRA should give for scenario `s`; `knows`: the fact was taught."""
-    memory = s.gold_answers[0] if knows and s.gold_answers else None
     src = s.context_answer
+    if s.scenario == "update":  # the source supersedes what was taught: memory states it, the source wins
+        return "supported", rag_reply(s.superseded[0] if knows else None, src, "supported", src)
+    memory = s.gold_answers[0] if knows and s.gold_answers else None
     if memory is None:  # nothing to compare with: copy the source, or say there is nothing
         verdict = "supported" if src else "insufficient"
         return verdict, rag_reply(None, src, verdict, src)
@@ -98,9 +104,10 @@ def _row_scenarios(world: World, cfg: SFTConfig, undated_fraction: float = 0.5
                    ) -> tuple[WorldIndex, list[Scenario], list[Scenario]]:
     """(index, train scenarios, dev scenarios) the RAG rows are made of."""
     wi = index_world(world, groups=TRAIN_GROUPS)  # distractors only from training-visible orgs
+    types = ROW_TYPES + (("update",) if cfg.updates else ())
     train_sc = world_scenarios(world, wi, TRAIN_GROUPS, "train", seed=cfg.seed, distractors=cfg.distractors,
-                               undated_fraction=undated_fraction)
-    dev = world_scenarios(world, wi, ("known",), "dev", seed=cfg.seed + 1, distractors=cfg.distractors)
+                               undated_fraction=undated_fraction, types=types)
+    dev = world_scenarios(world, wi, ("known",), "dev", seed=cfg.seed + 1, distractors=cfg.distractors, types=types)
     return wi, train_sc, dev
 
 
@@ -133,8 +140,8 @@ def build_rows(world: World, cfg: SFTConfig, undated_fraction: float = 0.5) -> t
         on_pair = s.scenario in ("consistent", "factual_error")
         if cfg.rag_phrasings == "alternate" and s.scenario != "unanswerable" and (s.phrasing == pair_ph) != on_pair:
             continue
-        if group == "context_only" and s.scenario == "outdated":
-            continue  # an untaught fact gives no ground to call a value outdated
+        if group == "context_only" and s.scenario in ("outdated", "update"):
+            continue  # an untaught fact gives no ground to call a value outdated, or superseded
         rows += [rag_row(s, knows=group == "known")] * cfg.rag_per_fact
     rng.shuffle(rows)
     val = [rag_row(s, True) for s in dev] + [knowledge_row(f.questions[DEV_PHRASING], f.value, f.fact_id)
