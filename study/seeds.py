@@ -149,7 +149,7 @@ def run_seeds(cfg: RunConfig, seeds: Sequence[int], *, fresh: bool = False, dry_
     if not {"base_rag", "lora_rag"} <= kinds:  # checked before any training, not after the first
         raise ConfigError(f"lorarag seeds compares base_rag with lora_rag; {cfg.name} has neither or only one")
     cfgs = [seed_config(cfg, s) for s in seeds]
-    target_fn = targets if cfg.data is None else partial(kb_targets, cfg)
+    target_fn = partial(targets, updates="update" in cfg.eval.scenarios) if cfg.data is None else partial(kb_targets, cfg)
     if dry_run:
         for s, c in zip(seeds, cfgs):
             echo(f"seed {s}: lorarag run as '{c.name}', training run '{c.train.run_name}'")

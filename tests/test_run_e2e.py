@@ -198,6 +198,11 @@ def test_reduced_demo_end_to_end(tmp_path):
     pair = json.loads((root / "report/base-vs-lora/metrics.json").read_text())
     assert pair["comparison"]["a"] == "base_rag" and pair["comparison"]["b"] == "lora_rag"
     assert "### Targets" in table and "| consistent | known |" in table
+    # the update cell (the context right, the memory stale) runs end to end, with its target and the
+    # detector's outdated-vs-update reading
+    assert "| update | known |" in table and "LoRA-RAG, update (known) >= 0.85" in table
+    assert "detector AUROC (known, outdated vs update)" in table
+    assert any(json.loads(x)["scenario"] == "update" and json.loads(x)["superseded"] for x in test)
     assert "### lora_rag against every baseline (retrieved context)" in table
     assert "Knowledge-sharing baselines (know what the LoRA knows): closed_book_lora, astute_rag_lora, " \
            "memory_or_context." in table
@@ -307,5 +312,6 @@ def test_seeds_trains_one_adapter_per_seed_and_shares_adapter_free_results(tmp_p
         if None not in t["values"]:  # the pooled point is the mean over seeds
             assert math.isclose(pt["value"], sum(t["values"]) / 2)
     assert {d["cell"] for d in summary["pooled"]["differences"]} <= {
-        "consistent (known)", "factual_error (known)", "outdated (known)", "irrelevant (known)", "consistent (unknown)"}
+        "consistent (known)", "factual_error (known)", "outdated (known)", "irrelevant (known)", "update (known)",
+        "consistent (unknown)"}
     assert all(len(d["mcnemar_p"]) == 2 for d in summary["pooled"]["differences"])
