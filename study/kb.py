@@ -193,7 +193,7 @@ def build_kb_sft(cfg: RunConfig, kb: KB, test: list[Scenario], echo: Echo,
     if tw:
         by = tw["by"]
         echo(f"          known test items asked in a wording training never used: {tw['held_out']} of {tw['items']} "
-             f"(one of the set's wordings held out: {by['set']}; the set's own, generated ones trained: "
+             f"(one of the set's wordings held out: {by['set']}; the set's own held out, generated ones trained: "
              f"{by['paraphrase']}); in a trained wording: {by['trained']}")
     if kb.groups[RETRIEVAL_ONLY]:
         echo(f"          {len(kb.groups[RETRIEVAL_ONLY])} question(s) without answers: retrieval only")

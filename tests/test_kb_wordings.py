@@ -232,3 +232,27 @@ def test_the_kb_stages_hold_out_wordings_and_record_how_many(tmp_path):
     assert any(f"in a wording training never used: {len(two)} of {len(asked_known)}" in ln
                and ln.endswith(f"in a trained wording: {len(one)}") for ln in lines), lines
     assert json.loads((root / "data/summary.json").read_text())["test_wordings"] == record
+
+
+def test_real_conflictnq_holds_one_wording_of_every_known_fact_out():
+    from lorarag.rag.config import ChunkerConfig
+    from lorarag.scenarios.config import CorpusSource, QuestionSource
+    from lorarag.scenarios.kb_corpus import load_corpus
+    from lorarag.scenarios.kb_labels import map_labels
+    from lorarag.scenarios.kb_questions import load_questions
+    from tests.conftest import shared_data
+
+    path = str(shared_data("conflictnq") / "val.jsonl")
+    corpus = load_corpus(CorpusSource(kind="conflictnq", path=path), ChunkerConfig(chunk_size=5000))
+    items, _ = map_labels(load_questions(QuestionSource(kind="conflictnq", path=path)), corpus)
+    groups = split_by_fact(items, SplitConfig())
+    plan = plan_wordings(groups, seed=0)
+    known = groups["known"]
+    assert all(len(it.all_wordings) == 2 for it in known) and {p.how for p in plan.values()} == {"set"}
+    firsts = sum(plan[it.qid].test == it.question for it in known)
+    assert 0 < firsts < len(known)  # the cleaned question for some, the raw NQ question for others
+    rows, val, _ = build_kb_rows(training_groups(groups, plan), corpus.chunks, SFTConfig(knowledge_repeats=1,
+                                 distractors=0), conflict_seed=0)
+    assert sum(r.kind == "knowledge" for r in rows) == len(known) + 2 * len(groups["known_dev"])
+    kb_leak_check(rows + val, [it for g in HELD_OUT for it in groups[g]], {c.chunk_id: c for c in corpus.chunks},
+                  (), held_out(plan))
