@@ -4,7 +4,8 @@ A fact is a group of items that share an answer-bearing chunk (union of items by
 id), so no chunk that answers a held-out question is ever shown in training, not even as a
 distractor. Facts are shuffled by `splits.seed` and cut into
 - `known` (test) and `known_dev` (the gate's dev split): both taught closed-book, in every wording
-  the set offers, and with conflict-aware rows;
+  the set offers (a known item less the one its test asks, where it has one to spare:
+  scenarios/kb_wordings.py), and with conflict-aware rows;
 - `context_only`: seen in training only with a source to copy (memory "unknown");
 - `unseen_dev` (the gate's dev split) and `unseen` (test): never in training.
 Items with neither answers nor `unanswerable` (BEIR queries without answers) cannot be taught or

@@ -13,6 +13,9 @@ base RAG's: the most any router between memory and context can score. `captured`
 its gain over the better pure strategy that LoRA-RAG realises: (LoRA-RAG − best pure) / (router −
 best pure); 1 is a perfect router, 0 or less no better than always taking one side; undefined
 where the router gains nothing.
+
+`label` writes the knowledge column from a cell's items: the KB headline marks known cells asked
+in a wording training used (study/headline_kb.wording_label).
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from lorarag.eval.stats import paired_bootstrap
 from lorarag.scenarios.records import SCENARIO_TYPES
 
 Score = Callable[[ItemResult], float]
+Label = Callable[[str, Sequence[ItemResult]], str]  # (knowledge, a cell's items) -> the knowledge column
 
 
 def _cell(items: Sequence[ItemResult], s: str, k: str) -> dict[str, ItemResult]:
@@ -50,7 +54,7 @@ def router_scores(memory: Mapping[str, ItemResult], context: Mapping[str, ItemRe
 
 
 def baseline_table(cfg: Any, results: Mapping[str, Sequence[ItemResult]], ctx: str, base: str, lora: str,
-                   score: Score) -> list[str]:
+                   score: Score, label: Label | None = None) -> list[str]:
     """Markdown lines: each system per cell, the oracle router, the best system, LoRA-RAG minus the
     best knowledge-sharing baseline [paired 95 % CI] and the share of the router's gain captured."""
     others = comparable(cfg, results, ctx, lora)
@@ -96,6 +100,7 @@ def baseline_table(cfg: Any, results: Mapping[str, Sequence[ItemResult]], ctx: s
             captured = math.nan
             if pure and router - max(pure) > 1e-9:
                 captured = (float(own.mean()) - max(pure)) / (router - max(pure))
-            lines.append("| " + " | ".join([s, k, str(len(qids)), _n(float(own.mean())), *(_n(sc[n]) for n in names),
+            cell = label(k, [mine[q] for q in qids]) if label else k
+            lines.append("| " + " | ".join([s, cell, str(len(qids)), _n(float(own.mean())), *(_n(sc[n]) for n in names),
                                             _n(router), best, diff, _n(captured)]) + " |")
     return lines + [""]

@@ -11,6 +11,8 @@ Answers are scored by `data.answer_metric`:
 Every difference is LoRA-RAG minus base RAG over the same items, with a seeded paired-bootstrap
 95 % CI that resamples clusters (the document holding each fact), McNemar's p over items and a
 cluster-level permutation p beside it. A missed target is printed as missed, never hidden.
+A known-fact cell whose items are asked in a wording training used (a single-wording set without
+`data.paraphrase`: scenarios/kb_wordings.py) says so in the table itself: `known (trained wording)`.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from lorarag.eval.records import WRONG_VALUE_SCENARIOS, ItemResult
 from lorarag.eval.shortcut import SHORTCUT_AUROC
 from lorarag.eval.stats import cluster_permutation_test, mcnemar_exact, noninferior, paired_bootstrap, wilson_ci
 from lorarag.scenarios.records import SCENARIO_TYPES
-from lorarag.study.baselines import baseline_table
+from lorarag.study.baselines import Label, baseline_table
 
 Score = Callable[[ItemResult], float]
 FE_GAIN = 0.40  # LoRA-RAG over base RAG, known facts with a wrong source
@@ -141,6 +143,29 @@ def kb_targets(cfg: Any, base: Sequence[ItemResult], lora: Sequence[ItemResult])
     ]
 
 
+def wording_label(summary: Mapping[str, Any]) -> Label:
+    """`known (trained wording)` for a known cell whose items are all asked in a wording training
+    used, `known (trained wording: k of n)` for some, else the knowledge as it is. The ids come from
+    the run summary (`test_wordings.trained_wording`); a summary with SFT rows and without that record
+    is of a run that trained every wording, so all its known cells are labelled; one with neither
+    labels nothing."""
+    record = summary.get("test_wordings")
+    trained = None if record is None else {f"kb/{q}" for q in record["trained_wording"]}
+
+    def label(knowledge: str, items: Sequence[ItemResult]) -> str:
+        if knowledge != "known" or not items or (trained is None and "sft" not in summary):
+            return knowledge
+        k = len(items) if trained is None else sum(r.fact_id in trained for r in items)
+        return knowledge if not k else (f"{knowledge} (trained wording)" if k == len(items) else
+                                        f"{knowledge} (trained wording: {k} of {len(items)})")
+
+    return label
+
+
+def plain(knowledge: str, items: Sequence[ItemResult]) -> str:
+    return knowledge
+
+
 def _n(x: float) -> str:
     return "–" if x is None or math.isnan(x) else f"{x:.2f}"
 
@@ -157,11 +182,17 @@ def _notes(summary: Mapping[str, Any]) -> list[str]:
                    f"{summary.get('label_rules')} (`data/labels.jsonl`); facts split {summary.get('splits')}.")
     sft = summary.get("sft") or {}
     wordings = {int(k): v for k, v in (sft.get("wordings") or {}).items()}
-    if wordings:
-        one = wordings.get(1, 0)
+    tw = summary.get("test_wordings")
+    if tw:
+        by = tw["by"]
+        out.append(f"Known test items asked in a wording no SFT row uses: {tw['held_out']} of {tw['items']} (one of "
+                   f"the set's wordings held out of training: {by['set']}; trained in generated paraphrases, tested "
+                   f"in the set's own: {by['paraphrase']}); asked in a wording training used: {by['trained']}"
+                   + (" (their cells say `trained wording`)." if by["trained"] else ".")
+                   + (f" Taught questions by number of trained wordings: {wordings}." if wordings else ""))
+    elif wordings:
         out.append(f"Taught questions by number of wordings the set offers: {wordings}. Known facts are tested "
-                   "in a wording they were trained in" + (f"; {one} have a single wording, so their test "
-                                                          "question is exactly the trained one." if one else "."))
+                   "in a wording they were trained in (every known cell says `trained wording`).")
     probe = summary.get("shortcut")
     if probe:
         auc = "–" if probe["auroc"] is None else f"{probe['auroc']:.2f}"
@@ -177,15 +208,15 @@ def _notes(summary: Mapping[str, Any]) -> list[str]:
     if para:
         out.append(f"data.paraphrase: the generator reworded {para['questions']} single-wording taught question(s); "
                    f"{para['kept']} of {para['replies']} replies kept as training wordings for "
-                   f"{para['questions_with_one']} of them (rejected: {para['rejected'] or 'none'}); the test asks "
-                   "in the set's own wording.")
+                   f"{para['questions_with_one']} of them (rejected: {para['rejected'] or 'none'}); a known one with a "
+                   "kept paraphrase is tested in the set's own wording, which no SFT row asks.")
     if sft.get("no_factual_error"):
         out.append(f"{sft['no_factual_error']} taught question(s) got no factual-error training row (no conflict "
                    "passage left and the answer is not a span of its chunk).")
     return out
 
 
-def detection_table(lora: Sequence[ItemResult]) -> list[str]:
+def detection_table(lora: Sequence[ItemResult], label: Label = plain) -> list[str]:
     """Markdown: how often the detector doubts its source (a verdict other than `supported`) per
     scenario, on known and on never-learned facts. Memory can only help on known facts: a detector
     that flags wrong passages of never-learned facts as often as of known ones reads their form."""
@@ -196,7 +227,8 @@ def detection_table(lora: Sequence[ItemResult]) -> list[str]:
             rs = [r for r in lora if r.scenario == s and r.knowledge == k and r.verdict is not None]
             f = sum(r.verdict != "supported" for r in rs)
             lo, hi = wilson_ci(f, len(rs)) if rs else (math.nan, math.nan)
-            cells.append(f"{f}/{len(rs)} = {f / len(rs):.2f} [{lo:.2f}, {hi:.2f}]" if rs else "–")
+            mark = label(k, rs).removeprefix(k)
+            cells.append(f"{f}/{len(rs)} = {f / len(rs):.2f} [{lo:.2f}, {hi:.2f}]{mark}" if rs else "–")
         if any(c != "–" for c in cells):
             rows.append(f"| {s} | {cells[0]} | {cells[1]} |")
     if not rows:
@@ -209,6 +241,7 @@ def kb_headline(cfg: Any, results: Mapping[str, Sequence[ItemResult]], summary: 
     """Markdown: notes on the data, base vs LoRA per cell with paired CIs, targets, attribution."""
     metric = cfg.data.answer_metric
     score = score_fn(metric)
+    label = wording_label(summary)
     lines = [f"## Headline: base RAG vs LoRA-RAG on {cfg.data.questions.path}", ""]
     lines += [f"- {n}" for n in _notes(summary)] + [""]
     pairs = system_pairs(cfg, results)
@@ -226,20 +259,24 @@ def kb_headline(cfg: Any, results: Mapping[str, Sequence[ItemResult]], summary: 
                 mine = [r for r in lora if r.knowledge == k]
                 ofb = (f"{_n(over_fallback(mine).value)} ({_n(consistent_abstention(mine).value)})"
                        if s == "consistent" else "–")
-                lines.append(f"| {s} | {k} | {metric_name(metric, s)} | {c.n} ({c.clusters}) | {_n(c.base)} | "
+                cell = label(k, [r for r in mine if r.scenario == s])
+                lines.append(f"| {s} | {cell} | {metric_name(metric, s)} | {c.n} ({c.clusters}) | {_n(c.base)} | "
                              f"{_n(c.lora)} | {c.diff:+.2f} [{c.lo:+.2f}, {c.hi:+.2f}] | {_p(c.p_mcnemar)} | "
                              f"{_p(c.p_cluster)} | {ofb} |")
         lines.append("")
     if pairs:
         ctx, b, lo = pairs[0]
         lines += [f"### Targets ({ctx} context)", "", "| target | measured | met |", "|---|---|---|"]
+        fe_mark = label("known", [r for r in results[lo] if r.scenario == "factual_error" and r.knowledge == "known"])
         for name, v, ok in kb_targets(cfg, results[b], results[lo]):
+            if "(known)" in name and fe_mark != "known":
+                name += " — " + fe_mark.removeprefix("known ")
             lines.append(f"| {name} | {_n(v)} | {'yes' if ok else '**MISSED**'} |")
         lines.append("")
     if pairs:
-        lines += detection_table(results[pairs[0][2]])
+        lines += detection_table(results[pairs[0][2]], label)
     for ctx, b, lo in pairs:
-        lines += baseline_table(cfg, results, ctx, b, lo, score)
+        lines += baseline_table(cfg, results, ctx, b, lo, score, label)
     for sc in cfg.systems:
         if sc.context == "retrieved" and sc.kind in ("base_rag", "lora_rag") and sc.name in results:
             rule = ("contains a gold answer" if metric == "contains" else

@@ -3,12 +3,15 @@
 1 data       corpus -> chunks (the run's chunker), questions -> labels mapped to chunk ids
              (`<run>/data/labels.jsonl`), seeded splits by fact (`<run>/data/splits/`), the KB's
              chunks (`<run>/data/chunks.jsonl`); every input and written file is hashed into run.json
-3 scenarios  test: known (taught) and never-learned facts x `eval.scenarios` over the whole KB;
+3 scenarios  test: known (taught) and never-learned facts x `eval.scenarios` over the whole KB, a
+             known item asked in the wording training leaves out (scenarios/kb_wordings.py);
              dev: the gate's known-dev and never-learned-dev questions, each in every wording
 4 train      SFT rows from the taught facts (train/sft_kb.py), leak-checked against the held-out
-             facts and the test scenarios' passages, written to `train.dataset`
+             facts, the known items' held-out test wordings and the test scenarios' passages,
+             written to `train.dataset` and checked again as read back (train and val)
 `<run>/data/summary.json` records what the report must say: the label rules used, the split sizes,
-how many wordings each taught question has, and what had to be left out.
+how many wordings each taught question is trained in, how many known test items are asked in a
+wording training never used, and what had to be left out.
 """
 
 from __future__ import annotations
@@ -29,9 +32,18 @@ from lorarag.scenarios.kb_labels import map_labels
 from lorarag.scenarios.kb_questions import check_against_corpus, load_questions
 from lorarag.scenarios.kb_records import KBCorpus, QAItem
 from lorarag.scenarios.kb_splits import HELD_OUT, RETRIEVAL_ONLY, save_splits, split_by_fact
+from lorarag.scenarios.kb_wordings import (
+    KnownWording,
+    as_tested,
+    held_out,
+    plan_wordings,
+    training_groups,
+    wording_summary,
+)
 from lorarag.scenarios.records import Scenario, save_scenarios
 from lorarag.study.config import RunConfig
 from lorarag.study.layout import Echo, Paths
+from lorarag.study.leaks import check_dev_wordings, check_written_wordings
 from lorarag.study.prepare import sample_cells
 from lorarag.train.sft import summary, write_sft
 from lorarag.train.sft_kb import build_kb_rows, kb_leak_check
@@ -48,6 +60,7 @@ class KB:
     outdated: dict[str, OlderValue]
     files: list[Path]
     summary: dict = field(default_factory=dict)
+    generated: frozenset[str] = frozenset()  # qids whose wordings besides the question data.paraphrase wrote
 
     @property
     def chunks(self) -> list[Chunk]:
@@ -104,6 +117,12 @@ def read_summary(root: Path) -> dict:
     return json.loads(p.read_text(encoding="utf-8")) if p.is_file() else {}
 
 
+def wording_plan(cfg: RunConfig, kb: KB) -> dict[str, KnownWording]:
+    """Which wording each known test item is asked in and which its SFT rows use (seeded by
+    `data.splits.seed`, stable per item)."""
+    return plan_wordings(kb.groups, cfg.data.splits.seed, kb.generated)
+
+
 def _dev(cfg: RunConfig, kb: KB, group: str, knowledge: str, seed: int) -> list[Scenario]:
     items = [it for it in kb.groups[group] if it.answers]
     random.Random(seed).shuffle(items)
@@ -122,11 +141,13 @@ def kb_scenarios(cfg: RunConfig, kb: KB, paths: Paths, search: Searcher | None =
     common = dict(name="kb", seed=cfg.seed, distractors=distract, types=cfg.eval.scenarios, outdated=kb.outdated,
                   conflicts_per_item=d.conflicts_per_item, conflict_seed=d.splits.seed,
                   search=search or bm25_searcher(kb.chunks))
-    test = corpus_scenarios(kb.groups["known"], kb.chunks, knowledge="known", **common)
+    plan = wording_plan(cfg, kb)
+    test = corpus_scenarios(as_tested(kb.groups["known"], plan), kb.chunks, knowledge="known", **common)
     test += corpus_scenarios(kb.groups["unseen"], kb.chunks, knowledge="unknown", **common)
     test = sample_cells([s for s in test if s.knowledge in cfg.eval.knowledge], cfg.eval.max_per_cell, cfg.eval.seed)
     dev_known = _dev(cfg, kb, "known_dev", "known", cfg.seed + 1)
     dev_unseen = _dev(cfg, kb, "unseen_dev", "unknown", cfg.seed + 2)
+    check_dev_wordings([*dev_known, *dev_unseen], held_out(plan))
     save_scenarios(paths.scenarios / "test.jsonl", test)
     save_scenarios(paths.scenarios / "dev-known.jsonl", dev_known)
     save_scenarios(paths.scenarios / "dev-unseen.jsonl", dev_unseen)
@@ -136,6 +157,8 @@ def kb_scenarios(cfg: RunConfig, kb: KB, paths: Paths, search: Searcher | None =
     kb.summary["without_factual_error"] = {k: len({it.qid for it in v if it.answers} - {
         x.fact_id.removeprefix("kb/") for x in test if x.scenario == "factual_error"}) for k, v in scored.items()} \
         if cfg.eval.max_per_cell is None else None  # a sample leaves items out anyway
+    kb.summary["test_wordings"] = wording_summary(plan, {s.fact_id.removeprefix("kb/") for s in test
+                                                         if s.knowledge == "known"})
     probe = context_probe(test)
     kb.summary["shortcut"] = nan_to_none(asdict(probe)) if probe else None
     _write_summary(paths, kb.summary)
@@ -151,18 +174,26 @@ def build_kb_sft(cfg: RunConfig, kb: KB, test: list[Scenario], echo: Echo,
     for s in test:
         if s.scenario == "irrelevant":
             irrelevant.setdefault(s.fact_id, set()).update(p.chunk_id for p in s.presented)
-    rows, val, stats = build_kb_rows(kb.groups, kb.chunks, cfg.train.sft, conflict_seed=d.splits.seed,
+    plan = wording_plan(cfg, kb)
+    wordings = held_out(plan)
+    rows, val, stats = build_kb_rows(training_groups(kb.groups, plan), kb.chunks, cfg.train.sft,
+                                     conflict_seed=d.splits.seed,
                                      conflicts_per_item=d.conflicts_per_item, outdated=kb.outdated,
                                      test_passages=passages, test_irrelevant=irrelevant, searcher=searcher)
     held = [it for g in HELD_OUT for it in kb.groups[g]]
-    kb_leak_check(rows, held, {c.chunk_id: c for c in kb.chunks}, passages)
+    kb_leak_check(rows, held, {c.chunk_id: c for c in kb.chunks}, passages, wordings)
     write_sft(rows, cfg.train.dataset)
     if cfg.train.val_dataset:
         write_sft(val, cfg.train.val_dataset)
+    check_written_wordings(cfg, wordings)
     kb.summary["sft"] = {"rows": len(rows), **summary(rows), **stats}
     _write_summary(Paths(Path(cfg.runs_dir) / cfg.name), kb.summary)
-    one = stats["wordings"].get(1, 0)
-    echo(f"          SFT: {len(rows)} rows {summary(rows)}; wordings per taught question {stats['wordings']}"
-         + (f" ({one} with a single wording: trained and tested in it)" if one else ""))
+    tw = kb.summary.get("test_wordings") or {}
+    echo(f"          SFT: {len(rows)} rows {summary(rows)}; trained wordings per taught question {stats['wordings']}")
+    if tw:
+        by = tw["by"]
+        echo(f"          known test items asked in a wording training never used: {tw['held_out']} of {tw['items']} "
+             f"(one of the set's wordings held out: {by['set']}; the set's own held out, generated ones trained: "
+             f"{by['paraphrase']}); in a trained wording: {by['trained']}")
     if kb.groups[RETRIEVAL_ONLY]:
         echo(f"          {len(kb.groups[RETRIEVAL_ONLY])} question(s) without answers: retrieval only")

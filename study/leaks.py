@@ -1,4 +1,6 @@
-"""Between stages 4 and 5: no flawed test context may be one the SFT rows showed.
+"""What training showed against what the test asks: contexts (between stages 4 and 5) and wordings.
+
+No flawed test context may be one the SFT rows showed.
 
 The rows are read back from disk (train and val, as the adapter was or will be trained on them),
 every test item's context is looked up in them (train/overlap.py), and the table goes into
@@ -6,6 +8,10 @@ run.json (`test_context_overlap`) and `data/overlap.json`, from where the headli
 factual-error, outdated or irrelevant test context that training showed, verbatim or as a near
 copy, stops the run with a one-line error naming the item: its cell would measure memory of a
 label, not detection.
+
+No known item's held-out test wording (scenarios/kb_wordings.py) may be asked by an SFT row as
+written (train and val, read back from disk) or by a question of the gate's dev split: the test
+would measure a remembered sentence, and the gate would be calibrated on the test's questions.
 """
 
 from __future__ import annotations
@@ -21,7 +27,8 @@ from lorarag.scenarios.records import Scenario
 from lorarag.study.config import RunConfig
 from lorarag.study.layout import Echo, Paths
 from lorarag.train.overlap import CellOverlap, TrainingSources, leaking, overlap_table
-from lorarag.train.sft import read_sft
+from lorarag.train.sft import LeakError, read_sft
+from lorarag.train.sft_kb import asked, kb_leak_check, wording_keys
 
 OVERLAP_FILE = "overlap.json"
 
@@ -60,6 +67,25 @@ def check_test_contexts(cfg: RunConfig, paths: Paths, test: Sequence[Scenario],
                           f"{c.n} {c.scenario} ({c.knowledge}) items; verbatim {c.verbatim}): the cell would "
                           f"measure a remembered label; see {paths.root / 'data' / OVERLAP_FILE}")
     return table
+
+
+def check_written_wordings(cfg: RunConfig, wordings: Mapping[str, str]) -> None:
+    """LeakError naming the file, row and item when an SFT row on disk (train or val) asks a held-out
+    test wording (`wordings`: wording -> qid)."""
+    for f in [Path(cfg.train.dataset)] + ([Path(cfg.train.val_dataset)] if cfg.train.val_dataset else []):
+        try:
+            kb_leak_check(read_sft(f), (), {}, (), wordings)
+        except LeakError as exc:
+            raise LeakError(f"{f}: {exc}") from None
+
+
+def check_dev_wordings(dev: Sequence[Scenario], wordings: Mapping[str, str]) -> None:
+    """LeakError naming the item when a question of the gate's dev split is a held-out test wording."""
+    keys = wording_keys(wordings)
+    bad = [(s.qid, keys[asked(s.question)]) for s in dev if asked(s.question) in keys]
+    if bad:
+        raise LeakError(f"{len(bad)} gate dev question(s) ask a held-out test wording: dev item {bad[0][0]} asks "
+                        f"{bad[0][1]}")
 
 
 def read_overlap(root: Path) -> list[CellOverlap]:

@@ -4,7 +4,9 @@ A set like SQuAD or PIAF asks each question in one wording, so the LoRA learns e
 sentence. With `data.paraphrase.enabled`, the run's own generator (`rag.generator`, the base model
 without the adapter) rewrites each taught question that has a single wording, once per prompt
 (greedy, so the same run gives the same paraphrases), and each reply that passes the checks is
-added as a training wording. The test question stays the set's own. Checks, in order (the first
+added as a training wording. A known (test) item with a kept paraphrase is then trained in the
+generated wordings only and tested in the set's own, which no SFT row asks (scenarios/kb_wordings.py);
+the gate's known-dev items are trained in all of theirs. Checks, in order (the first
 failing one is the reason recorded): empty; not a question (no `?`/`？` at the end); the original
 again (after SQuAD normalisation); holds a gold answer (it would teach the answer from the
 question); a length outside 1/2-2x the original's words. Never-learned questions are never

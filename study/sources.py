@@ -22,7 +22,7 @@ from lorarag.scenarios.records import Scenario
 from lorarag.study.config import RunConfig
 from lorarag.study.kb import KB, build_kb_sft, kb_scenarios, prepare_kb
 from lorarag.study.layout import Echo, Paths
-from lorarag.study.paraphrase import paraphrases_for, tally, with_paraphrases
+from lorarag.study.paraphrase import paraphrases_for, single_wording, tally, with_paraphrases
 from lorarag.study.prepare import make_scenarios, make_world
 from lorarag.study.training import build_sft
 
@@ -81,15 +81,16 @@ class KBSource:
             search, searcher = retriever_searcher(retriever), partial(pool_searcher, retriever)
         else:
             search, searcher = None, bm25_searcher
-        kb = self._paraphrased(echo)
+        self.kb = kb = self._paraphrased(echo)  # owners() then knows the generated wordings too
         split = kb_scenarios(self.cfg, kb, self.paths, search)
         build_kb_sft(self.cfg, kb, split[0], echo, searcher)
         return split
 
     def _paraphrased(self, echo: Echo) -> KB:
-        """The KB, its single-wording taught questions given generated wordings when enabled."""
+        """The KB, its single-wording taught questions given generated wordings when enabled (a
+        known one is then trained in those and tested in the set's own: scenarios/kb_wordings.py)."""
         para = self.cfg.data.paraphrase
-        if not para.enabled:
+        if not para.enabled or self.kb.generated:
             return self.kb
         gen_cfg = self.cfg.rag.generator
         rows = paraphrases_for(self.kb.groups, self.paths.root / "data", gen_cfg.model_dump(), para.prompts,
@@ -97,7 +98,8 @@ class KBSource:
         self.kb.summary["paraphrase"] = t = tally(rows)
         echo(f"          paraphrases: {t['kept']} of {t['replies']} kept for {t['questions']} single-wording "
              f"question(s); rejected {t['rejected']}")
-        return replace(self.kb, groups=with_paraphrases(self.kb.groups, rows))
+        return replace(self.kb, groups=with_paraphrases(self.kb.groups, rows),
+                       generated=frozenset(it.qid for it in single_wording(self.kb.groups)))
 
     def write_sft(self, echo: Echo) -> None:
         """Written (and leak-checked) with the scenarios."""

@@ -152,7 +152,7 @@ def test_reduced_kb_run_end_to_end(tmp_path):
     assert "### retrieved context: base_rag_retrieved vs lora_rag_retrieved" in table
     assert "### Targets (presented context)" in table and "factual error (known) >= 0.40" in table
     assert "### Error attribution by labelled chunk id: lora_rag_retrieved" in table
-    assert "Taught questions by number of wordings the set offers" in table
+    assert "Known test items asked in a wording no SFT row uses" in table
     assert (root / "report/headline.md").read_text() == table
     assert json.loads((root / "report/base-vs-lora/metrics.json").read_text())["comparison"]["b"] == "lora_rag"
     # a second run reuses the adapter and the finished evaluation

@@ -1,8 +1,9 @@
 """SFT data from a user's knowledge base (ms-swift `messages`), and its leak check.
 
 The row builders and reply format are the demo's (train/sft.py, fallback/format.py):
-- closed-book rows for every taught fact (`known` and `known_dev`) in every wording the set
-  offers, `knowledge_repeats` copies each (a set with one wording per question teaches that one);
+- closed-book rows for every taught fact (`known` and `known_dev`) in every wording its item
+  carries, `knowledge_repeats` copies each (study/kb.py passes known items without the wording
+  their test asks, where they have one to spare: scenarios/kb_wordings.py);
 - conflict-aware rows for taught facts (memory = the gold answer): consistent, factual error
   (the set's conflict passages not reserved for the test, else our type-aware substitution),
   outdated where older versions were supplied, irrelevant (distractors only), unanswerable;
@@ -13,9 +14,8 @@ Distractors come only from chunks that answer no held-out question.
 
 `kb_leak_check` proves on the written rows that nothing held out reached training: no wording
 of a never-learned question (test or the gate's dev split) in any user turn, no chunk that
-answers one among the numbered sources, and no test passage (a test scenario's fabricated or
-perturbed source) either. Known facts are taught in every wording the set offers, so where the set
-has one wording per question their test items ask it in that trained wording (the report says so).
+answers one among the numbered sources, no test passage (a test scenario's fabricated or
+perturbed source), and no known item's held-out test wording in any user turn either.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from collections import Counter
 from dataclasses import replace
 from typing import Callable, Collection, Iterable, Mapping, Sequence
 
-from lorarag.rag.prompt import neutralise
+from lorarag.rag.prompt import inert_question, neutralise
 from lorarag.rag.records import Chunk
 from lorarag.scenarios.from_corpus import OlderValue, corpus_scenarios
 from lorarag.scenarios.from_world import Searcher, bm25_searcher
@@ -52,10 +52,12 @@ def _question(text: str) -> str:
 
 
 def kb_leak_check(rows: Iterable[SFTRow | dict], held_out: Sequence[QAItem], chunks: dict[str, Chunk],
-                  test_passages: Iterable[str] = ()) -> None:
+                  test_passages: Iterable[str] = (), test_wordings: Mapping[str, str] | None = None) -> None:
     """Raise LeakError naming the first rows that show a held-out question, a chunk answering one,
-    or a test passage."""
-    questions = {_question(w): it.qid for it in held_out for w in it.all_wordings}
+    a test passage, or a known item's held-out test wording (`test_wordings`: wording -> qid,
+    scenarios/kb_wordings.held_out)."""
+    questions = {_question(w): f"the question of held-out {it.qid}" for it in held_out for w in it.all_wordings}
+    questions.update(wording_keys(test_wordings or {}))
     passages = {shown(chunks[c].text): f"the chunk answering held-out {it.qid}"
                 for it in held_out for c in it.relevant_ids}
     passages.update({shown(t): "a test scenario's passage" for t in test_passages})
@@ -67,10 +69,20 @@ def kb_leak_check(rows: Iterable[SFTRow | dict], held_out: Sequence[QAItem], chu
                 continue
             q = _question(m["content"].rsplit("Question: ", 1)[-1])
             if q in questions:
-                problems.append(f"row {i}: the question of held-out {questions[q]}")
+                problems.append(f"row {i}: {questions[q]}")
             problems += [f"row {i}: {passages[s]}" for s in _SOURCE_LINE.findall(m["content"]) if s in passages]
     if problems:
         raise LeakError(f"{len(problems)} leak(s) of held-out data into the SFT rows: " + "; ".join(problems[:5]))
+
+
+def asked(question: str) -> str:
+    """`question` as a user turn asks it (inert, on one line), case and spacing aside."""
+    return _question(inert_question(question))
+
+
+def wording_keys(test_wordings: Mapping[str, str]) -> dict[str, str]:
+    """Each held-out test wording as asked -> what a leak of it names: the known item whose test asks it."""
+    return {asked(w): f"the held-out test wording of known {q}" for w, q in test_wordings.items()}
 
 
 def _wordings(s: Scenario, item: QAItem, how: str) -> tuple[str, ...]:
@@ -87,7 +99,7 @@ def build_kb_rows(groups: dict[str, list[QAItem]], chunks: Sequence[Chunk], cfg:
                   searcher: Callable[[Sequence[Chunk]], Searcher] = bm25_searcher
                   ) -> tuple[list[SFTRow], list[SFTRow], dict]:
     """(train rows, val rows, stats) for the splits of scenarios/kb_splits.py; val rows are a seeded
-    sample of the training rows (a KB has no held-out wording of its known facts to spare). A
+    sample of the training rows (a known item's held-out wording is the test's, never val's). A
     training context that happens to equal a test passage (`test_passages`: the same substituted
     value drawn twice) is left out and counted; no row of a fact shows a chunk the test shows as
     irrelevant to it (`test_irrelevant`: fact id -> chunk ids, kept out of its distractors).
