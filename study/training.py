@@ -7,10 +7,10 @@ from pathlib import Path
 from typing import Callable
 
 from lorarag.core.errors import ConfigError
-from lorarag.rag.tiny import build_causal_lm
 from lorarag.scenarios.world import World
 from lorarag.study.config import RunConfig
 from lorarag.study.layout import Echo
+from lorarag.testing.tiny import build_causal_lm
 from lorarag.train import runs, swift
 from lorarag.train.sft import build_rows, leak_check, summary, write_sft
 from lorarag.train.smollm2 import ensure_smollm2
