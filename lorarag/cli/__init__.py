@@ -1,7 +1,8 @@
-"""The `lorarag` console script: one typer app; each package registers its own subcommands.
+"""The `lorarag` console script: one typer app; each package registers its own subcommands, and
+`lorarag/cli/bench.py` every `lorarag bench` command (its `BENCHMARKS` registry).
 
 Sub-command modules (`lorarag/cli/rag.py`, `generate.py`, `train.py`, `eval.py`, `study.py`,
-`serve.py`) must import only light modules at top level so `lorarag --help` stays fast.
+`serve.py`, `bench.py`) must import only light modules at top level so `lorarag --help` stays fast.
 """
 
 from __future__ import annotations
@@ -39,9 +40,6 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     add_completion=False,
 )
-bench_app = typer.Typer(help="Benchmarks: speed ratios against slow baselines, retrieval quality.",
-                        no_args_is_help=True)
-app.add_typer(bench_app, name="bench")
 
 # Which schema validates which folder of configs/ ("module:Class", imported lazily).
 CONFIG_SCHEMAS: dict[str, str] = {
@@ -53,7 +51,7 @@ CONFIG_SCHEMAS: dict[str, str] = {
 }
 
 _SUBCOMMAND_MODULES = ("lorarag.cli.rag", "lorarag.cli.generate", "lorarag.cli.train", "lorarag.cli.eval",
-                       "lorarag.cli.study", "lorarag.cli.serve")
+                       "lorarag.cli.study", "lorarag.cli.serve", "lorarag.cli.bench")
 
 
 def schema_for(path: Path) -> type:
@@ -95,7 +93,7 @@ for _mod in _SUBCOMMAND_MODULES:
         if exc.name != _mod:  # a real missing dependency inside the module: fail loudly
             raise
         continue
-    _m.register(app, bench_app)
+    _m.register(app)
 
 
 def main() -> None:
