@@ -12,6 +12,7 @@ import logging
 import os
 import sys
 from pathlib import Path
+from typing import Optional
 
 import typer
 
@@ -54,19 +55,41 @@ _SUBCOMMAND_MODULES = ("lorarag.cli.rag", "lorarag.cli.generate", "lorarag.cli.t
                        "lorarag.cli.study", "lorarag.cli.serve", "lorarag.cli.bench")
 
 
+def _schema(name: str) -> type:
+    module, cls = CONFIG_SCHEMAS[name].split(":")
+    return getattr(importlib.import_module(module), cls)
+
+
 def schema_for(path: Path) -> type:
     """The config model for a YAML file, chosen by its folder under configs/."""
     folder = path.parent.name
     if folder not in CONFIG_SCHEMAS:
         raise ConfigError(f"{path}: no schema for configs folder '{folder}' "
                           f"(known: {', '.join(sorted(CONFIG_SCHEMAS))})")
-    module, cls = CONFIG_SCHEMAS[folder].split(":")
-    return getattr(importlib.import_module(module), cls)
+    return _schema(folder)
+
+
+def explain_key(key: str) -> str:
+    """What a dotted config key means: its first part names the config kind (the configs/ folder:
+    rag, train, eval, run, check), the rest a key of that schema (lorarag/core/explain.py)."""
+    from lorarag.core.explain import explain
+
+    kind, _, rest = key.strip().partition(".")
+    if kind not in CONFIG_SCHEMAS:
+        raise ConfigError(f"{key}: unknown config kind '{kind}' (known: {', '.join(sorted(CONFIG_SCHEMAS))})")
+    return explain(_schema(kind), rest, kind)
 
 
 @app.command()
-def validate(paths: list[Path] = typer.Argument(None, help="YAML files or folders (default: configs/)")) -> None:
-    """Validate every YAML config (unknown keys are errors)."""
+def validate(paths: list[Path] = typer.Argument(None, help="YAML files or folders (default: configs/)"),
+             explain: Optional[str] = typer.Option(None, "--explain", metavar="KEY",
+                                                   help="print what a config key means instead (type, default, "
+                                                   "description), e.g. rag.retrieval.top_k; a section lists "
+                                                   "its keys")) -> None:
+    """Validate every YAML config (unknown keys are errors), or explain one key."""
+    if explain is not None:
+        typer.echo(explain_key(explain))
+        return
     targets = paths or [Path("configs")]
     files: list[Path] = []
     for t in targets:
