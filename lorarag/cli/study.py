@@ -1,4 +1,4 @@
-"""`lorarag` subcommands of the fallback package (heavy imports stay inside the commands)."""
+"""`lorarag` subcommands of the study package: run, seeds, calibrate (heavy imports stay inside the commands)."""
 
 from __future__ import annotations
 
