@@ -26,7 +26,7 @@ from pathlib import Path
 from lorarag.rag.config import GeneratorConfig
 from lorarag.rag.generate import Message
 from lorarag.rag.generators import build_generator
-from lorarag.rag.tiny import build_causal_lm
+from lorarag.testing.tiny import build_causal_lm
 from lorarag.train.config import DEFAULTS
 from lorarag.train.peft_trainer import (
     length_batches,

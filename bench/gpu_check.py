@@ -25,9 +25,9 @@ from pathlib import Path
 
 import yaml
 
-from lorarag.rag.tiny import build_tokenizer
 from lorarag.study.config import RunConfig
 from lorarag.study.pipeline import run
+from lorarag.testing.tiny import build_tokenizer
 from lorarag.train.config import unsupported_args
 
 # Architectures of the hub checkpoints the GPU config names (their config.json values), except the

@@ -48,7 +48,7 @@ def worker(work: Path) -> dict[str, str]:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from lorarag.rag.tiny import build_causal_lm
+    from lorarag.testing.tiny import build_causal_lm
     from lorarag.scenarios.config import WorldConfig
     from lorarag.scenarios.world import build_world
     from lorarag.train.config import SFTConfig

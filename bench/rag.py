@@ -10,7 +10,7 @@ on the SAME local vLLM server and model, side by side in one run:
 
 Each server is started on 127.0.0.1 (`python -m vllm.entrypoints.openai.api_server`), warmed up
 with one request, timed, and stopped by process group before the next one starts. Models: the
-tiny Qwen3 models of rag.tiny by default (built in a temp dir), or `--models DIR` with lm/,
+tiny Qwen3 models of lorarag.testing.tiny by default (built in a temp dir), or `--models DIR` with lm/,
 embedder/, reranker/. Both sides send identical work; the ratio is one-by-one time / batched time.
 """
 
@@ -29,8 +29,8 @@ from lorarag.rag.embed import make_embedder
 from lorarag.rag.generate import Message
 from lorarag.rag.generate_openai import OpenAIGenerator
 from lorarag.rag.rerank import VLLM_OVERRIDES, Qwen3HTTPReranker
-from lorarag.rag.servers import free_port, launched, vllm_server_cmd
-from lorarag.rag.tiny import build_all
+from lorarag.testing.servers import free_port, launched, vllm_server_cmd
+from lorarag.testing.tiny import build_all
 
 SEED = 0
 WORDS = ("vehicle registration office owner licence plate traffic police safety road driver "
@@ -133,7 +133,7 @@ def run_bench(models: Path | None, *, candidates: int, chunks: int, questions: i
         }
     for r in results.values():
         r["ratio"] = r["one_by_one_s"] / r["batched_s"]
-    res = {"results": results, "models": str(models or "tiny Qwen3 (rag.tiny)"),
+    res = {"results": results, "models": str(models or "tiny Qwen3 (lorarag.testing.tiny)"),
            "machine": {"python": sys.version.split()[0], "platform": platform.platform()},
            "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     out.parent.mkdir(parents=True, exist_ok=True)

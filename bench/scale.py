@@ -85,7 +85,7 @@ def _eval_setup(work: Path):
     """The scenario set and a base-RAG system on a tiny Qwen3 (built once under `work`)."""
     from lorarag.core.config import load_config
     from lorarag.core.paths import packaged_config
-    from lorarag.rag.tiny import build_causal_lm
+    from lorarag.testing.tiny import build_causal_lm
     from lorarag.scenarios.from_world import index_world, world_scenarios
     from lorarag.scenarios.world import build_world
     from lorarag.study.config import RunConfig, SystemConfig

@@ -32,7 +32,6 @@ from lorarag.core.config import load_config
 from lorarag.core.errors import ConfigError
 from lorarag.core.paths import packaged_config
 from lorarag.fallback.system import AdvancedRAGSystem, Detector
-from lorarag.rag.servers import free_port
 from lorarag.scenarios.from_world import ask_in_phrasings, index_world, world_scenarios
 from lorarag.scenarios.world import build_world
 from lorarag.scenarios.world_text import QUESTIONS
@@ -41,6 +40,7 @@ from lorarag.study.config import RunConfig
 from lorarag.study.parts import build_parts
 from lorarag.study.prepare import index_chunks
 from lorarag.study.trained import load_run, read_run
+from lorarag.testing.servers import free_port
 
 DEMO_CONFIG = "run/cpu-demo-fp32.yaml"  # a shipped config (lorarag.core.paths.packaged_config)
 CLIENTS = (1, 8, 32)

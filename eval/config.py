@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from lorarag.core.config import Strict
 
@@ -17,29 +17,31 @@ from lorarag.core.config import Strict
 class JudgeConfig(Strict):
     """LLM-as-judge for faithfulness and answer relevance (any OpenAI-compatible endpoint)."""
 
-    enabled: bool = False  # off by default: judging is a separate, slower phase
-    base_url: str = "http://127.0.0.1:8000/v1"
-    model: str = "judge"  # served model name; recorded with every verdict
-    api_key_env: str | None = None  # name of the env var holding the key, never the key
-    max_tokens: int = 512
-    timeout_s: float = 120.0
-    max_retries: int = 3
-    cache_dir: str = "runs/judge-cache"  # disk cache keyed by hash(model, prompt)
+    enabled: bool = Field(False, description="off by default: judging is a separate, slower phase")
+    base_url: str = Field("http://127.0.0.1:8000/v1", description="the judge's OpenAI-compatible endpoint")
+    model: str = Field("judge", description="served model name; recorded with every verdict")
+    api_key_env: str | None = Field(None, description="name of the env var holding the key, never the key")
+    max_tokens: int = Field(512, description="tokens the judge may generate per verdict")
+    timeout_s: float = Field(120.0, description="seconds per request")
+    max_retries: int = Field(3, description="retries of a failed request")
+    cache_dir: str = Field("runs/judge-cache", description="disk cache keyed by hash(model, prompt)")
 
 
 class EvalConfig(Strict):
     """One system over one scenario set."""
 
-    scenarios: str  # scenario JSONL (scenarios/records.py format)
-    system: dict[str, Any]  # {kind: ..., name: ..., <the kind's own keys>}
-    components: str | None = None  # run config the system factory builds models/index from
-    out_dir: str
-    batch_size: int = 16
-    limit: int | None = None  # evaluate only the first N scenarios (smoke runs)
-    closed_book_run: str | None = None  # run dir or results.jsonl of the same model, closed-book
-    judge: JudgeConfig = JudgeConfig()
-    bootstrap_resamples: int = 2000
-    seed: int = 0
+    scenarios: str = Field(description="scenario JSONL (scenarios/records.py format)")
+    system: dict[str, Any] = Field(description="{kind: ..., name: ..., <the kind's own keys>}")
+    components: str | None = Field(None, description="run config the system factory builds models/index from")
+    out_dir: str = Field(description="run directory: results.jsonl (resumable), the config stamp, reports")
+    batch_size: int = Field(16, description="scenarios per system call")
+    limit: int | None = Field(None, description="evaluate only the first N scenarios (smoke runs)")
+    closed_book_run: str | None = Field(None, description="run dir or results.jsonl of the same model, closed-book")
+    judge: JudgeConfig = Field(JudgeConfig(), description=(
+        "LLM-as-judge for faithfulness and answer relevance (off by default)"))
+    bootstrap_resamples: int = Field(2000, description=(
+        "paired-bootstrap resamples of the confidence intervals (>= 1000)"))
+    seed: int = Field(0, description="seed of the bootstrap")
 
     @field_validator("system")
     @classmethod

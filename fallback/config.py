@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import model_validator
+from pydantic import Field, model_validator
 
 from lorarag.core.config import Strict
 
@@ -12,9 +12,14 @@ from lorarag.core.config import Strict
 class PolicyConfig(Strict):
     """Thresholds of the routing policy (fallback/policy.py)."""
 
-    flag_threshold: float = 0.5  # minimum 1 − P(supported) to act on conflicting/outdated
-    on_invalid: Literal["context", "abstain"] = "abstain"
-    unknown_conflict: Literal["context", "abstain"] = "context"  # doubt but no memory
+    flag_threshold: float = Field(0.5, description=(
+        "minimum detector doubt, 1 − P(supported), for a conflicting or outdated verdict to be acted on; below it "
+        "the sources win"))
+    on_invalid: Literal["context", "abstain"] = Field("abstain", description=(
+        "route of a reply whose verdict cannot be read (`invalid`): abstain, or answer from the context"))
+    unknown_conflict: Literal["context", "abstain"] = Field("context", description=(
+        "route of a conflicting/outdated verdict when the gate says the memory is unknown (doubt but no memory): "
+        "the context's answer, or abstain"))
 
 
 class GateConfig(Strict):
@@ -24,22 +29,30 @@ class GateConfig(Strict):
     answer (higher = more likely never learned); above the threshold the memory counts as unknown.
     """
 
-    enabled: bool = True
-    threshold: float | None = None  # None: read gate.json next to the adapter (calibrated)
-    rule: Literal["youden", "unknown_recall", "logistic"] = "logistic"  # see fallback/gate.calibrate
-    target: float = 0.95  # unknown_recall rule: share of never-learned dev items to reject
-    # A gate whose dev AUROC is below this carries no self-knowledge: it would only throw away real
-    # memories, so it stays off.
-    min_auroc: float = 0.6
+    enabled: bool = Field(True, description=(
+        "use the self-knowledge gate; off: a memory counts as known unless the closed-book answer is itself "
+        "`unknown`"))
+    threshold: float | None = Field(None, description=(
+        "mean NLL (nats/token) above which the memory counts as unknown; null: read gate.json next to the adapter "
+        "(calibrated)"))
+    rule: Literal["youden", "unknown_recall", "logistic"] = Field("logistic", description=(
+        "how `lorarag calibrate` picks the threshold from dev items (fallback/gate.calibrate): `youden` maximises "
+        "known kept + never-learned rejected − 1, `unknown_recall` rejects at least `target` of never-learned "
+        "items, `logistic` is where a logistic fit of never-learned on log(doubt) crosses 1/2"))
+    target: float = Field(0.95, description="unknown_recall rule: share of never-learned dev items to reject")
+    min_auroc: float = Field(0.6, description=(
+        "A gate whose dev AUROC is below this carries no self-knowledge: it would only throw away real memories, "
+        "so it stays off."))
 
 
 class DetectorConfig(Strict):
     """The scored verdict pass."""
 
-    adapter: str | None = "lora"  # adapter name in the generator's `adapters` (None: base model)
-    top_logprobs: int = 20  # alternatives read at each position (labels must be among them)
-    max_new_tokens: int = 48
-    tokenizer: str | None = None  # for openai kind: a local tokenizer path (default: model)
+    adapter: str | None = Field("lora", description="adapter name in the generator's `adapters` (null: base model)")
+    top_logprobs: int = Field(20, description="alternatives read at each position (labels must be among them)")
+    max_new_tokens: int = Field(48, description=(
+        "tokens generated for the scored pass (`memory: … | source: … | verdict: … | answer: …`)"))
+    tokenizer: str | None = Field(None, description="for openai kind: a local tokenizer path (default: model)")
 
     @model_validator(mode="after")
     def _check(self) -> "DetectorConfig":

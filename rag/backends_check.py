@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from pydantic import model_validator
+from pydantic import Field, model_validator
 
 from lorarag.core.config import Strict
 from lorarag.core.errors import ConfigError
@@ -23,12 +23,14 @@ from lorarag.rag.generators import build_generator
 class BackendsCheckConfig(Strict):
     """Generators to compare (first = reference), the questions, and the adapters to check."""
 
-    generators: dict[str, GeneratorConfig]
-    questions: list[str] = []
-    questions_file: str | None = None  # one question per line (.txt) or {"question": ...} (.jsonl)
-    adapters: list[str] = []  # checked besides the base model; each must be declared by every generator
-    system: str = "Answer the question briefly."
-    max_new_tokens: int = 32
+    generators: dict[str, GeneratorConfig] = Field(description=(
+        "name -> generator config; the first is the reference the others are compared with"))
+    questions: list[str] = Field([], description="questions asked greedily of every backend")
+    questions_file: str | None = Field(None, description="one question per line (.txt) or {\"question\": ...} (.jsonl)")
+    adapters: list[str] = Field([], description=(
+        "checked besides the base model; each must be declared by every generator"))
+    system: str = Field("Answer the question briefly.", description="system prompt of every question")
+    max_new_tokens: int = Field(32, description="tokens generated per answer")
 
     @model_validator(mode="after")
     def _check(self) -> "BackendsCheckConfig":

@@ -64,7 +64,18 @@ class Retrieved:
 
 @dataclass(frozen=True)
 class Trace:
-    """Everything that happened while answering one question."""
+    """Everything that happened while answering one question.
+
+    The fallback fields (`verdict` to `notes`) belong to the layer above (fallback/system.py
+    fills them; the base RAGSystem leaves them empty) but are kept on this one record on purpose:
+    every system the study compares (base RAG, the fallback, the prompt baselines, closed book)
+    returns the same `Answer`, and the layers that read it (eval/records.py's item results, the
+    conflict metrics, attribution, the explorer; serve/app.py; `lorarag ask`) take one record type
+    with no type switch. A fallback-only subclass would make each of them test which trace it got,
+    and a generic dict of extras would lose the per-field types this module's record reader checks.
+    What it costs: rag/ names fields only fallback/ sets, so a new fallback decision is added
+    here, in the bottom layer, with a default that keeps the base system's traces unchanged.
+    """
 
     question: str
     retrieved: tuple[Retrieved, ...] = ()  # before rerank (top-N)

@@ -15,20 +15,21 @@ ATTRIBUTES = ("ceo", "headquarters", "founded", "net_profit", "product_version")
 class WorldConfig(Strict):
     """The seeded demo world: fictional organisations with versioned facts."""
 
-    seed: int = 0
-    n_orgs: int = 40
-    zh_fraction: float = 0.2  # share of organisations written in Chinese
-    # Organisation groups (fractions of n_orgs, the rest is `unknown`): `known` facts are taught
-    # closed-book; `context_only` facts appear in training only with a source to copy;
-    # `unknown` facts never appear in training (half of them form the dev split for thresholds).
-    known_fraction: float = 0.5
-    context_only_fraction: float = 0.2
-    # Draw the groups within each language (same fractions), so never-learned facts, the gate's dev
-    # split and over-fallback include Chinese ones. Off: one draw over all organisations, as the
-    # measured demo world (seed 0: its 6 Chinese organisations are all known or context-only).
-    stratify_languages: bool = False
-    attributes: list[str] = Field(default_factory=lambda: list(ATTRIBUTES))
-    undated_outdated_fraction: float = 0.5  # outdated contexts that carry no date at all
+    seed: int = Field(0, description="seed of the world: organisations, facts, versions, groups")
+    n_orgs: int = Field(40, description="fictional organisations (>= 4)")
+    zh_fraction: float = Field(0.2, description="share of organisations written in Chinese")
+    known_fraction: float = Field(0.5, description=(
+        "share of organisations whose facts are taught closed-book (`known`); the rest after "
+        "context_only_fraction is `unknown`, never in training (half of it the dev split for thresholds)"))
+    context_only_fraction: float = Field(0.2, description=(
+        "share of organisations whose facts appear in training only with a source to copy"))
+    stratify_languages: bool = Field(False, description=(
+        "Draw the groups within each language (same fractions), so never-learned facts, the gate's dev split and "
+        "over-fallback include Chinese ones. Off: one draw over all organisations, as the measured demo world "
+        "(seed 0: its 6 Chinese organisations are all known or context-only)."))
+    attributes: list[str] = Field(default_factory=lambda: list(ATTRIBUTES), description=(
+        "fact attributes the world writes (ceo, headquarters, founded, net_profit, product_version)"))
+    undated_outdated_fraction: float = Field(0.5, description="outdated contexts that carry no date at all")
 
     @model_validator(mode="after")
     def _check(self) -> "WorldConfig":
@@ -69,14 +70,17 @@ class CorpusSource(Strict):
     - conflictnq: the real passages of a ConflictNQ file (`<split>.jsonl`).
     """
 
-    kind: CorpusKind
-    path: str
-    split: str | None = None  # hf: the split of a DatasetDict folder
-    id_field: str = "_id"  # hf columns
-    text_field: str = "text"
-    title_field: str | None = "title"  # None: no title column
-    pdf_parser: Literal["auto", "pypdf", "mineru"] = "auto"  # folder
-    strict: bool = False  # folder: a bad file stops the run instead of being listed and left out
+    kind: CorpusKind = Field(description=(
+        "`folder`, `beir`, `hf`, `squad` or `conflictnq` (see the section's description)"))
+    path: str = Field(description="the folder or file of the documents")
+    split: str | None = Field(None, description="hf kind: the split of a DatasetDict folder")
+    id_field: str = Field("_id", description="hf kind: the id column")
+    text_field: str = Field("text", description="hf kind: the text column")
+    title_field: str | None = Field("title", description="hf kind: the title column; null: no title column")
+    pdf_parser: Literal["auto", "pypdf", "mineru"] = Field("auto", description=(
+        "folder kind: PDF reader, as rag.corpus.pdf_parser"))
+    strict: bool = Field(False, description=(
+        "folder kind: a bad file stops the run instead of being listed and left out"))
 
     @model_validator(mode="after")
     def _keys_of_kind(self) -> "CorpusSource":
@@ -98,10 +102,11 @@ class QuestionSource(Strict):
       the real short answer, and the fabricated passages as real conflicts.
     """
 
-    kind: QuestionKind
-    path: str
-    split: str = "test"  # beir: qrels/<split>.tsv
-    language: Literal["auto", "en", "zh", "fr"] = "auto"  # auto: per question, rag.prompt.detect_language
+    kind: QuestionKind = Field(description="`jsonl`, `beir`, `squad` or `conflictnq` (see the section's description)")
+    path: str = Field(description="the file or folder of the questions")
+    split: str = Field("test", description="beir kind: the qrels file, qrels/<split>.tsv")
+    language: Literal["auto", "en", "zh", "fr"] = Field("auto", description=(
+        "language of every question, or `auto`: per question (rag.prompt.detect_language)"))
 
     @model_validator(mode="after")
     def _keys_of_kind(self) -> "QuestionSource":
@@ -112,12 +117,14 @@ class QuestionSource(Strict):
 class SplitConfig(Strict):
     """Seeded splits by fact (scenarios/kb_splits.py): what the LoRA learns and what it never sees."""
 
-    seed: int = 0
-    known_fraction: float = Field(0.5, gt=0, lt=1)  # taught closed-book and with conflict-aware rows
-    # seen in training only with a source to copy (memory "unknown"), as the demo's context-only orgs
-    context_only_fraction: float = Field(0.1, ge=0, lt=1)
-    # of the known facts and of the never-learned ones: the gate's dev split (never tested)
-    dev_fraction: float = Field(0.2, gt=0, lt=1)
+    seed: int = Field(0, description="seed of the split by fact")
+    known_fraction: float = Field(0.5, gt=0, lt=1, description=(
+        "share of facts taught closed-book and with conflict-aware rows"))
+    context_only_fraction: float = Field(0.1, ge=0, lt=1, description=(
+        "share of facts seen in training only with a source to copy (memory \"unknown\"), as the demo's "
+        "context-only orgs"))
+    dev_fraction: float = Field(0.2, gt=0, lt=1, description=(
+        "share of the known facts and of the never-learned ones held out as the gate's dev split (never tested)"))
 
     @model_validator(mode="after")
     def _check(self) -> "SplitConfig":
@@ -130,29 +137,29 @@ class ParaphraseConfig(Strict):
     """`data.paraphrase`: training wordings written by the run's generator for taught questions the
     set words once (study/paraphrase.py); off unless enabled."""
 
-    enabled: bool = False
-    prompts: int = Field(2, ge=1, le=3)  # rewrites asked per question, one per prompt
-    max_new_tokens: int = Field(48, ge=8)
+    enabled: bool = Field(False, description="write training wordings with the run's generator")
+    prompts: int = Field(2, ge=1, le=3, description="rewrites asked per question, one per prompt")
+    max_new_tokens: int = Field(48, ge=8, description="tokens per rewrite")
 
 
 class DataConfig(Strict):
     """A corpus + labelled QA set: the knowledge base the LoRA learns and the questions it is tested on."""
 
-    corpus: CorpusSource
-    questions: QuestionSource
-    # Older versions (outdated scenarios): JSONL `{id, answer, date}` (+ optional `text`, the older
-    # passage as it read then; without it the current chunk with the answer replaced and dated).
-    outdated: str | None = None
+    corpus: CorpusSource = Field(description="where the knowledge base's documents come from")
+    questions: QuestionSource = Field(description="the labelled questions")
+    outdated: str | None = Field(None, description=(
+        "Older versions (outdated scenarios): JSONL `{id, answer, date}` (+ optional `text`, the older passage as "
+        "it read then; without it the current chunk with the answer replaced and dated)."))
     splits: SplitConfig = SplitConfig()
-    # test factual-error items per question from the set's own conflict passages (ConflictNQ: 5);
-    # training uses only the others
-    conflicts_per_item: int = Field(1, ge=1)
-    # How answers are scored in the KB headline: `contains` (a gold answer in the reply), or
-    # `token_f1` for sentence answers (ConflictNQ): mean token F1 to the true answer, and on wrong
-    # sources the share of replies closer in token F1 to the true answer than to the source's value.
-    answer_metric: Literal["contains", "token_f1"] = "contains"
-    # Where hard distractors (irrelevant contexts, the extra sources beside a gold chunk) come from:
-    # `bm25` over the chunks, or `retrieval`, the run's own retriever (rag.retrieval: dense or
-    # hybrid with its embedder), so distractors are what that retriever would actually confuse.
-    distractors: Literal["bm25", "retrieval"] = "bm25"
+    conflicts_per_item: int = Field(1, ge=1, description=(
+        "test factual-error items per question from the set's own conflict passages (ConflictNQ: 5); training "
+        "uses only the others"))
+    answer_metric: Literal["contains", "token_f1"] = Field("contains", description=(
+        "How answers are scored in the KB headline: `contains` (a gold answer in the reply), or `token_f1` for "
+        "sentence answers (ConflictNQ): mean token F1 to the true answer, and on wrong sources the share of "
+        "replies closer in token F1 to the true answer than to the source's value."))
+    distractors: Literal["bm25", "retrieval"] = Field("bm25", description=(
+        "Where hard distractors (irrelevant contexts, the extra sources beside a gold chunk) come from: `bm25` "
+        "over the chunks, or `retrieval`, the run's own retriever (rag.retrieval: dense or hybrid with its "
+        "embedder), so distractors are what that retriever would actually confuse."))
     paraphrase: ParaphraseConfig = ParaphraseConfig()

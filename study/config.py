@@ -26,13 +26,16 @@ ADAPTER_KINDS = ("closed_book", "astute_rag", "prompted_detection")  # kinds tha
 class SystemConfig(Strict):
     """One evaluated system (study/systems.py)."""
 
-    name: str
+    name: str = Field(description="the system's name in results and reports (unique per run)")
     kind: Literal["lora_rag", "base_rag", "prompted_detection", "astute_rag", "closed_book", "memory_or_context",
-                  "oracle"]
-    context: Literal["retrieved", "presented"] = "retrieved"
-    # closed_book / astute_rag / prompted_detection: None = the base model, "lora" = the trained adapter
-    adapter: str | None = None
-    max_new_tokens: int = 24  # base_rag / closed_book / astute_rag / memory_or_context / oracle answers
+                  "oracle"] = Field(description="which system (study/systems.py's registry)")
+    context: Literal["retrieved", "presented"] = Field("retrieved", description=(
+        "`retrieved`: the clean KB retrieved, then poisoned into the scenario's world; `presented`: the "
+        "scenario's own chunks"))
+    adapter: str | None = Field(None, description=(
+        "closed_book / astute_rag / prompted_detection: null = the base model, \"lora\" = the trained adapter"))
+    max_new_tokens: int = Field(24, description=(
+        "tokens of the base_rag / closed_book / astute_rag / memory_or_context / oracle answers"))
 
     @model_validator(mode="after")
     def _adapter_kind(self) -> "SystemConfig":
@@ -50,19 +53,21 @@ class SystemConfig(Strict):
 class CalibrationConfig(Strict):
     """Gate calibration on the DEV split (dev phrasing of known facts + never-learned orgs)."""
 
-    scenarios: list[ScenarioName] = [
-        "consistent", "factual_error", "outdated", "irrelevant"]
-    max_items: int = 200  # per group (known / never-learned), seeded sample
-    # Each sampled dev fact is asked once in each of these wordings (duplicate facts dropped).
-    # `auto`: the dev phrasing + every closed-book paraphrase the SFT rows do not use (demo:
-    # 2, 6, 7, 8, 9), so the threshold reads the adapter's confidence on several new wordings,
-    # not on one (docs/research-log.md, E7). Never the test phrasing or a trained one.
-    phrasings: Literal["auto"] | list[int] = "auto"
+    scenarios: list[ScenarioName] = Field(
+        ["consistent", "factual_error", "outdated", "irrelevant"],
+        description="scenario types of the dev items the gate is calibrated on")
+    max_items: int = Field(200, description="dev items per group (known / never-learned), seeded sample")
+    phrasings: Literal["auto"] | list[int] = Field("auto", description=(
+        "Each sampled dev fact is asked once in each of these wordings (duplicate facts dropped). `auto`: the dev "
+        "phrasing + every closed-book paraphrase the SFT rows do not use (demo: 2, 6, 7, 8, 9), so the threshold "
+        "reads the adapter's confidence on several new wordings, not on one (docs/research-log.md, E7). Never the "
+        "test phrasing or a trained one."))
 
 
 class EvalSection(Strict):
     """Which scenario cells each system is evaluated on, and the statistics."""
 
+<<<<<<< HEAD
     # `update` (a version dated after what the LoRA learned; the context is right) is asked for by
     # name: it needs SFT rows that teach it (`train.sft.updates`) to be a fair cell.
     scenarios: list[ScenarioName] = [s for s in SCENARIO_TYPES if s != "update"]
@@ -75,6 +80,19 @@ class EvalSection(Strict):
     test_phrasings: list[int] = [TEST_PHRASING]
     bootstrap: int = Field(1000, ge=1000)  # paired-bootstrap resamples (eval.compare's minimum)
     seed: int = 0
+=======
+    scenarios: list[ScenarioName] = Field(list(SCENARIO_TYPES), description="scenario types evaluated")
+    knowledge: list[KnowledgeName] = Field(["known", "unknown"], description=(
+        "knowledge groups evaluated: `known` facts and `unknown` (never-learned) ones"))
+    max_per_cell: int | None = Field(40, description="items per (scenario, knowledge) cell, seeded sample; null = all")
+    test_phrasings: list[int] = Field([TEST_PHRASING], description=(
+        "The demo world's test wordings: the held-out phrasing 3, and optionally closed-book paraphrases the SFT "
+        "rows leave out (6-9 with knowledge_phrasings 4). A second wording doubles each cell without training on "
+        "more facts; its items share a fact two by two, so `lorarag seeds` resamples facts, not items, for its "
+        "pooled CI. Dev then skips these wordings."))
+    bootstrap: int = Field(1000, ge=1000, description="paired-bootstrap resamples (eval.compare's minimum)")
+    seed: int = Field(0, description="seed of the paired bootstrap of the report")
+>>>>>>> h-rooms
 
 
 class ExtraSet(Strict):
@@ -85,13 +103,14 @@ class ExtraSet(Strict):
     `retrieved` systems retrieve, then see the fabricated passage in place of the true one.
     """
 
-    kind: Literal["conflictnq", "conflictqa"]
-    path: str
-    split: Literal["test", "val"] = "test"  # conflictnq only
-    max_per_cell: int | None = None  # None: eval.max_per_cell
-    # false: a missing data folder skips the set with a note (shared data a machine may not have);
-    # true: the run stops before training
-    required: bool = True
+    kind: Literal["conflictnq", "conflictqa"] = Field(description="`conflictnq` or `conflictqa`")
+    path: str = Field(description=(
+        "the set's folder (ConflictNQ: `<split>.jsonl`; ConflictQA: `strategyqa-chatgpt.jsonl`)"))
+    split: Literal["test", "val"] = Field("test", description="conflictnq only: the file `<split>.jsonl`")
+    max_per_cell: int | None = Field(None, description="null: eval.max_per_cell")
+    required: bool = Field(True, description=(
+        "false: a missing data folder skips the set with a note (shared data a machine may not have); true: the "
+        "run stops before training"))
 
 
 class RunConfig(Strict):
@@ -101,19 +120,25 @@ class RunConfig(Strict):
     labelled questions (`data:`, scenarios/config.DataConfig), never both.
     """
 
-    name: str
-    seed: int = 0
-    runs_dir: str = "runs"
-    train: TrainConfig  # holds the world (demo) and SFT sections
+    name: str = Field(description="the run's name: its folder under runs_dir, and `${name}` in paths")
+    seed: int = Field(0, description="seed of the test and dev scenario samples (world, KB)")
+    runs_dir: str = Field("runs", description="where run folders live")
+    train: TrainConfig = Field(description="holds the world (demo) and SFT sections")
     rag: RAGConfig
-    data: DataConfig | None = None
-    prepare_base: Literal["smollm2_gguf", "tiny_qwen3"] | None = None  # build the base model folder first
+    data: DataConfig | None = Field(None, description=(
+        "a user's corpus and labelled questions instead of the demo world (train.world)"))
+    prepare_base: Literal["smollm2_gguf", "tiny_qwen3"] | None = Field(None, description=(
+        "build the base model folder first: `smollm2_gguf` (SmolLM2-135M-Instruct converted from its GGUF, "
+        "train/smollm2.py) or `tiny_qwen3` (a random tiny Qwen3, lorarag/testing/tiny.py); null: the folder must "
+        "exist"))
     fallback: FallbackConfig = FallbackConfig()
     calibration: CalibrationConfig = CalibrationConfig()
-    systems: list[SystemConfig]
+    systems: list[SystemConfig] = Field(description="the systems evaluated")
     eval: EvalSection = EvalSection()
-    extra_sets: list[ExtraSet] = []
-    numerics: NumericsConfig = NumericsConfig()  # CPU kernel paths and threads (lorarag/core/numerics.py)
+    extra_sets: list[ExtraSet] = Field([], description=(
+        "real conflict sets evaluated beside the demo world by every system"))
+    numerics: NumericsConfig = Field(NumericsConfig(), description=(
+        "CPU kernel paths and threads (lorarag/core/numerics.py)"))
 
     @model_validator(mode="after")
     def _check(self) -> "RunConfig":

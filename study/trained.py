@@ -40,7 +40,7 @@ from lorarag.rag.retrieve import load_retriever
 from lorarag.study.config import RunConfig
 from lorarag.study.parts import build_parts
 from lorarag.study.training import find_adapter
-from lorarag.train.swift import check_adapter
+from lorarag.train.runs import check_adapter
 
 RUN_CONFIG = "config.yaml"
 

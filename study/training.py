@@ -7,11 +7,11 @@ from pathlib import Path
 from typing import Callable
 
 from lorarag.core.errors import ConfigError
-from lorarag.rag.tiny import build_causal_lm
 from lorarag.scenarios.world import World
 from lorarag.study.config import RunConfig
 from lorarag.study.layout import Echo
-from lorarag.train import swift
+from lorarag.testing.tiny import build_causal_lm
+from lorarag.train import runs, swift
 from lorarag.train.sft import build_rows, leak_check, summary, write_sft
 from lorarag.train.smollm2 import ensure_smollm2
 
@@ -30,13 +30,13 @@ BASE_PREPARERS: dict[str, Callable[[str], None]] = {"smollm2_gguf": _smollm2, "t
 
 
 def train_dir(cfg: RunConfig) -> Path:
-    """The training run folder, found by run name (train/swift.py's layout)."""
-    return swift.run_dir(cfg.train)
+    """The training run folder, found by run name (train/runs.py's layout)."""
+    return runs.run_dir(cfg.train)
 
 
 def check_same_recipe(cfg: RunConfig) -> None:
     """ConfigError when `train.run_name`'s run dir was trained (or started) with another config."""
-    changed = swift.config_changes(cfg.train)
+    changed = runs.config_changes(cfg.train)
     if changed:
         raise ConfigError(f"train run '{cfg.train.run_name}' was trained with another config (differs in "
                           f"{', '.join(changed)}): retrain with `lorarag run --fresh` or name the run anew")
@@ -46,7 +46,7 @@ def find_adapter(cfg: RunConfig) -> Path | None:
     """The final adapter of a finished training run of `train.run_name`, or None; ConfigError
     when that run was trained with another recipe (its saved config differs from `cfg.train`)."""
     try:
-        path = swift.find_adapter(cfg.train.run_name, cfg.train.runs_dir)
+        path = runs.find_adapter(cfg.train.run_name, cfg.train.runs_dir)
     except FileNotFoundError:
         return None
     if not (path / "adapter_model.safetensors").is_file():
@@ -71,7 +71,7 @@ def train_or_reuse(cfg: RunConfig, write_sft: Callable[[], None], fresh: bool, e
 
     An adapter is reused only when it was trained from exactly these rows, base and recipe: the
     rows are written (and leak-checked) first so their sha256 can be compared with the one saved
-    in adapter.json (`swift.provenance_changes`). Any difference is refused with a ConfigError
+    in adapter.json (`runs.provenance_changes`). Any difference is refused with a ConfigError
     naming the part that differs and pointing to `--fresh` (which retrains in that run dir) or a
     new run name: the old run dir may be another config's, so it is never replaced unasked. On a
     match the rows on disk are the ones the adapter trained on, so the leak check that ran on them
@@ -83,7 +83,7 @@ def train_or_reuse(cfg: RunConfig, write_sft: Callable[[], None], fresh: bool, e
     if not fresh:
         found = find_adapter(cfg)
         if found is not None:
-            changed = swift.provenance_changes(cfg.train)
+            changed = runs.provenance_changes(cfg.train)
             if changed:
                 raise ConfigError(f"train run '{cfg.train.run_name}' was trained from other data (differs in "
                                   f"{'; '.join(changed)}): rerun with `lorarag run --fresh` or name the run anew")

@@ -29,7 +29,7 @@ def shared_data(sub: str) -> Path:
 @pytest.fixture(scope="session")
 def tiny_models(tmp_path_factory) -> dict[str, Path]:
     """Tiny random Qwen3 causal LM, embedding model and reranker (safetensors, local)."""
-    from lorarag.rag.tiny import build_all
+    from lorarag.testing.tiny import build_all
 
     return build_all(tmp_path_factory.mktemp("tiny-models"))
 

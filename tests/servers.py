@@ -1,8 +1,8 @@
 """Start real local servers for tests (127.0.0.1 only): model servers as processes stopped by process
 group, and our own FastAPI app in a uvicorn thread.
 
-The process launcher lives in rag/servers.py so that benchmarks run through the installed `lorarag`
-script can use it too; this module keeps the tests' import path.
+The process launcher lives in lorarag/testing/servers.py so that benchmarks run through the
+installed `lorarag` script can use it too; this module keeps the tests' import path.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import time
 from contextlib import contextmanager
 from typing import Iterator
 
-from lorarag.rag.servers import free_port, launched, swift_deploy_cmd, vllm_server_cmd
+from lorarag.testing.servers import free_port, launched, swift_deploy_cmd, vllm_server_cmd
 
 __all__ = ["free_port", "launched", "served_app", "swift_deploy_cmd", "vllm_server_cmd"]
 

@@ -129,3 +129,28 @@ def test_gpu_memory_peak_per_stage_window() -> None:
     assert mem.peak == 4000
     assert (mem.peak_between(0, 2.0), mem.peak_between(2.0, 2.5), mem.peak_between(2.5, float("inf"))) == (900, 300, 4000)
     assert mem.peak_between(5, 6) == 0 and GpuMemory(0.0).peak == 0
+
+
+def test_bench_registry_and_cli_agree() -> None:
+    """`lorarag bench` is exactly `BENCHMARKS`, in its order, each with its docstring's first line
+    as help; no command module adds a bench of its own beside the registry."""
+    from typer.main import get_command
+    from typer.testing import CliRunner
+
+    from lorarag.cli import app
+    from lorarag.cli.bench import BENCHMARKS
+
+    expected = ["retrieval", "speed", "eval", "rag", "cpu", "numerics", "gpu", "serve", "scale"]
+    assert list(BENCHMARKS) == expected
+    group = get_command(app).commands["bench"]
+    assert list(group.commands) == expected
+    for name, command in BENCHMARKS.items():
+        assert group.commands[name].callback.__wrapped__ is command, name  # typer wraps the function
+        assert (command.__doc__ or "").strip(), f"{name}: no help"
+    out = CliRunner().invoke(app, ["bench", "--help"], env={"COLUMNS": "250"})
+    assert out.exit_code == 0
+    listed = [line.strip("│ ").split()[0] for line in out.stdout.splitlines()
+              if line.startswith("│ ") and line.strip("│ ").split()[0] in BENCHMARKS]
+    assert listed == expected
+    for command in BENCHMARKS.values():
+        assert command.__doc__.strip().splitlines()[0].strip() in out.stdout

@@ -23,7 +23,7 @@ from lorarag.rag.config import (
 from lorarag.rag.index import build_index, open_index
 from lorarag.rag.index_milvus import MilvusPart, MilvusUnavailable, connect
 from lorarag.rag.retrieve import load_retriever
-from lorarag.rag.servers import free_port
+from lorarag.testing.servers import free_port
 
 pytest.importorskip("pymilvus", reason="pymilvus[milvus_lite] is not installed (make install)")
 

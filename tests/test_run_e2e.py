@@ -48,7 +48,7 @@ def test_an_adapter_trained_with_another_recipe_is_refused_not_reused(tmp_path):
     from lorarag.core.errors import ConfigError
     from lorarag.core.runinfo import start_run
     from lorarag.study.pipeline import find_adapter, train_or_reuse
-    from lorarag.train.swift import run_dir
+    from lorarag.train.runs import run_dir
 
     cfg = _in_tmp(tmp_path)
     old = cfg.train.model_copy(update={"swift": {**cfg.train.swift, "lora_rank": 2}})

@@ -176,7 +176,7 @@ def test_generator_that_is_down_gives_503(run_dir):
     from lorarag.core.config import load_config
     from lorarag.fallback.system import AdvancedRAGSystem, Detector
     from lorarag.rag.retrieve import load_retriever
-    from lorarag.rag.servers import free_port
+    from lorarag.testing.servers import free_port
     from lorarag.serve.app import create_app
     from lorarag.study.config import RunConfig
     from lorarag.study.parts import build_parts

@@ -37,7 +37,7 @@ from lorarag.fallback.gate import (
 )
 from lorarag.study.evaluate import system_stamp
 from lorarag.study.training import train_or_reuse
-from lorarag.train import swift
+from lorarag.train import runs, swift
 
 from .eval_fixtures import make_item
 from .test_run_e2e import _in_tmp
@@ -61,12 +61,12 @@ def _finished_run(tmp: Path, rows: str = ROWS_A):
     Path(cfg.train.dataset).parent.mkdir(parents=True)
     Path(cfg.train.dataset).write_text(rows)
     Path(cfg.train.val_dataset).write_text(ROWS_B)
-    rd = start_run(swift.run_dir(cfg.train), cfg.train)
+    rd = start_run(runs.run_dir(cfg.train), cfg.train)
     ad = rd / "output/checkpoint-2"
     ad.mkdir(parents=True)
     (ad / "adapter_config.json").write_text("{}")
     (ad / "adapter_model.safetensors").write_bytes(b"x")
-    pointer = {"adapter": str(ad), "base_model": cfg.train.model, "trained_on": swift.training_record(cfg.train)}
+    pointer = {"adapter": str(ad), "base_model": cfg.train.model, "trained_on": runs.training_record(cfg.train)}
     (rd / "adapter.json").write_text(json.dumps(pointer))
     return cfg, ad
 
@@ -105,7 +105,7 @@ def test_changed_validation_rows_and_base_are_refused(tmp_path):
 
 def test_an_adapter_without_a_record_of_its_rows_is_not_reused(tmp_path):
     cfg, ad = _finished_run(tmp_path)
-    (swift.run_dir(cfg.train) / "adapter.json").write_text(json.dumps({"adapter": str(ad)}))
+    (runs.run_dir(cfg.train) / "adapter.json").write_text(json.dumps({"adapter": str(ad)}))
     with pytest.raises(ConfigError, match="records neither"):
         train_or_reuse(cfg, _writing(cfg, ROWS_A), fresh=False, echo=lambda _: None)
 
@@ -115,9 +115,9 @@ def test_the_base_hash_is_cached_but_follows_a_rewrite(tmp_path):
     base.mkdir()
     (base / "model.safetensors").write_bytes(b"one")
     (base / "README.md").write_text("not hashed")
-    assert swift.base_fingerprint(str(base)) == {"model.safetensors": hashlib.sha256(b"one").hexdigest()}
+    assert runs.base_fingerprint(str(base)) == {"model.safetensors": hashlib.sha256(b"one").hexdigest()}
     (base / "model.safetensors").write_bytes(b"two!")  # another size: never the cached hash
-    assert swift.base_fingerprint(str(base)) == {"model.safetensors": hashlib.sha256(b"two!").hexdigest()}
+    assert runs.base_fingerprint(str(base)) == {"model.safetensors": hashlib.sha256(b"two!").hexdigest()}
 
 
 def test_eval_stamp_names_the_adapter_by_content_not_path(tmp_path):
@@ -216,7 +216,7 @@ def _run_dir(tmp: Path):
     root = Path(cfg.runs_dir) / cfg.name
     root.mkdir(parents=True)
     (root / "config.yaml").write_text(yaml.safe_dump(cfg.model_dump(mode="json")))
-    rd = swift.run_dir(cfg.train)
+    rd = runs.run_dir(cfg.train)
     rd.mkdir(parents=True)
     return cfg, root, rd
 
@@ -238,7 +238,7 @@ def test_garbled_adapter_files_are_one_line_errors(tmp_path, lora, spoil):
     shutil.copytree(lora, ad)
     (rd / "adapter.json").write_text(json.dumps({"adapter": str(ad)}))
     weights = ad / "adapter_model.safetensors"
-    swift.check_adapter(ad)  # the intact adapter passes
+    runs.check_adapter(ad)  # the intact adapter passes
     if spoil == "run_config":
         bad = root / "config.yaml"
         bad.write_text("name: [unclosed\n")
@@ -266,12 +266,12 @@ def test_garbled_adapter_files_are_one_line_errors(tmp_path, lora, spoil):
 def test_checkpoints_are_not_resumed_on_other_rows(tmp_path):
     """An unfinished run (checkpoints, no adapter.json yet) continues only on the rows it started on."""
     cfg, _ = _finished_run(tmp_path)
-    rd = swift.run_dir(cfg.train)
+    rd = runs.run_dir(cfg.train)
     (rd / "adapter.json").unlink()
     ck = rd / "output/checkpoint-2"
     (ck / "trainer_state.pt").write_bytes(b"s")  # a complete checkpoint
     start_run(rd, cfg.train, data=[cfg.train.dataset, cfg.train.val_dataset])
-    assert swift.resume_changes(cfg.train, [cfg.train.dataset, cfg.train.val_dataset]) == []
+    assert runs.resume_changes(cfg.train, [cfg.train.dataset, cfg.train.val_dataset]) == []
     Path(cfg.train.dataset).write_text(ROWS_B)
     with pytest.raises(swift.TrainError, match=r"other SFT rows \(.*train\.jsonl changed\); rerun with --fresh"):
         swift.train(cfg.train)

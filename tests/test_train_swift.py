@@ -18,13 +18,11 @@ from lorarag.scenarios.world import build_world
 from lorarag.train.config import SFTConfig, TrainConfig, check_swift_args
 from lorarag.train.export import export_command
 from lorarag.train.sft import build_rows, write_sft
+from lorarag.train.runs import find_adapter, last_checkpoint, run_dir
 from lorarag.train.swift import (
     command_for,
-    find_adapter,
-    last_checkpoint,
     launch_env,
     load_train_config,
-    run_dir,
     slurm_script,
     swift_command,
     train,
@@ -98,7 +96,7 @@ def test_unknown_swift_argument_and_reserved_keys_are_config_errors(tmp_path, sf
 
 
 def test_find_adapter(tmp_path):
-    from lorarag.train.swift import final_adapter
+    from lorarag.train.runs import final_adapter
 
     with pytest.raises(FileNotFoundError, match="nope"):
         find_adapter("nope", tmp_path)
@@ -335,7 +333,7 @@ def test_share_prefix_is_for_the_peft_kind_and_reaches_its_command(tmp_path):
 
 def test_config_changes_name_what_differs_from_the_trained_run(tmp_path):
     from lorarag.core.runinfo import start_run
-    from lorarag.train.swift import config_changes
+    from lorarag.train.runs import config_changes
 
     cfg = TrainConfig.model_validate({"kind": "peft", "run_name": "r", "model": "/m", "dataset": "/d.jsonl",
                                       "runs_dir": str(tmp_path), "swift": {"lora_rank": 8}})

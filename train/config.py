@@ -39,56 +39,59 @@ def unsupported_args(args: dict[str, Any]) -> list[str]:
 class SFTConfig(Strict):
     """How many examples of each kind the SFT mix holds (per fact, training phrasings only)."""
 
-    seed: int = 0
-    knowledge_repeats: int = 3  # closed-book copies of each (fact, training phrasing)
-    # Closed-book rows on phrasings 0, 1 (2), also on the knowledge-only phrasings 4, 5 (4), or
-    # also on 6-9 (8): paraphrase augmentation, so the fact is recalled (and recalled
-    # confidently) when asked in an unseen wording — what the closed-book-NLL gate relies on.
-    knowledge_phrasings: Literal[2, 4, 8] = 2
-    # Closed-book copies of each (context-only fact, closed-book phrasing) answered "unknown"
-    # (refusal-aware tuning, as R-Tuning): the model is shown facts it was never taught and told to
-    # decline, so an unseen organisation's question can get "unknown" instead of an invented value.
-    unknown_repeats: int = Field(default=0, ge=0)
-    # Closed-book "unknown" rows for this many organisations that exist nowhere (names sharing no
-    # stem with any world organisation), in every closed-book phrasing: refusals for names never
-    # seen, the situation of a held-out organisation (context-only names are seen in sources).
-    phantom_orgs: int = Field(default=0, ge=0)
-    rag_per_fact: int = 1  # conflict-aware examples per (fact, scenario type, phrasing)
-    # `alternate`: per fact, one training phrasing carries the contrastive pair (consistent +
-    # factual error), the other outdated + irrelevant; `all`: both phrasings carry every type
-    # (twice the conflict-aware rows, each phrasing with its own perturbed value).
-    rag_phrasings: Literal["alternate", "all"] = "alternate"
-    # Knowledge updates (scenario `update`): on the phrasing that carries the outdated context, a
-    # version dated after the training snapshot with a new value; the reply states the taught value
-    # as memory, judges the source `supported` and answers from it. Beside the outdated rows (older
-    # date: answer from memory) the verdict must read which one is newer, not only that they differ.
-    updates: bool = False
-    distractors: int = 1  # extra distractor sources beside the gold / perturbed chunk
-    raft_gold_absent: float = 0.3  # share of irrelevant examples built from distractors only
-    val_fraction: float = 0.05
+    seed: int = Field(0, description="seed of the SFT mix's random choices")
+    knowledge_repeats: int = Field(3, description="closed-book copies of each (fact, training phrasing)")
+    knowledge_phrasings: Literal[2, 4, 8] = Field(2, description=(
+        "Closed-book rows on phrasings 0, 1 (2), also on the knowledge-only phrasings 4, 5 (4), or also on 6-9 "
+        "(8): paraphrase augmentation, so the fact is recalled (and recalled confidently) when asked in an unseen "
+        "wording — what the closed-book-NLL gate relies on."))
+    unknown_repeats: int = Field(default=0, ge=0, description=(
+        "Closed-book copies of each (context-only fact, closed-book phrasing) answered \"unknown\" (refusal-aware "
+        "tuning, as R-Tuning): the model is shown facts it was never taught and told to decline, so an unseen "
+        "organisation's question can get \"unknown\" instead of an invented value."))
+    phantom_orgs: int = Field(default=0, ge=0, description=(
+        "Closed-book \"unknown\" rows for this many organisations that exist nowhere (names sharing no stem with "
+        "any world organisation), in every closed-book phrasing: refusals for names never seen, the situation of "
+        "a held-out organisation (context-only names are seen in sources)."))
+    rag_per_fact: int = Field(1, description="conflict-aware examples per (fact, scenario type, phrasing)")
+    rag_phrasings: Literal["alternate", "all"] = Field("alternate", description=(
+        "`alternate`: per fact, one training phrasing carries the contrastive pair (consistent + factual error), "
+        "the other outdated + irrelevant; `all`: both phrasings carry every type (twice the conflict-aware rows, "
+        "each phrasing with its own perturbed value)."))
+    updates: bool = Field(False, description=(
+        "Knowledge updates (scenario `update`): on the phrasing that carries the outdated context, a version dated "
+        "after the training snapshot with a new value; the reply states the taught value as memory, judges the "
+        "source `supported` and answers from it. Beside the outdated rows (older date: answer from memory) the "
+        "verdict must read which one is newer, not only that they differ."))
+    distractors: int = Field(1, description="extra distractor sources beside the gold / perturbed chunk")
+    raft_gold_absent: float = Field(0.3, description="share of irrelevant examples built from distractors only")
+    val_fraction: float = Field(0.05, description="share of rows held out as the validation set (`val_dataset`)")
 
 
 class TrainConfig(Strict):
     """One training run: our paths and seeds plus ms-swift's own arguments under `swift:`."""
 
-    kind: Literal["swift", "peft"] = "swift"  # `peft`: the CPU-demo loop (same adapter format)
-    run_name: str
-    model: str  # local folder of the base model (e.g. checkpoints/smollm2-135m-instruct)
-    dataset: str  # ms-swift messages JSONL (built by `lorarag sft`)
-    val_dataset: str | None = None
-    runs_dir: str = "runs/train"
-    seed: int = 42
-    world: WorldConfig | None = None  # set when the data comes from the demo world
-    sft: SFTConfig | None = None
-    swift: dict[str, Any] = Field(default_factory=dict)  # ms-swift argument names -> values
-    # peft kind: a batch's common leading tokens (system prompt, chat header) run once and their
-    # keys/values serve every row: same loss and gradients up to rounding, ~1/3 fewer tokens of
-    # compute on the demo's rows (ms-swift has its own packing/padding_free instead).
-    share_prefix: bool = False
-    # Launch: torchrun via ms-swift's env (NPROC_PER_NODE, NNODES, ...); slurm for sbatch.
-    nproc_per_node: int | None = None
-    nnodes: int | None = None
-    slurm: dict[str, str] = Field(default_factory=dict)  # sbatch options, e.g. {"gres": "gpu:8"}
+    kind: Literal["swift", "peft"] = Field("swift", description=(
+        "`swift`: ms-swift `swift sft` (GPU); `peft`: the CPU-demo loop (same adapter format)"))
+    run_name: str = Field(description="the run's folder name under runs_dir; an adapter is found by it")
+    model: str = Field(description="local folder of the base model (e.g. checkpoints/smollm2-135m-instruct)")
+    dataset: str = Field(description="ms-swift messages JSONL (built by `lorarag sft`)")
+    val_dataset: str | None = Field(None, description="validation rows (ms-swift messages JSONL); null: none")
+    runs_dir: str = Field("runs/train", description="where run folders live (runs_dir/run_name)")
+    seed: int = Field(42, description="training seed (passed as --seed)")
+    world: WorldConfig | None = Field(None, description="set when the data comes from the demo world")
+    sft: SFTConfig | None = Field(None, description="the SFT data mix (train/sft.py); null: its defaults")
+    swift: dict[str, Any] = Field(default_factory=dict, description="ms-swift argument names -> values")
+    share_prefix: bool = Field(False, description=(
+        "peft kind: a batch's common leading tokens (system prompt, chat header) run once and their keys/values "
+        "serve every row: same loss and gradients up to rounding, ~1/3 fewer tokens of compute on the demo's rows "
+        "(ms-swift has its own packing/padding_free instead)."))
+    nproc_per_node: int | None = Field(None, description=(
+        "processes (GPUs) per node for ms-swift's torchrun launch, exported as NPROC_PER_NODE; null: leave it to "
+        "the environment"))
+    nnodes: int | None = Field(None, description=(
+        "nodes for ms-swift's torchrun launch, exported as NNODES; null: leave it to the environment"))
+    slurm: dict[str, str] = Field(default_factory=dict, description="sbatch options, e.g. {\"gres\": \"gpu:8\"}")
 
     @model_validator(mode="after")
     def _check(self) -> "TrainConfig":

@@ -5,13 +5,8 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-from lorarag.train.swift import (
-    TrainError,
-    adapter_info,
-    find_adapter,
-    launch_env,
-    render,
-)
+from lorarag.train.runs import adapter_info, find_adapter
+from lorarag.train.swift import TrainError, launch_env, render
 
 
 def export_command(run: str, output_dir: str | None = None, runs_dir: str = "runs/train") -> list[str]:

@@ -23,7 +23,7 @@ from lorarag.scenarios.from_world import index_world, world_scenarios
 from lorarag.scenarios.records import Scenario
 from lorarag.scenarios.world import TEST_PHRASING, build_world
 from lorarag.train.sft import target
-from lorarag.train.swift import find_adapter
+from lorarag.train.runs import find_adapter
 
 
 def normalize(text: str) -> str:

@@ -1,7 +1,8 @@
-"""The `lorarag` console script: one typer app; each package registers its own subcommands.
+"""The `lorarag` console script: one typer app; each package registers its own subcommands, and
+`lorarag/cli/bench.py` every `lorarag bench` command (its `BENCHMARKS` registry).
 
 Sub-command modules (`lorarag/cli/rag.py`, `generate.py`, `train.py`, `eval.py`, `study.py`,
-`serve.py`) must import only light modules at top level so `lorarag --help` stays fast.
+`serve.py`, `bench.py`) must import only light modules at top level so `lorarag --help` stays fast.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import logging
 import os
 import sys
 from pathlib import Path
+from typing import Optional
 
 import typer
 
@@ -39,9 +41,6 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     add_completion=False,
 )
-bench_app = typer.Typer(help="Benchmarks: speed ratios against slow baselines, retrieval quality.",
-                        no_args_is_help=True)
-app.add_typer(bench_app, name="bench")
 
 # Which schema validates which folder of configs/ ("module:Class", imported lazily).
 CONFIG_SCHEMAS: dict[str, str] = {
@@ -53,7 +52,12 @@ CONFIG_SCHEMAS: dict[str, str] = {
 }
 
 _SUBCOMMAND_MODULES = ("lorarag.cli.rag", "lorarag.cli.generate", "lorarag.cli.train", "lorarag.cli.eval",
-                       "lorarag.cli.study", "lorarag.cli.serve")
+                       "lorarag.cli.study", "lorarag.cli.serve", "lorarag.cli.bench")
+
+
+def _schema(name: str) -> type:
+    module, cls = CONFIG_SCHEMAS[name].split(":")
+    return getattr(importlib.import_module(module), cls)
 
 
 def schema_for(path: Path) -> type:
@@ -62,13 +66,30 @@ def schema_for(path: Path) -> type:
     if folder not in CONFIG_SCHEMAS:
         raise ConfigError(f"{path}: no schema for configs folder '{folder}' "
                           f"(known: {', '.join(sorted(CONFIG_SCHEMAS))})")
-    module, cls = CONFIG_SCHEMAS[folder].split(":")
-    return getattr(importlib.import_module(module), cls)
+    return _schema(folder)
+
+
+def explain_key(key: str) -> str:
+    """What a dotted config key means: its first part names the config kind (the configs/ folder:
+    rag, train, eval, run, check), the rest a key of that schema (lorarag/core/explain.py)."""
+    from lorarag.core.explain import explain
+
+    kind, _, rest = key.strip().partition(".")
+    if kind not in CONFIG_SCHEMAS:
+        raise ConfigError(f"{key}: unknown config kind '{kind}' (known: {', '.join(sorted(CONFIG_SCHEMAS))})")
+    return explain(_schema(kind), rest, kind)
 
 
 @app.command()
-def validate(paths: list[Path] = typer.Argument(None, help="YAML files or folders (default: configs/)")) -> None:
-    """Validate every YAML config (unknown keys are errors)."""
+def validate(paths: list[Path] = typer.Argument(None, help="YAML files or folders (default: configs/)"),
+             explain: Optional[str] = typer.Option(None, "--explain", metavar="KEY",
+                                                   help="print what a config key means instead (type, default, "
+                                                   "description), e.g. rag.retrieval.top_k; a section lists "
+                                                   "its keys")) -> None:
+    """Validate every YAML config (unknown keys are errors), or explain one key."""
+    if explain is not None:
+        typer.echo(explain_key(explain))
+        return
     targets = paths or [Path("configs")]
     files: list[Path] = []
     for t in targets:
@@ -95,7 +116,7 @@ for _mod in _SUBCOMMAND_MODULES:
         if exc.name != _mod:  # a real missing dependency inside the module: fail loudly
             raise
         continue
-    _m.register(app, bench_app)
+    _m.register(app)
 
 
 def main() -> None:

@@ -3,7 +3,6 @@
 - `lorarag eval CONFIG`: run a system over a scenario set (resumable), optional judge, report.
 - `lorarag compare RUN_A RUN_B`: paired comparison (bootstrap CIs, McNemar), fixed/broken items.
 - `lorarag report RUN...`: metrics.json + report.md + report.html (+ RAGAS export).
-- `lorarag bench eval`: vectorised vs per-item retrieval metrics over 100k items.
 """
 
 from __future__ import annotations
@@ -141,20 +140,8 @@ def _report(runs: list[Path] = typer.Argument(..., help="run dirs (or results.js
     typer.echo(f"report: {html}")
 
 
-def _bench(n: int = typer.Option(100_000, help="result items"), seed: int = typer.Option(0)) -> None:
-    """Retrieval metrics over N items: vectorised numpy vs a per-item Python loop."""
-    from lorarag.bench.eval import run
-
-    r = run(n, seed)
-    typer.echo(f"{r.n_items} items, 6 metrics x K=1,3,5,10 + MRR: vectorised {r.vector_s:.3f}s "
-               f"(matrix build {r.build_s:.3f}s), per-item loop {r.loop_s:.3f}s")
-    typer.echo(f"speedup x{r.speedup:.1f} (x{r.loop_s / max(r.vector_s - r.build_s, 1e-9):.0f} "
-               "on the metric computation alone)")
-
-
-def register(app: typer.Typer, bench_app: typer.Typer) -> None:
-    """Add this package's commands to the main app and to `lorarag bench`."""
+def register(app: typer.Typer) -> None:
+    """Add `eval`, `compare` and `report`."""
     app.command("eval")(_eval)
     app.command("compare")(_compare)
     app.command("report")(_report)
-    bench_app.command("eval")(_bench)

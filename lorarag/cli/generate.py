@@ -3,7 +3,6 @@
     lorarag ask "QUESTION" --config CONFIG [--json] [--adapter NAME]   base RAG: answer with sources
     lorarag ask "QUESTION" --run RUN_DIR [--json]                     the run's trained LoRA-RAG system
     lorarag check-backends CONFIG [--min-rate R]                      greedy agreement across backends
-    lorarag bench rag                                                 one-by-one vs batched on local servers
 """
 
 from __future__ import annotations
@@ -102,34 +101,7 @@ def check_backends_cmd(
         raise typer.Exit(1)
 
 
-def bench_rag_cmd(
-    models: Optional[Path] = typer.Option(None, help="folder with lm/ embedder/ reranker/ "
-                                          "(default: tiny Qwen3 models built in a temp dir)"),
-    candidates: int = typer.Option(64, help="(a) candidates to rerank for one query"),
-    chunks: int = typer.Option(256, help="(b) chunks to embed"),
-    questions: int = typer.Option(32, help="(c) questions to answer"),
-    max_new_tokens: int = typer.Option(16, help="(c) tokens per answer"),
-    out: Path = typer.Option(Path("runs/bench/rag.json"), help="results JSON"),
-) -> None:
-    """On local vLLM servers: one request per item vs one batched call, for rerank/embed/answer."""
-    from lorarag.bench.rag import run_bench
-
-    res = run_bench(models, candidates=candidates, chunks=chunks, questions=questions,
-                    max_new_tokens=max_new_tokens, out=out)
-    for name, r in res["results"].items():
-        typer.echo(f"{name:<8} n={r['n']:<4} one-by-one {r['one_by_one_s']:.3f}s  "
-                   f"batched {r['batched_s']:.3f}s  ratio {r['ratio']:.1f}x "
-                   f"{'(>= 5x)' if r['ratio'] >= 5 else '(below the 5x target)'}")
-    a = res["results"]["answer"]
-    typer.echo(f"same work: answer tokens {a['tokens_one_by_one']} vs {a['tokens_batched']}, "
-               f"{a['same_answers']}/{a['n']} identical answers; rerank max |diff| "
-               f"{res['results']['rerank']['max_score_diff']:.2g}; embed max |diff| "
-               f"{res['results']['embed']['max_vector_diff']:.2g}")
-    typer.echo(f"results -> {out}")
-
-
-def register(app: typer.Typer, bench_app: typer.Typer) -> None:
-    """Add `ask`, `check-backends` and `bench rag`."""
+def register(app: typer.Typer) -> None:
+    """Add `ask` and `check-backends`."""
     app.command("ask")(ask_cmd)
     app.command("check-backends")(check_backends_cmd)
-    bench_app.command("rag")(bench_rag_cmd)

@@ -2,8 +2,6 @@
 
     lorarag index CONFIG [--strict]             ingest, chunk, write the index; print the ingest report
     lorarag search "QUESTION" --config CONFIG   ranked chunks + last-retrieval.json trace
-    lorarag bench retrieval                     Recall/MRR/nDCG on lecoqa and piaf-fr vs a bigram BM25
-    lorarag bench speed                         index build and query speed vs re-fitting TF-IDF per query
 """
 
 from __future__ import annotations
@@ -106,34 +104,7 @@ def search_cmd(
     typer.echo(f"trace: {path}", err=True)
 
 
-def bench_retrieval_cmd(
-    data_root: Path = typer.Option(Path("../shared/data"), help="folder holding lecoqa/ and piaf-fr/"),
-    datasets: str = typer.Option("lecoqa,piaf-fr", help="comma-separated BEIR folders"),
-    split: str = typer.Option("test", help="qrels split"),
-    out: Path = typer.Option(Path("runs/bench/retrieval.json"), help="results JSON"),
-) -> None:
-    """Recall@5/10, MRR@10, nDCG@10 of our BM25 beside a plain character-bigram BM25."""
-    from lorarag.bench.retrieval import run
-
-    run(data_root, [d.strip() for d in datasets.split(",") if d.strip()], split, out)
-
-
-def bench_speed_cmd(
-    n_chunks: int = typer.Option(100_000, help="generated chunks"),
-    n_queries: int = typer.Option(1000, help="queries timed for BM25 and FAISS"),
-    baseline_queries: int = typer.Option(3, help="queries timed for the re-fit-TF-IDF baseline"),
-    dim: int = typer.Option(384, help="vector dimension for FAISS"),
-    out: Path = typer.Option(Path("runs/bench/speed.json"), help="results JSON"),
-) -> None:
-    """Index build time and queries/s vs re-reading the corpus and re-fitting TF-IDF per query."""
-    from lorarag.bench.speed import run
-
-    run(n_chunks, n_queries, baseline_queries, dim, out)
-
-
-def register(app: typer.Typer, bench_app: typer.Typer) -> None:
-    """Add this package's commands to the main app and to `lorarag bench`."""
+def register(app: typer.Typer) -> None:
+    """Add `index` and `search`."""
     app.command("index")(index_cmd)
     app.command("search")(search_cmd)
-    bench_app.command("retrieval")(bench_retrieval_cmd)
-    bench_app.command("speed")(bench_speed_cmd)

@@ -1,5 +1,4 @@
-"""`lorarag serve --run RUN_DIR` (the run's trained system behind an OpenAI-compatible API), and the
-benchmarks of what runs beyond one process: `bench serve`, `bench scale`."""
+"""`lorarag serve --run RUN_DIR`: the run's trained system behind an OpenAI-compatible API."""
 
 from __future__ import annotations
 
@@ -17,8 +16,8 @@ def check_port(port: int, option: str = "--port") -> None:
         raise UserError(f"{option}: {port} is not a TCP port (1-65535)")
 
 
-def register(app: typer.Typer, bench_app: typer.Typer) -> None:
-    """Add `serve` and `bench serve`."""
+def register(app: typer.Typer) -> None:
+    """Add `serve`."""
 
     @app.command("serve")
     def serve_cmd(run: Path = typer.Option(..., "--run", help="a `lorarag run` dir"),
@@ -37,30 +36,3 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
         system = load_run(run)
         serve(system, ServeSettings(name, max_batch, max_wait_ms, max_concurrency, max_body_bytes),
               host=host, port=port)
-
-    @bench_app.command("serve")
-    def bench_serve_cmd(run: Path = typer.Option(None, "--run", help="a `lorarag run` dir (default: build "
-                                                  "a small one on SmolLM2 with an untrained adapter)"),
-                        requests: int = typer.Option(64, min=8, help="questions per measurement"),
-                        out: Path = typer.Option(Path("runs/bench/serve.json"), help="results JSON")) -> None:
-        """Throughput and p50/p95 latency at 1, 8 and 32 concurrent clients against one request at a time."""
-        from lorarag.bench.serve import run as run_bench
-
-        run_bench(run, requests, out, echo=typer.echo)
-
-    @bench_app.command("scale")
-    def bench_scale_cmd(sizes: str = typer.Option("100000,1000000", help="index sizes (vectors), comma-separated"),
-                        dim: int = typer.Option(128, min=8, help="vector dimension"),
-                        shards: int = typer.Option(2, min=1, help="shard processes for the eval part (1: skip it)"),
-                        out: Path = typer.Option(Path("runs/bench/scale.json"), help="results JSON")) -> None:
-        """Milvus Lite vs FAISS (build, queries/s, recall@10) and sharded vs one-process evaluation."""
-        from lorarag.bench.scale import run as run_scale
-        from lorarag.core.errors import UserError
-
-        try:
-            values = [int(x) for x in sizes.split(",") if x.strip()]
-        except ValueError:
-            raise UserError(f"--sizes takes comma-separated integers, got {sizes!r}") from None
-        if not values or min(values) < 1000:
-            raise UserError("--sizes: at least one size, each >= 1000")
-        run_scale(values, dim, shards, out, echo=typer.echo)

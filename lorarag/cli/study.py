@@ -1,4 +1,4 @@
-"""`lorarag` subcommands of the fallback package (heavy imports stay inside the commands)."""
+"""`lorarag` subcommands of the study package: run, seeds, calibrate (heavy imports stay inside the commands)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from pathlib import Path
 import typer
 
 
-def register(app: typer.Typer, bench_app: typer.Typer) -> None:
-    """Add this package's commands to the main app and to `lorarag bench`."""
+def register(app: typer.Typer) -> None:
+    """Add `run`, `seeds` and `calibrate`."""
 
     @app.command("run")
     def run_cmd(config: Path = typer.Argument(..., help="configs/run/*.yaml"),
@@ -42,14 +42,6 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
         if not values or len(set(values)) != len(values):
             raise UserError(f"--seeds needs distinct seeds, got {seeds!r}")
         run_seeds(load_config(config, RunConfig), values, fresh=fresh, dry_run=dry_run, echo=typer.echo)
-
-    @bench_app.command("gpu", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
-    def bench_gpu_cmd(ctx: typer.Context) -> None:
-        """The GPU run config end to end on random weights of its real shapes: stage times, peak memory
-        (options: `python -m lorarag.bench.gpu_check --help`)."""
-        from lorarag.bench.gpu_check import main
-
-        main(list(ctx.args))
 
     @app.command("calibrate")
     def calibrate_cmd(config: Path = typer.Argument(..., help="configs/run/*.yaml")) -> None:

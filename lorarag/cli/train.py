@@ -21,33 +21,8 @@ def _data_dir(cfg) -> Path:
     return Path(cfg.dataset).parent.parent
 
 
-def register(app: typer.Typer, bench_app: typer.Typer) -> None:
-    """Add this package's commands to the main app and to `lorarag bench`."""
-
-    @bench_app.command("cpu")
-    def bench_cpu_cmd(model: Path = typer.Option(None, help="model folder (default: the demo's SmolLM2)"),
-                      steps: int = typer.Option(6, help="timed training steps per variant"),
-                      batch: int = typer.Option(8, help="rows per training step"),
-                      n_gen: int = typer.Option(64, help="prompts generated per dtype"),
-                      new_tokens: int = typer.Option(24, help="new tokens per prompt"),
-                      out: Path = typer.Option(Path("runs/bench/cpu.json"), help="results JSON")) -> None:
-        """LoRA step and generation speed of the CPU-demo settings beside the slow baselines."""
-        from lorarag.bench.cpu import run
-
-        run(model, steps, batch, n_gen, new_tokens, out)
-
-    @bench_app.command("numerics")
-    def bench_numerics_cmd(out: Path = typer.Option(Path("runs/bench/numerics.json"), help="results JSON"),
-                           record: bool = typer.Option(False, "--record",
-                                                       help="add this machine's fingerprint to the committed ones")
-                           ) -> None:
-        """Fingerprint a pinned tiny training run and compare it with other machines' (first differing stage)."""
-        import tempfile
-
-        from lorarag.bench.numerics import run as run_numerics
-
-        with tempfile.TemporaryDirectory(prefix="lorarag-numerics-") as work:
-            run_numerics(Path(work), out, record, typer.echo)
+def register(app: typer.Typer) -> None:
+    """Add this package's commands (listed above) to the main app."""
 
     @app.command("world")
     def world_cmd(out: Path = typer.Option(Path("data/generated/demo"), help="output folder"),

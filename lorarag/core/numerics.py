@@ -38,8 +38,11 @@ REPORTED_FLAGS = ("avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile")
 class NumericsConfig(Strict):
     """`numerics:` of a run config (see the module docstring); the defaults leave the machine's choice."""
 
-    cpu_isa: Literal["avx2"] | None = None
-    threads: int | None = Field(default=None, ge=1)
+    cpu_isa: Literal["avx2"] | None = Field(None, description=(
+        "`avx2`: pin ATen, MKL and oneDNN to their AVX2 code paths, the same on every x86-64 CPU (slower on wider "
+        "CPUs); null: the machine's choice"))
+    threads: int | None = Field(default=None, ge=1, description=(
+        "pin the thread count of torch and the math libraries; null: the machine's choice"))
 
 
 def pinned_env(cfg: NumericsConfig) -> dict[str, str]:
