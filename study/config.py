@@ -67,21 +67,9 @@ class CalibrationConfig(Strict):
 class EvalSection(Strict):
     """Which scenario cells each system is evaluated on, and the statistics."""
 
-<<<<<<< HEAD
-    # `update` (a version dated after what the LoRA learned; the context is right) is asked for by
-    # name: it needs SFT rows that teach it (`train.sft.updates`) to be a fair cell.
-    scenarios: list[ScenarioName] = [s for s in SCENARIO_TYPES if s != "update"]
-    knowledge: list[KnowledgeName] = ["known", "unknown"]
-    max_per_cell: int | None = 40  # items per (scenario, knowledge) cell, seeded sample; None = all
-    # The demo world's test wordings: the held-out phrasing 3, and optionally closed-book
-    # paraphrases the SFT rows leave out (6-9 with knowledge_phrasings 4). A second wording doubles
-    # each cell without training on more facts; its items share a fact two by two, so
-    # `lorarag seeds` resamples facts, not items, for its pooled CI. Dev then skips these wordings.
-    test_phrasings: list[int] = [TEST_PHRASING]
-    bootstrap: int = Field(1000, ge=1000)  # paired-bootstrap resamples (eval.compare's minimum)
-    seed: int = 0
-=======
-    scenarios: list[ScenarioName] = Field(list(SCENARIO_TYPES), description="scenario types evaluated")
+    scenarios: list[ScenarioName] = Field([s for s in SCENARIO_TYPES if s != "update"], description=(
+        "scenario types evaluated; `update` (a version dated after what the LoRA learned: the context is right) is "
+        "asked for by name, as it needs SFT rows that teach it (`train.sft.updates`) to be a fair cell"))
     knowledge: list[KnowledgeName] = Field(["known", "unknown"], description=(
         "knowledge groups evaluated: `known` facts and `unknown` (never-learned) ones"))
     max_per_cell: int | None = Field(40, description="items per (scenario, knowledge) cell, seeded sample; null = all")
@@ -92,7 +80,6 @@ class EvalSection(Strict):
         "pooled CI. Dev then skips these wordings."))
     bootstrap: int = Field(1000, ge=1000, description="paired-bootstrap resamples (eval.compare's minimum)")
     seed: int = Field(0, description="seed of the paired bootstrap of the report")
->>>>>>> h-rooms
 
 
 class ExtraSet(Strict):
