@@ -150,6 +150,11 @@ class DataConfig(Strict):
     outdated: str | None = Field(None, description=(
         "Older versions (outdated scenarios): JSONL `{id, answer, date}` (+ optional `text`, the older passage as "
         "it read then; without it the current chunk with the answer replaced and dated)."))
+    update_fraction: float = Field(0.0, ge=0.0, le=1.0, description=(
+        "Knowledge updates (scenario `update`, needs `outdated`): this share of the taught facts that have an older "
+        "version are taught the OLDER answer, so the LoRA's memory is stale and the KB's current chunk right; the "
+        "known split's are tested on the `update` cell only, the known-dev split's train the judgement "
+        "(scenarios/kb_updates.py). 0: no such facts, and the report says the cell does not apply."))
     splits: SplitConfig = SplitConfig()
     conflicts_per_item: int = Field(1, ge=1, description=(
         "test factual-error items per question from the set's own conflict passages (ConflictNQ: 5); training "
@@ -163,3 +168,9 @@ class DataConfig(Strict):
         "over the chunks, or `retrieval`, the run's own retriever (rag.retrieval: dense or hybrid with its "
         "embedder), so distractors are what that retriever would actually confuse."))
     paraphrase: ParaphraseConfig = ParaphraseConfig()
+
+    @model_validator(mode="after")
+    def _check_updates(self) -> "DataConfig":
+        if self.update_fraction > 0 and not self.outdated:
+            raise ValueError("update_fraction needs `outdated` (the older versions the stale facts are taught)")
+        return self

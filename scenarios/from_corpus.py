@@ -13,7 +13,9 @@ gold answer anywhere in them), shuffled so the answer-bearing source is not alwa
 - outdated: where the user supplies an older version (`load_outdated`): the older passage, or
   the gold chunk with the older value, dated;
 - irrelevant: `distractors + 1` hard distractors alone, every relevant chunk removed;
-- unanswerable: the set's unanswerable questions with their best-scoring chunks.
+- unanswerable: the set's unanswerable questions with their best-scoring chunks;
+- update: for a fact the LoRA was taught in its older version (`stale`, scenarios/kb_updates.py),
+  the current chunk as it is: the context is right and the memory stale.
 Perturbed chunks carry `replaces=<gold chunk id>`, so in retrieved mode they take the gold
 chunk's place in the clean index's ranking (scenarios/records.poison) and attribution can still
 tell a retrieval miss from a generation failure.
@@ -147,12 +149,15 @@ def corpus_scenarios(items: Sequence[QAItem], chunks: Sequence[Chunk], *, name: 
                      conflicts_per_item: int = 1, train_conflicts: int = 1, conflict_seed: int = 0,
                      outdated: dict[str, OlderValue] | None = None,
                      pool: Sequence[str] | None = None,
-                     exclude: Mapping[str, Collection[str]] | None = None) -> list[Scenario]:
+                     exclude: Mapping[str, Collection[str]] | None = None,
+                     stale: Mapping[str, OlderValue] | None = None) -> list[Scenario]:
     """Scenarios of `types` for each item (see the module docstring); `chunks` are the KB (or the
     part of it a training split may show), `pool` the answers substitutes are drawn from.
     `conflicts_per_item` conflict passages (drawn by `conflict_seed`, the same for test and training)
     are the test's; `"train"` takes up to `train_conflicts` of the others. `exclude`: fact id ->
-    chunk ids never shown as its distractors (training rows keep out the test's irrelevant chunks)."""
+    chunk ids never shown as its distractors (training rows keep out the test's irrelevant chunks).
+    `stale`: qid -> the older version a fact was taught in (scenarios/kb_updates.py); such a fact gets
+    the `update` scenario only (the current chunk as it is, the older answer superseded)."""
     by_id = {c.chunk_id: c for c in chunks}
     search = search or bm25_searcher(chunks)
     pool = list(pool if pool is not None else (a for it in items for a in it.answers[:1]))
@@ -185,6 +190,12 @@ def corpus_scenarios(items: Sequence[QAItem], chunks: Sequence[Chunk], *, name: 
             rng.shuffle(shown)
             return tuple(shown)
 
+        taught_old = (stale or {}).get(it.qid)
+        if taught_old is not None:  # the memory is the older answer: the current chunk is the update
+            if "update" in types:
+                out.append(Scenario(qid=f"{qid}/update", scenario="update", presented=mix(_pc(gold)),
+                                    context_answer=span or it.answers[0], superseded=(taught_old.answer,), **base))
+            continue
         if "consistent" in types:
             out.append(Scenario(qid=f"{qid}/consistent", scenario="consistent", presented=mix(_pc(gold)),
                                 context_answer=span or it.answers[0], **base))

@@ -7,7 +7,8 @@ Answers are scored by `data.answer_metric`:
   outdated) the share of replies *siding with the truth*, closer in token F1 to the true answer
   than to the source's value (eval.conflict_metrics' "sides with" rule, the other way round; a
   reply equally far from both, an abstention say, does not side with the truth); elsewhere the mean
-  token F1 to the true answer (unanswerable: abstaining is right).
+  token F1 to the true answer (unanswerable: abstaining is right); on an update, the share of replies
+  closer to the current answer than to the superseded one the LoRA learned.
 Every difference is LoRA-RAG minus base RAG over the same items, with a seeded paired-bootstrap
 95 % CI that resamples clusters (the document holding each fact), McNemar's p over items and a
 cluster-level permutation p beside it. A missed target is printed as missed, never hidden.
@@ -56,6 +57,9 @@ def score_fn(metric: str) -> Score:
             return float(is_correct(r))
         if r.scenario in WRONG_VALUE_SCENARIOS and r.context_answer:
             return float(sides_with_truth(r))
+        if r.scenario == "update" and r.superseded:  # closer to the current answer than to the stale one
+            return float(token_f1(r.answer, r.gold_answers, r.language)
+                         > token_f1(r.answer, r.superseded, r.language))
         return token_f1(r.answer, r.gold_answers, r.language)
 
     return f1
@@ -70,13 +74,15 @@ def correct_fn(metric: str) -> Callable[[ItemResult], bool]:
     if metric == "contains":
         return is_correct
     score = score_fn(metric)
-    return lambda r: not r.abstained and score(r) >= (1.0 if r.scenario in WRONG_VALUE_SCENARIOS
-                                                       and r.context_answer else F1_CORRECT)
+    return lambda r: not r.abstained and score(r) >= (1.0 if (r.scenario in WRONG_VALUE_SCENARIOS and r.context_answer)
+                                                       or (r.scenario == "update" and r.superseded) else F1_CORRECT)
 
 
 def metric_name(metric: str, scenario: str) -> str:
     if metric == "contains":
         return "accuracy"
+    if scenario == "update":
+        return "sides with the update"
     return "sides with truth" if scenario in WRONG_VALUE_SCENARIOS else "token F1"
 
 
@@ -174,6 +180,18 @@ def _p(x: float) -> str:
     return "–" if math.isnan(x) else (f"{x:.2g}" if x < 0.01 else f"{x:.2f}")
 
 
+def update_note(summary: Mapping[str, Any]) -> str:
+    """What the run's `update` cell holds, or why it does not apply (a set without older versions)."""
+    upd = summary.get("updates") or {}
+    if upd.get("taught_older"):
+        return (f"Knowledge updates: {upd['taught_older']} taught fact(s) learned in their older version "
+                f"(data.update_fraction {upd['fraction']}); {upd['tested']} asked on the `update` cell (the current "
+                "chunk is right, the memory stale), the others train the judgement.")
+    return ("Knowledge updates: the `update` cell does not apply: " +
+            ("the set supplies no older versions (`data.outdated`)." if not upd.get("older_versions")
+             else "`data.update_fraction` is 0, so no fact is taught in its older version."))
+
+
 def _notes(summary: Mapping[str, Any]) -> list[str]:
     out = []
     if summary:
@@ -243,7 +261,8 @@ def kb_headline(cfg: Any, results: Mapping[str, Sequence[ItemResult]], summary: 
     score = score_fn(metric)
     label = wording_label(summary)
     lines = [f"## Headline: base RAG vs LoRA-RAG on {cfg.data.questions.path}", ""]
-    lines += [f"- {n}" for n in _notes(summary)] + [""]
+    notes = _notes(summary) + ([update_note(summary)] if "update" in cfg.eval.scenarios else [])
+    lines += [f"- {n}" for n in notes] + [""]
     pairs = system_pairs(cfg, results)
     for ctx, b, lo in pairs:
         base, lora = results[b], results[lo]

@@ -3,7 +3,8 @@
 1 data       corpus -> chunks (the run's chunker), questions -> labels mapped to chunk ids
              (`<run>/data/labels.jsonl`), seeded splits by fact (`<run>/data/splits/`), the KB's
              chunks (`<run>/data/chunks.jsonl`); every input and written file is hashed into run.json
-3 scenarios  test: known (taught) and never-learned facts x `eval.scenarios` over the whole KB, a
+3 scenarios  test: known (taught) and never-learned facts x `eval.scenarios` over the whole KB (a
+             known fact taught in its older version on the `update` cell only: kb_updates.py), a
              known item asked in the wording training leaves out (scenarios/kb_wordings.py);
              dev: the gate's known-dev and never-learned-dev questions, each in every wording
 4 train      SFT rows from the taught facts (train/sft_kb.py), leak-checked against the held-out
@@ -32,6 +33,7 @@ from lorarag.scenarios.kb_labels import map_labels
 from lorarag.scenarios.kb_questions import check_against_corpus, load_questions
 from lorarag.scenarios.kb_records import KBCorpus, QAItem
 from lorarag.scenarios.kb_splits import HELD_OUT, RETRIEVAL_ONLY, save_splits, split_by_fact
+from lorarag.scenarios.kb_updates import asked_updates, stale_taught
 from lorarag.scenarios.kb_wordings import (
     KnownWording,
     as_tested,
@@ -61,6 +63,7 @@ class KB:
     files: list[Path]
     summary: dict = field(default_factory=dict)
     generated: frozenset[str] = frozenset()  # qids whose wordings besides the question data.paraphrase wrote
+    stale: dict[str, OlderValue] = field(default_factory=dict)  # taught in the older version (kb_updates)
 
     @property
     def chunks(self) -> list[Chunk]:
@@ -91,6 +94,7 @@ def prepare_kb(cfg: RunConfig, paths: Paths) -> KB:
     outdated = load_outdated(d.outdated) if d.outdated else {}
     check_outdated(outdated, items, d.questions.path)
     groups = split_by_fact(items, d.splits)
+    stale = stale_taught(groups, outdated, d.update_fraction, d.splits.seed)
     out = paths.root / "data"
     write_jsonl(out / "labels.jsonl", mapping)
     write_jsonl(out / "chunks.jsonl", corpus.chunks)
@@ -101,7 +105,9 @@ def prepare_kb(cfg: RunConfig, paths: Paths) -> KB:
         rules[m.rule] = rules.get(m.rule, 0) + 1
     kb = KB(corpus, groups, outdated, files, {
         "documents": len(corpus.documents), "chunks": len(corpus.chunks), "left_out_files": list(corpus.problems),
-        "questions": len(items), "label_rules": rules, "splits": {g: len(v) for g, v in groups.items()}})
+        "questions": len(items), "label_rules": rules, "splits": {g: len(v) for g, v in groups.items()},
+        "updates": {"taught_older": len(stale), "tested": len(asked_updates(groups, stale)),
+                    "older_versions": len(outdated), "fraction": d.update_fraction}}, stale=stale)
     _write_summary(paths, kb.summary)
     return kb
 
@@ -142,7 +148,8 @@ def kb_scenarios(cfg: RunConfig, kb: KB, paths: Paths, search: Searcher | None =
                   conflicts_per_item=d.conflicts_per_item, conflict_seed=d.splits.seed,
                   search=search or bm25_searcher(kb.chunks))
     plan = wording_plan(cfg, kb)
-    test = corpus_scenarios(as_tested(kb.groups["known"], plan), kb.chunks, knowledge="known", **common)
+    test = corpus_scenarios(as_tested(kb.groups["known"], plan), kb.chunks, knowledge="known", stale=kb.stale,
+                            **common)
     test += corpus_scenarios(kb.groups["unseen"], kb.chunks, knowledge="unknown", **common)
     test = sample_cells([s for s in test if s.knowledge in cfg.eval.knowledge], cfg.eval.max_per_cell, cfg.eval.seed)
     dev_known = _dev(cfg, kb, "known_dev", "known", cfg.seed + 1)
@@ -179,7 +186,8 @@ def build_kb_sft(cfg: RunConfig, kb: KB, test: list[Scenario], echo: Echo,
     rows, val, stats = build_kb_rows(training_groups(kb.groups, plan), kb.chunks, cfg.train.sft,
                                      conflict_seed=d.splits.seed,
                                      conflicts_per_item=d.conflicts_per_item, outdated=kb.outdated,
-                                     test_passages=passages, test_irrelevant=irrelevant, searcher=searcher)
+                                     test_passages=passages, test_irrelevant=irrelevant, searcher=searcher,
+                                     stale=kb.stale)
     held = [it for g in HELD_OUT for it in kb.groups[g]]
     kb_leak_check(rows, held, {c.chunk_id: c for c in kb.chunks}, passages, wordings)
     write_sft(rows, cfg.train.dataset)

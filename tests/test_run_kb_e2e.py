@@ -35,7 +35,7 @@ def _kb_files(tmp: Path) -> dict[str, Path]:
                                         "answer": str(year + 40)}]} if i % 3 == 0 else {})})
         rows.append({"id": f"{town}-market", "question": f"On which day is the {town} market held?",
                      "answers": [day], "relevant_ids": [f"{town.lower()}.md"]})
-        if i % 4 == 0:
+        if i % 2 == 0:
             old.append({"id": f"{town}-light", "answer": str(year - 3), "date": str(year - 3)})
     rows.append({"id": "nowhere", "question": "Who painted the lighthouses red?", "answers": [], "relevant_ids": [],
                  "unanswerable": True})
@@ -62,9 +62,10 @@ def _in_tmp(tmp: Path) -> RunConfig:
         "generator": cfg.rag.generator.model_copy(update={"model": str(tmp / "tiny-qwen3")})})
     data = DataConfig(corpus=CorpusSource(kind="folder", path=str(files["docs"])),
                       questions=QuestionSource(kind="jsonl", path=str(files["qa"])), outdated=str(files["older"]),
-                      splits=SplitConfig(seed=0, known_fraction=0.5, context_only_fraction=0.1, dev_fraction=0.2))
+                      splits=SplitConfig(seed=0, known_fraction=0.5, context_only_fraction=0.1, dev_fraction=0.2),
+                      update_fraction=0.5)
     eval_ = cfg.eval.model_copy(update={"scenarios": ["consistent", "factual_error", "outdated", "irrelevant",
-                                                      "unanswerable"]})
+                                                      "unanswerable", "update"]})
     return cfg.model_copy(update={"runs_dir": str(tmp / "runs"), "train": train, "rag": rag, "data": data,
                                   "eval": eval_})
 
@@ -153,6 +154,11 @@ def test_reduced_kb_run_end_to_end(tmp_path):
     assert "### Targets (presented context)" in table and "factual error (known) >= 0.40" in table
     assert "### Error attribution by labelled chunk id: lora_rag_retrieved" in table
     assert "Known test items asked in a wording no SFT row uses" in table
+    # knowledge updates: facts taught in their older version, the current chunk on the update cell
+    upd = json.loads((root / "data/summary.json").read_text())["updates"]
+    assert upd["taught_older"] >= 1 and "Knowledge updates:" in table
+    assert (upd["tested"] > 0) == any(s.scenario == "update" for s in test)
+    assert all(s.superseded and s.knowledge == "known" for s in test if s.scenario == "update")
     assert (root / "report/headline.md").read_text() == table
     assert json.loads((root / "report/base-vs-lora/metrics.json").read_text())["comparison"]["b"] == "lora_rag"
     # a second run reuses the adapter and the finished evaluation

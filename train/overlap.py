@@ -12,8 +12,10 @@ up in the SFT rows as they are on disk (train and val), as the sources the rows 
 8-grams occur in one training source shown with a question of the item's cluster (organisation or
 document): a copy with a changed date or value is still a copy, but a templated sentence about
 another organisation is another passage. The item's own true chunk is left out of the near
-comparison: a perturbed or older copy of it is near it by construction, and showing the true chunk
-is what training on the knowledge base means.
+comparison of a flawed context: a perturbed or older copy of it is near it by construction, and
+showing the true chunk is what training on the knowledge base means. A sound context (consistent,
+update) is compared with every source: a KB update presents the true chunk itself, which no row of
+its fact may show.
 Consistent contexts may well be KB chunks training showed: the LoRA is trained on the knowledge
 base it retrieves from, as in deployment. Flawed ones must not be.
 """
@@ -24,7 +26,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass
 from typing import Callable, Iterable, Mapping, Sequence
 
-from lorarag.scenarios.records import Scenario
+from lorarag.scenarios.records import SOUND_CONTEXTS, Scenario
 from lorarag.train.sft_kb import _SOURCE_LINE, shown  # a source line as the SFT rows show it
 
 NGRAM = 8  # words
@@ -121,7 +123,7 @@ def overlap_table(test: Sequence[Scenario], sources: TrainingSources,
         fact = s.fact_id if s.scenario == "irrelevant" else None
         own = frozenset(shown(kb_texts[c]) for c in s.relevant_ids if c in kb_texts)
         marks = [sources.seen(p, fact=fact, cluster=s.cluster or s.fact_id,
-                              besides=own if s.scenario != "consistent" else frozenset())
+                              besides=own if s.scenario not in SOUND_CONTEXTS else frozenset())
                  for p in context_passages(s)]
         if s.scenario == "irrelevant":  # KB chunks as they are: the pair is matched verbatim
             marks = [(v, v) for v, _ in marks]

@@ -7,6 +7,9 @@ The row builders and reply format are the demo's (train/sft.py, fallback/format.
 - conflict-aware rows for taught facts (memory = the gold answer): consistent, factual error
   (the set's conflict passages not reserved for the test, else our type-aware substitution),
   outdated where older versions were supplied, irrelevant (distractors only), unanswerable;
+- facts taught in their older version (`data.update_fraction`, scenarios/kb_updates.py): closed-book
+  rows with the older answer; an `update` row (the current chunk: memory the older answer, verdict
+  supported, answer the current one) for those the test does not ask;
 - conflict-aware rows for `context_only` facts with memory "unknown" (copy the source);
 - `rag_phrasings: alternate` puts a fact's consistent + factual-error pair on one wording and its
   other contexts on the next (one wording: all on it); `all` repeats every context per wording.
@@ -33,6 +36,7 @@ from lorarag.scenarios.from_corpus import OlderValue, corpus_scenarios
 from lorarag.scenarios.from_world import Searcher, bm25_searcher
 from lorarag.scenarios.kb_records import QAItem
 from lorarag.scenarios.kb_splits import HELD_OUT, TAUGHT
+from lorarag.scenarios.kb_updates import asked_updates
 from lorarag.scenarios.records import Scenario
 from lorarag.train.config import SFTConfig
 from lorarag.train.sft import LeakError, SFTRow, knowledge_row, rag_row
@@ -96,7 +100,8 @@ def _wordings(s: Scenario, item: QAItem, how: str) -> tuple[str, ...]:
 def build_kb_rows(groups: dict[str, list[QAItem]], chunks: Sequence[Chunk], cfg: SFTConfig, *,
                   conflict_seed: int, conflicts_per_item: int = 1, outdated: dict[str, OlderValue] | None = None,
                   test_passages: Iterable[str] = (), test_irrelevant: Mapping[str, Collection[str]] | None = None,
-                  searcher: Callable[[Sequence[Chunk]], Searcher] = bm25_searcher
+                  searcher: Callable[[Sequence[Chunk]], Searcher] = bm25_searcher,
+                  stale: Mapping[str, OlderValue] | None = None
                   ) -> tuple[list[SFTRow], list[SFTRow], dict]:
     """(train rows, val rows, stats) for the splits of scenarios/kb_splits.py; val rows are a seeded
     sample of the training rows (a known item's held-out wording is the test's, never val's). A
@@ -104,20 +109,32 @@ def build_kb_rows(groups: dict[str, list[QAItem]], chunks: Sequence[Chunk], cfg:
     value drawn twice) is left out and counted; no row of a fact shows a chunk the test shows as
     irrelevant to it (`test_irrelevant`: fact id -> chunk ids, kept out of its distractors).
     Distractors come from `searcher(pool)` (BM25 over the pool by default), the pool being every
-    chunk that answers no held-out question."""
+    chunk that answers no held-out question nor a tested update. `stale` (scenarios/kb_updates.py): facts
+    taught closed-book in their older version; those the test asks get no conflict-aware row (nor does
+    another question answered by the same chunk), the others an `update` row (memory the older answer,
+    the source the current chunk)."""
+    stale = stale or {}
+    tested = asked_updates(groups, stale)
     held = {c for g in HELD_OUT for it in groups[g] for c in it.relevant_ids}
-    pool = [c for c in chunks if c.chunk_id not in held]
+    update_chunks = {c for it in groups["known"] if it.qid in tested for c in it.relevant_ids}
+    pool = [c for c in chunks if c.chunk_id not in held | update_chunks]
     search = searcher(pool)
     taught = [it for g in TAUGHT for it in groups[g]]
     answers = [a for it in taught + groups["context_only"] for a in it.answers[:1]]
     rows: list[SFTRow] = []
     for it in taught:
         for w in it.all_wordings if it.answers else ():
-            rows += [knowledge_row(w, it.answers[0], it.qid)] * cfg.knowledge_repeats
+            answer = stale[it.qid].answer if it.qid in stale else it.answers[0]
+            rows += [knowledge_row(w, answer, it.qid)] * cfg.knowledge_repeats
     common = dict(seed=cfg.seed, search=search, distractors=cfg.distractors, conflicts="train",
                   conflicts_per_item=conflicts_per_item, conflict_seed=conflict_seed, pool=answers,
                   exclude=test_irrelevant)
-    scenarios = corpus_scenarios(taught, pool, name="kb", knowledge="known", outdated=outdated, **common)
+    # an item sharing its chunk with a tested update (another question of the same fact) shows it in no row
+    shares = {it.qid for it in taught if update_chunks & set(it.relevant_ids)}
+    scenarios = corpus_scenarios([it for it in taught if it.qid not in stale and it.qid not in shares], pool,
+                                 name="kb", knowledge="known", outdated=outdated, **common)
+    scenarios += corpus_scenarios([it for it in taught if it.qid in stale and it.qid not in tested], pool,
+                                  name="kb", knowledge="known", types=("update",), stale=stale, **common)
     scenarios += corpus_scenarios(groups["context_only"], pool, name="kb", knowledge="unknown",
                                   types=("consistent", "factual_error", "irrelevant", "unanswerable"), **common)
     avoid = {shown(t) for t in test_passages}
@@ -132,6 +149,7 @@ def build_kb_rows(groups: dict[str, list[QAItem]], chunks: Sequence[Chunk], cfg:
     stats = {"same_as_test": len(scenarios) - len(kept),
              "wordings": dict(sorted(Counter(len(it.all_wordings) for it in taught).items())),
              "taught": len(taught), "context_only": len(groups["context_only"]),
+             "taught_older": len(stale), "tested_updates": len(tested),
              "no_factual_error": len({f"kb/{it.qid}" for it in taught if it.answers}
                                      - {s.fact_id for s in scenarios if s.scenario == "factual_error"})}
     return rows, val, stats
