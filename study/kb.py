@@ -33,6 +33,7 @@ from lorarag.scenarios.records import Scenario, save_scenarios
 from lorarag.study.config import RunConfig
 from lorarag.study.layout import Echo, Paths
 from lorarag.study.prepare import sample_cells
+from lorarag.study.training import write_rag_sft
 from lorarag.train.sft import summary, write_sft
 from lorarag.train.sft_kb import build_kb_rows, kb_leak_check
 
@@ -155,10 +156,12 @@ def build_kb_sft(cfg: RunConfig, kb: KB, test: list[Scenario], echo: Echo,
                                      conflicts_per_item=d.conflicts_per_item, outdated=kb.outdated,
                                      test_passages=passages, test_irrelevant=irrelevant, searcher=searcher)
     held = [it for g in HELD_OUT for it in kb.groups[g]]
-    kb_leak_check(rows, held, {c.chunk_id: c for c in kb.chunks}, passages)
+    by_id = {c.chunk_id: c for c in kb.chunks}
+    kb_leak_check(rows, held, by_id, passages)
     write_sft(rows, cfg.train.dataset)
     if cfg.train.val_dataset:
         write_sft(val, cfg.train.val_dataset)
+    write_rag_sft(cfg, rows, val, kb.chunks, lambda rs: kb_leak_check(rs, held, by_id, passages), echo)
     kb.summary["sft"] = {"rows": len(rows), **summary(rows), **stats}
     _write_summary(Paths(Path(cfg.runs_dir) / cfg.name), kb.summary)
     one = stats["wordings"].get(1, 0)
