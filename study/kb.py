@@ -161,7 +161,6 @@ def build_kb_sft(cfg: RunConfig, kb: KB, test: list[Scenario], echo: Echo,
     write_sft(rows, cfg.train.dataset)
     if cfg.train.val_dataset:
         write_sft(val, cfg.train.val_dataset)
-    write_rag_sft(cfg, rows, val, kb.chunks, lambda rs: kb_leak_check(rs, held, by_id, passages), echo)
     kb.summary["sft"] = {"rows": len(rows), **summary(rows), **stats}
     _write_summary(Paths(Path(cfg.runs_dir) / cfg.name), kb.summary)
     one = stats["wordings"].get(1, 0)
@@ -169,3 +168,4 @@ def build_kb_sft(cfg: RunConfig, kb: KB, test: list[Scenario], echo: Echo,
          + (f" ({one} with a single wording: trained and tested in it)" if one else ""))
     if kb.groups[RETRIEVAL_ONLY]:
         echo(f"          {len(kb.groups[RETRIEVAL_ONLY])} question(s) without answers: retrieval only")
+    write_rag_sft(cfg, rows, val, kb.chunks, lambda rs: kb_leak_check(rs, held, by_id, passages), echo)

@@ -208,6 +208,26 @@ def test_the_overlap_check_reads_the_rag_sft_rows_too(tmp_path):
     check_test_contexts(lone, paths, test, owners, {k: c.text for k, c in KB.items()}, lambda _: None)  # not read
 
 
+def _eval_config(cfg: RunConfig, tmp: Path):
+    """A `lorarag eval` config of the rag_sft system over the run of `cfg` (written to a YAML)."""
+    import yaml
+
+    from lorarag.eval.config import EvalConfig
+
+    path = tmp / "run.yaml"
+    path.write_text(yaml.safe_dump(cfg.model_dump(mode="json")), encoding="utf-8")
+    return EvalConfig(scenarios=str(Path(cfg.runs_dir) / cfg.name / "scenarios/test.jsonl"), components=str(path),
+                      system={"name": "rag_sft", "kind": "rag_sft", "max_new_tokens": 8}, out_dir=str(tmp / "ev"))
+
+
+def test_lorarag_eval_of_rag_sft_without_its_adapter_is_a_one_line_error(tmp_path):
+    from lorarag.core.errors import ConfigError
+    from lorarag.study.eval_system import build_eval_system
+
+    with pytest.raises(ConfigError, match="needs the trained adapter of run 'ci-tiny-qwen3-rag-sft': run `lorarag run"):
+        build_eval_system(_eval_config(_ci_tiny(tmp_path), tmp_path))
+
+
 @pytest.mark.slow
 def test_the_rag_sft_adapter_is_trained_reused_on_rerun_and_in_the_baselines_table(tmp_path):
     import torch
@@ -252,3 +272,14 @@ def test_the_rag_sft_adapter_is_trained_reused_on_rerun_and_in_the_baselines_tab
     reused = [ln for ln in again if "reusing adapter" in ln]
     assert len(reused) == 2 and "ci-tiny-qwen3-rag-sft" in reused[1]
     assert (adapter / "adapter_model.safetensors").stat().st_mtime_ns == mtime
+
+    # `lorarag eval` builds the same system from the run: same adapter in its stamp, same answers
+    from lorarag.scenarios.records import load_scenarios
+    from lorarag.study.eval_system import build_eval_system, eval_stamp
+
+    ev = _eval_config(cfg, tmp_path)
+    items = load_scenarios(ev.scenarios)
+    assert eval_stamp(ev, items)["adapter"] == stamp["adapter"]
+    answers = build_eval_system(ev, items).answer_scenarios(items)
+    ran = {json.loads(x)["qid"]: json.loads(x)["answer"] for x in (root / "eval/rag_sft/results.jsonl").open()}
+    assert [a.text for a in answers] == [ran[s.qid] for s in items]
