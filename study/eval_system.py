@@ -49,10 +49,10 @@ def _components(cfg: EvalConfig) -> tuple[RunConfig, SystemConfig, Path | None, 
     sc = validate_data(cfg.system, SystemConfig, "eval config: system")
     adapter = find_adapter(run_cfg)
     rag_sft = find_rag_sft(run_cfg) if sc.kind == "rag_sft" else None
-    needed = rag_sft_config(run_cfg) if sc.kind == "rag_sft" else run_cfg
-    if sc.uses_adapter and (rag_sft if sc.kind == "rag_sft" else adapter) is None:
+    own, trained_by = (rag_sft, rag_sft_config(run_cfg)) if sc.kind == "rag_sft" else (adapter, run_cfg)
+    if sc.uses_adapter and own is None:
         raise ConfigError(f"system {sc.name!r} needs the trained adapter of run "
-                          f"'{needed.train.run_name}': run `lorarag run {cfg.components}` first")
+                          f"'{trained_by.train.run_name}': run `lorarag run {cfg.components}` first")
     return run_cfg, sc, adapter, rag_sft
 
 
