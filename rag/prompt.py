@@ -127,6 +127,35 @@ def given_labels(prompt_text: str) -> list[str]:
     return [f"S{n}" for n in _ENTRY.findall(prompt_text[start:end])]
 
 
+# The `(file > heading) ` label opening a grounded entry (one level of parentheses inside it).
+_WHERE = re.compile(r"\((?:[^()]|\([^()]*\))*\) ")
+_ONE_LINE_ENTRY = re.compile(r"^\[S\d+\] (.*)$", re.M)
+
+
+def prompt_question(user: str) -> str:
+    """The question of a user turn built by this module or fallback/format.py: its last line less
+    the `Question: ` label of any language (every builder puts the question last, on one line)."""
+    last = user.rsplit("\n", 1)[-1]
+    label = next((x for x in QUESTION.values() if last.startswith(x)), "")
+    return last[len(label):].strip()
+
+
+def prompt_passages(user: str) -> list[str]:
+    """The passages a user turn shows, in order, whitespace collapsed (as the leak and overlap
+    checks compare them): the grounded prompt's `<sources>` entries less their `(file > heading)`
+    label (an entry may span lines), or the conflict-aware prompt's one-line `[Sn] …` entries."""
+    start, end = user.rfind(OPEN), user.rfind(CLOSE)
+    if 0 <= start < end:
+        block = user[start + len(OPEN): end]
+        cuts = list(_ENTRY.finditer(block))
+        bodies = [block[m.end(): nxt.start() if nxt else len(block)]
+                  for m, nxt in zip(cuts, [*cuts[1:], None])]
+        bodies = [b[w.end():] if (w := _WHERE.match(b)) else b for b in bodies]
+    else:
+        bodies = _ONE_LINE_ENTRY.findall(user)
+    return [" ".join(b.split()) for b in bodies]
+
+
 @dataclass(frozen=True)
 class BuiltPrompt:
     """The chat turns for one question and the labels of the sources it contains."""

@@ -3,7 +3,8 @@
 A base-vs-LoRA table wins every known-fact cell by knowing, not by detecting. This table sets
 LoRA-RAG beside every system of the run on the same items and context mode: closed-book LoRA
 (always memory), base RAG (always the context), and the knowledge-sharing baselines
-(`memory_or_context`, and astute_rag / prompted_detection / closed_book with `adapter: lora`).
+(`memory_or_context`, `rag_sft`: the same facts fine-tuned to answer from the sources, and
+astute_rag / prompted_detection / closed_book with `adapter: lora`).
 Per cell it names the best deployable system (the `oracle` kind reads the gold chunk and is left
 out) and gives LoRA-RAG minus the best knowledge-sharing baseline with a paired 95 % CI that
 resamples clusters (organisations or documents).

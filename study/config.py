@@ -28,7 +28,9 @@ class SystemConfig(Strict):
 
     name: str = Field(description="the system's name in results and reports (unique per run)")
     kind: Literal["lora_rag", "base_rag", "prompted_detection", "astute_rag", "closed_book", "memory_or_context",
-                  "oracle"] = Field(description="which system (study/systems.py's registry)")
+                  "oracle", "rag_sft"] = Field(description=(
+        "which system (study/systems.py's registry); rag_sft: base RAG's prompt answered by the RAG-SFT adapter, a "
+        "second adapter the run trains when it is listed (study/training.py)"))
     context: Literal["retrieved", "presented"] = Field("retrieved", description=(
         "`retrieved`: the clean KB retrieved, then poisoned into the scenario's world; `presented`: the "
         "scenario's own chunks"))
@@ -46,8 +48,8 @@ class SystemConfig(Strict):
 
     @property
     def uses_adapter(self) -> bool:
-        """Whether its answers depend on the trained adapter (and so on the training seed)."""
-        return self.kind in ("lora_rag", "memory_or_context") or self.adapter is not None
+        """Whether its answers depend on a trained adapter (and so on the training seed)."""
+        return self.kind in ("lora_rag", "memory_or_context", "rag_sft") or self.adapter is not None
 
 
 class CalibrationConfig(Strict):
@@ -149,6 +151,8 @@ class RunConfig(Strict):
         adapter = self.fallback.detector.adapter
         if adapter is not None and adapter in self.rag.generator.adapters:
             raise ValueError(f"rag.generator.adapters.{adapter}: set by the run (the trained adapter)")
+        if any(s.kind == "rag_sft" for s in self.systems) and "rag_sft" in (adapter, *self.rag.generator.adapters):
+            raise ValueError("adapter name rag_sft: set by the run for its rag_sft system (the RAG-SFT adapter)")
         self._check_test_phrasings()
         if self.calibration.phrasings != "auto":
             allowed = self._untrained_phrasings()

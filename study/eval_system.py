@@ -36,21 +36,24 @@ from lorarag.study.config import RunConfig, SystemConfig
 from lorarag.study.evaluate import system_stamp
 from lorarag.study.parts import build_parts
 from lorarag.study.systems import ScenarioSystem, build_system
-from lorarag.study.training import find_adapter
+from lorarag.study.training import find_adapter, find_rag_sft, rag_sft_config
 
 
-def _components(cfg: EvalConfig) -> tuple[RunConfig, SystemConfig, Path | None]:
-    """The run config named by `components`, the system's own config and the trained adapter."""
+def _components(cfg: EvalConfig) -> tuple[RunConfig, SystemConfig, Path | None, Path | None]:
+    """The run config named by `components`, the system's own config, the trained adapter and,
+    for a `rag_sft` system, the RAG-SFT adapter (else None)."""
     if cfg.components is None:
         raise ConfigError("eval config: `components:` must name a run config (configs/run/*.yaml) "
                           f"to build the {cfg.system['kind']} system from")
     run_cfg = load_config(cfg.components, RunConfig)
     sc = validate_data(cfg.system, SystemConfig, "eval config: system")
     adapter = find_adapter(run_cfg)
-    if sc.uses_adapter and adapter is None:
+    rag_sft = find_rag_sft(run_cfg) if sc.kind == "rag_sft" else None
+    own, trained_by = (rag_sft, rag_sft_config(run_cfg)) if sc.kind == "rag_sft" else (adapter, run_cfg)
+    if sc.uses_adapter and own is None:
         raise ConfigError(f"system {sc.name!r} needs the trained adapter of run "
-                          f"'{run_cfg.train.run_name}': run `lorarag run {cfg.components}` first")
-    return run_cfg, sc, adapter
+                          f"'{trained_by.train.run_name}': run `lorarag run {cfg.components}` first")
+    return run_cfg, sc, adapter, rag_sft
 
 
 def _threshold(run_cfg: RunConfig, adapter: Path | None, components: str) -> float | None:
@@ -73,7 +76,7 @@ def build_eval_system(cfg: EvalConfig, scenarios: Sequence[Scenario] | None = No
     The gate is used only if its saved dev calibration passed `gate.min_auroc`, as in the run itself.
     `scenarios`: checked against the index's chunk ids (RecordError listing the unknown ones).
     """
-    run_cfg, sc, adapter = _components(cfg)
+    run_cfg, sc, adapter, rag_sft = _components(cfg)
     if run_cfg.data is None:
         kb = build_world(run_cfg.train.world).chunks()
     else:  # the KB's chunks as the run wrote them (the oracle's gold chunks)
@@ -89,7 +92,7 @@ def build_eval_system(cfg: EvalConfig, scenarios: Sequence[Scenario] | None = No
     if scenarios is not None:
         validate_against_kb(scenarios, {c.chunk_id for c in retriever.chunks})
     threshold = _threshold(run_cfg, adapter, cfg.components)
-    parts = build_parts(run_cfg, retriever, adapter, kb)
+    parts = build_parts(run_cfg, retriever, adapter, kb, rag_sft)
     return build_system(sc, replace(parts, gate_threshold=threshold))
 
 
@@ -97,8 +100,9 @@ def eval_stamp(cfg: EvalConfig, scenarios: Sequence[Scenario]) -> dict:
     """What `lorarag eval` results depend on: the run's stamp of this system (model, generation
     and retrieval settings, adapter, gate, fallback, the full item list; `--limit` only takes a
     prefix), the scenario file's content and the closed-book run."""
-    run_cfg, sc, adapter = _components(cfg)
-    stamp = system_stamp(run_cfg, sc, list(scenarios), adapter, _threshold(run_cfg, adapter, cfg.components))
+    run_cfg, sc, adapter, rag_sft = _components(cfg)
+    stamp = system_stamp(run_cfg, sc, list(scenarios), rag_sft if sc.kind == "rag_sft" else adapter,
+                         _threshold(run_cfg, adapter, cfg.components))
     stamp["scenarios_sha256"] = hash_paths([cfg.scenarios]).get(str(Path(cfg.scenarios)))
     stamp["closed_book_run"] = cfg.closed_book_run
     return stamp

@@ -28,8 +28,9 @@ log = logging.getLogger(__name__)
 def system_stamp(cfg: RunConfig, sc: SystemConfig, test: list[Scenario], adapter: Path | None,
                  gate: float | None) -> dict:
     """What a system's results depend on: a results folder with another stamp is redone. The
-    adapter is named by its content (`adapter_sha256`), so one retrained at the same path redoes
-    its systems instead of resuming the old adapter's results."""
+    adapter (the system's own: the RAG-SFT adapter for `rag_sft`) is named by its content
+    (`adapter_sha256`), so one retrained at the same path redoes its systems instead of resuming
+    the old adapter's results."""
     stamp = {"system": sc.model_dump(), "generator": cfg.rag.generator.model_dump(),
              "retrieval": cfg.rag.retrieval.model_dump(),
              "items": hashlib.sha256("\n".join(s.qid for s in test).encode()).hexdigest()[:16]}
@@ -56,7 +57,7 @@ def evaluate(cfg: RunConfig, parts: Parts, test: list[Scenario], paths: Paths, a
     lora = cfg.fallback.detector.adapter
     for sc in sorted(systems or cfg.systems, key=lambda s: s.kind != "closed_book"):
         folder = paths.eval / sc.name
-        stamp = system_stamp(cfg, sc, test, adapter, parts.gate_threshold)
+        stamp = system_stamp(cfg, sc, test, parts.rag_sft if sc.kind == "rag_sft" else adapter, parts.gate_threshold)
         model = sc.adapter if sc.kind == "closed_book" else (lora if sc.kind == "lora_rag" else None)
         # A changed stamp (model, adapter, gate or items) means this system is evaluated afresh.
         results = run_eval(build_system(sc, parts), test, folder, closed_book=closed.get(model), config=cfg,

@@ -47,6 +47,7 @@ from lorarag.study.config import RunConfig
 from lorarag.study.layout import Echo, Paths
 from lorarag.study.leaks import check_dev_wordings, check_written_wordings
 from lorarag.study.prepare import sample_cells
+from lorarag.study.training import write_rag_sft
 from lorarag.train.sft import summary, write_sft
 from lorarag.train.sft_kb import build_kb_rows, kb_leak_check
 
@@ -189,7 +190,8 @@ def build_kb_sft(cfg: RunConfig, kb: KB, test: list[Scenario], echo: Echo,
                                      test_passages=passages, test_irrelevant=irrelevant, searcher=searcher,
                                      stale=kb.stale)
     held = [it for g in HELD_OUT for it in kb.groups[g]]
-    kb_leak_check(rows, held, {c.chunk_id: c for c in kb.chunks}, passages, wordings)
+    by_id = {c.chunk_id: c for c in kb.chunks}
+    kb_leak_check(rows, held, by_id, passages, wordings)
     write_sft(rows, cfg.train.dataset)
     if cfg.train.val_dataset:
         write_sft(val, cfg.train.val_dataset)
@@ -205,3 +207,4 @@ def build_kb_sft(cfg: RunConfig, kb: KB, test: list[Scenario], echo: Echo,
              f"{by['paraphrase']}); in a trained wording: {by['trained']}")
     if kb.groups[RETRIEVAL_ONLY]:
         echo(f"          {len(kb.groups[RETRIEVAL_ONLY])} question(s) without answers: retrieval only")
+    write_rag_sft(cfg, rows, val, kb.chunks, lambda rs: kb_leak_check(rs, held, by_id, passages, wordings), echo)

@@ -2,7 +2,8 @@
 
 No flawed test context may be one the SFT rows showed.
 
-The rows are read back from disk (train and val, as the adapter was or will be trained on them),
+The rows are read back from disk (train and val, as the adapter was or will be trained on them;
+the RAG-SFT adapter's too when the run trains one: the same passages, re-posed),
 every test item's context is looked up in them (train/overlap.py), and the table goes into
 run.json (`test_context_overlap`) and `data/overlap.json`, from where the headline prints it. A
 factual-error, outdated or irrelevant test context that training showed, verbatim or as a near
@@ -26,6 +27,7 @@ from lorarag.fallback.format import inert_question
 from lorarag.scenarios.records import Scenario
 from lorarag.study.config import RunConfig
 from lorarag.study.layout import Echo, Paths
+from lorarag.study.training import needs_rag_sft, rag_sft_config
 from lorarag.train.overlap import CellOverlap, TrainingSources, leaking, overlap_table
 from lorarag.train.sft import LeakError, read_sft
 from lorarag.train.sft_kb import asked, kb_leak_check, wording_keys
@@ -42,7 +44,8 @@ def check_test_contexts(cfg: RunConfig, paths: Paths, test: Sequence[Scenario],
                         echo: Echo) -> list[CellOverlap]:
     """The overlap table of `test` against the SFT rows on disk; ConfigError on a flawed leak.
     `owners`: every question training may ask -> (fact, cluster)."""
-    files = [Path(cfg.train.dataset)] + ([Path(cfg.train.val_dataset)] if cfg.train.val_dataset else [])
+    trains = [cfg.train] + ([rag_sft_config(cfg).train] if needs_rag_sft(cfg) else [])
+    files = [Path(f) for t in trains for f in (t.dataset, t.val_dataset) if f]
     rows = [r for f in files if f.is_file() for r in read_sft(f)]
     index = {_key(q): o for q, o in owners.items()}
     sources = TrainingSources(rows, lambda q: index.get(" ".join(q.split()), (None, None)))

@@ -24,6 +24,9 @@ if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
 
 
+RAG_SFT = "rag_sft"  # the RAG-SFT adapter's name in the generator (study/training.py trains it)
+
+
 @dataclass(frozen=True)
 class Parts:
     """Components built once and injected into every scenario system."""
@@ -34,6 +37,7 @@ class Parts:
     rag: RAGSystem
     contexts: ScenarioContexts
     gate_threshold: float | None = None  # None: the gate is off (or not yet calibrated)
+    rag_sft: Path | None = None  # the RAG-SFT adapter's folder, declared to the generator as RAG_SFT
 
 
 def with_adapter_name(gen_cfg: GeneratorConfig, adapter_path: str, name: str = "lora") -> GeneratorConfig:
@@ -41,18 +45,21 @@ def with_adapter_name(gen_cfg: GeneratorConfig, adapter_path: str, name: str = "
     return gen_cfg.model_copy(update={"adapters": {**gen_cfg.adapters, name: adapter_path}})
 
 
-def build_parts(cfg: RunConfig, retriever: Retriever | None, adapter: Path | None, kb: list[Chunk]) -> Parts:
-    """One generator (base + the trained adapter, if any), the RAGSystem and the scenario contexts
-    (`kb`: the clean knowledge base's chunks, for the oracle)."""
+def build_parts(cfg: RunConfig, retriever: Retriever | None, adapter: Path | None, kb: list[Chunk],
+                rag_sft: Path | None = None) -> Parts:
+    """One generator (base + the trained adapter and the RAG-SFT adapter, those given), the
+    RAGSystem and the scenario contexts (`kb`: the clean knowledge base's chunks, for the oracle)."""
     name = cfg.fallback.detector.adapter or "lora"
     gen_cfg = cfg.rag.generator if adapter is None else with_adapter_name(cfg.rag.generator, str(adapter), name)
+    if rag_sft is not None:
+        gen_cfg = with_adapter_name(gen_cfg, str(rag_sft), RAG_SFT)
     generator = build_generator(gen_cfg)
     reranker = None
     if cfg.rag.reranker is not None:
         reranker = build_reranker(cfg.rag.reranker)
     rag = _rag_system(cfg.rag.model_copy(update={"generator": gen_cfg}), retriever, reranker, generator)
     ctx = ScenarioContexts(retriever, reranker, cfg.rag.retrieval, {c.chunk_id: c for c in kb})
-    return Parts(generator, label_first_tokens(_tokenizer(cfg, generator)), cfg.fallback, rag, ctx)
+    return Parts(generator, label_first_tokens(_tokenizer(cfg, generator)), cfg.fallback, rag, ctx, rag_sft=rag_sft)
 
 
 def _rag_system(rag_cfg: RAGConfig, retriever: Retriever | None, reranker: Reranker | None,

@@ -5,6 +5,7 @@
     2 index      index the world's chunks (the clean knowledge base)               study/prepare.py
     3 scenarios  test scenarios (held-out phrasing; known + unknown facts), dev    study/prepare.py, kb.py
     4 train      train the LoRA, or reuse the adapter of an earlier run            study/training.py
+                 (and the RAG-SFT adapter when a `rag_sft` system is listed)
     5 calibrate  tune the self-knowledge gate on the dev split; gate.json          study/calibration.py
     6 evaluate   every system on every scenario x knowledge cell (resumable)       study/evaluate.py
     7 report     comparison report (Markdown + HTML + metrics.json) + headline     study/evaluate.py
@@ -40,6 +41,7 @@ from lorarag.study.training import (
     describe_training,
     find_adapter,
     train_or_reuse,
+    train_rag_sft,
 )
 
 
@@ -121,9 +123,10 @@ def run(cfg: RunConfig, *, fresh: bool = False, dry_run: bool = False, echo: Ech
     echo(f"          {len(test)} test items; dev {len(dev_known)} known + {len(dev_unseen)} never-learned")
     p.step("train", f"LoRA run '{cfg.train.run_name}'")
     adapter = train_or_reuse(cfg, lambda: src.write_sft(echo), fresh, echo)
+    rag_sft = train_rag_sft(cfg, fresh, echo)  # None unless a rag_sft system is listed
     check_test_contexts(cfg, paths, test, src.owners(), {c.chunk_id: c.text for c in src.chunks}, echo)
     p.step("calibrate", "gate threshold on the dev split")
-    parts = build_parts(cfg, retriever, adapter, src.chunks)
+    parts = build_parts(cfg, retriever, adapter, src.chunks, rag_sft)
     gate = calibrate_gate(cfg, parts, adapter, dev_known, dev_unseen, echo)
     if gate.calibration is not None:
         cal = gate.calibration

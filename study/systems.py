@@ -9,7 +9,9 @@ Kinds: `lora_rag` (AdvancedRAGSystem), `base_rag` (plain grounded RAG, no detect
 `prompted_detection` (the same verdict format asked for by prompt), `astute_rag` (the model's own
 closed-book answer consolidated with the sources, prompt only), `closed_book` (no retrieval),
 `memory_or_context` (the LoRA's closed-book answer where the gate keeps it, else base RAG from the
-context: no verdict) and `oracle` (the gold chunk only, answered by the base RAG prompt).
+context: no verdict), `rag_sft` (base RAG's prompt answered by the RAG-SFT adapter: the same facts
+taught, every source answered from; study/training.py) and `oracle` (the gold chunk only, answered
+by the base RAG prompt).
 `prompted_detection`, `astute_rag` and `closed_book` run on the base model, or with `adapter: lora`
 on the trained adapter: a baseline that knows what the LoRA knows.
 Components (generator, retrieval, tokenizer) are built once in study/parts.py and injected.
@@ -20,6 +22,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Callable, Protocol
 
+from lorarag.core.errors import ConfigError
 from lorarag.fallback.format import (
     SYSTEM_CLOSED_BOOK,
     SYSTEM_RAG,
@@ -37,7 +40,7 @@ from lorarag.rag.system import RAGSystem
 from lorarag.scenarios.records import Scenario
 from lorarag.study.config import SystemConfig
 from lorarag.study.contexts import ScenarioContexts
-from lorarag.study.parts import Parts
+from lorarag.study.parts import RAG_SFT, Parts
 
 
 class ScenarioSystem(Protocol):
@@ -107,16 +110,19 @@ class LoRARAG:
 
 
 class BaseRAG:
-    """The plain grounded RAG prompt (no detection) on scenario or oracle contexts."""
+    """The plain grounded RAG prompt (no detection) on scenario or oracle contexts, answered by the
+    base model or by `adapter` (the RAG-SFT adapter)."""
 
-    def __init__(self, name: str, rag: RAGSystem, ctx: ScenarioContexts, mode: str, max_new_tokens: int) -> None:
+    def __init__(self, name: str, rag: RAGSystem, ctx: ScenarioContexts, mode: str, max_new_tokens: int,
+                 adapter: str | None = None) -> None:
         self.name, self.rag, self.ctx, self.mode, self.max_new = name, rag, ctx, mode, max_new_tokens
+        self.adapter = adapter
 
     def answer_scenarios(self, items: list[Scenario]) -> list[Answer]:
         """Answer from the context, as the base RAGSystem does."""
         ctxs = self.ctx.oracle(items) if self.mode == "oracle" else self.ctx.contexts(items, self.mode)
         answers = self.rag.answer_with_context([s.question for s in items], [list(c[1]) for c in ctxs],
-                                               candidates=[list(c[0] or c[1]) for c in ctxs],
+                                               self.adapter, candidates=[list(c[0] or c[1]) for c in ctxs],
                                                max_new_tokens=self.max_new)
         # Record the sources actually given as the final list (RAGSystem leaves `reranked` empty
         # without a reranker, which would make the top-N candidates look like the model's input).
@@ -203,11 +209,19 @@ def _prompted(cfg: SystemConfig, parts: Parts) -> LoRARAG:
     return LoRARAG(cfg.name, AdvancedRAGSystem(parts.rag, det, fb), parts.contexts, cfg.context)
 
 
+def _rag_sft(cfg: SystemConfig, parts: Parts) -> BaseRAG:
+    if parts.rag_sft is None:
+        raise ConfigError(f"system {cfg.name!r} (rag_sft) needs the RAG-SFT adapter: `lorarag run` trains it "
+                          "when the config lists the system")
+    return BaseRAG(cfg.name, parts.rag, parts.contexts, cfg.context, cfg.max_new_tokens, adapter=RAG_SFT)
+
+
 SYSTEMS: dict[str, Callable[[SystemConfig, Parts], ScenarioSystem]] = {
     "lora_rag": _lora_rag,
     "prompted_detection": _prompted,
     "base_rag": lambda cfg, p: BaseRAG(cfg.name, p.rag, p.contexts, cfg.context, cfg.max_new_tokens),
     "oracle": lambda cfg, p: BaseRAG(cfg.name, p.rag, p.contexts, "oracle", cfg.max_new_tokens),
+    "rag_sft": _rag_sft,
     "closed_book": lambda cfg, p: ClosedBook(cfg.name, p.generator, cfg.adapter, cfg.max_new_tokens),
     "astute_rag": lambda cfg, p: AstuteRAG(cfg.name, p.generator, p.contexts, cfg.context, cfg.max_new_tokens,
                                            cfg.adapter),

@@ -1,4 +1,12 @@
-"""Stage 4 of a run: the base model folder, the SFT mix, and the LoRA (trained, resumed or reused)."""
+"""Stage 4 of a run: the base model folder, the SFT mix, and the LoRA (trained, resumed or reused).
+
+When a system of kind `rag_sft` is listed, the stage trains (or reuses) a second adapter, RAG-SFT:
+the same base, recipe, seed and step count as the LoRA, on train/rag_sft.py's transform of the
+LoRA's own rows (every conflict-aware row re-posed as a grounded base-RAG row). It has its own
+run dir, `<train.runs_dir>/<run_name>-rag-sft/`, whose adapter.json records the sha256 of its own
+rows, so its reuse is proven as the LoRA's is (`train_or_reuse`), and its own rows, written beside
+the LoRA's: `<folder of train.dataset>/rag-sft/<file name>` (val likewise).
+"""
 
 from __future__ import annotations
 
@@ -7,12 +15,15 @@ from pathlib import Path
 from typing import Callable
 
 from lorarag.core.errors import ConfigError
+from lorarag.rag.prompt import PromptBuilder
+from lorarag.rag.records import Chunk
 from lorarag.scenarios.world import World
 from lorarag.study.config import RunConfig
 from lorarag.study.layout import Echo
 from lorarag.testing.tiny import build_causal_lm
-from lorarag.train import runs, swift
-from lorarag.train.sft import build_rows, leak_check, summary, write_sft
+from lorarag.train import rag_sft, runs, swift
+from lorarag.train.config import DEFAULTS
+from lorarag.train.sft import SFTRow, build_rows, leak_check, summary, write_sft
 from lorarag.train.smollm2 import ensure_smollm2
 
 
@@ -58,11 +69,58 @@ def find_adapter(cfg: RunConfig) -> Path | None:
 def build_sft(cfg: RunConfig, world: World, echo: Echo) -> None:
     """The SFT mix from the world (train/sft.py), leak-checked, written to `train.dataset`."""
     rows, val = build_rows(world, cfg.train.sft)
-    leak_check(rows, world, (*cfg.eval.test_phrasings, *cfg.dev_phrasings()))
+    held = (*cfg.eval.test_phrasings, *cfg.dev_phrasings())
+    leak_check(rows, world, held)
     write_sft(rows, cfg.train.dataset)
     if cfg.train.val_dataset:
         write_sft(val, cfg.train.val_dataset)
     echo(f"          SFT: {len(rows)} rows {summary(rows)}")
+    write_rag_sft(cfg, rows, val, world.chunks(), lambda rs: leak_check(rs, world, held), echo)
+
+
+def needs_rag_sft(cfg: RunConfig) -> bool:
+    """Whether the run lists a system of kind `rag_sft` (and so trains the RAG-SFT adapter)."""
+    return any(s.kind == "rag_sft" for s in cfg.systems)
+
+
+def _beside(dataset: str) -> str:
+    p = Path(dataset)
+    return str(p.parent / "rag-sft" / p.name)
+
+
+def rag_sft_config(cfg: RunConfig) -> RunConfig:
+    """`cfg` with the RAG-SFT adapter's training section: the LoRA's recipe, seed and base, its
+    own run name and rows (module docstring), and `swift.max_length` at least the generator's
+    window (`rag.generator.max_model_len`). The LoRA's max_length is sized to its own prompt;
+    the base RAG prompt is longer (its system prompt is 69 SmolLM2 tokens in English, 153 in
+    Chinese), so the LoRA's 320 would drop every Chinese grounded row of the CPU demo (208 of
+    1,392 rows: other facts, fewer steps). A row that fits the window can be asked at test time,
+    so none is dropped (max_length only filters rows; both trainers delete longer ones)."""
+    t = cfg.train
+    swift_args = dict(t.swift)
+    own = t.swift.get("max_length", DEFAULTS["max_length"] if t.kind == "peft" else None)
+    if own is not None:  # None: ms-swift's own default, the model's length
+        swift_args["max_length"] = max(int(own), cfg.rag.generator.max_model_len)
+    train = t.model_copy(update={"run_name": f"{t.run_name}-rag-sft", "dataset": _beside(t.dataset),
+                                 "val_dataset": _beside(t.val_dataset) if t.val_dataset else None,
+                                 "swift": swift_args})
+    return cfg.model_copy(update={"train": train})
+
+
+def write_rag_sft(cfg: RunConfig, rows: list[SFTRow], val: list[SFTRow], chunks: list[Chunk],
+                  check: Callable[[list[SFTRow]], None], echo: Echo) -> None:
+    """The RAG-SFT rows of the LoRA's (train and val) rows, leak-checked by `check` as the LoRA's
+    train rows are, written where `rag_sft_config` trains from; nothing when no system needs them."""
+    if not needs_rag_sft(cfg):
+        return
+    prompts, by_id = PromptBuilder(cfg.rag.prompt), {c.chunk_id: c for c in chunks}
+    t = rag_sft_config(cfg).train
+    rs = rag_sft.rag_sft_rows(rows, prompts, by_id)
+    check(rs)
+    write_sft(rs, t.dataset)
+    if t.val_dataset:
+        write_sft(rag_sft.rag_sft_rows(val, prompts, by_id), t.val_dataset)
+    echo(f"          RAG-SFT: {len(rs)} rows {rag_sft.summary(rs)}")
 
 
 def train_or_reuse(cfg: RunConfig, write_sft: Callable[[], None], fresh: bool, echo: Echo) -> Path:
@@ -95,7 +153,26 @@ def train_or_reuse(cfg: RunConfig, write_sft: Callable[[], None], fresh: bool, e
     return Path(swift.train(cfg.train))  # ms-swift (GPU) or the CPU peft loop, as `train.kind` says
 
 
+def train_rag_sft(cfg: RunConfig, fresh: bool, echo: Echo) -> Path | None:
+    """The RAG-SFT adapter folder (trained, resumed or reused as `train_or_reuse` does), or None
+    when no system needs it. Its rows were written with the LoRA's (`write_rag_sft`)."""
+    if not needs_rag_sft(cfg):
+        return None
+    echo(f"          RAG-SFT adapter, run '{rag_sft_config(cfg).train.run_name}' (same recipe, seed and steps)")
+    return train_or_reuse(rag_sft_config(cfg), lambda: None, fresh, echo)
+
+
+def find_rag_sft(cfg: RunConfig) -> Path | None:
+    """The finished RAG-SFT adapter of the run, or None (ConfigError as `find_adapter`)."""
+    return find_adapter(rag_sft_config(cfg))
+
+
 def describe_training(cfg: RunConfig, fresh: bool) -> str:
-    """What stage 4 will do, with the exact training command (for --dry-run)."""
+    """What stage 4 will do, with the exact training commands (for --dry-run)."""
     reuse = "" if fresh else f"reuse the adapter of run '{cfg.train.run_name}' if finished, else "
-    return f"{reuse}build SFT ({cfg.train.dataset}) then: {swift.train(cfg.train, dry_run=True)}"
+    out = f"{reuse}build SFT ({cfg.train.dataset}) then: {swift.train(cfg.train, dry_run=True)}"
+    if needs_rag_sft(cfg):
+        t = rag_sft_config(cfg).train
+        reuse = "" if fresh else f"reuse the adapter of run '{t.run_name}' if finished, else "
+        out += f"; RAG-SFT: {reuse}re-pose the SFT rows grounded ({t.dataset}) then: {swift.train(t, dry_run=True)}"
+    return out

@@ -31,7 +31,7 @@ def _setup(tmp_path, trained_texts):
     train, val = tmp_path / "train.jsonl", tmp_path / "val.jsonl"
     _rows(train, ("Where is Vesova Dynamics based?", trained_texts))
     _rows(val, ("Where is Vesova Dynamics based?", (GOLD,)))
-    cfg = SimpleNamespace(train=SimpleNamespace(dataset=str(train), val_dataset=str(val)))
+    cfg = SimpleNamespace(train=SimpleNamespace(dataset=str(train), val_dataset=str(val)), systems=[])
     paths = Paths(tmp_path / "run")
     paths.root.mkdir(parents=True)
     (paths.root / "run.json").write_text(json.dumps({"git_sha": "x"}))

@@ -205,7 +205,7 @@ def test_reduced_demo_end_to_end(tmp_path):
     assert any(json.loads(x)["scenario"] == "update" and json.loads(x)["superseded"] for x in test)
     assert "### lora_rag against every baseline (retrieved context)" in table
     assert "Knowledge-sharing baselines (know what the LoRA knows): closed_book_lora, astute_rag_lora, " \
-           "memory_or_context." in table
+           "memory_or_context, rag_sft." in table
     assert (root / "report/headline.md").read_text() == table
 
     # the extra set: every system answered its sampled items (2 per cell) from its own index, where

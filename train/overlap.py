@@ -26,8 +26,9 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass
 from typing import Callable, Iterable, Mapping, Sequence
 
+from lorarag.rag.prompt import prompt_passages, prompt_question
 from lorarag.scenarios.records import SOUND_CONTEXTS, Scenario
-from lorarag.train.sft_kb import _SOURCE_LINE, shown  # a source line as the SFT rows show it
+from lorarag.train.sft_kb import shown  # a source line as the SFT rows show it
 
 NGRAM = 8  # words
 NEAR = 0.8  # share of a passage's 8-grams in one training source that makes it a near copy
@@ -71,8 +72,8 @@ class TrainingSources:
             for m in row["messages"]:
                 if m["role"] != "user" or "\n[S" not in "\n" + m["content"]:
                     continue
-                fact, cluster = owner(m["content"].rsplit("Question: ", 1)[-1].strip())
-                for line in _SOURCE_LINE.findall(m["content"]):
+                fact, cluster = owner(prompt_question(m["content"]))
+                for line in prompt_passages(m["content"]):
                     i = len(self.texts)
                     self.texts.append(line)
                     self.facts.append(fact)

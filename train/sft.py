@@ -36,6 +36,7 @@ from lorarag.fallback.format import (
     rag_reply,
     rag_user_turn,
 )
+from lorarag.rag.prompt import prompt_question
 from lorarag.scenarios.from_world import Trained, WorldIndex, index_world, world_scenarios
 from lorarag.scenarios.records import Scenario, save_scenarios, validate_against_kb
 from lorarag.scenarios.world import (
@@ -67,6 +68,7 @@ class SFTRow:
     kind: str  # "knowledge", "refusal" or "rag"
     verdict: str | None
     fact_id: str
+    scenario: Scenario | None = None  # what a conflict-aware row shows (train/rag_sft.py re-poses it)
 
     def to_swift(self) -> dict:
         """The JSON object ms-swift reads: {"messages": [{"role", "content"}, ...]}."""
@@ -97,7 +99,7 @@ def rag_row(s: Scenario, knows: bool) -> SFTRow:
     """A conflict-aware RAG example for scenario `s`."""
     verdict, reply = target(s, knows)
     user = rag_user_turn(s.question, [SourceText(p.text, p.date) for p in s.presented])
-    return SFTRow((("system", SYSTEM_RAG), ("user", user), ("assistant", reply)), "rag", verdict, s.fact_id)
+    return SFTRow((("system", SYSTEM_RAG), ("user", user), ("assistant", reply)), "rag", verdict, s.fact_id, s)
 
 
 def _row_scenarios(world: World, cfg: SFTConfig, undated_fraction: float = 0.5
@@ -171,7 +173,7 @@ def leak_check(rows: Iterable[SFTRow | dict], world: World, held_phrasings: Sequ
         bad = [o for o in orgs if o in text]
         for m in msgs:
             if m["role"] == "user":
-                q = m["content"].rsplit("Question: ", 1)[-1].strip()
+                q = prompt_question(m["content"])
                 if q in held:
                     bad.append(f"held-out phrasing {q!r}")
         if bad:

@@ -24,13 +24,12 @@ perturbed source), and no known item's held-out test wording in any user turn ei
 from __future__ import annotations
 
 import random
-import re
 import zlib
 from collections import Counter
 from dataclasses import replace
 from typing import Callable, Collection, Iterable, Mapping, Sequence
 
-from lorarag.rag.prompt import inert_question, neutralise
+from lorarag.rag.prompt import inert_question, neutralise, prompt_passages, prompt_question
 from lorarag.rag.records import Chunk
 from lorarag.scenarios.from_corpus import OlderValue, corpus_scenarios
 from lorarag.scenarios.from_world import Searcher, bm25_searcher
@@ -42,8 +41,6 @@ from lorarag.train.config import SFTConfig
 from lorarag.train.sft import LeakError, SFTRow, knowledge_row, rag_row
 
 _PAIR = ("consistent", "factual_error")
-
-_SOURCE_LINE = re.compile(r"^\[S\d+\] (.*)$", re.M)
 
 
 def shown(text: str) -> str:
@@ -71,10 +68,10 @@ def kb_leak_check(rows: Iterable[SFTRow | dict], held_out: Sequence[QAItem], chu
         for m in msgs:
             if m["role"] != "user":
                 continue
-            q = _question(m["content"].rsplit("Question: ", 1)[-1])
+            q = _question(prompt_question(m["content"]))
             if q in questions:
                 problems.append(f"row {i}: {questions[q]}")
-            problems += [f"row {i}: {passages[s]}" for s in _SOURCE_LINE.findall(m["content"]) if s in passages]
+            problems += [f"row {i}: {passages[s]}" for s in prompt_passages(m["content"]) if s in passages]
     if problems:
         raise LeakError(f"{len(problems)} leak(s) of held-out data into the SFT rows: " + "; ".join(problems[:5]))
 
