@@ -21,6 +21,7 @@ from lorarag.scenarios.records import Scenario
 from lorarag.study.config import RunConfig
 from lorarag.study.layout import Echo, Paths
 from lorarag.train.overlap import CellOverlap, TrainingSources, leaking, overlap_table
+from lorarag.train.preference import pairs_path
 from lorarag.train.sft import read_sft
 
 OVERLAP_FILE = "overlap.json"
@@ -36,6 +37,8 @@ def check_test_contexts(cfg: RunConfig, paths: Paths, test: Sequence[Scenario],
     """The overlap table of `test` against the SFT rows on disk; ConfigError on a flawed leak.
     `owners`: every question training may ask -> (fact, cluster)."""
     files = [Path(cfg.train.dataset)] + ([Path(cfg.train.val_dataset)] if cfg.train.val_dataset else [])
+    if cfg.train.preference.enabled:  # the preference pairs' prompts (train/preference.py) are training too
+        files.append(pairs_path(cfg.train.dataset))
     rows = [r for f in files if f.is_file() for r in read_sft(f)]
     index = {_key(q): o for q, o in owners.items()}
     sources = TrainingSources(rows, lambda q: index.get(" ".join(q.split()), (None, None)))

@@ -63,6 +63,27 @@ class SFTConfig(Strict):
     val_fraction: float = 0.05
 
 
+class PreferenceConfig(Strict):
+    """Preference training after SFT (train/preference.py builds the pairs, train/dpo.py or
+    `swift rlhf` trains): the SFT adapter is trained on, with the SFT adapter itself, frozen, as
+    the DPO reference. Off by default: a config without this section trains and hashes as before."""
+
+    enabled: bool = False
+    # `dpo`: sigmoid DPO against the frozen SFT adapter; `orpo`: chosen NLL + odds-ratio term, no
+    # reference. Both the CPU loop and `swift rlhf --rlhf_type` run them (KTO needs unpaired rows).
+    type: Literal["dpo", "orpo"] = "dpo"
+    beta: float = Field(default=0.1, gt=0)  # DPO's beta (ORPO: the odds-ratio weight, lambda)
+    learning_rate: float = Field(default=5e-5, gt=0)
+    num_train_epochs: float = Field(default=1.0, gt=0)
+    max_steps: int = -1  # > 0: stop after this many steps (overrides epochs)
+    per_device_train_batch_size: int = Field(default=4, ge=1)  # pairs per step
+    # Rejected variants per (fact, context) row: wrong-source rows have 2 (memory taken from the
+    # passage; memory kept but the passage trusted), right sources of untaught facts 3 (invented
+    # memory; refusal; invented memory with answer unknown); the first n are used.
+    pairs_per_fact: int = Field(default=1, ge=1, le=3)
+    seed: int = 0
+
+
 class TrainConfig(Strict):
     """One training run: our paths and seeds plus ms-swift's own arguments under `swift:`."""
 
@@ -75,6 +96,7 @@ class TrainConfig(Strict):
     seed: int = 42
     world: WorldConfig | None = None  # set when the data comes from the demo world
     sft: SFTConfig | None = None
+    preference: PreferenceConfig = Field(default_factory=PreferenceConfig)
     swift: dict[str, Any] = Field(default_factory=dict)  # ms-swift argument names -> values
     # peft kind: a batch's common leading tokens (system prompt, chat header) run once and their
     # keys/values serve every row: same loss and gradients up to rounding, ~1/3 fewer tokens of
