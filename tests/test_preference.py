@@ -202,7 +202,9 @@ def _dpo_loss_of(base: Path, adapter: Path, ref_adapter: Path, pairs: Path, beta
     losses = []
     for row in read_pairs(pairs):
         c, r = row["messages"][-1]["content"], row["rejected_response"]
-        m = beta * ((logps(adapter, row, c) - logps(ref_adapter, row, c)) - (logps(adapter, row, r) - logps(ref_adapter, row, r)))
+        chosen = logps(adapter, row, c) - logps(ref_adapter, row, c)
+        rejected = logps(adapter, row, r) - logps(ref_adapter, row, r)
+        m = beta * (chosen - rejected)
         losses.append(math.log1p(math.exp(-m)))
     return sum(losses) / len(losses)
 
@@ -286,3 +288,64 @@ def test_a_test_context_in_a_pair_stops_the_run(tmp_path):
         check_test_contexts(on, paths, test, owners, {"gold": gold}, lambda _: None)
     off = SimpleNamespace(train=SimpleNamespace(dataset=str(train), val_dataset=None, preference=PreferenceConfig()))
     check_test_contexts(off, paths, test, owners, {"gold": gold}, lambda _: None)  # the SFT rows alone are clean
+
+
+@pytest.mark.slow
+def test_swift_rlhf_continues_the_sft_adapter_and_the_pointer_names_the_result(tmp_path, tiny_models, lora):
+    """The GPU path's exact command, run for real by ms-swift on the CPU: the reference is the SFT
+    adapter (zero rewards at step 1, DPO loss log 2), the chosen replies gain, adapter.json moves."""
+    from lorarag.train.rlhf import preference_record, train_preference
+
+    cfg = TrainConfig(kind="swift", run_name="t", model=str(tiny_models["lm"]), dataset=str(tmp_path / "sft.jsonl"),
+                      runs_dir=str(tmp_path / "runs"),
+                      swift={"model_type": "qwen3", "template": "qwen3", "torch_dtype": "float32", "max_length": 256,
+                             "save_steps": 2, "logging_steps": 1, "gradient_checkpointing": False,
+                             "gradient_accumulation_steps": 1},
+                      preference=PreferenceConfig(enabled=True, max_steps=4, learning_rate=1e-3,
+                                                  per_device_train_batch_size=4, pairs_per_fact=2))
+    pairs = write_pairs(build_pairs(_hand_rows(), FACTS, cfg.preference), pairs_path(cfg.dataset))
+    rd = tmp_path / "runs/t"
+    rd.mkdir(parents=True)
+    (rd / "adapter.json").write_text(json.dumps({"adapter": str(lora), "base_model": cfg.model}))
+    final = train_preference(cfg, pairs)
+    assert final == rd / "preference/checkpoint-4" and (final / "adapter_model.safetensors").is_file()
+    log = [json.loads(x) for x in (rd / "preference/logging.jsonl").read_text().splitlines()
+           if x.startswith('{"loss"')]
+    first = log[0]
+    assert float(first["rewards/margins"]) == 0.0 and float(first["loss"]) == pytest.approx(math.log(2), abs=1e-3)
+    assert float(log[-1]["rewards/margins"]) > 0
+    pointer = json.loads((rd / "adapter.json").read_text())
+    assert pointer["adapter"] == str(final) and pointer["sft_adapter"] == str(lora)
+    assert pointer["preference"] == preference_record(cfg, pairs) and preference_changes(cfg, pairs) == []
+
+
+def _ci_tiny(tmp: Path, **pref):
+    """configs/run/ci-tiny.yaml under `tmp`, two systems, preference training on."""
+    from tests.test_run_e2e import _in_tmp
+
+    cfg = _in_tmp(tmp)
+    systems = [s for s in cfg.systems if s.name in ("base_rag", "lora_rag")]
+    train = cfg.train.model_copy(update={"preference": PreferenceConfig(enabled=True, max_steps=3, **pref)})
+    return cfg.model_copy(update={"train": train, "systems": systems,
+                                  "eval": cfg.eval.model_copy(update={"max_per_cell": 1})})
+
+
+@pytest.mark.slow
+def test_lorarag_run_trains_dpo_after_sft_and_evaluates_that_adapter(tmp_path):
+    from lorarag.study.pipeline import run
+    from lorarag.train.swift import run_dir
+
+    cfg = _ci_tiny(tmp_path)
+    lines: list[str] = []
+    run(cfg, echo=lines.append)
+    text = "\n".join(lines)
+    assert "preference pairs: " in text and "dpo on " in text
+    pointer = json.loads((run_dir(cfg.train) / "adapter.json").read_text())
+    assert pointer["adapter"].endswith("preference/checkpoint-3") and pointer["sft_adapter"].endswith("checkpoint-3")
+    assert read_pairs(pairs_path(cfg.train.dataset))
+    assert "test_context_overlap" in json.loads((tmp_path / "runs/ci-tiny/run.json").read_text())
+    lines.clear()
+    run(cfg, echo=lines.append)  # same rows, pairs and recipe: both adapters reused
+    assert any("reusing preference adapter" in ln for ln in lines)
+    with pytest.raises(ConfigError, match=r"differs in preference.beta.*--fresh"):
+        run(_ci_tiny(tmp_path, beta=0.5), echo=lambda _: None)

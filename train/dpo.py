@@ -55,18 +55,22 @@ def tokenize_pairs(tok, rows: list[dict], max_length: int) -> list[tuple[Tokens,
 
 
 def sequence_logps(model, batch: list[Tokens], pad: int, device: str = "cpu"):
-    """(sum of reply-token log-probs, number of reply tokens) per row: two [B] tensors."""
+    """(sum of reply-token log-probs, number of reply tokens) per row: two [B] tensors. The LM head
+    runs only at positions that carry a label ([N, V] logits, not [B, T, V])."""
     import torch
 
     width = max(len(x) for x, _ in batch)
     ids = torch.tensor([x + [pad] * (width - len(x)) for x, _ in batch], device=device)
     att = torch.tensor([[1] * len(x) + [0] * (width - len(x)) for x, _ in batch], device=device)
     lab = torch.tensor([y + [-100] * (width - len(y)) for _, y in batch], device=device)
-    logits = model(input_ids=ids, attention_mask=att).logits[:, :-1].float()  # [B, T-1, V]
+    hidden = model.get_base_model().model(input_ids=ids, attention_mask=att).last_hidden_state  # [B, T, H]
     tgt = lab[:, 1:]
     keep = tgt != -100
-    lp = torch.log_softmax(logits, -1).gather(-1, tgt.clamp(min=0).unsqueeze(-1)).squeeze(-1)  # [B, T-1]
-    return (lp * keep).sum(-1), keep.sum(-1)
+    logits = model.get_output_embeddings()(hidden[:, :-1][keep]).float()  # [N, V]
+    lp = torch.log_softmax(logits, -1).gather(-1, tgt[keep].unsqueeze(-1)).squeeze(-1)  # [N]
+    row = keep.nonzero()[:, 0]  # the row of each labelled position
+    sums = torch.zeros(len(batch), device=device, dtype=lp.dtype).index_add(0, row, lp)
+    return sums, keep.sum(-1)
 
 
 def dpo_loss(pc, pr, rc, rr, beta: float):

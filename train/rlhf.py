@@ -35,7 +35,7 @@ from lorarag.train.swift import (
 
 # What the preference section sets in place of the SFT run's arguments of the same meaning.
 _REPLACED = ("learning_rate", "num_train_epochs", "max_steps", "per_device_train_batch_size", "beta",
-             "save_steps", "warmup_ratio", "lr_scheduler_type")
+             "warmup_ratio", "lr_scheduler_type")
 
 
 def preference_dir(cfg: TrainConfig) -> Path:
