@@ -155,9 +155,15 @@ def test_the_swift_rlhf_command_continues_the_sft_adapter_against_itself(tmp_pat
 def test_preference_config_is_off_by_default_and_strict():
     base = TrainConfig(run_name="r", model="m", dataset="d")
     assert base.preference.enabled is False
-    for path in sorted((REPO / "configs").glob("*/*.yaml")):  # every shipped config: still off
-        text = path.read_text()
-        assert "preference" not in text or "enabled: true" not in text.split("preference", 1)[1][:200], path
+    from lorarag.core.config import load_config
+    from lorarag.study.config import RunConfig
+
+    # every shipped config is off but the `-dpo` variants, which name their own runs
+    runs = {p.stem: load_config(p, RunConfig).train for p in sorted((REPO / "configs/run").glob("*.yaml"))}
+    trains = {p.stem: load_config(p, TrainConfig) for p in sorted((REPO / "configs/train").glob("*.yaml"))}
+    for name, train in {**runs, **trains}.items():
+        assert train.preference.enabled == name.endswith("-dpo"), name
+    assert runs["research-dpo"].run_name != runs["research"].run_name
     with pytest.raises(ValueError, match="extra"):
         PreferenceConfig(enabled=True, gamma=1.0)
     with pytest.raises(ValueError):
@@ -349,3 +355,29 @@ def test_lorarag_run_trains_dpo_after_sft_and_evaluates_that_adapter(tmp_path):
     assert any("reusing preference adapter" in ln for ln in lines)
     with pytest.raises(ConfigError, match=r"differs in preference.beta.*--fresh"):
         run(_ci_tiny(tmp_path, beta=0.5), echo=lambda _: None)
+
+
+@pytest.mark.slow
+def test_lorarag_train_runs_sft_then_dpo_on_a_world_config(tmp_path, tiny_models):
+    import yaml
+    from typer.testing import CliRunner
+
+    from lorarag.cli import app
+
+    cfg = {"kind": "peft", "run_name": "w", "model": str(tiny_models["lm"]),
+           "dataset": str(tmp_path / "data/sft/train.jsonl"), "runs_dir": str(tmp_path / "runs"),
+           "world": {"seed": 0, "n_orgs": 8}, "sft": {"knowledge_repeats": 1},
+           "swift": {"torch_dtype": "float32", "lora_rank": 4, "lora_alpha": 8, "max_steps": 2,
+                     "per_device_train_batch_size": 4, "max_length": 512},
+           "preference": {"enabled": True, "max_steps": 2}}
+    path = tmp_path / "train.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    dry = CliRunner().invoke(app, ["train", str(path), "--dry-run"])
+    assert dry.exit_code == 0 and "lorarag.train.peft_trainer" in dry.output and "lorarag.train.dpo" in dry.output
+    res = CliRunner().invoke(app, ["train", str(path)])
+    assert res.exit_code == 0, res.output
+    pointer = json.loads((tmp_path / "runs/w/adapter.json").read_text())
+    assert res.output.strip().endswith(f"adapter: {pointer['adapter']}")
+    assert pointer["adapter"].endswith("preference/checkpoint-2") and pointer["preference"]["pairs"]
+    pairs = read_pairs(tmp_path / "data/sft/train.pairs.jsonl")
+    leak_check(pairs, build_world(WorldConfig(seed=0, n_orgs=8)))
