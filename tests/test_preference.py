@@ -138,7 +138,7 @@ def test_the_swift_rlhf_command_continues_the_sft_adapter_against_itself(tmp_pat
     out = str(tmp_path / "runs/t/preference")
     assert cmd == ["swift", "rlhf", "--rlhf_type", "dpo", "--model", "/m/qwen3", "--tuner_type", "lora",
                    "--adapters", "/r/output/checkpoint-9", "--ref_adapters", "/r/output/checkpoint-9",
-                   "--dataset", "p.jsonl", "--output_dir", out, "--seed", "0",
+                   "--dataset", "p.jsonl", "--output_dir", out, "--seed", "42",
                    "--add_version", "false", "--check_model", "false", "--dataloader_num_workers", "0",
                    "--dataset_num_proc", "1", "--report_to", "none", "--model_type", "qwen3", "--template", "qwen3",
                    "--lora_rank", "8", "--max_length", "512", "--beta", "0.2", "--learning_rate", "5e-06",

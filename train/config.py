@@ -81,7 +81,7 @@ class PreferenceConfig(Strict):
     # passage; memory kept but the passage trusted), right sources of untaught facts 3 (invented
     # memory; refusal; invented memory with answer unknown); the first n are used.
     pairs_per_fact: int = Field(default=1, ge=1, le=3)
-    seed: int = 0
+    seed: int = 0  # the pairs' invented values and order (training order follows `train.seed`)
 
 
 class TrainConfig(Strict):

@@ -5,7 +5,8 @@ ms-swift continues the SFT LoRA with `--adapters <SFT checkpoint>`; for DPO `--r
 the same checkpoint, so the reference is the SFT model (ms-swift 4.x's documented recipe for DPO
 after LoRA SFT); ORPO has no reference. The SFT run's ms-swift arguments are passed on (model type,
 template, dtype, lengths, batch), with the preference section's learning rate, epochs, steps, batch
-and beta in their place. When it finishes, adapter.json's `adapter` points at the preference
+and beta in their place, and the training seed (`train.seed`, which `lorarag seeds` varies; the
+pairs, like the SFT rows, are shared by the seeds). When it finishes, adapter.json's `adapter` points at the preference
 checkpoint (so every later stage evaluates it), `sft_adapter` at the SFT one, and `preference`
 records the sha256 of the pairs and the recipe: `preference_changes` compares them before reuse.
 """
@@ -55,7 +56,7 @@ def rlhf_command(cfg: TrainConfig, pairs: str | Path, sft_adapter: str | Path) -
            "--adapters", str(sft_adapter)]
     if p.type == "dpo":
         cmd += ["--ref_adapters", str(sft_adapter)]
-    cmd += ["--dataset", str(pairs), "--output_dir", str(preference_dir(cfg)), "--seed", str(p.seed)]
+    cmd += ["--dataset", str(pairs), "--output_dir", str(preference_dir(cfg)), "--seed", str(cfg.seed)]
     ours = {"beta": p.beta, "learning_rate": p.learning_rate, "num_train_epochs": p.num_train_epochs,
             "per_device_train_batch_size": p.per_device_train_batch_size,
             **({"max_steps": p.max_steps} if p.max_steps > 0 else {})}
@@ -69,7 +70,7 @@ def rlhf_command(cfg: TrainConfig, pairs: str | Path, sft_adapter: str | Path) -
 def dpo_command(cfg: TrainConfig, pairs: str | Path, sft_adapter: str | Path) -> list[str]:
     """The CPU loop's command (train/dpo.py) for the `peft` kind."""
     return [sys.executable, "-m", "lorarag.train.dpo", "--model", cfg.model, "--adapter", str(sft_adapter),
-            "--pairs", str(pairs), "--output_dir", str(preference_dir(cfg)), "--seed", str(cfg.preference.seed),
+            "--pairs", str(pairs), "--output_dir", str(preference_dir(cfg)), "--seed", str(cfg.seed),
             "--preference", json.dumps(cfg.preference.model_dump(mode="json")), "--args", json.dumps(cfg.swift)]
 
 
