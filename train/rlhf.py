@@ -4,11 +4,12 @@ run in `<run dir>/preference/`, and its record in adapter.json.
 ms-swift continues the SFT LoRA with `--adapters <SFT checkpoint>`; for DPO `--ref_adapters` names
 the same checkpoint, so the reference is the SFT model (ms-swift 4.x's documented recipe for DPO
 after LoRA SFT); ORPO has no reference. The SFT run's ms-swift arguments are passed on (model type,
-template, dtype, lengths, batch), with the preference section's learning rate, epochs, steps, batch
-and beta in their place, and the training seed (`train.seed`, which `lorarag seeds` varies; the
-pairs, like the SFT rows, are shared by the seeds). When it finishes, adapter.json's `adapter` points at the preference
-checkpoint (so every later stage evaluates it), `sft_adapter` at the SFT one, and `preference`
-records the sha256 of the pairs and the recipe: `preference_changes` compares them before reuse.
+template, dtype, lengths, batch), with the preference section's learning rate, epochs, steps,
+batch and beta in their place; training follows `train.seed` (which `lorarag seeds` varies; the
+pairs, like the SFT rows, are shared by the seeds). When it finishes, adapter.json's `adapter`
+points at the preference checkpoint (so every later stage evaluates it), `sft_adapter` at the SFT
+one, and `preference` records the sha256 of the pairs and the recipe: `preference_changes`
+compares them before reuse.
 """
 
 from __future__ import annotations
