@@ -20,6 +20,7 @@ from lorarag.scenarios.kb_splits import HELD_OUT
 from lorarag.scenarios.records import Scenario
 from lorarag.study.config import RunConfig
 from lorarag.study.layout import Echo
+from lorarag.study.sources import KBSource, WorldSource
 from lorarag.train.preference import (
     FactInfo,
     build_pairs,
@@ -38,12 +39,12 @@ def pairs_file(cfg: RunConfig) -> Path:
     return pairs_path(cfg.train.dataset)
 
 
-def training_facts(src) -> dict[str, FactInfo]:
-    """Question wording -> training fact, for a WorldSource or a KBSource (study/sources.py)."""
-    return world_facts(src.world) if hasattr(src, "world") else kb_facts(src.kb.groups)
+def training_facts(src: WorldSource | KBSource) -> dict[str, FactInfo]:
+    """Question wording -> training fact, of the demo world or of a KB."""
+    return world_facts(src.world) if isinstance(src, WorldSource) else kb_facts(src.kb.groups)
 
 
-def write_preference_pairs(cfg: RunConfig, src, test: Sequence[Scenario], echo: Echo) -> Path | None:
+def write_preference_pairs(cfg: RunConfig, src: WorldSource | KBSource, test: Sequence[Scenario], echo: Echo) -> Path | None:
     """Build, leak-check and write the pairs (None when preference training is off); `test`: the
     run's test scenarios, whose substituted passages no pair may show."""
     if not cfg.train.preference.enabled:
@@ -53,7 +54,7 @@ def write_preference_pairs(cfg: RunConfig, src, test: Sequence[Scenario], echo: 
         raise ConfigError(f"train.preference: no preference pair in {cfg.train.dataset} (no conflict-aware row "
                           "of a training fact with a wrong source, or with a right source of an untaught fact)")
     rows = [q.to_swift() for q in pairs]
-    if hasattr(src, "world"):
+    if isinstance(src, WorldSource):
         leak_check(rows, src.world, (*cfg.eval.test_phrasings, *cfg.dev_phrasings()))
     else:
         held = [it for g in HELD_OUT for it in src.kb.groups[g]]

@@ -90,12 +90,13 @@ def orpo_loss(pc, pr, nc, nr, beta: float):
     return -mc - beta * torch.nn.functional.logsigmoid(log_odds), log_odds
 
 
-def reference_logps(model, data: list[tuple[Tokens, Tokens]], pad: int, device: str, bs: int):
-    """The SFT adapter's (chosen, rejected) summed log-probs per pair: two [N] tensors."""
+def reference_logps(model, data: list[tuple[Tokens, Tokens]], pad: int, device: str, bs: int, bf16: bool):
+    """The SFT adapter's (chosen, rejected) summed log-probs per pair: two [N] tensors, computed
+    as the training steps compute the policy's (same autocast)."""
     import torch
 
     cs, rs = [], []
-    with torch.no_grad():
+    with torch.no_grad(), torch.autocast(torch.device(device).type, dtype=torch.bfloat16, enabled=bf16):
         for s in range(0, len(data), bs):
             part = data[s:s + bs]
             lp, _ = sequence_logps(model, [c for c, _ in part] + [r for _, r in part], pad, device)
@@ -122,7 +123,9 @@ def train_preference(model_dir: str, sft_adapter: str, pairs: str, output_dir: s
     model = PeftModel.from_pretrained(load_base(model_dir, a), sft_adapter, is_trainable=True).to(device)
     model.eval()  # no dropout: the policy equals the reference at step 0
     bs, beta, kind = int(pref["per_device_train_batch_size"]), float(pref["beta"]), pref["type"]
-    ref_c, ref_r = reference_logps(model, data, tok.pad_token_id, device, bs) if kind == "dpo" else (None, None)
+    use_bf16 = a["torch_dtype"] == "bfloat16" and device == "cpu"
+    ref_c, ref_r = (reference_logps(model, data, tok.pad_token_id, device, bs, use_bf16) if kind == "dpo"
+                    else (None, None))
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=float(pref["learning_rate"]), weight_decay=0.0)
     rng = random.Random(seed)
@@ -134,7 +137,6 @@ def train_preference(model_dir: str, sft_adapter: str, pairs: str, output_dir: s
     if int(pref["max_steps"]) > 0:
         plan = (plan * int(math.ceil(int(pref["max_steps"]) / len(plan))))[:int(pref["max_steps"])]
     total, warm = len(plan), max(1, int(len(plan) * float(a["warmup_ratio"])))
-    use_bf16 = a["torch_dtype"] == "bfloat16" and device == "cpu"
     t0 = time.time()
     with (out / "logging.jsonl").open("w", encoding="utf-8") as logf:
         for step, batch in enumerate(plan):

@@ -99,7 +99,8 @@ def preference_record(cfg: TrainConfig, pairs: str | Path) -> dict[str, Any]:
 def preference_changes(cfg: TrainConfig, pairs: str | Path) -> list[str]:
     """How the saved preference record differs from `cfg` and `pairs` now ([] when it matches);
     a pointer without a record when preference is enabled, or with one when it is not, differs."""
-    saved = read_pointer(run_dir(cfg) / "adapter.json").get("preference")
+    pointer = run_dir(cfg) / "adapter.json"
+    saved = read_pointer(pointer).get("preference") if pointer.is_file() else None
     if not cfg.preference.enabled:
         return ["preference training (the adapter has it, the config does not)"] if saved else []
     if not isinstance(saved, dict):
