@@ -29,6 +29,7 @@ from lorarag.study.config import RunConfig
 from lorarag.study.layout import Echo, Paths
 from lorarag.study.training import needs_rag_sft, rag_sft_config
 from lorarag.train.overlap import CellOverlap, TrainingSources, leaking, overlap_table
+from lorarag.train.preference import pairs_path
 from lorarag.train.sft import LeakError, read_sft
 from lorarag.train.sft_kb import asked, kb_leak_check, wording_keys
 
@@ -46,6 +47,8 @@ def check_test_contexts(cfg: RunConfig, paths: Paths, test: Sequence[Scenario],
     `owners`: every question training may ask -> (fact, cluster)."""
     trains = [cfg.train] + ([rag_sft_config(cfg).train] if needs_rag_sft(cfg) else [])
     files = [Path(f) for t in trains for f in (t.dataset, t.val_dataset) if f]
+    if cfg.train.preference.enabled:  # the preference pairs' prompts (train/preference.py) are training too
+        files.append(pairs_path(cfg.train.dataset))
     rows = [r for f in files if f.is_file() for r in read_sft(f)]
     index = {_key(q): o for q, o in owners.items()}
     sources = TrainingSources(rows, lambda q: index.get(" ".join(q.split()), (None, None)))

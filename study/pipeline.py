@@ -34,6 +34,8 @@ from lorarag.study.extra import check_extra_sets, evaluate_extra_sets
 from lorarag.study.layout import KB_STEPS, STEPS, Echo, Paths, Progress
 from lorarag.study.leaks import check_test_contexts
 from lorarag.study.parts import build_parts
+from lorarag.study.preference import describe as describe_preference
+from lorarag.study.preference import prefer_or_reuse, write_preference_pairs
 from lorarag.study.prepare import index_chunks
 from lorarag.study.sources import KBSource, WorldSource
 from lorarag.study.training import (
@@ -59,7 +61,7 @@ def plan(cfg: RunConfig, fresh: bool) -> list[tuple[str, str]]:
         ("index", f"build_from_chunks({source}) -> {cfg.rag.index.dir} ({r.mode}, top_n={r.top_n}, "
                   f"top_k={r.top_k}{', reranker ' + cfg.rag.reranker.model if cfg.rag.reranker else ''})"),
         ("scenarios", base + _plan_scenarios(cfg, root)[1]),
-        ("train", describe_training(cfg, fresh)),
+        ("train", describe_training(cfg, fresh) + describe_preference(cfg)),
         ("calibrate", gate),
         ("evaluate", f"run_eval for {systems} -> {root / 'eval'}" + "".join(
             f"; then on {x.kind} ({x.path}, {x.split}, <= {x.max_per_cell or cfg.eval.max_per_cell} per cell, "
@@ -124,7 +126,9 @@ def run(cfg: RunConfig, *, fresh: bool = False, dry_run: bool = False, echo: Ech
     p.step("train", f"LoRA run '{cfg.train.run_name}'")
     adapter = train_or_reuse(cfg, lambda: src.write_sft(echo), fresh, echo)
     rag_sft = train_rag_sft(cfg, fresh, echo)  # None unless a rag_sft system is listed
+    write_preference_pairs(cfg, src, test, echo)  # train.preference: pairs from the SFT rows
     check_test_contexts(cfg, paths, test, src.owners(), {c.chunk_id: c.text for c in src.chunks}, echo)
+    adapter = prefer_or_reuse(cfg, adapter, fresh, echo)  # the SFT adapter when preference is off
     p.step("calibrate", "gate threshold on the dev split")
     parts = build_parts(cfg, retriever, adapter, src.chunks, rag_sft)
     gate = calibrate_gate(cfg, parts, adapter, dev_known, dev_unseen, echo)

@@ -13,6 +13,7 @@ from lorarag.fallback.format import SYSTEM_RAG, SourceText, rag_user_turn
 from lorarag.scenarios.records import PresentedChunk, Scenario
 from lorarag.study.layout import Paths
 from lorarag.study.leaks import check_test_contexts, read_overlap
+from lorarag.train.config import PreferenceConfig
 
 OLD = "In 2021, Vesova Dynamics had its headquarters in Tallinn, on the harbour front."
 GOLD = "Vesova Dynamics has its headquarters in Tartu, where most of its engineering staff work."
@@ -31,7 +32,8 @@ def _setup(tmp_path, trained_texts):
     train, val = tmp_path / "train.jsonl", tmp_path / "val.jsonl"
     _rows(train, ("Where is Vesova Dynamics based?", trained_texts))
     _rows(val, ("Where is Vesova Dynamics based?", (GOLD,)))
-    cfg = SimpleNamespace(train=SimpleNamespace(dataset=str(train), val_dataset=str(val)), systems=[])
+    cfg = SimpleNamespace(train=SimpleNamespace(dataset=str(train), val_dataset=str(val), preference=PreferenceConfig()),
+                          systems=[])
     paths = Paths(tmp_path / "run")
     paths.root.mkdir(parents=True)
     (paths.root / "run.json").write_text(json.dumps({"git_sha": "x"}))

@@ -68,6 +68,27 @@ class SFTConfig(Strict):
     val_fraction: float = Field(0.05, description="share of rows held out as the validation set (`val_dataset`)")
 
 
+class PreferenceConfig(Strict):
+    """Preference training after SFT (train/preference.py builds the pairs, train/dpo.py or
+    `swift rlhf` trains): the SFT adapter is trained on, with the SFT adapter itself, frozen, as
+    the DPO reference. Off by default: a config without this section trains and hashes as before."""
+
+    enabled: bool = Field(False, description="train on preference pairs after SFT")
+    type: Literal["dpo", "orpo"] = Field("dpo", description=(
+        "`dpo`: sigmoid DPO against the frozen SFT adapter; `orpo`: chosen NLL + odds-ratio term, no reference. "
+        "Both the CPU loop and `swift rlhf --rlhf_type` run them (KTO needs unpaired rows)."))
+    beta: float = Field(default=0.1, gt=0, description="DPO's beta (ORPO: the odds-ratio weight, lambda)")
+    learning_rate: float = Field(default=5e-5, gt=0, description="learning rate of the preference stage")
+    num_train_epochs: float = Field(default=1.0, gt=0, description="epochs over the pairs")
+    max_steps: int = Field(-1, description="> 0: stop after this many steps (overrides epochs)")
+    per_device_train_batch_size: int = Field(default=4, ge=1, description="pairs per step")
+    pairs_per_fact: int = Field(default=1, ge=1, le=3, description=(
+        "Rejected variants per (fact, context) row: wrong-source rows have 2 (memory taken from the passage; memory "
+        "kept but the passage trusted), right sources of untaught facts 3 (invented memory; refusal; invented "
+        "memory with answer unknown); the first n are used."))
+    seed: int = Field(0, description="the pairs' invented values and order (training order follows `train.seed`)")
+
+
 class TrainConfig(Strict):
     """One training run: our paths and seeds plus ms-swift's own arguments under `swift:`."""
 
@@ -81,6 +102,8 @@ class TrainConfig(Strict):
     seed: int = Field(42, description="training seed (passed as --seed)")
     world: WorldConfig | None = Field(None, description="set when the data comes from the demo world")
     sft: SFTConfig | None = Field(None, description="the SFT data mix (train/sft.py); null: its defaults")
+    preference: PreferenceConfig = Field(default_factory=PreferenceConfig, description=(
+        "preference training after SFT (DPO/ORPO on conflict pairs, train/preference.py); off unless enabled"))
     swift: dict[str, Any] = Field(default_factory=dict, description="ms-swift argument names -> values")
     share_prefix: bool = Field(False, description=(
         "peft kind: a batch's common leading tokens (system prompt, chat header) run once and their keys/values "

@@ -21,6 +21,24 @@ def _data_dir(cfg) -> Path:
     return Path(cfg.dataset).parent.parent
 
 
+def _world_pairs(cfg, path: Path) -> Path:
+    """Preference pairs of a world config's SFT rows (train/preference.py), leak-checked, written."""
+    from lorarag.core.errors import UserError
+    from lorarag.scenarios.world import build_world
+    from lorarag.train.preference import build_pairs, world_facts, write_pairs
+    from lorarag.train.sft import leak_check, read_sft
+
+    if cfg.world is None:
+        raise UserError("train.preference with `lorarag train` needs a world: section (a KB's pairs are built "
+                        "by `lorarag run`)")
+    world = build_world(cfg.world)
+    pairs = build_pairs(read_sft(cfg.dataset), world_facts(world), cfg.preference)
+    if not pairs:
+        raise UserError(f"train.preference: no preference pair in {cfg.dataset}")
+    leak_check([q.to_swift() for q in pairs], world)
+    return write_pairs(pairs, path)
+
+
 def register(app: typer.Typer) -> None:
     """Add this package's commands (listed above) to the main app."""
 
@@ -86,6 +104,16 @@ def register(app: typer.Typer) -> None:
             ensure_smollm2(cfg.model)
         result = train(cfg, dry_run=dry_run, config_path=str(config))
         typer.echo(result if dry_run else f"adapter: {result}")
+        if cfg.preference.enabled:  # then preference training from the SFT adapter (train/rlhf.py)
+            from lorarag.train.preference import pairs_path
+            from lorarag.train.rlhf import preference_command, sft_placeholder, train_preference
+            from lorarag.train.swift import render, train_env
+
+            pairs = pairs_path(cfg.dataset)
+            if dry_run:
+                typer.echo(render(preference_command(cfg, pairs, sft_placeholder(cfg)), train_env(cfg)))
+                return
+            typer.echo(f"adapter: {train_preference(cfg, _world_pairs(cfg, pairs))}")
 
     @app.command("export")
     def export_cmd(run: str = typer.Argument(..., help="run name, run dir or adapter folder"),
