@@ -60,11 +60,16 @@ def _zero_lora(base: str, rank: int, alpha: int, out: Path) -> Path:
     return out
 
 
-def demo_system(work: Path) -> tuple[AdvancedRAGSystem, list[str]]:
-    """The default system (module docstring) and the demo world's test questions."""
+def demo_system(work: Path, generator: dict | None = None) -> tuple[AdvancedRAGSystem, list[str]]:
+    """The default system (module docstring) and the demo world's test questions; `generator`:
+    settings that replace the demo generator's (the engine under test, bench/engine.py)."""
+    from lorarag.rag.config import GeneratorConfig
     from lorarag.train.smollm2 import ensure_smollm2
 
     cfg = load_config(packaged_config(DEMO_CONFIG), RunConfig)
+    if generator:
+        gen = GeneratorConfig.model_validate({**cfg.rag.generator.model_dump(), **generator})
+        cfg = cfg.model_copy(update={"rag": cfg.rag.model_copy(update={"generator": gen})})
     ensure_smollm2(cfg.train.model)
     world = build_world(cfg.train.world)
     retriever = index_chunks(cfg, world.chunks(), len(world.documents),

@@ -1,5 +1,5 @@
 """`lorarag serve --run RUN_DIR` (the run's trained system behind an OpenAI-compatible API), and the
-benchmarks of what runs beyond one process: `bench serve`, `bench scale`."""
+benchmarks of what runs beyond one process: `bench serve`, `bench engine`, `bench scale`."""
 
 from __future__ import annotations
 
@@ -47,6 +47,16 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
         from lorarag.bench.serve import run as run_bench
 
         run_bench(run, requests, out, echo=typer.echo)
+
+    @bench_app.command("engine")
+    def bench_engine_cmd(questions: int = typer.Option(16, min=2, help="distinct questions, one at a time"),
+                         engines: str = typer.Option("", help="comma-separated names from bench/engine.py "
+                                                     "ENGINES, the first the reference (default: all)"),
+                         out: Path = typer.Option(Path("runs/bench/engine.json"), help="results JSON")) -> None:
+        """The fast generator settings against transformers fp32: p50/p95 per answer and agreement."""
+        from lorarag.bench.engine import run as run_engine
+
+        run_engine(questions, out, [n for n in engines.split(",") if n], echo=typer.echo)
 
     @bench_app.command("scale")
     def bench_scale_cmd(sizes: str = typer.Option("100000,1000000", help="index sizes (vectors), comma-separated"),
