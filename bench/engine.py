@@ -4,9 +4,11 @@ Each engine is the CPU demo's LoRA-RAG system (bench/serve.py:demo_system: SmolL
 the demo world's BM25 index, a zero-B LoRA of the demo's shape, gate off) with other generator
 settings. Every question is answered one at a time (one client: retrieve, closed-book pass, scored
 pass), the engines taking turns question by question so that load from other processes falls on
-both alike. Reported per engine: answers/s, p50 and p95 seconds per answer; and against the
-reference (the first engine) and, for a `prompt_lookup` engine, against its twin without it: the share of questions with the same answer text and the same raw
-scored reply (greedy agreement), the largest difference of a verdict probability and of the
+all alike. Reported per engine: answers/s, p50 and p95 seconds per answer; and against the
+reference (the first engine) and, for a `prompt_lookup` engine, against its twin without it: the
+share of questions with the same answer text and the same raw scored reply, the share of passes
+(closed-book, scored) with the same tokens (greedy agreement), the largest difference of a top-k
+token probability before a pass's first different token, of a verdict probability and of the
 closed-book NLL (nats, the gate's reading), and the speed-up of the p50.
 
 The zero-B LoRA answers as the base model does, which writes free text rather than the reply

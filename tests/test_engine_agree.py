@@ -88,3 +88,22 @@ def test_prompt_lookup_is_refused_where_it_cannot_apply():
         GeneratorConfig(kind="vllm", model="m", prompt_lookup=4)
     with pytest.raises(ValueError, match="prompt_lookup"):
         GeneratorConfig(kind="transformers", model="m", prompt_lookup=4, temperature=0.7)
+
+
+def test_a_gate_read_with_prompt_lookup_is_not_reused_without_it():
+    from lorarag.fallback.gate import generator_id
+
+    plain = GeneratorConfig(kind="transformers", model="m")
+    assert generator_id(plain) == "transformers m float32"  # unset: the id of gates saved before it
+    assert generator_id(plain.model_copy(update={"prompt_lookup": 10})) == "transformers m float32 lookup-10"
+
+
+def test_the_fp32_demo_config_decodes_single_questions_with_prompt_lookup():
+    from lorarag.core.config import load_config
+    from lorarag.study.config import RunConfig
+    from tests.conftest import REPO
+
+    fp32 = load_config(REPO / "configs/run/cpu-demo-fp32.yaml", RunConfig).rag.generator
+    bf16 = load_config(REPO / "configs/run/cpu-demo.yaml", RunConfig).rag.generator
+    assert (fp32.dtype, fp32.prompt_lookup) == ("float32", 10)
+    assert (bf16.dtype, bf16.prompt_lookup) == ("bfloat16", None)  # no agreement shown in bf16
