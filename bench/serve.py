@@ -9,9 +9,11 @@ Reported per setting: answers/s, p50 and p95 latency (s), the mean batch the gen
 throughput as a ratio to the sequential run.
 
 The system is a run dir's trained AdvancedRAGSystem (`--run`), or by default the CPU demo's: SmolLM2-
-135M-Instruct in fp32 (any CPU), the demo world's BM25 index and a LoRA adapter of the demo's shape
-whose B matrices are zero (peft's initialisation: the base model's answers at the adapter's cost),
-gate off. Speed depends on batching, not on what the adapter learned.
+135M-Instruct in fp32 (any CPU; configs/run/cpu-demo-fp32.yaml, whose single questions are decoded
+with `prompt_lookup`), the demo world's BM25 index and a LoRA adapter of the demo's shape whose B
+matrices are zero (peft's initialisation: the base model's answers at the adapter's cost), gate
+off. The default system's one-client slice is then answered again with plain decoding (the
+reference engine), after the three settings, for the p50 ratio of the two engines.
 """
 
 from __future__ import annotations
@@ -60,11 +62,16 @@ def _zero_lora(base: str, rank: int, alpha: int, out: Path) -> Path:
     return out
 
 
-def demo_system(work: Path) -> tuple[AdvancedRAGSystem, list[str]]:
-    """The default system (module docstring) and the demo world's test questions."""
+def demo_system(work: Path, generator: dict | None = None) -> tuple[AdvancedRAGSystem, list[str]]:
+    """The default system (module docstring) and the demo world's test questions; `generator`:
+    settings that replace the demo generator's (the engine under test, bench/engine.py)."""
+    from lorarag.rag.config import GeneratorConfig
     from lorarag.train.smollm2 import ensure_smollm2
 
     cfg = load_config(packaged_config(DEMO_CONFIG), RunConfig)
+    if generator:
+        gen = GeneratorConfig.model_validate({**cfg.rag.generator.model_dump(), **generator})
+        cfg = cfg.model_copy(update={"rag": cfg.rag.model_copy(update={"generator": gen})})
     ensure_smollm2(cfg.train.model)
     world = build_world(cfg.train.world)
     retriever = index_chunks(cfg, world.chunks(), len(world.documents),
@@ -101,8 +108,9 @@ def _run_clients(url: str, name: str, questions: list[str], clients: int) -> tup
         return time.perf_counter() - t0, lat
 
 
-def measure(system: AnswerSystem, pool: list[str], requests: int, echo: Callable[[str], None] = print) -> list[dict]:
-    """One server; each client count in CLIENTS over its own `requests` questions of `pool` (after
+def measure(system: AnswerSystem, pool: list[str], requests: int, echo: Callable[[str], None] = print,
+            clients: tuple[int, ...] = CLIENTS) -> list[dict]:
+    """One server; each client count in `clients` over its own `requests` questions of `pool` (after
     one warm-up request with a question of none of them)."""
     need = requests * len(CLIENTS) + 1
     if len(pool) < need:
@@ -123,7 +131,7 @@ def measure(system: AnswerSystem, pool: list[str], requests: int, echo: Callable
             time.sleep(0.1)
         _run_clients(url, settings.model_name, pool[-1:], 1)  # warm-up: first-call costs
         rows = []
-        for k, n in enumerate(CLIENTS):
+        for k, n in enumerate(clients):
             questions = pool[k * requests:(k + 1) * requests]
             batches = app.state.batcher.batches
             before = len(batches)
@@ -160,10 +168,23 @@ def run(run_dir: Path | None, requests: int, out: Path, echo: Callable[[str], No
     else:
         system, pool = demo_system(work)
         what = "SmolLM2-135M-Instruct fp32, zero-B LoRA, demo world BM25 index"
-    echo(f"bench serve: {what}; {requests} distinct questions per setting")
+    lookup = system.detector.generator.cfg.prompt_lookup if run_dir is None else None
+    echo(f"bench serve: {what}{f', prompt_lookup {lookup}' if lookup else ''}; {requests} distinct questions "
+         "per setting")
     rows = measure(system, pool, requests, echo)
+    result: dict = {"system": what, "rows": rows}
+    if lookup:  # the same one-client slice on plain transformers decoding, for the engine's ratio
+        system.close()
+        system, _ = demo_system(work, {"prompt_lookup": None})
+        echo("reference: plain transformers fp32 decoding, the same questions")
+        ref = measure(system, pool, requests, echo, clients=(1,))[0]
+        ref["p50_ratio_reference_over_engine"] = ref["p50_s"] / rows[0]["p50_s"]
+        result["reference_one_client"] = ref
+        echo(f"one client: p50 {ref['p50_s']:.2f} s plain, {rows[0]['p50_s']:.2f} s with prompt_lookup "
+             f"({ref['p50_ratio_reference_over_engine']:.2f}x)")
+    system.close()
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"system": what, "rows": rows}, indent=1), encoding="utf-8")
+    out.write_text(json.dumps(result, indent=1), encoding="utf-8")
     for r in rows[1:]:
         echo(f"throughput at {r['clients']} clients / one at a time: {r['throughput_ratio_vs_sequential']:.2f}x")
     echo(f"-> {out}")

@@ -67,7 +67,9 @@ def generator_id(cfg: GeneratorConfig) -> str:
     head = " fp32-head" if cfg.kind == "transformers" and cfg.fp32_lm_head and cfg.dtype != "float32" else ""
     attn = f" attn-{cfg.attn_impl}" if cfg.attn_impl else ""  # another kernel rounds otherwise
     cache = " prefix-cache" if cfg.kind == "transformers" and cfg.prefix_cache else ""  # so does a shared prefill
-    return f"{cfg.kind} {cfg.model} {cfg.dtype}{head}{attn}{cache}"
+    # and a multi-token verify step (prompt_lookup) rounds its logits as a prefill does
+    lookup = f" lookup-{cfg.prompt_lookup}" if cfg.kind == "transformers" and cfg.prompt_lookup else ""
+    return f"{cfg.kind} {cfg.model} {cfg.dtype}{head}{attn}{cache}{lookup}"
 
 
 ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors")

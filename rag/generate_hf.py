@@ -3,8 +3,10 @@
 
 Options that only this kind has (rag.config.GeneratorConfig): `fp32_lm_head` (token probabilities
 from an fp32 copy of the LM head under a half-precision body), `max_batch_tokens` (a cap on each
-batch's padded size), `attn_impl` (the attention kernel) and `prefix_cache` (a batch's common
-leading tokens, e.g. the system prompt, prefilled once and their keys/values shared by its rows).
+batch's padded size), `attn_impl` (the attention kernel), `prefix_cache` (a batch's common
+leading tokens, e.g. the system prompt, prefilled once and their keys/values shared by its rows)
+and `prompt_lookup` (a request decoded alone drafts tokens from its own prompt; the model verifies
+several per forward pass and still chooses each one).
 """
 
 from __future__ import annotations
@@ -161,12 +163,16 @@ class TransformersGenerator(LocalTemplate):
         else:
             ctx = contextlib.nullcontext()
         with ctx, torch.inference_mode():
-            cache = {}
+            cache: dict = {}
+            if self.cfg.prompt_lookup and len(encoded) == 1 and not sample:
+                # transformers' assisted decoding takes one row: drafts from n-grams of the row's own
+                # tokens; each verified step keeps the model's greedy tokens and their logits
+                cache["prompt_lookup_num_tokens"] = self.cfg.prompt_lookup
             if n:  # prefill the prefix once (one row) and give every row its keys/values
                 kv = self.model(input_ids=ids[:1, :n].to(self.cfg.device), use_cache=True,
                                 logits_to_keep=1).past_key_values
                 kv.batch_repeat_interleave(len(encoded))
-                cache = {"past_key_values": kv}
+                cache["past_key_values"] = kv
             res = self.model.generate(
                 input_ids=ids.to(self.cfg.device), attention_mask=mask.to(self.cfg.device),
                 max_new_tokens=max_new, do_sample=sample,

@@ -1,7 +1,8 @@
 """Dynamic batching with per-request isolation: one request's failure never reaches another.
 
-The first request of a batch waits at most `max_wait_ms` for others (up to `max_batch`); the batch is
-then answered on a single worker thread (the models are not shared between threads), in three steps:
+A batch takes every request queued while the worker was busy, then waits at most `max_wait_ms` for
+more (up to `max_batch`); with `max_wait_ms` 0 it leaves as soon as the worker is free. It is
+answered on a single worker thread (the models are not shared between threads), in three steps:
 
 1. each question alone goes through the window check (serve/window.py); one that cannot fit gets its
    QuestionTooLong and never joins the batch;
@@ -94,6 +95,9 @@ class Batcher:
         loop = asyncio.get_running_loop()
         while True:
             batch = [await self.queue.get()]
+            # everything that queued while the worker was busy joins at once (max_wait_ms 0 included)
+            while len(batch) < self.settings.max_batch and not self.queue.empty():
+                batch.append(self.queue.get_nowait())
             deadline = loop.time() + self.settings.max_wait_ms / 1000
             while len(batch) < self.settings.max_batch:
                 left = deadline - loop.time()

@@ -140,7 +140,7 @@ def test_bench_registry_and_cli_agree() -> None:
     from lorarag.cli import app
     from lorarag.cli.bench import BENCHMARKS
 
-    expected = ["retrieval", "speed", "eval", "rag", "cpu", "numerics", "gpu", "serve", "scale"]
+    expected = ["retrieval", "speed", "eval", "rag", "cpu", "numerics", "gpu", "serve", "engine", "scale"]
     assert list(BENCHMARKS) == expected
     group = get_command(app).commands["bench"]
     assert list(group.commands) == expected

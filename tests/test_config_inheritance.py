@@ -37,11 +37,13 @@ def test_shipped_children_resolve_to_their_parent_plus_the_stated_deltas():
         same.pop(key)
     want = parent.model_dump()
     want.pop("name")
-    # everything else equal, once the name-derived paths and the two numerics deltas are put back
+    # everything else equal, once the name-derived paths and the numerics deltas are put back (fp32,
+    # and prompt_lookup: single questions drafted from their prompt, agreeing with plain fp32 decoding)
     same["train"].update(run_name="cpu-demo-lora", dataset="runs/cpu-demo/sft/train.jsonl",
                          val_dataset="runs/cpu-demo/sft/val.jsonl")
     same["train"]["swift"]["bf16"] = True
     same["rag"]["generator"]["dtype"] = "bfloat16"
+    same["rag"]["generator"]["prompt_lookup"] = None
     same["rag"]["corpus"]["paths"] = ["runs/cpu-demo/world/corpus"]
     same["rag"]["index"]["dir"] = "runs/cpu-demo/index"
     assert same == want

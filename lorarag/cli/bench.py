@@ -119,6 +119,16 @@ def bench_serve(run: Path = typer.Option(None, "--run", help="a `lorarag run` di
     run_bench(run, requests, out, echo=typer.echo)
 
 
+def bench_engine(questions: int = typer.Option(16, min=2, help="distinct questions, one at a time"),
+                 engines: str = typer.Option("", help="comma-separated names from bench/engine.py ENGINES, the first "
+                                             "the reference (default: all)"),
+                 out: Path = typer.Option(Path("runs/bench/engine.json"), help="results JSON")) -> None:
+    """The fast generator settings against transformers fp32: p50/p95 per answer and agreement."""
+    from lorarag.bench.engine import run
+
+    run(questions, out, [n for n in engines.split(",") if n], echo=typer.echo)
+
+
 def bench_scale(sizes: str = typer.Option("100000,1000000", help="index sizes (vectors), comma-separated"),
                 dim: int = typer.Option(128, min=8, help="vector dimension"),
                 shards: int = typer.Option(2, min=1, help="shard processes for the eval part (1: skip it)"),
@@ -146,6 +156,7 @@ BENCHMARKS: dict[str, Callable[..., None]] = {
     "numerics": bench_numerics,
     "gpu": bench_gpu,
     "serve": bench_serve,
+    "engine": bench_engine,
     "scale": bench_scale,
 }
 # Benchmarks that parse their own options (argparse in the bench module): typer passes them through.
