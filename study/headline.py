@@ -153,6 +153,13 @@ def headline_markdown(cfg: RunConfig, results: Mapping[str, Sequence[ItemResult]
         lines += ["", "### Targets", "", "| target | measured | met |", "|---|---|---|"]
         for name, v, ok in targets(base[1], lora[1]):
             lines.append(f"| {name} | {_num(v)} | {'yes' if ok else '**MISSED**'} |")
+        if any(r.scenario == "update" for r in lora[1]):
+            taught = cfg.train.sft is not None and cfg.train.sft.updates
+            lines += ["", "The update cell: the context carries a value dated after the training snapshot, so the "
+                      "context is right and the memory stale; " + (
+                          "the SFT rows teach the judgement on other facts and dates (`train.sft.updates`)."
+                          if taught else "**no SFT row teaches it** (`train.sft.updates` is off): the cell measures "
+                          "how often the memory overrides a correct newer source.")]
     for ctx, b, lo in system_pairs(cfg, results):
         lines += [""] + baseline_table(cfg, results, ctx, b, lo, lambda r: float(is_correct(r)))
     return "\n".join(lines).rstrip() + "\n"

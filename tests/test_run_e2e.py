@@ -202,6 +202,7 @@ def test_reduced_demo_end_to_end(tmp_path):
     # detector's outdated-vs-update reading
     assert "| update | known |" in table and "LoRA-RAG, update (known) >= 0.85" in table
     assert "detector AUROC (known, outdated vs update)" in table
+    assert "the SFT rows teach the judgement on other facts and dates" in table
     assert any(json.loads(x)["scenario"] == "update" and json.loads(x)["superseded"] for x in test)
     assert "### lora_rag against every baseline (retrieved context)" in table
     assert "Knowledge-sharing baselines (know what the LoRA knows): closed_book_lora, astute_rag_lora, " \
