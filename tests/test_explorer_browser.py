@@ -142,13 +142,13 @@ def test_explorer_of_a_real_run_filters_and_shows_an_item(real_run, tmp_path):
 
 
 def test_explorer_at_10k_items_x_6_systems_load_and_filter_times(tmp_path, capsys):
+    if missing():  # before selenium's import: where `make browser` could not install it, this skips
+        pytest.skip(f"browser test skipped: missing {', '.join(missing())}; run `make browser`")
     from selenium.webdriver.common.by import By
 
     from lorarag.eval.explorer import write_explorer
     from tests.eval_fixtures import synthetic_run
 
-    if missing():
-        pytest.skip(f"browser test skipped: missing {', '.join(missing())}; run `make browser`")
     run = synthetic_run(10_000)
     n = sum(len(v) for v in run.values())
     t = time.perf_counter()
