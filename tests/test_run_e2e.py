@@ -83,7 +83,7 @@ def test_gpu_config_validates_and_dry_runs():
 
 
 @pytest.mark.parametrize("name", ["cpu-demo", "cpu-demo-fp32", "cpu-demo-sdpa", "cpu-demo-full", "cpu-demo-stratified",
-                                  "cpu-demo-stratified-phantom", "cpu-demo-no-updates", "ci-tiny"])
+                                  "cpu-demo-stratified-phantom", "cpu-demo-updates", "ci-tiny"])
 def test_shipped_cpu_configs_validate_and_dry_run(name):
     """Every shipped run config parses (unknown keys are errors) and plans all seven steps."""
     from lorarag.study.pipeline import run
