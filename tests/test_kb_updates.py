@@ -92,3 +92,15 @@ def test_rows_teach_the_older_answer_and_train_the_update_on_facts_the_test_neve
     tested_chunks = {shown(c.text) for c in chunks if any(c.chunk_id in i.relevant_ids for i in items
                                                           if i.qid in tested)}
     assert not [r for r in rows if any(t in dict(r.messages).get("user", "") for t in tested_chunks)]
+
+
+def test_the_kb_headline_says_when_the_update_cell_does_not_apply():
+    from lorarag.study.headline_kb import update_note
+
+    assert "does not apply: the set supplies no older versions" in update_note(
+        {"updates": {"taught_older": 0, "tested": 0, "older_versions": 0, "fraction": 0.0}})
+    assert "`data.update_fraction` is 0" in update_note(
+        {"updates": {"taught_older": 0, "tested": 0, "older_versions": 12, "fraction": 0.0}})
+    assert "3 taught fact(s) learned in their older version" in update_note(
+        {"updates": {"taught_older": 3, "tested": 2, "older_versions": 12, "fraction": 0.5}})
+    assert "does not apply" in update_note({})  # a run without the record (older summaries)
