@@ -382,3 +382,20 @@ def test_lorarag_train_runs_sft_then_dpo_on_a_world_config(tmp_path, tiny_models
     assert pointer["adapter"].endswith("preference/checkpoint-2") and pointer["preference"]["pairs"]
     pairs = read_pairs(tmp_path / "data/sft/train.pairs.jsonl")
     leak_check(pairs, build_world(WorldConfig(seed=0, n_orgs=8)))
+
+
+def test_a_malformed_pairs_file_is_one_line_naming_the_line(tmp_path):
+    from lorarag.core.errors import RecordError
+
+    good = {"messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}],
+            "rejected_response": "b"}
+    cases = {"not json\n": "malformed JSON", "[1]\n": "expected a JSON object",
+             json.dumps({**good, "rejected_response": "a"}) + "\n": "different rejected_response",
+             json.dumps({"messages": [], "rejected_response": "b"}) + "\n": "chosen reply"}
+    for i, (text, msg) in enumerate(cases.items()):
+        f = tmp_path / f"p{i}.jsonl"
+        f.write_text(json.dumps(good) + "\n" + text, encoding="utf-8")
+        with pytest.raises(RecordError, match=f"p{i}.jsonl:2: .*{msg}"):
+            read_pairs(f)
+    with pytest.raises(RecordError):
+        read_pairs(tmp_path)  # a folder, not a file

@@ -30,6 +30,7 @@ from typing import Iterable, Mapping, Sequence
 
 from lorarag.core.errors import RecordError
 from lorarag.fallback.format import inert_question, is_unknown, parse_reply, rag_reply
+from lorarag.scenarios.kb_records import jsonl_objects
 from lorarag.train.config import PreferenceConfig
 
 KINDS = ("wrong_source", "untaught_right_source")
@@ -169,19 +170,16 @@ def write_pairs(pairs: Sequence[PreferencePair], path: str | Path) -> Path:
 
 
 def read_pairs(path: str | Path) -> list[dict]:
-    """ms-swift rlhf rows; RecordError names the line of a malformed one."""
+    """ms-swift rlhf rows (scenarios.kb_records.jsonl_objects reads the lines: a path that is not a
+    regular file or a line that is not a JSON object is one RecordError); RecordError names the line of
+    a row without a chosen reply and a different rejected one."""
     out = []
-    for i, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            obj = json.loads(line)
-            ok = (obj["messages"][-1]["role"] == "assistant" and isinstance(obj["rejected_response"], str)
-                  and obj["rejected_response"] != obj["messages"][-1]["content"])
-        except (json.JSONDecodeError, KeyError, TypeError, IndexError) as exc:
-            raise RecordError(f"{path}:{i}: not a preference row ({exc})") from None
-        if not ok:
-            raise RecordError(f"{path}:{i}: needs messages ending with the chosen reply and a different "
+    for where, obj in jsonl_objects(path, "preference pairs file"):
+        msgs = obj.get("messages")
+        chosen = msgs[-1] if isinstance(msgs, list) and msgs and isinstance(msgs[-1], dict) else {}
+        rejected = obj.get("rejected_response")
+        if chosen.get("role") != "assistant" or not isinstance(rejected, str) or rejected == chosen.get("content"):
+            raise RecordError(f"{where}: needs messages ending with the chosen reply and a different "
                               "rejected_response")
         out.append(obj)
     return out
