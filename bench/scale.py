@@ -86,7 +86,7 @@ def _eval_setup(work: Path):
     from lorarag.core.config import load_config
     from lorarag.core.paths import packaged_config
     from lorarag.testing.tiny import build_causal_lm
-    from lorarag.scenarios.from_world import index_world, world_scenarios
+    from lorarag.scenarios.perturb import index_world, world_scenarios
     from lorarag.scenarios.world import build_world
     from lorarag.study.config import RunConfig, SystemConfig
     from lorarag.study.parts import build_parts

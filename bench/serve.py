@@ -34,7 +34,7 @@ from lorarag.core.config import load_config
 from lorarag.core.errors import ConfigError
 from lorarag.core.paths import packaged_config
 from lorarag.fallback.system import AdvancedRAGSystem, Detector
-from lorarag.scenarios.from_world import ask_in_phrasings, index_world, world_scenarios
+from lorarag.scenarios.perturb import ask_in_phrasings, index_world, world_scenarios
 from lorarag.scenarios.world import build_world
 from lorarag.scenarios.world_text import QUESTIONS
 from lorarag.serve.app import AnswerSystem, ServeSettings, create_app

@@ -108,8 +108,9 @@ class Answer:
 
 
 def to_dict(record: Any) -> dict[str, Any]:
-    """Turn a record (possibly nested) into JSON-ready dicts and lists."""
-    return dataclasses.asdict(record)
+    """Turn a record (possibly nested) into JSON-ready dicts and lists; a row of an input format
+    (a JSON object already, as scenarios/world_kb.py writes them) passes as it is."""
+    return dict(record) if isinstance(record, dict) else dataclasses.asdict(record)
 
 
 def _json_kind(value: Any) -> str:

@@ -13,30 +13,23 @@ ATTRIBUTES = ("ceo", "headquarters", "founded", "net_profit", "product_version")
 
 
 class WorldConfig(Strict):
-    """The seeded demo world: fictional organisations with versioned facts."""
+    """The seeded demo world: fictional organisations with versioned facts, written as a knowledge
+    base (scenarios/world_kb.py) that the study reads like any other (`data.world`)."""
 
-    seed: int = Field(0, description="seed of the world: organisations, facts, versions, groups")
+    seed: int = Field(0, description="seed of the world: organisations, facts, versions")
     n_orgs: int = Field(40, description="fictional organisations (>= 4)")
     zh_fraction: float = Field(0.2, description="share of organisations written in Chinese")
-    known_fraction: float = Field(0.5, description=(
-        "share of organisations whose facts are taught closed-book (`known`); the rest after "
-        "context_only_fraction is `unknown`, never in training (half of it the dev split for thresholds)"))
-    context_only_fraction: float = Field(0.2, description=(
-        "share of organisations whose facts appear in training only with a source to copy"))
-    stratify_languages: bool = Field(False, description=(
-        "Draw the groups within each language (same fractions), so never-learned facts, the gate's dev split and "
-        "over-fallback include Chinese ones. Off: one draw over all organisations, as the measured demo world "
-        "(seed 0: its 6 Chinese organisations are all known or context-only)."))
     attributes: list[str] = Field(default_factory=lambda: list(ATTRIBUTES), description=(
         "fact attributes the world writes (ceo, headquarters, founded, net_profit, product_version)"))
-    undated_outdated_fraction: float = Field(0.5, description="outdated contexts that carry no date at all")
+    wordings: int = Field(6, ge=2, le=10, description=(
+        "wordings each question is written in (the question and wordings-1 paraphrases, of the 10 the world's "
+        "templates have): a known test question is asked in one that training leaves out "
+        "(scenarios/kb_wordings.py), the rest are trained"))
 
     @model_validator(mode="after")
     def _check(self) -> "WorldConfig":
         if self.n_orgs < 4:
             raise ValueError("n_orgs must be at least 4")
-        if self.known_fraction + self.context_only_fraction >= 1.0:
-            raise ValueError("known_fraction + context_only_fraction must leave room for unknown orgs")
         bad = [a for a in self.attributes if a not in ATTRIBUTES]
         if bad:
             raise ValueError(f"unknown attribute(s) {bad} (known: {', '.join(ATTRIBUTES)})")
@@ -125,6 +118,9 @@ class SplitConfig(Strict):
         "context-only orgs"))
     dev_fraction: float = Field(0.2, gt=0, lt=1, description=(
         "share of the known facts and of the never-learned ones held out as the gate's dev split (never tested)"))
+    stratify_languages: bool = Field(False, description=(
+        "Cut each language's facts in the same fractions, so never-learned facts, the gate's dev split and "
+        "over-fallback hold every language the set has; off: one draw over all facts"))
 
     @model_validator(mode="after")
     def _check(self) -> "SplitConfig":
@@ -143,10 +139,15 @@ class ParaphraseConfig(Strict):
 
 
 class DataConfig(Strict):
-    """A corpus + labelled QA set: the knowledge base the LoRA learns and the questions it is tested on."""
+    """A corpus + labelled QA set: the knowledge base the LoRA learns and the questions it is tested on.
+    Either a user's files (`corpus`, `questions`, optional `outdated`) or the demo world (`world`),
+    which writes the same three files under `<run>/world/` (scenarios/world_kb.py)."""
 
-    corpus: CorpusSource = Field(description="where the knowledge base's documents come from")
-    questions: QuestionSource = Field(description="the labelled questions")
+    world: WorldConfig | None = Field(None, description=(
+        "the seeded demo world, written as a corpus, questions and older versions (instead of corpus/questions/"
+        "outdated)"))
+    corpus: CorpusSource | None = Field(None, description="where the knowledge base's documents come from")
+    questions: QuestionSource | None = Field(None, description="the labelled questions")
     outdated: str | None = Field(None, description=(
         "Older versions (outdated scenarios): JSONL `{id, answer, date}` (+ optional `text`, the older passage as "
         "it read then; without it the current chunk with the answer replaced and dated)."))
@@ -171,6 +172,17 @@ class DataConfig(Strict):
 
     @model_validator(mode="after")
     def _check_updates(self) -> "DataConfig":
-        if self.update_fraction > 0 and not self.outdated:
+        if self.world is not None and (self.corpus or self.questions or self.outdated):
+            raise ValueError("world: writes the corpus, questions and older versions itself; give either world or "
+                             "corpus + questions (+ outdated), not both")
+        if self.world is None and (self.corpus is None or self.questions is None):
+            raise ValueError("give corpus and questions (a knowledge base and its labelled questions), or world "
+                             "(the demo world)")
+        if self.update_fraction > 0 and not self.has_outdated:
             raise ValueError("update_fraction needs `outdated` (the older versions the stale facts are taught)")
         return self
+
+    @property
+    def has_outdated(self) -> bool:
+        """Older versions exist: the user's `outdated` file, or the world's archive."""
+        return bool(self.outdated) or self.world is not None

@@ -1,4 +1,4 @@
-"""Scenario records over a user's corpus + QA set (the demo world's: scenarios/from_world.py).
+"""Scenario records over a knowledge base and its labelled questions (a user's, or the demo world's).
 
 For each answerable item, its gold chunk (the first relevant chunk holding a gold answer, else
 the first relevant chunk) and `distractors` hard BM25 distractors (high score, not relevant, no
@@ -7,7 +7,7 @@ gold answer anywhere in them), shuffled so the answer-bearing source is not alwa
 - factual_error: the set's own conflict passages where it has them (ConflictNQ's fabricated
   passages; `conflicts="test"` takes a seeded `conflicts_per_item` of them, `"train"` only the
   others), else the gold chunk with its answer span replaced by a value of the same type
-  (from_world.substitute_value: years stay years, numbers keep their format, names come from
+  (perturb.substitute_value: years stay years, numbers keep their format, names come from
   other answers of the same type and language); an item whose answer is not a span of its
   gold chunk and has no conflict passage gets no factual-error scenario (counted by the caller);
 - outdated: where the user supplies an older version (`load_outdated`): the older passage, or
@@ -30,7 +30,7 @@ from typing import Collection, Literal, Mapping, Sequence
 
 from lorarag.core.errors import RecordError
 from lorarag.rag.records import Chunk
-from lorarag.scenarios.from_world import (
+from lorarag.scenarios.perturb import (
     PerturbationError,
     Searcher,
     answer_type,
@@ -173,7 +173,7 @@ def corpus_scenarios(items: Sequence[QAItem], chunks: Sequence[Chunk], *, name: 
         rng = random.Random(f"{seed}/{name}/{it.qid}" + ("/train" if conflicts == "train" else ""))
         base = dict(fact_id=f"{name}/{it.qid}", question=it.question, gold_answers=it.answers,
                     relevant_ids=it.relevant_ids, knowledge=knowledge, language=it.language, source_set=name,
-                    cluster=by_id[it.relevant_ids[0]].doc_id if it.relevant_ids else "")  # the fact's document
+                    cluster=it.cluster or (by_id[it.relevant_ids[0]].doc_id if it.relevant_ids else ""))
         qid = f"{name}/{it.qid}"
         own = set(it.relevant_ids) | set((exclude or {}).get(f"{name}/{it.qid}", ()))
         if it.unanswerable:

@@ -32,9 +32,13 @@ def answer_pattern(answer: str) -> re.Pattern | None:
     if not toks:
         return None
     body = r"\s*".join(re.escape(t) for t in toks)
-    lead = r"(?<!\w)" if toks[0][0].isalnum() and not _cjk(toks[0]) else ""
-    tail = r"(?!\w)" if toks[-1][-1].isalnum() and not _cjk(toks[-1]) else ""
+    # a word edge that a CJK character also makes: Chinese writes no space, so "为2.8亿元" holds 2.8亿元
+    lead = rf"(?<![^\W{_CJK_RANGE}])" if toks[0][0].isalnum() and not _cjk(toks[0]) else ""
+    tail = rf"(?![^\W{_CJK_RANGE}])" if toks[-1][-1].isalnum() and not _cjk(toks[-1]) else ""
     return re.compile(lead + body + tail, re.IGNORECASE)
+
+
+_CJK_RANGE = "\u3400-\u9fff"
 
 
 def _cjk(tok: str) -> bool:

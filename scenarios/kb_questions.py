@@ -5,9 +5,11 @@ spans where the set has offsets); scenarios/kb_labels.py maps them to the index'
 JSONL (one object per line):
     {"id": "q1", "question": "...", "answers": ["..."], "relevant_ids": ["doc or chunk id"],
      "unanswerable": false, "paraphrases": ["another wording"], "language": "en",
-     "conflicts": [{"text": "a passage asserting a wrong answer", "answer": "the wrong answer"}]}
+     "conflicts": [{"text": "a passage asserting a wrong answer", "answer": "the wrong answer"}],
+     "cluster": "the entity or article the question is about"}
 `answers` and `relevant_ids` are required and non-empty unless `"unanswerable": true` (then both
-must be empty: nothing in the corpus answers it). Any other key is an error.
+must be empty: nothing in the corpus answers it). Questions sharing a `cluster` (optional: an
+organisation, an article) fall in the same split and are resampled together. Any other key is an error.
 """
 
 from __future__ import annotations
@@ -37,7 +39,8 @@ from lorarag.scenarios.kb_records import (
     str_list,
 )
 
-JSONL_KEYS = {"id", "question", "answers", "relevant_ids", "unanswerable", "paraphrases", "language", "conflicts"}
+JSONL_KEYS = {"id", "question", "answers", "relevant_ids", "unanswerable", "paraphrases", "language", "conflicts",
+              "cluster"}
 LANGUAGES = ("en", "zh", "fr")
 
 
@@ -121,8 +124,10 @@ def _jsonl(src: QuestionSource) -> list[QAItem]:
             raise RecordError(f"{where}: conflicts: an unanswerable question has no truth to contradict")
         _check_conflicts(answers, conflicts, where)
         wordings = _wordings(q, str_list(obj, "paraphrases", where, required=False, empty=True), where)
+        cluster = field(obj, "cluster", str, where, required=False) or ""
         out.add(QAItem(qid, q, answers, language=out.language(q, lang), labels=tuple(Label(r) for r in rel),
-                       wordings=wordings, unanswerable=unanswerable, conflicts=conflicts, where=where))
+                       wordings=wordings, unanswerable=unanswerable, conflicts=conflicts, where=where,
+                       cluster=cluster))
     return out.result()
 
 

@@ -54,6 +54,9 @@ class QAItem:
     unanswerable: bool = False  # answered nowhere in the corpus (SQuAD v2 `is_impossible`)
     conflicts: tuple[Conflict, ...] = ()
     where: str = ""  # file:line (or JSON path) of the item in its set, for error messages
+    # the unit the item's errors cluster in (an organisation, an article): items sharing one fall in
+    # the same split and are resampled together; "" = the document of its first relevant chunk
+    cluster: str = ""
 
     @property
     def all_wordings(self) -> tuple[str, ...]:

@@ -1,8 +1,10 @@
 """Seeded splits of a labelled QA set by fact: what the LoRA learns, and what it never sees.
 
-A fact is a group of items that share an answer-bearing chunk (union of items by relevant chunk
-id), so no chunk that answers a held-out question is ever shown in training, not even as a
-distractor. Facts are shuffled by `splits.seed` and cut into
+A fact is a group of items that share an answer-bearing chunk or a `cluster` (union of items by
+relevant chunk id and by cluster: the demo world's organisations, a set's articles), so no chunk
+that answers a held-out question is ever shown in training, not even as a distractor, and a
+cluster's questions are learned or held out together. Facts are shuffled by `splits.seed` (within
+each language with `splits.stratify_languages`) and cut into
 - `known` (test) and `known_dev` (the gate's dev split): both taught closed-book, in every wording
   the set offers (a known item less the one its test asks, where it has one to spare:
   scenarios/kb_wordings.py), and with conflict-aware rows;
@@ -32,7 +34,7 @@ RETRIEVAL_ONLY = "retrieval_only"
 
 
 def facts(items: Sequence[QAItem]) -> list[list[QAItem]]:
-    """Items grouped into facts: connected by shared relevant chunk ids; in first-seen order."""
+    """Items grouped into facts: connected by shared relevant chunk ids or cluster; in first-seen order."""
     parent = list(range(len(items)))
 
     def root(i: int) -> int:
@@ -43,7 +45,7 @@ def facts(items: Sequence[QAItem]) -> list[list[QAItem]]:
 
     owner: dict[str, int] = {}
     for i, it in enumerate(items):
-        for cid in it.relevant_ids:
+        for cid in (*it.relevant_ids, *((f"cluster:{it.cluster}",) if it.cluster else ())):
             if cid in owner:
                 parent[root(i)] = root(owner[cid])
             else:
@@ -64,6 +66,19 @@ def split_by_fact(items: Sequence[QAItem], cfg: SplitConfig) -> dict[str, list[Q
     usable = [it for it in items if it.answers or it.unanswerable]
     groups = sorted(facts(usable), key=lambda g: min(it.qid for it in g))
     random.Random(f"{cfg.seed}/kb-splits").shuffle(groups)
+    if cfg.stratify_languages:  # each language cut in the same fractions, then the parts joined
+        langs = sorted({g[0].language for g in groups})
+        parts = [_split([g for g in groups if g[0].language == lang], cfg, check=False) for lang in langs]
+        out = {k: sorted((it for p in parts for it in p[k]), key=lambda it: it.qid) for k in GROUPS}
+        out[RETRIEVAL_ONLY] = [it for it in items if not (it.answers or it.unanswerable)]
+        _check_dev(out, cfg, sum(any(it.answers for it in g) for g in groups), len(groups))
+        return out
+    out = _split(groups, cfg)
+    out[RETRIEVAL_ONLY] = [it for it in items if not (it.answers or it.unanswerable)]
+    return out
+
+
+def _split(groups: list[list[QAItem]], cfg: SplitConfig, check: bool = True) -> dict[str, list[QAItem]]:
     n = len(groups)
     # unanswerable questions are facts of the split but teach and calibrate nothing: only facts with
     # an answer count towards the 5 the known, context-only, dev and test parts need
@@ -79,12 +94,16 @@ def split_by_fact(items: Sequence[QAItem], cfg: SplitConfig) -> dict[str, list[Q
     cut = {"known_dev": known[:k_dev], "known": known[k_dev:], "context_only": ctx,
            "unseen_dev": unseen[:u_dev], "unseen": unseen[u_dev:]}
     out = {g: sorted((it for fact in cut[g] for it in fact), key=lambda it: it.qid) for g in GROUPS}
-    out[RETRIEVAL_ONLY] = [it for it in items if not (it.answers or it.unanswerable)]
+    if check:
+        _check_dev(out, cfg, answered, n)
+    return out
+
+
+def _check_dev(out: dict[str, list[QAItem]], cfg: SplitConfig, answered: int, n: int) -> None:
     empty = [g for g in ("known_dev", "unseen_dev") if not any(it.answers for it in out[g])]
     if empty:  # the gate is calibrated on answered dev questions of both kinds
         raise RecordError(f"splits.seed {cfg.seed}: the gate's dev part(s) {' and '.join(empty)} hold no question "
                           f"with an answer ({answered} answered facts among {n}); add answered facts or change the seed")
-    return out
 
 
 def save_splits(groups: dict[str, list[QAItem]], folder: str | Path, seed: int) -> list[Path]:

@@ -12,8 +12,10 @@ out of every SFT row, closed-book or conflict-aware, and the test asks it in tha
 - `trained`: neither is possible (one wording and no kept paraphrase, or every wording it has is
   also a wording of another question of the set, case and spacing aside, so another row would
   train it anyway): the test asks the set's own wording, a trained one, and the tables say so.
-Only `known` items are planned. The gate's dev facts (`known_dev`, `unseen_dev`) are other facts;
-since a held-out wording is no other question's wording, no dev or other training question asks it.
+The gate's known dev facts (`known_dev`) are planned the same way and asked at dev in their
+held-out wording, so the threshold reads the memory's confidence in the condition the test asks
+it in (a wording training never used), not in trained sentences. Since a held-out wording is no
+other question's wording, no other training or dev question asks it.
 """
 
 from __future__ import annotations
@@ -41,9 +43,12 @@ class KnownWording:
         return self.how != "trained"
 
 
+PLANNED = ("known", "known_dev")  # the taught facts the test or the gate's dev split asks
+
+
 def plan_wordings(groups: Mapping[str, Sequence[QAItem]], seed: int,
                   generated: Collection[str] = ()) -> dict[str, KnownWording]:
-    """qid -> KnownWording for every item of `groups["known"]` (see the module docstring);
+    """qid -> KnownWording for every item of the PLANNED groups (see the module docstring);
     `generated`: qids whose wordings besides the question were written by data.paraphrase."""
     owners: dict[str, set[str]] = {}
     for items in groups.values():
@@ -55,7 +60,7 @@ def plan_wordings(groups: Mapping[str, Sequence[QAItem]], seed: int,
         return owners[norm_text(w)] == {it.qid}
 
     plan = {}
-    for it in groups["known"]:
+    for it in (it for g in PLANNED for it in groups.get(g, ())):
         ws = it.all_wordings
         if len(ws) > 1 and it.qid in generated:
             if own(it, it.question):
@@ -77,8 +82,8 @@ def _as(it: QAItem, wordings: tuple[str, ...]) -> QAItem:
 
 
 def training_groups(groups: Mapping[str, list[QAItem]], plan: Mapping[str, KnownWording]) -> dict[str, list[QAItem]]:
-    """`groups` with each planned known item worded only as training may word it."""
-    return {g: [_as(it, plan[it.qid].trained) if g == "known" and it.qid in plan else it for it in items]
+    """`groups` with each planned item worded only as training may word it."""
+    return {g: [_as(it, plan[it.qid].trained) if g in PLANNED and it.qid in plan else it for it in items]
             for g, items in groups.items()}
 
 
@@ -87,9 +92,9 @@ def as_tested(items: Iterable[QAItem], plan: Mapping[str, KnownWording]) -> list
     return [_as(it, (plan[it.qid].test,)) if it.qid in plan else it for it in items]
 
 
-def held_out(plan: Mapping[str, KnownWording]) -> dict[str, str]:
-    """Held-out test wording -> the qid of its item: what no training row may ask."""
-    return {p.test: q for q, p in plan.items() if p.held_out}
+def held_out(plan: Mapping[str, KnownWording], qids: Collection[str] | None = None) -> dict[str, str]:
+    """Held-out wording -> the qid of its item (of `qids` when given): what no training row may ask."""
+    return {p.test: q for q, p in plan.items() if p.held_out and (qids is None or q in qids)}
 
 
 def wording_summary(plan: Mapping[str, KnownWording], qids: Iterable[str]) -> dict:

@@ -3,17 +3,11 @@
 Each organisation has a current profile (`orgs/<id>/profile.md`, one paragraph per fact, no
 date) and dated archive documents (`orgs/<id>/archive-<year>.md`) holding the values that were
 true before (former CEO and headquarters, earlier net profits, older product versions). English
-and Chinese organisations. The three scenarios of the original write-up arise from it: a wrong
-value in a profile-shaped paragraph (factual error), an archive statement (outdated knowledge),
-another organisation's or attribute's paragraph (irrelevant context).
-
-Organisations fall in groups: `known` (facts taught closed-book), `context_only` (seen in
-training only with a source to copy), `unknown_dev` and `unknown` (never in training; dev is for
-thresholds, `unknown` for the test). Every fact has ten question phrasings: 0 and 1 for
-training (closed-book and conflict-aware rows), 4-5 (and 6-9) for closed-book training only
-(paraphrase augmentation, `SFTConfig.knowledge_phrasings`), 2 for dev, 3 held out for evaluation.
-The closed-book paraphrases avoid the wording of the dev and test phrasings (no "start operating",
-"home to", "latest annual", "most recent release"). Chunks are paragraphs (`<doc_id>#<n>`).
+and Chinese organisations; every fact has ten question wordings, and each organisation one
+question about an attribute stated nowhere (unanswerable). The study reads the world as a
+knowledge base like any other: scenarios/world_kb.py writes its profiles as the corpus, its
+questions (the organisation as their cluster) and its archive as older versions, and the run's
+split by fact decides what the LoRA learns.
 """
 
 from __future__ import annotations
@@ -28,28 +22,6 @@ from lorarag.scenarios import world_text as vocab
 from lorarag.scenarios.config import WorldConfig
 from lorarag.scenarios.world_text import ARCHIVE, PROFILE, QUESTIONS, UNANSWERABLE
 
-GROUPS = ("known", "context_only", "unknown_dev", "unknown")
-TRAIN_GROUPS = ("known", "context_only")  # the organisations training shows (taught or as sources)
-TRAIN_PHRASINGS = (0, 1)
-KNOWLEDGE_ONLY_PHRASINGS = (4, 5)  # closed-book rows only: more paraphrases of each fact
-EXTRA_KNOWLEDGE_PHRASINGS = (6, 7, 8, 9)  # closed-book rows only, `knowledge_phrasings: 8`
-DEV_PHRASING = 2
-TEST_PHRASING = 3
-
-
-def closed_book_phrasings(knowledge_phrasings: int) -> tuple[int, ...]:
-    """Phrasings the SFT closed-book rows are written in, for `SFTConfig.knowledge_phrasings` 2, 4 or 8."""
-    extra = {2: (), 4: KNOWLEDGE_ONLY_PHRASINGS, 8: KNOWLEDGE_ONLY_PHRASINGS + EXTRA_KNOWLEDGE_PHRASINGS}
-    return TRAIN_PHRASINGS + extra[knowledge_phrasings]
-
-
-def untrained_phrasings(knowledge_phrasings: int | None) -> tuple[int, ...]:
-    """The dev phrasing and every closed-book paraphrase the SFT rows leave out (never the test
-    phrasing); None (no SFT section: rows from elsewhere) = the dev phrasing alone."""
-    if knowledge_phrasings is None:
-        return (DEV_PHRASING,)
-    used = closed_book_phrasings(knowledge_phrasings)
-    return (DEV_PHRASING, *(p for p in KNOWLEDGE_ONLY_PHRASINGS + EXTRA_KNOWLEDGE_PHRASINGS if p not in used))
 CURRENT_YEAR = 2024
 
 
@@ -65,8 +37,7 @@ class Fact:
     attribute: str
     value: str  # current value, as written in the profile
     history: tuple[tuple[str, str], ...]  # (older value, year), oldest first; may be empty
-    group: str  # one of GROUPS
-    questions: tuple[str, ...]  # phrasings 0..5 (see module docstring)
+    questions: tuple[str, ...]  # the ten wordings of world_text.QUESTIONS
     gold_answers: tuple[str, ...]
     sector: str = ""
     product: str = ""
@@ -104,10 +75,6 @@ class World:
                 out.append(Chunk(f"{d.doc_id}#{n}", d.doc_id, d.source, para.strip(), start, pos,
                                  heading_path=(title,), date=_year_of(para) if "archive" in d.doc_id else None))
         return out
-
-    def by_group(self, *groups: str) -> list[Fact]:
-        """Facts whose organisation is in one of `groups`."""
-        return [f for f in self.facts if f.group in groups]
 
 
 def _year_of(text: str) -> str | None:
@@ -200,39 +167,6 @@ def _org_names(rng: random.Random, n: int, zh_fraction: float, taken: tuple[str,
     return out
 
 
-def phantom_questions(world: World, n: int, seed: int, zh_fraction: float = 0.2) -> list[tuple[str, tuple[str, ...]]]:
-    """(org name, phrasings per attribute) of `n` organisations that exist nowhere: no stem prefix
-    or character shared with any world name (so none resembles a held-out one); for refusal rows."""
-
-    rng = random.Random(seed)
-    try:
-        names = _org_names(rng, n, zh_fraction, taken=tuple(sorted({f.org for f in world.facts})))
-    except ValueError as exc:  # the stems the world leaves unused run out
-        raise ConfigError(f"sft.phantom_orgs: {n} is too many for this world ({exc})") from None
-    attrs = list(dict.fromkeys(f.attribute for f in world.facts))
-    out = []
-    for name, lang, _sector in names:
-        product = rng.choice(vocab.PRODUCTS_ZH if lang == "zh" else vocab.PRODUCTS_EN)
-        out += [(name, tuple(q.format(org=name, product=product) for q in QUESTIONS[lang][a])) for a in attrs]
-    return out
-
-
-def _assign_groups(order: list[int], cfg: "WorldConfig") -> dict[int, str]:
-    """Organisation index -> group: the first of `order` known, then context-only, the rest
-    alternating unknown / unknown_dev."""
-    n_known = round(len(order) * cfg.known_fraction)
-    n_ctx = round(len(order) * cfg.context_only_fraction)
-    group_of = {}
-    for rank, i in enumerate(order):
-        if rank < n_known:
-            group_of[i] = "known"
-        elif rank < n_known + n_ctx:
-            group_of[i] = "context_only"
-        else:
-            group_of[i] = "unknown_dev" if (rank - n_known - n_ctx) % 2 else "unknown"
-    return group_of
-
-
 def build_world(cfg: "WorldConfig") -> World:
     """Generate the world deterministically from `cfg.seed`."""
     rng = random.Random(cfg.seed)
@@ -240,14 +174,7 @@ def build_world(cfg: "WorldConfig") -> World:
         names = _org_names(rng, cfg.n_orgs, cfg.zh_fraction)
     except ValueError as exc:  # the vocabulary's distinct stems run out
         raise ConfigError(f"world.n_orgs: {cfg.n_orgs} is too many for the demo vocabulary ({exc})") from None
-    order = list(range(cfg.n_orgs))
-    rng.shuffle(order)  # groups drawn at random
-    if cfg.stratify_languages:  # each language spread over the groups in the same fractions
-        group_of = {}
-        for lang in ("en", "zh"):
-            group_of |= _assign_groups([i for i in order if names[i][1] == lang], cfg)
-    else:  # one draw over all organisations (the demo world left every unknown group English)
-        group_of = _assign_groups(order, cfg)
+    rng.shuffle(list(range(cfg.n_orgs)))  # kept in the stream: a seed gives the values of the measured worlds
     facts: list[Fact] = []
     unanswerable: list[Fact] = []
     documents: list[Document] = []
@@ -272,11 +199,11 @@ def build_world(cfg: "WorldConfig") -> World:
                         history.append((old, str(yr)))
             qs = tuple(q.format(org=name, product=product) for q in QUESTIONS[lang][attr])
             org_facts.append(Fact(f"{org_id}/{attr}", org_id, name, lang, attr, value, tuple(history),
-                                  group_of[i], qs, gold_variants(attr, value), sector, product))
+                                  qs, gold_variants(attr, value), sector, product))
         facts.extend(org_facts)
         uq = tuple(q.format(org=name, product=product) for q in QUESTIONS[lang][UNANSWERABLE])
         unanswerable.append(Fact(f"{org_id}/{UNANSWERABLE}", org_id, name, lang, UNANSWERABLE, "", (),
-                                 group_of[i], uq, (), sector, product))
+                                 uq, (), sector, product))
         documents.extend(_documents(org_id, name, lang, org_facts))
     return World(tuple(facts), tuple(documents), tuple(unanswerable))
 

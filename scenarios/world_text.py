@@ -78,19 +78,19 @@ QUESTIONS = {
         "ceo": ["Who is the CEO of {org}?", "Who is the chief executive officer of {org}?",
                 "Who currently leads {org} as chief executive?", "Name the person who runs {org} as its CEO.",
                 "Tell me who the CEO of {org} is.", "{org} has which chief executive?",
-                # 6-9: closed-book paraphrases only (SFTConfig.knowledge_phrasings: 8)
+                # 6-9: written with world.wordings > 6
                 "Who holds the top executive job at {org}?", "Which executive heads {org}?",
                 "Who is {org}'s chief executive?", "I'd like to know the CEO of {org}."],
         "headquarters": ["Where is {org} headquartered?", "In which city is the headquarters of {org}?",
                          "Where are {org}'s head offices located?", "Which city is home to {org}'s headquarters?",
                          "What city is {org} based in?", "Tell me where {org} has its headquarters.",
-                         # 6-9: closed-book paraphrases only (SFTConfig.knowledge_phrasings: 8)
+                         # 6-9: written with world.wordings > 6
                          "In what city does {org} keep its headquarters?", "Where is the headquarters of {org}?",
                          "Name the city where {org} is headquartered.", "{org}'s headquarters are in which city?"],
         "founded": ["When was {org} founded?", "In what year was {org} established?",
                     "What is the founding year of {org}?", "Which year did {org} start operating?",
                     "{org} was founded in which year?", "Tell me the year {org} was established.",
-                    # 6-9: closed-book paraphrases only (SFTConfig.knowledge_phrasings: 8)
+                    # 6-9: written with world.wordings > 6
                     "When did {org} come into being?", "{org} was set up in what year?",
                     "In which year was {org} created?", "What year was {org} launched?"],
         "net_profit": ["What was {org}'s net profit in its latest fiscal year?",
@@ -99,7 +99,7 @@ QUESTIONS = {
                        "What is the latest annual net profit of {org}?",
                        "Tell me {org}'s net profit for its most recent fiscal year.",
                        "{org} reported what net profit in its latest fiscal year?",
-                       # 6-9: closed-book paraphrases only (SFTConfig.knowledge_phrasings: 8)
+                       # 6-9: written with world.wordings > 6
                        "How much did {org} earn in net profit last fiscal year?",
                        "What were {org}'s net earnings in its latest fiscal year?",
                        "{org}'s most recent fiscal year brought what net profit?",
@@ -110,48 +110,48 @@ QUESTIONS = {
                             "What's the most recent release of {product} from {org}?",
                             "Tell me the newest version of {org}'s {product}.",
                             "{product} by {org} is at which version now?",
-                            # 6-9: closed-book paraphrases only (SFTConfig.knowledge_phrasings: 8)
+                            # 6-9: written with world.wordings > 6
                             "Which version is {org}'s {product} on now?", "What version of {product} did {org} ship last?",
                             "Up to which version has {org} taken {product}?",
                             "Give me the latest {product} version from {org}."],
         UNANSWERABLE: ["How many employees does {org} have?", "What is the size of {org}'s workforce?",
                        "How many people work at {org}?", "How many staff does {org} employ?",
                        "Tell me the number of employees at {org}.", "{org} has how many employees?",
-                       # 6-9: closed-book paraphrases only (SFTConfig.knowledge_phrasings: 8)
+                       # 6-9: written with world.wordings > 6
                        "How large is {org}'s staff?", "What is {org}'s headcount?",
                        "How many workers does {org} have?", "Give me {org}'s employee count."],
     },
     "zh": {
         "ceo": ["{org}的首席执行官是谁？", "谁是{org}的CEO？", "目前谁担任{org}的首席执行官？",
                 "{org}现在由哪位首席执行官领导？", "请告诉我{org}的首席执行官。", "{org}的CEO叫什么名字？",
-                # 6-9: closed-book paraphrases only (SFTConfig.knowledge_phrasings: 8)
+                # 6-9: written with world.wordings > 6
                 "{org}的CEO是哪位？", "{org}的首席执行官叫什么？",
                 "执掌{org}的首席执行官是谁？", "告诉我{org}的CEO是谁。"],
         "headquarters": ["{org}的总部在哪里？", "{org}的总部位于哪个城市？", "{org}的总部设在哪座城市？",
                          "哪个城市是{org}总部所在地？", "请告诉我{org}总部所在的城市。", "{org}总部在哪个城市？",
-                         # 6-9: closed-book paraphrases only (SFTConfig.knowledge_phrasings: 8)
+                         # 6-9: written with world.wordings > 6
                          "{org}的总部在什么地方？", "{org}总部位于何处？",
                          "{org}的总公司在哪个城市？", "{org}的总部所在城市是？"],
         "founded": ["{org}成立于哪一年？", "{org}是哪一年创立的？", "{org}的创立年份是哪年？",
                     "{org}是在哪一年开始运营的？", "请告诉我{org}的成立年份。", "{org}创办于哪一年？",
-                    # 6-9: closed-book paraphrases only (SFTConfig.knowledge_phrasings: 8)
+                    # 6-9: written with world.wordings > 6
                     "{org}是什么时候成立的？", "{org}创建于哪一年？",
                     "{org}成立的年份是？", "{org}是哪年建立的？"],
         "net_profit": ["{org}最近一个财年的净利润是多少？", "{org}最新财年的净利润为多少？",
                        "{org}最近公布的年度净利润是多少？", "{org}最新的年度净利润是多少？",
                        "请告诉我{org}最近一个财年的净利润。", "{org}上一财年净利润多少？",
-                       # 6-9: closed-book paraphrases only (SFTConfig.knowledge_phrasings: 8)
+                       # 6-9: written with world.wordings > 6
                        "{org}上个财年赚了多少净利润？", "{org}最近一个财年的净利是多少？",
                        "{org}最新一个财年实现净利润多少？", "告诉我{org}最近财年的净利润。"],
         "product_version": ["{org}的{product}最新版本是多少？", "{org}旗舰产品{product}的最新版本号是什么？",
                             "{product}（{org}）目前的最新版本是哪个？", "{org}最新发布的{product}是哪个版本？",
                             "请告诉我{org}的{product}的最新版本。", "{org}的{product}现在是什么版本？",
-                            # 6-9: closed-book paraphrases only (SFTConfig.knowledge_phrasings: 8)
+                            # 6-9: written with world.wordings > 6
                             "{org}的{product}目前更新到哪个版本了？", "{org}的{product}版本号现在是多少？",
                             "{org}{product}的当前版本是什么？", "告诉我{org}的{product}现在的版本号。"],
         UNANSWERABLE: ["{org}有多少名员工？", "{org}的员工规模是多少？", "有多少人在{org}工作？",
                        "{org}雇用了多少员工？", "请告诉我{org}的员工人数。", "{org}员工有多少人？",
-                       # 6-9: closed-book paraphrases only (SFTConfig.knowledge_phrasings: 8)
+                       # 6-9: written with world.wordings > 6
                        "{org}共有多少员工？", "{org}的员工总数是多少？",
                        "{org}有多少雇员？", "告诉我{org}有多少名员工。"],
     },

@@ -31,7 +31,6 @@ from lorarag.rag.index import IndexMismatch
 from lorarag.rag.records import Chunk, read_jsonl
 from lorarag.rag.retrieve import load_retriever
 from lorarag.scenarios.records import Scenario, validate_against_kb
-from lorarag.scenarios.world import build_world
 from lorarag.study.config import RunConfig, SystemConfig
 from lorarag.study.evaluate import system_stamp
 from lorarag.study.parts import build_parts
@@ -77,13 +76,10 @@ def build_eval_system(cfg: EvalConfig, scenarios: Sequence[Scenario] | None = No
     `scenarios`: checked against the index's chunk ids (RecordError listing the unknown ones).
     """
     run_cfg, sc, adapter, rag_sft = _components(cfg)
-    if run_cfg.data is None:
-        kb = build_world(run_cfg.train.world).chunks()
-    else:  # the KB's chunks as the run wrote them (the oracle's gold chunks)
-        chunks = Path(run_cfg.runs_dir) / run_cfg.name / "data" / "chunks.jsonl"
-        if not chunks.is_file():
-            raise ConfigError(f"{chunks}: not found: run `lorarag run {cfg.components}` first")
-        kb = read_jsonl(chunks, Chunk)
+    chunks = Path(run_cfg.runs_dir) / run_cfg.name / "data" / "chunks.jsonl"  # the oracle's gold chunks
+    if not chunks.is_file():
+        raise ConfigError(f"{chunks}: not found: run `lorarag run {cfg.components}` first")
+    kb = read_jsonl(chunks, Chunk)
     try:
         retriever = load_retriever(run_cfg.rag.index, run_cfg.rag.retrieval, run_cfg.rag.embedder)
     except (FileNotFoundError, IndexMismatch) as exc:

@@ -13,8 +13,8 @@ from lorarag.eval.runner import run_eval
 from lorarag.fallback.gate import GATE_FILE, adapter_sha256
 from lorarag.scenarios.records import Scenario
 from lorarag.study.config import RunConfig, SystemConfig
-from lorarag.study.headline import headline_markdown, pair_names
-from lorarag.study.headline_kb import kb_headline
+from lorarag.study.headline import headline_markdown
+from lorarag.study.targets import pair_names
 from lorarag.study.kb import read_summary
 from lorarag.study.layout import Echo, Paths
 from lorarag.study.leaks import read_overlap
@@ -73,7 +73,7 @@ def report(cfg: RunConfig, paths: Paths, runs: dict[str, Path], echo: Echo, adap
     with the run explorer; the gate's threshold comes from the adapter's gate.json."""
     results = {name: load_results(p) for name, p in runs.items()}
     title = f"lorarag run {cfg.name}"
-    table = headline_markdown(cfg, results) if cfg.data is None else kb_headline(cfg, results, read_summary(paths.root))
+    table = headline_markdown(cfg, results, read_summary(paths.root))
     overlap = read_overlap(paths.root)  # which test contexts training showed (study/leaks.py)
     if overlap:
         table = table.rstrip() + "\n\n" + "\n".join(overlap_markdown(overlap)).rstrip() + "\n"

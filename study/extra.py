@@ -24,7 +24,7 @@ from lorarag.scenarios.records import save_scenarios
 from lorarag.study.config import ExtraSet, RunConfig
 from lorarag.study.contexts import ScenarioContexts
 from lorarag.study.evaluate import evaluate
-from lorarag.study.headline import set_table
+from lorarag.study.targets import set_table
 from lorarag.study.layout import Echo, Paths
 from lorarag.study.parts import Parts
 from lorarag.study.prepare import index_chunks, sample_cells

@@ -1,183 +1,321 @@
-"""The headline table of a run: base RAG vs LoRA-RAG by scenario, and the issue's targets.
+"""The headline of a run: base RAG vs LoRA-RAG with paired CIs, the targets, the detection and
+baseline tables, and the error attribution by labelled chunk id on retrieved + poisoned context.
+The same table for every knowledge base, the demo world's included; a KB scored by `contains`
+also gets the product's absolute targets per cell (study/targets.py).
 
-Pure functions over ItemResults (eval/), so the same table can be rebuilt from any run folder.
-Every target line states the measured number and whether it is met; a missed target is never
-hidden.
+Answers are scored by `data.answer_metric`:
+- `contains`: a gold answer in the reply (eval.answer_metrics.is_correct);
+- `token_f1` (sentence answers, ConflictNQ): on a source asserting a wrong value (factual error,
+  outdated) the share of replies *siding with the truth*, closer in token F1 to the true answer
+  than to the source's value (eval.conflict_metrics' "sides with" rule, the other way round; a
+  reply equally far from both, an abstention say, does not side with the truth); elsewhere the mean
+  token F1 to the true answer (unanswerable: abstaining is right); on an update, the share of replies
+  closer to the current answer than to the superseded one the LoRA learned.
+Every difference is LoRA-RAG minus base RAG over the same items, with a seeded paired-bootstrap
+95 % CI that resamples clusters (the document holding each fact), McNemar's p over items and a
+cluster-level permutation p beside it. A missed target is printed as missed, never hidden.
+A known-fact cell whose items are asked in a wording training used (a single-wording set without
+`data.paraphrase`: scenarios/kb_wordings.py) says so in the table itself: `known (trained wording)`.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping, Sequence
 
-from lorarag.eval.conflict_metrics import (
-    cell_rate,
-    consistent_abstention,
-    context_bias,
-    detector,
-    fallback_success,
-    gold_f1,
-    over_fallback,
-    sides_with_source,
-)
-from lorarag.eval.answer_metrics import is_correct
-from lorarag.eval.records import ItemResult
-from lorarag.scenarios.records import SCENARIO_TYPES, SOUND_CONTEXTS
-from lorarag.study.baselines import baseline_table
-from lorarag.study.config import RunConfig
-from lorarag.study.headline_kb import system_pairs
+import numpy as np
 
+from lorarag.eval.answer_metrics import is_correct, token_f1
+from lorarag.eval.attribution import attribution_table, table_markdown
+from lorarag.eval.compare import pair
+from lorarag.eval.conflict_metrics import consistent_abstention, over_fallback
+from lorarag.eval.records import WRONG_VALUE_SCENARIOS, ItemResult
+from lorarag.eval.shortcut import SHORTCUT_AUROC
+from lorarag.eval.stats import cluster_permutation_test, mcnemar_exact, noninferior, paired_bootstrap, wilson_ci
+from lorarag.scenarios.records import SCENARIO_TYPES
+from lorarag.study.baselines import Label, baseline_table
+from lorarag.study.targets import targets
 
-def _first(cfg: RunConfig, results: Mapping[str, Sequence[ItemResult]], kind: str) -> tuple[str, list[ItemResult]] | None:
-    for s in cfg.systems:
-        if s.kind == kind and s.name in results:
-            return s.name, list(results[s.name])
-    return None
+Score = Callable[[ItemResult], float]
+FE_GAIN = 0.40  # LoRA-RAG over base RAG, known facts with a wrong source
+# Non-inferiority on consistent sources of never-learned facts, relative to base RAG's score: LoRA-RAG
+# keeps at least 75 % of it, judged on the paired CI's lower bound (a fixed 0.10 on a base F1 of 0.17
+# would allow losing more than half of it and still be called met).
+UNSEEN_REL_MARGIN = 0.25
 
 
-def pair_names(cfg: RunConfig, results: Mapping[str, Sequence[ItemResult]]) -> tuple[str, str] | None:
-    """(base RAG system, LoRA-RAG system) names of the run, when both were evaluated."""
-    base, lora = _first(cfg, results, "base_rag"), _first(cfg, results, "lora_rag")
-    return (base[0], lora[0]) if base and lora else None
+def sides_with_truth(r: ItemResult) -> bool:
+    """The reply is closer, in token F1, to the true answer than to the source's wrong value."""
+    return token_f1(r.answer, r.gold_answers, r.language) > token_f1(r.answer, (r.context_answer or "",), r.language)
 
 
-def _cell(items: Sequence[ItemResult], scenario: str, knowledge: str) -> list[ItemResult]:
-    return [r for r in items if r.scenario == scenario and r.knowledge == knowledge]
+def score_fn(metric: str) -> Score:
+    """Per-item score for `data.answer_metric` (see the module docstring)."""
+    if metric == "contains":
+        return lambda r: float(is_correct(r))
+
+    def f1(r: ItemResult) -> float:
+        if not r.gold_answers:
+            return float(is_correct(r))
+        if r.scenario in WRONG_VALUE_SCENARIOS and r.context_answer:
+            return float(sides_with_truth(r))
+        if r.scenario == "update" and r.superseded:  # closer to the current answer than to the stale one
+            return float(token_f1(r.answer, r.gold_answers, r.language)
+                         > token_f1(r.answer, r.superseded, r.language))
+        return token_f1(r.answer, r.gold_answers, r.language)
+
+    return f1
 
 
-def _acc(items: Sequence[ItemResult]) -> str:
-    if not items:
-        return "–"
-    a = cell_rate(items)
-    return f"{a.value:.2f} [{a.lo:.2f}, {a.hi:.2f}] (n={a.n})"
+F1_CORRECT = 0.5  # token F1 at which a sentence answer counts as right in the attribution table
 
 
-def _num(x: float) -> str:
-    return "–" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.2f}"
+def correct_fn(metric: str) -> Callable[[ItemResult], bool]:
+    """Rule 5 of eval.attribution for `data.answer_metric`: contains-gold, or for `token_f1` siding
+    with the truth on a wrong source and token F1 >= F1_CORRECT elsewhere."""
+    if metric == "contains":
+        return is_correct
+    score = score_fn(metric)
+    return lambda r: not r.abstained and score(r) >= (1.0 if (r.scenario in WRONG_VALUE_SCENARIOS and r.context_answer)
+                                                       or (r.scenario == "update" and r.superseded) else F1_CORRECT)
 
 
-INVALID_LIMIT = 0.05  # a system with more invalid replies than this is flagged as broken, not scored
-BASE_TARGET = "base RAG"  # prefix of the base-RAG targets; the others are LoRA-RAG's and its detector's
+def metric_name(metric: str, scenario: str) -> str:
+    if metric == "contains":
+        return "accuracy"
+    if scenario == "update":
+        return "sides with the update"
+    return "sides with truth" if scenario in WRONG_VALUE_SCENARIOS else "token F1"
 
 
-def targets(base: Sequence[ItemResult], lora: Sequence[ItemResult], *, updates: bool | None = None
-            ) -> list[tuple[str, float, bool]]:
-    """(target, measured, met) for every target of the CPU demo; the `update` targets where the run
-    evaluates that cell (`updates`; None: where `lora` holds update items). Resampling callers pass
-    it, so every resample reports the same targets."""
-    def acc(items, s, k):
-        sel = _cell(items, s, k)
-        return cell_rate(sel).value if sel else math.nan
+def system_pairs(cfg: Any, results: Mapping[str, Sequence[ItemResult]]) -> list[tuple[str, str, str]]:
+    """(context, base RAG system, LoRA-RAG system) for each context mode both kinds were run in."""
+    def first(kind: str, ctx: str) -> str | None:
+        return next((s.name for s in cfg.systems if s.kind == kind and s.context == ctx and s.name in results), None)
 
-    def auroc(items, k, pos=None, neg=SOUND_CONTEXTS):
-        sel = [r for r in items if r.knowledge == k]
-        return detector(sel, pos, neg).auroc if sel else math.nan
+    out = []
+    for ctx in ("presented", "retrieved"):
+        base, lora = first("base_rag", ctx), first("lora_rag", ctx)
+        if base and lora:
+            out.append((ctx, base, lora))
+    return out
 
-    ofb = over_fallback([r for r in lora if r.knowledge == "unknown"]).value
-    fe_unknown = auroc(lora, "unknown", ["factual_error"])
-    rows = [
-        (f"{BASE_TARGET}, consistent (known) >= 0.9", acc(base, "consistent", "known"), lambda v: v >= 0.9),
-        (f"{BASE_TARGET}, factual error (known) ~ 0 (<= 0.2)", acc(base, "factual_error", "known"), lambda v: v <= 0.2),
-        (f"{BASE_TARGET}, outdated (known) ~ 0 (<= 0.2)", acc(base, "outdated", "known"), lambda v: v <= 0.2),
-        ("LoRA-RAG, consistent (known) >= 0.9", acc(lora, "consistent", "known"), lambda v: v >= 0.9),
-        ("LoRA-RAG, factual error (known) >= 0.8", acc(lora, "factual_error", "known"), lambda v: v >= 0.8),
-        ("LoRA-RAG, outdated (known) >= 0.9", acc(lora, "outdated", "known"), lambda v: v >= 0.9),
-        ("LoRA-RAG, irrelevant (known) >= 0.9", acc(lora, "irrelevant", "known"), lambda v: v >= 0.9),
-        ("LoRA-RAG, over-fallback on consistent unknown facts <= 0.10", ofb, lambda v: v <= 0.10),
-        ("detector AUROC, known, all flawed >= 0.9", auroc(lora, "known"), lambda v: v >= 0.9),
-        ("detector AUROC, known, factual error >= 0.9", auroc(lora, "known", ["factual_error"]),
-         lambda v: v >= 0.9),
-        ("detector AUROC, unknown, factual error ~ 0.5 (0.35-0.65)", fe_unknown,
-         lambda v: 0.35 <= v <= 0.65),
+
+@dataclass(frozen=True)
+class CellDiff:
+    """LoRA-RAG − base RAG on one cell's paired items: the CI resamples clusters (organisation or
+    document), McNemar counts items, the permutation test counts clusters."""
+
+    n: int
+    base: float
+    lora: float
+    diff: float
+    lo: float
+    hi: float
+    p_mcnemar: float  # NaN for a graded score (token F1)
+    clusters: int
+    p_cluster: float
+
+
+def cell_diff(cfg: Any, base: Sequence[ItemResult], lora: Sequence[ItemResult], scenario: str, knowledge: str,
+              score: Score) -> CellDiff | None:
+    """The paired difference of one cell (None when either side has no item of it)."""
+    a = [r for r in base if r.scenario == scenario and r.knowledge == knowledge]
+    b = [r for r in lora if r.scenario == scenario and r.knowledge == knowledge]
+    if not a or not b:
+        return None
+    a, b = pair(a, b, warn=False)
+    sa, sb = np.array([score(r) for r in a]), np.array([score(r) for r in b])
+    units = [r.unit for r in a]
+    d = paired_bootstrap(sa, sb, resamples=cfg.eval.bootstrap, seed=cfg.eval.seed, clusters=units)
+    binary = bool(np.isin(sa, (0.0, 1.0)).all() and np.isin(sb, (0.0, 1.0)).all())
+    p = mcnemar_exact(sa == 1.0, sb == 1.0)[2] if binary else math.nan  # token F1 is not a yes/no score
+    k, pc = cluster_permutation_test(sa, sb, units, seed=cfg.eval.seed)
+    return CellDiff(len(a), d.a, d.b, d.diff, d.lo, d.hi, p, k, pc)
+
+
+def kb_targets(cfg: Any, base: Sequence[ItemResult], lora: Sequence[ItemResult]) -> list[tuple[str, float, bool]]:
+    """(target, measured, met) of the run: LoRA-RAG − base RAG on factual errors of known facts and
+    non-inferiority on consistent sources of never-learned ones; with `contains` scoring, also the
+    product's absolute targets per cell (study/targets.py)."""
+    metric = cfg.data.answer_metric
+    updates = "update" in cfg.eval.scenarios and cfg.data.update_fraction > 0
+    absolute = targets(base, lora, updates=updates) if metric == "contains" else []
+    score = score_fn(metric)
+    fe = cell_diff(cfg, base, lora, "factual_error", "known", score)
+    cons = cell_diff(cfg, base, lora, "consistent", "unknown", score)
+    nan = math.nan
+    margin, ok = noninferior(cons.lo, cons.base, UNSEEN_REL_MARGIN) if cons else (nan, False)
+    return [
+        (f"LoRA-RAG − base RAG, {metric_name(metric, 'factual_error')}, factual error (known) >= {FE_GAIN:.2f}, "
+         "CI above 0", fe.diff if fe else nan, bool(fe) and fe.diff >= FE_GAIN and fe.lo > 0),
+        (f"LoRA-RAG − base RAG, {metric_name(metric, 'consistent')}, consistent (never-learned): lower 95 % "
+         f"CI bound > −{UNSEEN_REL_MARGIN:.2f} × base = −{margin:.2f}"
+         + (f" (bound {cons.lo:+.2f})" if cons else ""), cons.diff if cons else nan, ok),
+        *absolute,
     ]
-    if updates if updates is not None else any(r.scenario == "update" for r in lora):
-        # the context right, the memory stale: the cells that tell detection from memory
-        rows += [("LoRA-RAG, update (known) >= 0.85", acc(lora, "update", "known"), lambda v: v >= 0.85),
-                 ("detector AUROC, known, outdated vs update >= 0.9",
-                  auroc(lora, "known", ["outdated"], ["update"]), lambda v: v >= 0.9)]
-    return [(name, v, (not math.isnan(v)) and bool(ok(v))) for name, v, ok in rows]
 
 
-def headline_markdown(cfg: RunConfig, results: Mapping[str, Sequence[ItemResult]]) -> str:
-    """Markdown: accuracy by scenario (95 % Wilson CIs), conflict metrics, detector, targets."""
-    base = _first(cfg, results, "base_rag")
-    lora = _first(cfg, results, "lora_rag")
-    names = [n for n in (base, lora) if n is not None]
-    lines = [f"## Headline: {' vs '.join(n for n, _ in names)}", "",
-             "| scenario | knowledge | " + " | ".join(f"{n} accuracy [95% CI]" for n, _ in names) + " |",
-             "|---|---|" + "---|" * len(names)]
-    knows = sorted({r.knowledge for _, items in names for r in items})
+def wording_label(summary: Mapping[str, Any]) -> Label:
+    """`known (trained wording)` for a known cell whose items are all asked in a wording training
+    used, `known (trained wording: k of n)` for some, else the knowledge as it is. The ids come from
+    the run summary (`test_wordings.trained_wording`); a summary with SFT rows and without that record
+    is of a run that trained every wording, so all its known cells are labelled; one with neither
+    labels nothing."""
+    record = summary.get("test_wordings")
+    trained = None if record is None else {f"kb/{q}" for q in record["trained_wording"]}
+
+    def label(knowledge: str, items: Sequence[ItemResult]) -> str:
+        if knowledge != "known" or not items or (trained is None and "sft" not in summary):
+            return knowledge
+        k = len(items) if trained is None else sum(r.fact_id in trained for r in items)
+        return knowledge if not k else (f"{knowledge} (trained wording)" if k == len(items) else
+                                        f"{knowledge} (trained wording: {k} of {len(items)})")
+
+    return label
+
+
+def plain(knowledge: str, items: Sequence[ItemResult]) -> str:
+    return knowledge
+
+
+def _n(x: float) -> str:
+    return "–" if x is None or math.isnan(x) else f"{x:.2f}"
+
+
+def _p(x: float) -> str:
+    return "–" if math.isnan(x) else (f"{x:.2g}" if x < 0.01 else f"{x:.2f}")
+
+
+def update_note(summary: Mapping[str, Any]) -> str:
+    """What the run's `update` cell holds, or why it does not apply (a set without older versions)."""
+    upd = summary.get("updates") or {}
+    if upd.get("taught_older"):
+        return (f"Knowledge updates: {upd['taught_older']} taught fact(s) learned in their older version "
+                f"(data.update_fraction {upd['fraction']}); {upd['tested']} asked on the `update` cell (the current "
+                "chunk is right, the memory stale), the others train the judgement.")
+    return ("Knowledge updates: the `update` cell does not apply: " +
+            ("the set supplies no older versions (`data.outdated`)." if not upd.get("older_versions")
+             else "`data.update_fraction` is 0, so no fact is taught in its older version."))
+
+
+def _notes(summary: Mapping[str, Any]) -> list[str]:
+    out = []
+    if summary:
+        out.append(f"Knowledge base: {summary.get('documents')} documents, {summary.get('chunks')} chunks, "
+                   f"{summary.get('questions')} labelled questions; labels mapped to chunks by rule "
+                   f"{summary.get('label_rules')} (`data/labels.jsonl`); facts split {summary.get('splits')}.")
+    sft = summary.get("sft") or {}
+    wordings = {int(k): v for k, v in (sft.get("wordings") or {}).items()}
+    tw = summary.get("test_wordings")
+    if tw:
+        by = tw["by"]
+        out.append(f"Known test items asked in a wording no SFT row uses: {tw['held_out']} of {tw['items']} (one of "
+                   f"the set's wordings held out of training: {by['set']}; trained in generated paraphrases, tested "
+                   f"in the set's own: {by['paraphrase']}); asked in a wording training used: {by['trained']}"
+                   + (" (their cells say `trained wording`)." if by["trained"] else ".")
+                   + (f" Taught questions by number of trained wordings: {wordings}." if wordings else ""))
+    elif wordings:
+        out.append(f"Taught questions by number of wordings the set offers: {wordings}. Known facts are tested "
+                   "in a wording they were trained in (every known cell says `trained wording`).")
+    probe = summary.get("shortcut")
+    if probe:
+        auc = "–" if probe["auroc"] is None else f"{probe['auroc']:.2f}"
+        line = (f"Context-only probe (eval/shortcut.py; {probe['n_pos']} factual-error vs {probe['n_neg']} consistent "
+                f"test contexts): TF-IDF + logistic regression on held-out facts AUROC {auc}, length alone "
+                f"{probe['length_auroc']:.2f} (0.5 = chance).")
+        if max(probe["auroc"] or 0.0, probe["length_auroc"]) > SHORTCUT_AUROC:
+            line += (f" **Above {SHORTCUT_AUROC}: this set's wrong passages can be told by their form**, so a "
+                     "detector may flag them without consulting its memory; the detection table below compares "
+                     "known with never-learned facts, where memory cannot help.")
+        out.append(line)
+    para = summary.get("paraphrase")
+    if para:
+        out.append(f"data.paraphrase: the generator reworded {para['questions']} single-wording taught question(s); "
+                   f"{para['kept']} of {para['replies']} replies kept as training wordings for "
+                   f"{para['questions_with_one']} of them (rejected: {para['rejected'] or 'none'}); a known one with a "
+                   "kept paraphrase is tested in the set's own wording, which no SFT row asks.")
+    if sft.get("no_factual_error"):
+        out.append(f"{sft['no_factual_error']} taught question(s) got no factual-error training row (no conflict "
+                   "passage left and the answer is not a span of its chunk).")
+    return out
+
+
+def detection_table(lora: Sequence[ItemResult], label: Label = plain) -> list[str]:
+    """Markdown: how often the detector doubts its source (a verdict other than `supported`) per
+    scenario, on known and on never-learned facts. Memory can only help on known facts: a detector
+    that flags wrong passages of never-learned facts as often as of known ones reads their form."""
+    rows = []
     for s in SCENARIO_TYPES:
-        for k in knows:
-            cells = [_cell(items, s, k) for _, items in names]
-            if any(cells):
-                lines.append(f"| {s} | {k} | " + " | ".join(_acc(c) for c in cells) + " |")
-    lines += ["", "| metric | " + " | ".join(n for n, _ in names) + " |", "|---|" + "---|" * len(names)]
-    for label, fn, k in (("context bias (known)", context_bias, "known"),
-                         ("fallback success (known)", fallback_success, "known"),
-                         ("over-fallback, consistent (known)", over_fallback, "known"),
-                         ("over-fallback, consistent (unknown)", over_fallback, "unknown"),
-                         ("of which abstention, consistent (unknown)", consistent_abstention, "unknown")):
-        vals = [fn([r for r in items if r.knowledge == k]).value for _, items in names]
-        lines.append(f"| {label} | " + " | ".join(_num(v) for v in vals) + " |")
-    for k in knows:
-        for pos, neg in ((None, SOUND_CONTEXTS), ("factual_error", SOUND_CONTEXTS), ("outdated", SOUND_CONTEXTS),
-                         ("irrelevant", SOUND_CONTEXTS), ("outdated", ("update",))):
-            if neg == ("update",) and not any(r.scenario == "update" for _, items in names for r in items):
-                continue
-            vals = [detector([r for r in items if r.knowledge == k], [pos] if pos else None, neg).auroc
-                    for _, items in names]
-            vs = "" if neg == SOUND_CONTEXTS else f" vs {', '.join(neg)}"
-            lines.append(f"| detector AUROC ({k}, {pos or 'all flawed'}{vs}) | " +
-                         " | ".join(_num(v) for v in vals) + " |")
-    if lora is not None:
-        inv = sum(r.verdict == "invalid" for r in lora[1])
-        lines.append(f"| invalid replies | – | {inv} of {len(lora[1])} |" if len(names) == 2 else
-                     f"| invalid replies | {inv} of {len(lora[1])} |")
-    others = [n for n in results if n not in {x for x, _ in names}]
-    if others:
-        lines += ["", "| other system | " + " | ".join(f"{s} ({k})" for s in SCENARIO_TYPES for k in knows
-                                                        if any(_cell(results[o], s, k) for o in others)) + " |"]
-        cols = [(s, k) for s in SCENARIO_TYPES for k in knows if any(_cell(results[o], s, k) for o in others)]
-        lines.append("|---|" + "---|" * len(cols))
-        for o in others:
-            lines.append(f"| {o} | " + " | ".join(
-                _num(cell_rate(_cell(results[o], s, k)).value) if _cell(results[o], s, k) else "–"
-                for s, k in cols) + " |")
-    broken = [(n, inv, len(items)) for n, items in results.items()
-              if items and (inv := sum(r.verdict == "invalid" for r in items)) / len(items) > INVALID_LIMIT]
-    if broken:
-        lines += [""] + [f"**{n}: {inv} of {total} replies invalid ({inv / total:.0%} > {INVALID_LIMIT:.0%}): its "
-                         "numbers measure the reply parser, not the system.**" for n, inv, total in broken]
-    if base is not None and lora is not None:
-        lines += ["", "### Targets", "", "| target | measured | met |", "|---|---|---|"]
-        for name, v, ok in targets(base[1], lora[1]):
-            lines.append(f"| {name} | {_num(v)} | {'yes' if ok else '**MISSED**'} |")
-        if any(r.scenario == "update" for r in lora[1]):
-            taught = cfg.train.sft is not None and cfg.train.sft.updates
-            lines += ["", "The update cell: the context carries a value dated after the training snapshot, so the "
-                      "context is right and the memory stale; " + (
-                          "the SFT rows teach the judgement on other facts and dates (`train.sft.updates`)."
-                          if taught else "**no SFT row teaches it** (`train.sft.updates` is off): the cell measures "
-                          "how often the memory overrides a correct newer source.")]
-    for ctx, b, lo in system_pairs(cfg, results):
-        lines += [""] + baseline_table(cfg, results, ctx, b, lo, lambda r: float(is_correct(r)))
+        cells = []
+        for k in ("known", "unknown"):
+            rs = [r for r in lora if r.scenario == s and r.knowledge == k and r.verdict is not None]
+            f = sum(r.verdict != "supported" for r in rs)
+            lo, hi = wilson_ci(f, len(rs)) if rs else (math.nan, math.nan)
+            mark = label(k, rs).removeprefix(k)
+            cells.append(f"{f}/{len(rs)} = {f / len(rs):.2f} [{lo:.2f}, {hi:.2f}]{mark}" if rs else "–")
+        if any(c != "–" for c in cells):
+            rows.append(f"| {s} | {cells[0]} | {cells[1]} |")
+    if not rows:
+        return []
+    return ["### Does detection rest on memory? The detector's doubt (verdict not `supported`), 95 % Wilson CI",
+            "", "| scenario | known facts | never-learned facts |", "|---|---|---|", *rows, ""]
+
+
+def kb_name(cfg: Any) -> str:
+    """The knowledge base as the headline names it: the questions file, or the demo world's seed and size."""
+    w = cfg.data.world
+    return (f"the demo world (seed {w.seed}, {w.n_orgs} organisations)" if w is not None
+            else str(cfg.data.questions.path))
+
+
+def headline_markdown(cfg: Any, results: Mapping[str, Sequence[ItemResult]], summary: Mapping[str, Any]) -> str:
+    """Markdown: notes on the data, base vs LoRA per cell with paired CIs, targets, attribution."""
+    metric = cfg.data.answer_metric
+    score = score_fn(metric)
+    label = wording_label(summary)
+    lines = [f"## Headline: base RAG vs LoRA-RAG on {kb_name(cfg)}", ""]
+    notes = _notes(summary) + ([update_note(summary)] if "update" in cfg.eval.scenarios else [])
+    lines += [f"- {n}" for n in notes] + [""]
+    pairs = system_pairs(cfg, results)
+    for ctx, b, lo in pairs:
+        base, lora = results[b], results[lo]
+        lines += [f"### {ctx} context: {b} vs {lo}", "",
+                  f"| scenario | knowledge | metric | n (clusters) | {b} | {lo} | {lo} − {b} [95% paired CI] | "
+                  f"McNemar p (items) | permutation p (clusters) | {lo} over-fallback (of which abstained) |",
+                  "|---|---|---|---|---|---|---|---|---|---|"]
+        for s in SCENARIO_TYPES:
+            for k in ("known", "unknown"):
+                c = cell_diff(cfg, base, lora, s, k, score)
+                if c is None:
+                    continue
+                mine = [r for r in lora if r.knowledge == k]
+                ofb = (f"{_n(over_fallback(mine).value)} ({_n(consistent_abstention(mine).value)})"
+                       if s == "consistent" else "–")
+                cell = label(k, [r for r in mine if r.scenario == s])
+                lines.append(f"| {s} | {cell} | {metric_name(metric, s)} | {c.n} ({c.clusters}) | {_n(c.base)} | "
+                             f"{_n(c.lora)} | {c.diff:+.2f} [{c.lo:+.2f}, {c.hi:+.2f}] | {_p(c.p_mcnemar)} | "
+                             f"{_p(c.p_cluster)} | {ofb} |")
+        lines.append("")
+    if pairs:
+        ctx, b, lo = pairs[0]
+        lines += [f"### Targets ({ctx} context)", "", "| target | measured | met |", "|---|---|---|"]
+        fe_mark = label("known", [r for r in results[lo] if r.scenario == "factual_error" and r.knowledge == "known"])
+        for name, v, ok in kb_targets(cfg, results[b], results[lo]):
+            if "(known)" in name and fe_mark != "known":
+                name += " — " + fe_mark.removeprefix("known ")
+            lines.append(f"| {name} | {_n(v)} | {'yes' if ok else '**MISSED**'} |")
+        lines.append("")
+    if pairs:
+        lines += detection_table(results[pairs[0][2]], label)
+    for ctx, b, lo in pairs:
+        lines += baseline_table(cfg, results, ctx, b, lo, score, label)
+    for sc in cfg.systems:
+        if sc.context == "retrieved" and sc.kind in ("base_rag", "lora_rag") and sc.name in results:
+            rule = ("contains a gold answer" if metric == "contains" else
+                    f"sides with the truth on a wrong source, token F1 >= {F1_CORRECT} elsewhere")
+            lines += [f"### Error attribution by labelled chunk id: {sc.name} (retrieved + poisoned context)", "",
+                      f"`correct`: {rule}.", "",
+                      table_markdown(attribution_table(results[sc.name], correct_fn(metric)))]
     return "\n".join(lines).rstrip() + "\n"
-
-
-def set_table(title: str, results: Mapping[str, Sequence[ItemResult]]) -> str:
-    """Markdown for a real conflict set, one row per system x cell: accuracy (95 % CI), mean token
-    F1 to the true answer and how often the answer sides with a wrong source (both readable where
-    answers are sentences), and for systems with a verdict, over-fallback and detector AUROC."""
-    lines = [f"## {title}: by system and cell", "",
-             "| system | cell | accuracy [95% CI] | token F1 to true answer | sides with wrong source "
-             "| over-fallback | detector AUROC |", "|---|---|---|---|---|---|---|"]
-    for name, items in results.items():
-        judged = any(r.flag_score is not None for r in items)
-        extra = [_num(over_fallback(items).value), _num(detector(items).auroc)] if judged else ["–", "–"]
-        cells = [(s, k) for s in SCENARIO_TYPES for k in sorted({r.knowledge for r in items}) if _cell(items, s, k)]
-        for i, (s, k) in enumerate(cells):
-            sel = _cell(items, s, k)
-            lines.append(f"| {name} | {s} ({k}) | {_acc(sel)} | {_num(gold_f1(sel))} | "
-                         f"{_num(sides_with_source(sel).value)} | " + " | ".join(extra if i == 0 else ["", ""]) + " |")
-    return "\n".join(lines) + "\n"

@@ -1,13 +1,14 @@
 """Stages 1, 3 and 4 of a run over a user's knowledge base (`data:` in the run config).
 
-1 data       corpus -> chunks (the run's chunker), questions -> labels mapped to chunk ids
+1 data       the demo world written as a KB (`data.world`: scenarios/world_kb.py) or the user's files;
+             corpus -> chunks (the run's chunker), questions -> labels mapped to chunk ids
              (`<run>/data/labels.jsonl`), seeded splits by fact (`<run>/data/splits/`), the KB's
              chunks (`<run>/data/chunks.jsonl`); every input and written file is hashed into run.json
 3 scenarios  test: known (taught) and never-learned facts x `eval.scenarios` over the whole KB (a
              known fact taught in its older version on the `update` cell only: kb_updates.py), a
              known item asked in the wording training leaves out (scenarios/kb_wordings.py);
              dev: the gate's known-dev and never-learned-dev questions, each in every wording
-4 train      SFT rows from the taught facts (train/sft_kb.py), leak-checked against the held-out
+4 train      SFT rows from the taught facts (train/sft.py), leak-checked against the held-out
              facts, the known items' held-out test wordings and the test scenarios' passages,
              written to `train.dataset` and checked again as read back (train and val)
 `<run>/data/summary.json` records what the report must say: the label rules used, the split sizes,
@@ -27,7 +28,8 @@ from lorarag.eval.shortcut import context_probe
 from lorarag.eval.stats import nan_to_none
 from lorarag.rag.records import Chunk, write_jsonl
 from lorarag.scenarios.from_corpus import OlderValue, check_outdated, corpus_scenarios, load_outdated
-from lorarag.scenarios.from_world import Searcher, bm25_searcher
+from lorarag.scenarios.perturb import Searcher, bm25_searcher
+from lorarag.scenarios.config import CorpusSource, QuestionSource
 from lorarag.scenarios.kb_corpus import load_corpus
 from lorarag.scenarios.kb_labels import map_labels
 from lorarag.scenarios.kb_questions import check_against_corpus, load_questions
@@ -43,13 +45,14 @@ from lorarag.scenarios.kb_wordings import (
     wording_summary,
 )
 from lorarag.scenarios.records import Scenario, save_scenarios
+from lorarag.scenarios.world_kb import write_world_kb
 from lorarag.study.config import RunConfig
 from lorarag.study.layout import Echo, Paths
 from lorarag.study.leaks import check_dev_wordings, check_written_wordings
 from lorarag.study.prepare import sample_cells
 from lorarag.study.training import write_rag_sft
 from lorarag.train.sft import summary, write_sft
-from lorarag.train.sft_kb import build_kb_rows, kb_leak_check
+from lorarag.train.sft import build_rows, leak_check
 
 SUMMARY = "summary.json"
 
@@ -75,31 +78,49 @@ class KB:
         return len(self.corpus.documents)
 
 
-def input_files(cfg: RunConfig) -> list[Path]:
-    """The user's data files of the run (hashed into run.json)."""
+@dataclass(frozen=True)
+class Sources:
+    """The run's knowledge base files: the user's, or those the demo world wrote."""
+
+    corpus: CorpusSource
+    questions: QuestionSource
+    outdated: str | None
+
+
+def sources(cfg: RunConfig, paths: Paths) -> Sources:
+    """`data:`'s corpus, questions and older versions; with `data.world` the world is written first."""
     d = cfg.data
-    files = [Path(d.corpus.path), Path(d.questions.path)]
-    if d.questions.kind == "beir":
-        files.append(Path(d.questions.path) / "qrels" / f"{d.questions.split}.tsv")
-    if d.outdated:
-        files.append(Path(d.outdated))
+    if d.world is not None:
+        w = write_world_kb(d.world, paths.world)
+        return Sources(w.corpus, w.questions, w.outdated)
+    assert d.corpus is not None and d.questions is not None  # DataConfig's validator: world or both
+    return Sources(d.corpus, d.questions, d.outdated)
+
+
+def input_files(src: Sources) -> list[Path]:
+    """The data files of the run (hashed into run.json)."""
+    files = [Path(src.corpus.path), Path(src.questions.path)]
+    if src.questions.kind == "beir":
+        files.append(Path(src.questions.path) / "qrels" / f"{src.questions.split}.tsv")
+    if src.outdated:
+        files.append(Path(src.outdated))
     return files
 
 
 def prepare_kb(cfg: RunConfig, paths: Paths) -> KB:
     """Stage 1 (see the module docstring)."""
-    d = cfg.data
-    corpus = load_corpus(d.corpus, cfg.rag.chunker)
-    items, mapping = map_labels(load_questions(d.questions), corpus)
+    d, src = cfg.data, sources(cfg, paths)
+    corpus = load_corpus(src.corpus, cfg.rag.chunker)
+    items, mapping = map_labels(load_questions(src.questions), corpus)
     check_against_corpus(items, corpus)
-    outdated = load_outdated(d.outdated) if d.outdated else {}
-    check_outdated(outdated, items, d.questions.path)
+    outdated = load_outdated(src.outdated) if src.outdated else {}
+    check_outdated(outdated, items, src.questions.path)
     groups = split_by_fact(items, d.splits)
     stale = stale_taught(groups, outdated, d.update_fraction, d.splits.seed)
     out = paths.root / "data"
     write_jsonl(out / "labels.jsonl", mapping)
     write_jsonl(out / "chunks.jsonl", corpus.chunks)
-    files = [*input_files(cfg), out / "labels.jsonl", out / "chunks.jsonl",
+    files = [*input_files(src), out / "labels.jsonl", out / "chunks.jsonl",
              *save_splits(groups, out / "splits", d.splits.seed)]
     rules: dict[str, int] = {}
     for m in mapping:
@@ -130,14 +151,22 @@ def wording_plan(cfg: RunConfig, kb: KB) -> dict[str, KnownWording]:
     return plan_wordings(kb.groups, cfg.data.splits.seed, kb.generated)
 
 
-def _dev(cfg: RunConfig, kb: KB, group: str, knowledge: str, seed: int) -> list[Scenario]:
+def _dev(cfg: RunConfig, kb: KB, group: str, knowledge: str, seed: int,
+         plan: dict[str, KnownWording]) -> list[Scenario]:
+    """The gate's dev scenarios of `group`: a known dev fact in its held-out wording where it has one
+    (the test's condition), else in every wording; a never-learned one in every wording."""
     items = [it for it in kb.groups[group] if it.answers]
     random.Random(seed).shuffle(items)
     sc = corpus_scenarios(items[: cfg.calibration.max_items], kb.chunks, name="kb", knowledge=knowledge,
                           seed=seed, types=("consistent",), distractors=0)
     by = {f"kb/{it.qid}": it for it in items}
+
+    def asked(it: QAItem) -> tuple[str, ...]:
+        p = plan.get(it.qid)
+        return (p.test,) if p is not None and p.held_out else it.all_wordings
+
     return [replace(s, question=w, qid=f"{s.qid}/w{i}", phrasing=i)
-            for s in sc for i, w in enumerate(by[s.fact_id].all_wordings)]
+            for s in sc for i, w in enumerate(asked(by[s.fact_id]))]
 
 
 def kb_scenarios(cfg: RunConfig, kb: KB, paths: Paths, search: Searcher | None = None
@@ -153,9 +182,9 @@ def kb_scenarios(cfg: RunConfig, kb: KB, paths: Paths, search: Searcher | None =
                             **common)
     test += corpus_scenarios(kb.groups["unseen"], kb.chunks, knowledge="unknown", **common)
     test = sample_cells([s for s in test if s.knowledge in cfg.eval.knowledge], cfg.eval.max_per_cell, cfg.eval.seed)
-    dev_known = _dev(cfg, kb, "known_dev", "known", cfg.seed + 1)
-    dev_unseen = _dev(cfg, kb, "unseen_dev", "unknown", cfg.seed + 2)
-    check_dev_wordings([*dev_known, *dev_unseen], held_out(plan))
+    dev_known = _dev(cfg, kb, "known_dev", "known", cfg.seed + 1, plan)
+    dev_unseen = _dev(cfg, kb, "unseen_dev", "unknown", cfg.seed + 2, plan)
+    check_dev_wordings([*dev_known, *dev_unseen], held_out(plan, {it.qid for it in kb.groups["known"]}))
     save_scenarios(paths.scenarios / "test.jsonl", test)
     save_scenarios(paths.scenarios / "dev-known.jsonl", dev_known)
     save_scenarios(paths.scenarios / "dev-unseen.jsonl", dev_unseen)
@@ -184,14 +213,14 @@ def build_kb_sft(cfg: RunConfig, kb: KB, test: list[Scenario], echo: Echo,
             irrelevant.setdefault(s.fact_id, set()).update(p.chunk_id for p in s.presented)
     plan = wording_plan(cfg, kb)
     wordings = held_out(plan)
-    rows, val, stats = build_kb_rows(training_groups(kb.groups, plan), kb.chunks, cfg.train.sft,
+    rows, val, stats = build_rows(training_groups(kb.groups, plan), kb.chunks, cfg.train.sft,
                                      conflict_seed=d.splits.seed,
                                      conflicts_per_item=d.conflicts_per_item, outdated=kb.outdated,
                                      test_passages=passages, test_irrelevant=irrelevant, searcher=searcher,
                                      stale=kb.stale)
     held = [it for g in HELD_OUT for it in kb.groups[g]]
     by_id = {c.chunk_id: c for c in kb.chunks}
-    kb_leak_check(rows, held, by_id, passages, wordings)
+    leak_check(rows, held, by_id, passages, wordings)
     write_sft(rows, cfg.train.dataset)
     if cfg.train.val_dataset:
         write_sft(val, cfg.train.val_dataset)
@@ -207,4 +236,4 @@ def build_kb_sft(cfg: RunConfig, kb: KB, test: list[Scenario], echo: Echo,
              f"{by['paraphrase']}); in a trained wording: {by['trained']}")
     if kb.groups[RETRIEVAL_ONLY]:
         echo(f"          {len(kb.groups[RETRIEVAL_ONLY])} question(s) without answers: retrieval only")
-    write_rag_sft(cfg, rows, val, kb.chunks, lambda rs: kb_leak_check(rs, held, by_id, passages, wordings), echo)
+    write_rag_sft(cfg, rows, val, kb.chunks, lambda rs: leak_check(rs, held, by_id, passages, wordings), echo)

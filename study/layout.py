@@ -9,8 +9,7 @@ from typing import Callable
 
 Echo = Callable[[str], None]
 
-STEPS = ("world", "index", "scenarios", "train", "calibrate", "evaluate", "report")
-KB_STEPS = ("data", *STEPS[1:])  # a run over a user's knowledge base (`data:`)
+STEPS = ("data", "index", "scenarios", "train", "calibrate", "evaluate", "report")
 
 
 @dataclass(frozen=True)
@@ -21,6 +20,7 @@ class Paths:
 
     @property
     def world(self) -> Path:
+        """Where `data.world` writes the demo world's knowledge base (scenarios/world_kb.py)."""
         return self.root / "world"
 
     @property

@@ -31,7 +31,7 @@ from lorarag.study.training import needs_rag_sft, rag_sft_config
 from lorarag.train.overlap import CellOverlap, TrainingSources, leaking, overlap_table
 from lorarag.train.preference import pairs_path
 from lorarag.train.sft import LeakError, read_sft
-from lorarag.train.sft_kb import asked, kb_leak_check, wording_keys
+from lorarag.train.sft import asked, leak_check, wording_keys
 
 OVERLAP_FILE = "overlap.json"
 
@@ -80,7 +80,7 @@ def check_written_wordings(cfg: RunConfig, wordings: Mapping[str, str]) -> None:
     test wording (`wordings`: wording -> qid)."""
     for f in [Path(cfg.train.dataset)] + ([Path(cfg.train.val_dataset)] if cfg.train.val_dataset else []):
         try:
-            kb_leak_check(read_sft(f), (), {}, (), wordings)
+            leak_check(read_sft(f), (), {}, (), wordings)
         except LeakError as exc:
             raise LeakError(f"{f}: {exc}") from None
 

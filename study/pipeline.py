@@ -1,9 +1,9 @@
 """`lorarag run <config>`: the end-to-end study, one stage per module, in order.
 
-    1 world      generate the demo world (Markdown corpus + facts) from its seed   study/prepare.py
-      data       or: a user's corpus + labelled questions, labels mapped, split    study/kb.py
-    2 index      index the world's chunks (the clean knowledge base)               study/prepare.py
-    3 scenarios  test scenarios (held-out phrasing; known + unknown facts), dev    study/prepare.py, kb.py
+    1 data       the KB (a user's corpus + labelled questions, or the demo world    study/kb.py
+                 written as one), labels mapped to chunks, split by fact
+    2 index      index the KB's chunks (the clean knowledge base)                  study/prepare.py
+    3 scenarios  test scenarios (known + never-learned facts), dev, SFT rows       study/kb.py
     4 train      train the LoRA, or reuse the adapter of an earlier run            study/training.py
                  (and the RAG-SFT adapter when a `rag_sft` system is listed)
     5 calibrate  tune the self-knowledge gate on the dev split; gate.json          study/calibration.py
@@ -12,8 +12,8 @@
 
 Everything lands under `<runs_dir>/<name>/` (training under `train.runs_dir/<run_name>/`).
 Evaluation resumes item by item; results of an older adapter or gate are never mixed in (each
-system's folder records what produced it). Stage 1 is the only one that differs between the demo
-world and a user's KB (study/sources.py).
+system's folder records what produced it). The demo world and a user's KB differ only in who
+writes the three input files (study/kb.sources): every later stage is the same code.
 """
 
 from __future__ import annotations
@@ -31,13 +31,13 @@ from lorarag.study.calibration import calibrate_gate
 from lorarag.study.config import RunConfig
 from lorarag.study.evaluate import evaluate, report
 from lorarag.study.extra import check_extra_sets, evaluate_extra_sets
-from lorarag.study.layout import KB_STEPS, STEPS, Echo, Paths, Progress
+from lorarag.study.layout import STEPS, Echo, Paths, Progress
 from lorarag.study.leaks import check_test_contexts
 from lorarag.study.parts import build_parts
 from lorarag.study.preference import describe as describe_preference
 from lorarag.study.preference import prefer_or_reuse, write_preference_pairs
 from lorarag.study.prepare import index_chunks
-from lorarag.study.sources import KBSource, WorldSource
+from lorarag.study.sources import KBSource
 from lorarag.study.training import (
     BASE_PREPARERS,
     describe_training,
@@ -55,10 +55,9 @@ def plan(cfg: RunConfig, fresh: bool) -> list[tuple[str, str]]:
     base = f"prepare base model ({cfg.prepare_base}) -> {cfg.train.model}; " if cfg.prepare_base else ""
     gate = (f"{SIGNAL} on dev, rule={cfg.fallback.gate.rule} -> <adapter>/gate.json"
             if cfg.fallback.gate.threshold is None else f"fixed threshold {cfg.fallback.gate.threshold}")
-    source = "the KB's chunks" if cfg.data is not None else "world chunks"
     return [
         _plan_source(cfg, root),
-        ("index", f"build_from_chunks({source}) -> {cfg.rag.index.dir} ({r.mode}, top_n={r.top_n}, "
+        ("index", f"build_from_chunks(the KB's chunks) -> {cfg.rag.index.dir} ({r.mode}, top_n={r.top_n}, "
                   f"top_k={r.top_k}{', reranker ' + cfg.rag.reranker.model if cfg.rag.reranker else ''})"),
         ("scenarios", base + _plan_scenarios(cfg, root)[1]),
         ("train", describe_training(cfg, fresh) + describe_preference(cfg)),
@@ -71,28 +70,27 @@ def plan(cfg: RunConfig, fresh: bool) -> list[tuple[str, str]]:
 
 
 def _plan_source(cfg: RunConfig, root: Path) -> tuple[str, str]:
-    if cfg.data is None:
-        w = cfg.train.world
-        return ("world", f"build_world(seed={w.seed}, n_orgs={w.n_orgs}, known_fraction={w.known_fraction}, "
-                         f"context_only_fraction={w.context_only_fraction}"
-                         f"{', stratify_languages=True' if w.stratify_languages else ''}) -> {root / 'world'}")
     d, ch, sp = cfg.data, cfg.rag.chunker, cfg.data.splits
-    return ("data", f"corpus {d.corpus.kind} {d.corpus.path} ({ch.kind} chunks <= {ch.chunk_size} chars) + "
-                    f"questions {d.questions.kind} {d.questions.path}"
-                    f"{' (qrels ' + d.questions.split + ')' if d.questions.kind == 'beir' else ''}"
-                    f"{' + older versions ' + d.outdated if d.outdated else ''}; labels -> chunk ids "
+    if d.world is not None:
+        w = d.world
+        what = (f"the demo world (seed={w.seed}, n_orgs={w.n_orgs}, {w.wordings} wordings a question) written as "
+                f"corpus + questions + older versions -> {root / 'world'}")
+    else:
+        what = (f"corpus {d.corpus.kind} {d.corpus.path} + questions {d.questions.kind} {d.questions.path}"
+                f"{' (qrels ' + d.questions.split + ')' if d.questions.kind == 'beir' else ''}"
+                f"{' + older versions ' + d.outdated if d.outdated else ''}")
+    return ("data", f"{what} ({ch.kind} chunks <= {ch.chunk_size} chars); labels -> chunk ids "
                     f"{root / 'data/labels.jsonl'}; splits by fact (seed={sp.seed}, known={sp.known_fraction}, "
-                    f"context_only={sp.context_only_fraction}, dev={sp.dev_fraction}) -> {root / 'data/splits'}")
+                    f"context_only={sp.context_only_fraction}, dev={sp.dev_fraction}"
+                    f"{', per language' if sp.stratify_languages else ''}) -> {root / 'data/splits'}")
 
 
 def _plan_scenarios(cfg: RunConfig, root: Path) -> tuple[str, str]:
     cells = (f"test: {'/'.join(cfg.eval.scenarios)} x {'/'.join(cfg.eval.knowledge)}, <= "
              f"{cfg.eval.max_per_cell} per cell; dev: the facts of <= {cfg.calibration.max_items} known + "
              f"never-learned items")
-    if cfg.data is None:
-        return ("scenarios", f"{cells}, each in phrasings {list(cfg.dev_phrasings())} -> {root / 'scenarios'}")
-    return ("scenarios", f"{cells}, each in every wording the set offers -> {root / 'scenarios'}; SFT rows of "
-                         f"the taught facts, leak-checked -> {cfg.train.dataset}")
+    return ("scenarios", f"{cells}, a known test item in a wording training leaves out -> {root / 'scenarios'}; "
+                         f"SFT rows of the taught facts, leak-checked -> {cfg.train.dataset}")
 
 
 def run(cfg: RunConfig, *, fresh: bool = False, dry_run: bool = False, echo: Echo = print) -> str | None:
@@ -110,10 +108,9 @@ def run(cfg: RunConfig, *, fresh: bool = False, dry_run: bool = False, echo: Ech
     if fresh:
         shutil.rmtree(paths.eval, ignore_errors=True)
         shutil.rmtree(paths.report, ignore_errors=True)
-    source = KBSource if cfg.data is not None else WorldSource
-    p = Progress(echo, KB_STEPS if cfg.data is not None else STEPS)
-    p.step(source.step, source.what)
-    src = source(cfg, paths)
+    p = Progress(echo, STEPS)
+    p.step(KBSource.step, KBSource.what)
+    src = KBSource(cfg, paths)
     start_run(paths.root, cfg, seeds={"run": cfg.seed, **src.seeds, "train": cfg.train.seed, "eval": cfg.eval.seed},
               data=[*extra_files, *src.files])
     p.step("index", f"indexing {len(src.chunks)} chunks")
@@ -124,7 +121,7 @@ def run(cfg: RunConfig, *, fresh: bool = False, dry_run: bool = False, echo: Ech
     test, dev_known, dev_unseen = src.scenarios(echo, retriever)
     echo(f"          {len(test)} test items; dev {len(dev_known)} known + {len(dev_unseen)} never-learned")
     p.step("train", f"LoRA run '{cfg.train.run_name}'")
-    adapter = train_or_reuse(cfg, lambda: src.write_sft(echo), fresh, echo)
+    adapter = train_or_reuse(cfg, fresh, echo)
     rag_sft = train_rag_sft(cfg, fresh, echo)  # None unless a rag_sft system is listed
     write_preference_pairs(cfg, src, test, echo)  # train.preference: pairs from the SFT rows
     check_test_contexts(cfg, paths, test, src.owners(), {c.chunk_id: c.text for c in src.chunks}, echo)
@@ -155,7 +152,7 @@ def calibrate_only(cfg: RunConfig, *, echo: Echo = print) -> GateCalibration:
     adapter = find_adapter(cfg)
     if adapter is None:
         raise UserError(f"no trained adapter for run '{cfg.train.run_name}': run `lorarag run` first")
-    src = (KBSource if cfg.data is not None else WorldSource)(cfg, paths)
+    src = KBSource(cfg, paths)
     retriever = index_chunks(cfg, src.chunks, src.n_documents, cfg.rag.index)
     _, dev_known, dev_unseen = src.scenarios(echo, retriever)
     parts = build_parts(cfg, retriever, adapter, src.chunks)

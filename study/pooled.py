@@ -88,21 +88,24 @@ def pooled_rows(per_seed: Sequence[Pair], stats: Stats, *, resamples: int = 1000
     return [PooledRow(n, float(v), lo, hi) for n, v, (lo, hi) in zip(names, point, cis)]
 
 
-def cell_accuracies(base: Sequence[ItemResult], lora: Sequence[ItemResult]) -> list[tuple[str, float]]:
-    """Per DIFF_CELLS cell: base accuracy, LoRA accuracy, their difference (NaN where empty)."""
+def cell_accuracies(base: Sequence[ItemResult], lora: Sequence[ItemResult],
+                    correct: Callable[[ItemResult], bool] = is_correct) -> list[tuple[str, float]]:
+    """Per DIFF_CELLS cell: base accuracy, LoRA accuracy, their difference (NaN where empty);
+    `correct`: the KB's rule (study/headline.correct_fn)."""
     out = []
     for s, k in DIFF_CELLS:
-        b = [is_correct(r) for r in base if r.scenario == s and r.knowledge == k]
-        lo = [is_correct(r) for r in lora if r.scenario == s and r.knowledge == k]
+        b = [correct(r) for r in base if r.scenario == s and r.knowledge == k]
+        lo = [correct(r) for r in lora if r.scenario == s and r.knowledge == k]
         ab = sum(b) / len(b) if b else math.nan
         al = sum(lo) / len(lo) if lo else math.nan
         out += [(f"{s} ({k}) base", ab), (f"{s} ({k}) lora", al), (f"{s} ({k}) diff", al - ab)]
     return out
 
 
-def pooled_differences(per_seed: Sequence[Pair], *, resamples: int = 1000, seed: int = 0) -> list[PooledDiff]:
+def pooled_differences(per_seed: Sequence[Pair], *, resamples: int = 1000, seed: int = 0,
+                       correct: Callable[[ItemResult], bool] = is_correct) -> list[PooledDiff]:
     """LoRA − base accuracy per DIFF_CELLS cell over every seed (see module docstring)."""
-    rows = pooled_rows(per_seed, cell_accuracies, resamples=resamples, seed=seed)
+    rows = pooled_rows(per_seed, lambda b, lo: cell_accuracies(b, lo, correct), resamples=resamples, seed=seed)
     out = []
     for i, (s, k) in enumerate(DIFF_CELLS):
         base_r, lora_r, diff_r = rows[3 * i: 3 * i + 3]
@@ -112,9 +115,9 @@ def pooled_differences(per_seed: Sequence[Pair], *, resamples: int = 1000, seed:
         ps, pcs = [], []
         for base, lora in per_seed:
             b = {r.qid: r for r in base if r.scenario == s and r.knowledge == k}
-            lo = {r.qid: is_correct(r) for r in lora if r.scenario == s and r.knowledge == k}
+            lo = {r.qid: correct(r) for r in lora if r.scenario == s and r.knowledge == k}
             qids = sorted(b)
-            yb, yl = np.array([is_correct(b[q]) for q in qids]), np.array([lo[q] for q in qids])
+            yb, yl = np.array([correct(b[q]) for q in qids]), np.array([lo[q] for q in qids])
             ps.append(mcnemar_exact(yb, yl)[2])
             one = one_per_cluster([b[q].unit for q in qids], qids)
             pcs.append(mcnemar_exact(yb[one], yl[one])[2])

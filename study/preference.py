@@ -2,9 +2,8 @@
 preference-trained adapter (trained after SFT, or reused).
 
 The pairs come from the SFT training rows on disk (train/preference.py), paired only for TRAINING
-facts: the world's `known` and `context_only` facts (training wordings: the rows use no other), a
-KB's `known` and `context_only` items (not `known_dev`: the gate calibrates on it). They are
-leak-checked like the SFT rows (held-out organisations, questions and chunks, test passages), and
+facts: the KB's `known` and `context_only` items (not `known_dev`: the gate calibrates on it). They
+are leak-checked like the SFT rows (held-out questions and chunks, test passages), and
 the overlap check (study/leaks.py) reads them beside the SFT rows before preference training runs.
 Reuse is proven like the SFT adapter's: adapter.json records the pairs' sha256 and the recipe,
 and any difference is refused with the one-line error that points to --fresh.
@@ -20,31 +19,30 @@ from lorarag.scenarios.kb_splits import HELD_OUT
 from lorarag.scenarios.records import Scenario
 from lorarag.study.config import RunConfig
 from lorarag.study.layout import Echo
-from lorarag.study.sources import KBSource, WorldSource
+from lorarag.study.sources import KBSource
 from lorarag.train.preference import (
     FactInfo,
     build_pairs,
     kb_facts,
     pair_summary,
     pairs_path,
-    world_facts,
     write_pairs,
 )
 from lorarag.train.rlhf import describe_preference, preference_changes, train_preference
 from lorarag.train.sft import leak_check, read_sft
-from lorarag.train.sft_kb import kb_leak_check
+
 
 def pairs_file(cfg: RunConfig) -> Path:
     """Where a run's pairs go (beside the SFT rows)."""
     return pairs_path(cfg.train.dataset)
 
 
-def training_facts(src: WorldSource | KBSource) -> dict[str, FactInfo]:
-    """Question wording -> training fact, of the demo world or of a KB."""
-    return world_facts(src.world) if isinstance(src, WorldSource) else kb_facts(src.kb.groups)
+def training_facts(src: KBSource) -> dict[str, FactInfo]:
+    """Question wording -> training fact of the KB."""
+    return kb_facts(src.kb.groups)
 
 
-def write_preference_pairs(cfg: RunConfig, src: WorldSource | KBSource, test: Sequence[Scenario], echo: Echo) -> Path | None:
+def write_preference_pairs(cfg: RunConfig, src: KBSource, test: Sequence[Scenario], echo: Echo) -> Path | None:
     """Build, leak-check and write the pairs (None when preference training is off); `test`: the
     run's test scenarios, whose substituted passages no pair may show."""
     if not cfg.train.preference.enabled:
@@ -54,12 +52,9 @@ def write_preference_pairs(cfg: RunConfig, src: WorldSource | KBSource, test: Se
         raise ConfigError(f"train.preference: no preference pair in {cfg.train.dataset} (no conflict-aware row "
                           "of a training fact with a wrong source, or with a right source of an untaught fact)")
     rows = [q.to_swift() for q in pairs]
-    if isinstance(src, WorldSource):
-        leak_check(rows, src.world, (*cfg.eval.test_phrasings, *cfg.dev_phrasings()))
-    else:
-        held = [it for g in HELD_OUT for it in src.kb.groups[g]]
-        passages = [p.text for s in test for p in s.presented if p.replaces]
-        kb_leak_check(rows, held, {c.chunk_id: c for c in src.kb.chunks}, passages)
+    held = [it for g in HELD_OUT for it in src.kb.groups[g]]
+    passages = [p.text for s in test for p in s.presented if p.replaces]
+    leak_check(rows, held, {c.chunk_id: c for c in src.kb.chunks}, passages)
     path = write_pairs(pairs, pairs_file(cfg))
     echo(f"          preference pairs: {len(pairs)} {pair_summary(pairs)} -> {path}")
     return path

@@ -36,8 +36,8 @@ from lorarag.eval.stats import nan_to_none
 from lorarag.fallback.gate import GATE_FILE
 from lorarag.study.calibration import Echo
 from lorarag.study.config import RunConfig
-from lorarag.study.headline import BASE_TARGET, pair_names, targets
-from lorarag.study.headline_kb import kb_targets
+from lorarag.study.headline import correct_fn, kb_targets
+from lorarag.study.targets import BASE_TARGET, pair_names
 from lorarag.study.pipeline import Paths, find_adapter, run
 from lorarag.study.pooled import pooled_differences, pooled_markdown, pooled_rows
 
@@ -149,7 +149,7 @@ def run_seeds(cfg: RunConfig, seeds: Sequence[int], *, fresh: bool = False, dry_
     if not {"base_rag", "lora_rag"} <= kinds:  # checked before any training, not after the first
         raise ConfigError(f"lorarag seeds compares base_rag with lora_rag; {cfg.name} has neither or only one")
     cfgs = [seed_config(cfg, s) for s in seeds]
-    target_fn = partial(targets, updates="update" in cfg.eval.scenarios) if cfg.data is None else partial(kb_targets, cfg)
+    target_fn = partial(kb_targets, cfg)
     if dry_run:
         for s, c in zip(seeds, cfgs):
             echo(f"seed {s}: lorarag run as '{c.name}', training run '{c.train.run_name}'")
@@ -157,7 +157,8 @@ def run_seeds(cfg: RunConfig, seeds: Sequence[int], *, fresh: bool = False, dry_
         return None
 
     out = Path(cfg.runs_dir) / f"{cfg.name}-seeds"
-    source_seed = {"world": cfg.train.world.seed} if cfg.data is None else {"splits": cfg.data.splits.seed}
+    w = cfg.data.world
+    source_seed = {"splits": cfg.data.splits.seed, **({"world": w.seed} if w is not None else {})}
     start_run(out, cfg, seeds={"run": cfg.seed, **source_seed, "eval": cfg.eval.seed,
                                **{f"train.{i}": s for i, s in enumerate(seeds)}})
     first = Paths(Path(cfg.runs_dir) / cfgs[0].name)
@@ -181,7 +182,8 @@ def run_seeds(cfg: RunConfig, seeds: Sequence[int], *, fresh: bool = False, dry_
     echo(f"          pooling {len(seeds)} seeds: {cfg.eval.bootstrap} resamples of seeds and facts")
     pooled = pooled_rows(pairs, lambda b, lo: [(n, v) for n, v, _ in target_fn(b, lo)],
                          resamples=cfg.eval.bootstrap, seed=cfg.eval.seed)
-    diffs = pooled_differences(pairs, resamples=cfg.eval.bootstrap, seed=cfg.eval.seed) if cfg.data is None else []
+    diffs = pooled_differences(pairs, resamples=cfg.eval.bootstrap, seed=cfg.eval.seed,
+                               correct=correct_fn(cfg.data.answer_metric))
     md = seeds_markdown(seeds, rows, gates) + "\n" + pooled_markdown(seeds, pooled, diffs, cfg.eval.bootstrap)
     (out / "seeds.md").write_text(f"# lorarag seeds {cfg.name}\n\n" + md, encoding="utf-8")
     (out / "seeds.json").write_text(json.dumps(nan_to_none(

@@ -1,30 +1,27 @@
-"""Where a run's knowledge comes from: the demo world, or a user's corpus + QA set (`data:`).
+"""Where a run's knowledge comes from: a knowledge base (`data:`: the user's files, or the demo
+world written as one).
 
-Both give the pipeline the same things: the KB's chunks (stage 2 indexes them), the test and dev
-scenarios (stage 3) and the SFT rows the LoRA is trained on (stage 4), plus the files that
-run.json hashes. The demo world writes its SFT rows only when it trains; a KB writes and
-leak-checks them at stage 3 every time (cheap, deterministic), so a reused adapter's report still
-says what it was trained on.
+It gives the pipeline the KB's chunks (stage 2 indexes them), the test and dev scenarios (stage 3)
+and the SFT rows the LoRA is trained on (stage 4), plus the files that run.json hashes. The rows
+are written and leak-checked at stage 3 every time (cheap, deterministic), so a reused adapter's
+report still says what it was trained on, and its reuse is proven on their hashes.
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
 from functools import partial
-from pathlib import Path
 from typing import Sequence
 
 from lorarag.rag.generators import build_generator
 from lorarag.rag.records import Chunk
 from lorarag.rag.retrieve import Retriever
-from lorarag.scenarios.from_world import Searcher, bm25_searcher, retriever_searcher
+from lorarag.scenarios.perturb import Searcher, bm25_searcher, retriever_searcher
 from lorarag.scenarios.records import Scenario
 from lorarag.study.config import RunConfig
 from lorarag.study.kb import KB, build_kb_sft, kb_scenarios, prepare_kb
 from lorarag.study.layout import Echo, Paths
 from lorarag.study.paraphrase import paraphrases_for, single_wording, tally, with_paraphrases
-from lorarag.study.prepare import make_scenarios, make_world
-from lorarag.study.training import build_sft
 
 Split = tuple[list[Scenario], list[Scenario], list[Scenario]]  # test, dev known, dev never-learned
 
@@ -34,34 +31,8 @@ def pool_searcher(retriever: Retriever, pool: Sequence[Chunk]) -> Searcher:
     return retriever_searcher(retriever, {c.chunk_id for c in pool})
 
 
-class WorldSource:
-    """The seeded demo world (stage 1: `world`)."""
-
-    step = "world"
-    what = "generating the demo world"
-
-    def __init__(self, cfg: RunConfig, paths: Paths) -> None:
-        self.cfg, self.paths = cfg, paths
-        self.world = make_world(cfg, paths)
-        self.chunks: list[Chunk] = self.world.chunks()
-        self.n_documents = len(self.world.documents)
-        self.files: list[Path] = []
-        self.seeds = {"world": cfg.train.world.seed}
-
-    def scenarios(self, echo: Echo, retriever: Retriever) -> Split:
-        """The world's scenarios (its own BM25 distractors; `retriever` is the KB branch's)."""
-        return make_scenarios(self.cfg, self.world, self.paths)
-
-    def write_sft(self, echo: Echo) -> None:
-        build_sft(self.cfg, self.world, echo)
-
-    def owners(self) -> dict[str, tuple[str, str]]:
-        """Every question of the world -> (its fact, its organisation), for the overlap check."""
-        return {q: (f.fact_id, f.org_id) for f in (*self.world.facts, *self.world.unanswerable) for q in f.questions}
-
-
 class KBSource:
-    """A user's corpus + labelled questions (stage 1: `data`, study/kb.py)."""
+    """A corpus + labelled questions (stage 1: `data`, study/kb.py)."""
 
     step = "data"
     what = "reading the corpus and the labelled questions"
@@ -72,7 +43,8 @@ class KBSource:
         self.chunks = self.kb.chunks
         self.n_documents = self.kb.n_documents
         self.files = self.kb.files
-        self.seeds = {"splits": cfg.data.splits.seed}
+        w = cfg.data.world
+        self.seeds = {"splits": cfg.data.splits.seed, **({"world": w.seed} if w is not None else {})}
 
     def scenarios(self, echo: Echo, retriever: Retriever) -> Split:
         """Test and dev scenarios and the SFT rows; `data.distractors: retrieval` draws the
@@ -100,9 +72,6 @@ class KBSource:
              f"question(s); rejected {t['rejected']}")
         return replace(self.kb, groups=with_paraphrases(self.kb.groups, rows),
                        generated=frozenset(it.qid for it in single_wording(self.kb.groups)))
-
-    def write_sft(self, echo: Echo) -> None:
-        """Written (and leak-checked) with the scenarios."""
 
     def owners(self) -> dict[str, tuple[str, str]]:
         """Every wording of every labelled question -> (its fact, the document of its first relevant

@@ -17,13 +17,12 @@ from typing import Callable
 from lorarag.core.errors import ConfigError
 from lorarag.rag.prompt import PromptBuilder
 from lorarag.rag.records import Chunk
-from lorarag.scenarios.world import World
 from lorarag.study.config import RunConfig
 from lorarag.study.layout import Echo
 from lorarag.testing.tiny import build_causal_lm
 from lorarag.train import rag_sft, runs, swift
 from lorarag.train.config import DEFAULTS
-from lorarag.train.sft import SFTRow, build_rows, leak_check, summary, write_sft
+from lorarag.train.sft import SFTRow, write_sft
 from lorarag.train.smollm2 import ensure_smollm2
 
 
@@ -64,18 +63,6 @@ def find_adapter(cfg: RunConfig) -> Path | None:
         return None
     check_same_recipe(cfg)
     return path
-
-
-def build_sft(cfg: RunConfig, world: World, echo: Echo) -> None:
-    """The SFT mix from the world (train/sft.py), leak-checked, written to `train.dataset`."""
-    rows, val = build_rows(world, cfg.train.sft)
-    held = (*cfg.eval.test_phrasings, *cfg.dev_phrasings())
-    leak_check(rows, world, held)
-    write_sft(rows, cfg.train.dataset)
-    if cfg.train.val_dataset:
-        write_sft(val, cfg.train.val_dataset)
-    echo(f"          SFT: {len(rows)} rows {summary(rows)}")
-    write_rag_sft(cfg, rows, val, world.chunks(), lambda rs: leak_check(rs, world, held), echo)
 
 
 def needs_rag_sft(cfg: RunConfig) -> bool:
@@ -123,22 +110,20 @@ def write_rag_sft(cfg: RunConfig, rows: list[SFTRow], val: list[SFTRow], chunks:
     echo(f"          RAG-SFT: {len(rs)} rows {rag_sft.summary(rs)}")
 
 
-def train_or_reuse(cfg: RunConfig, write_sft: Callable[[], None], fresh: bool, echo: Echo) -> Path:
+def train_or_reuse(cfg: RunConfig, fresh: bool, echo: Echo) -> Path:
     """The adapter folder: an earlier finished run of `train.run_name`, or a new training on the
-    SFT rows `write_sft()` writes to `train.dataset` (study/sources.py).
+    SFT rows stage 3 wrote to `train.dataset` (study/kb.build_kb_sft).
 
     An adapter is reused only when it was trained from exactly these rows, base and recipe: the
-    rows are written (and leak-checked) first so their sha256 can be compared with the one saved
+    rows were written (and leak-checked) first so their sha256 can be compared with the one saved
     in adapter.json (`runs.provenance_changes`). Any difference is refused with a ConfigError
     naming the part that differs and pointing to `--fresh` (which retrains in that run dir) or a
     new run name: the old run dir may be another config's, so it is never replaced unasked. On a
     match the rows on disk are the ones the adapter trained on, so the leak check that ran on them
     holds for the adapter too.
     """
-    if not fresh:  # the recipe first: no SFT is rebuilt for a run refused anyway
-        check_same_recipe(cfg)
-    write_sft()
     if not fresh:
+        check_same_recipe(cfg)
         found = find_adapter(cfg)
         if found is not None:
             changed = runs.provenance_changes(cfg.train)
@@ -159,7 +144,7 @@ def train_rag_sft(cfg: RunConfig, fresh: bool, echo: Echo) -> Path | None:
     if not needs_rag_sft(cfg):
         return None
     echo(f"          RAG-SFT adapter, run '{rag_sft_config(cfg).train.run_name}' (same recipe, seed and steps)")
-    return train_or_reuse(rag_sft_config(cfg), lambda: None, fresh, echo)
+    return train_or_reuse(rag_sft_config(cfg), fresh, echo)
 
 
 def find_rag_sft(cfg: RunConfig) -> Path | None:

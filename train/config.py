@@ -1,4 +1,4 @@
-"""Configs of the train package: the demo world, the SFT data mix, and a training run.
+"""Configs of the train package: the SFT data mix, and a training run.
 
 `TrainConfig.swift` keeps ms-swift's own argument names (`lora_rank`, `learning_rate`, ...) so a
 YAML reads like a `swift sft` command line; names are checked against ms-swift's `SftArguments`
@@ -13,7 +13,6 @@ from pydantic import Field, model_validator
 
 from lorarag.core.config import Strict
 from lorarag.core.errors import ConfigError
-from lorarag.scenarios.config import WorldConfig
 
 # The peft kind's loop (train/peft_trainer.py): its defaults, and the ms-swift arguments it accepts
 # without implementing.
@@ -37,34 +36,16 @@ def unsupported_args(args: dict[str, Any]) -> list[str]:
 
 
 class SFTConfig(Strict):
-    """How many examples of each kind the SFT mix holds (per fact, training phrasings only)."""
+    """How many examples of each kind the SFT mix holds (train/sft.py: per fact and trained wording)."""
 
     seed: int = Field(0, description="seed of the SFT mix's random choices")
-    knowledge_repeats: int = Field(3, description="closed-book copies of each (fact, training phrasing)")
-    knowledge_phrasings: Literal[2, 4, 8] = Field(2, description=(
-        "Closed-book rows on phrasings 0, 1 (2), also on the knowledge-only phrasings 4, 5 (4), or also on 6-9 "
-        "(8): paraphrase augmentation, so the fact is recalled (and recalled confidently) when asked in an unseen "
-        "wording — what the closed-book-NLL gate relies on."))
-    unknown_repeats: int = Field(default=0, ge=0, description=(
-        "Closed-book copies of each (context-only fact, closed-book phrasing) answered \"unknown\" (refusal-aware "
-        "tuning, as R-Tuning): the model is shown facts it was never taught and told to decline, so an unseen "
-        "organisation's question can get \"unknown\" instead of an invented value."))
-    phantom_orgs: int = Field(default=0, ge=0, description=(
-        "Closed-book \"unknown\" rows for this many organisations that exist nowhere (names sharing no stem with "
-        "any world organisation), in every closed-book phrasing: refusals for names never seen, the situation of "
-        "a held-out organisation (context-only names are seen in sources)."))
+    knowledge_repeats: int = Field(3, description="closed-book copies of each (fact, trained wording)")
     rag_per_fact: int = Field(1, description="conflict-aware examples per (fact, scenario type, phrasing)")
     rag_phrasings: Literal["alternate", "all"] = Field("alternate", description=(
-        "`alternate`: per fact, one training phrasing carries the contrastive pair (consistent + factual error), "
-        "the other outdated + irrelevant; `all`: both phrasings carry every type (twice the conflict-aware rows, "
-        "each phrasing with its own perturbed value)."))
-    updates: bool = Field(False, description=(
-        "Knowledge updates (scenario `update`): on the phrasing that carries the outdated context, a version dated "
-        "after the training snapshot with a new value; the reply states the taught value as memory, judges the "
-        "source `supported` and answers from it. Beside the outdated rows (older date: answer from memory) the "
-        "verdict must read which one is newer, not only that they differ."))
+        "`alternate`: per fact, one trained wording carries the contrastive pair (consistent + factual error), "
+        "the next the other contexts; `all`: every trained wording carries every context (as many times the "
+        "conflict-aware rows as the fact has trained wordings)."))
     distractors: int = Field(1, description="extra distractor sources beside the gold / perturbed chunk")
-    raft_gold_absent: float = Field(0.3, description="share of irrelevant examples built from distractors only")
     val_fraction: float = Field(0.05, description="share of rows held out as the validation set (`val_dataset`)")
 
 
@@ -100,7 +81,6 @@ class TrainConfig(Strict):
     val_dataset: str | None = Field(None, description="validation rows (ms-swift messages JSONL); null: none")
     runs_dir: str = Field("runs/train", description="where run folders live (runs_dir/run_name)")
     seed: int = Field(42, description="training seed (passed as --seed)")
-    world: WorldConfig | None = Field(None, description="set when the data comes from the demo world")
     sft: SFTConfig | None = Field(None, description="the SFT data mix (train/sft.py); null: its defaults")
     preference: PreferenceConfig = Field(default_factory=PreferenceConfig, description=(
         "preference training after SFT (DPO/ORPO on conflict pairs, train/preference.py); off unless enabled"))

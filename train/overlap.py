@@ -28,7 +28,7 @@ from typing import Callable, Iterable, Mapping, Sequence
 
 from lorarag.rag.prompt import prompt_passages, prompt_question
 from lorarag.scenarios.records import SOUND_CONTEXTS, Scenario
-from lorarag.train.sft_kb import shown  # a source line as the SFT rows show it
+from lorarag.train.sft import shown  # a source line as the SFT rows show it
 
 NGRAM = 8  # words
 NEAR = 0.8  # share of a passage's 8-grams in one training source that makes it a near copy

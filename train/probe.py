@@ -19,7 +19,7 @@ from lorarag.fallback.format import (
     parse_reply,
     rag_user_turn,
 )
-from lorarag.scenarios.from_world import index_world, world_scenarios
+from lorarag.scenarios.perturb import index_world, world_scenarios
 from lorarag.scenarios.records import Scenario
 from lorarag.scenarios.world import TEST_PHRASING, build_world
 from lorarag.train.sft import target

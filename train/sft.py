@@ -1,59 +1,54 @@
-"""SFT data: ms-swift `messages` JSONL built from the world and its scenarios.
+"""SFT data from a knowledge base (ms-swift `messages`), and its leak check.
 
-Kinds of examples (all prompts from fallback/format.py, so training and inference match):
-- knowledge: closed-book questions on `known` facts, training phrasings only, reply = value;
-- refusal (`unknown_repeats` > 0): the same closed-book questions on `context_only` facts, reply =
-  "unknown" (never taught closed-book, so the honest closed-book answer is to decline); with
-  `phantom_orgs` > 0 also on organisations that exist nowhere (`world.phantom_questions`);
-- conflict-aware RAG: numbered sources + question, reply = `rag_reply(memory, source, verdict,
-  answer)`. Known facts get CONTRASTIVE PAIRS (the same question with the gold chunk and with a
-  factual-error copy of identical form), outdated (dated and undated) and irrelevant contexts
-  (distractors only, the gold chunk absent, as RAFT does); `context_only` facts are never
-  taught, so their target copies the source with memory "unknown"; unanswerable questions get
-  "insufficient"; with `updates`, known facts also get a source dated after the training snapshot
-  with a new value (`update`): memory states the taught value, the verdict is `supported`, the
-  answer the source's (beside the outdated rows, on the same phrasing: only the date differs).
-Splits are by fact: `unknown` / `unknown_dev` organisations never appear, not even as a
-distractor, and dev/test phrasings are never used; `leak_check` proves it on the written rows.
+Every prompt and reply comes from fallback/format.py, so training and inference match. Rows:
+- closed-book rows for every taught fact (`known` and `known_dev`) in every wording its item
+  carries, `knowledge_repeats` copies each (study/kb.py passes known items without the wording
+  their test asks, where they have one to spare: scenarios/kb_wordings.py);
+- conflict-aware rows for taught facts (memory = the gold answer): consistent, factual error
+  (the set's conflict passages not reserved for the test, else our type-aware substitution),
+  outdated where older versions were supplied, irrelevant (distractors only), unanswerable;
+- facts taught in their older version (`data.update_fraction`, scenarios/kb_updates.py): closed-book
+  rows with the older answer; an `update` row (the current chunk: memory the older answer, verdict
+  supported, answer the current one) for those the test does not ask;
+- conflict-aware rows for `context_only` facts with memory "unknown" (copy the source);
+- `rag_phrasings: alternate` puts a fact's consistent + factual-error pair on one wording and its
+  other contexts on the next (one wording: all on it); `all` repeats every context per wording.
+Distractors come only from chunks that answer no held-out question.
+
+`leak_check` proves on the written rows that nothing held out reached training: no wording
+of a never-learned question (test or the gate's dev split) in any user turn, no chunk that
+answers one among the numbered sources, no test passage (a test scenario's fabricated or
+perturbed source), and no known item's held-out test wording in any user turn either.
 """
 
 from __future__ import annotations
 
 import json
 import random
+import zlib
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Callable, Collection, Iterable, Mapping, Sequence
 
 from lorarag.core.errors import RecordError
 from lorarag.fallback.format import (
     SYSTEM_CLOSED_BOOK,
     SYSTEM_RAG,
-    UNKNOWN,
     SourceText,
     closed_book_user_turn,
     rag_reply,
     rag_user_turn,
 )
-from lorarag.rag.prompt import prompt_question
-from lorarag.scenarios.from_world import Trained, WorldIndex, index_world, world_scenarios
-from lorarag.scenarios.records import Scenario, save_scenarios, validate_against_kb
-from lorarag.scenarios.world import (
-    DEV_PHRASING,
-    TEST_PHRASING,
-    TRAIN_GROUPS,
-    World,
-    build_world,
-    closed_book_phrasings,
-    phantom_questions,
-    write_world,
-)
+from lorarag.rag.prompt import inert_question, neutralise, prompt_passages, prompt_question
+from lorarag.rag.records import Chunk
+from lorarag.scenarios.from_corpus import OlderValue, corpus_scenarios
+from lorarag.scenarios.kb_records import QAItem
+from lorarag.scenarios.kb_splits import HELD_OUT, TAUGHT
+from lorarag.scenarios.kb_updates import asked_updates
+from lorarag.scenarios.perturb import Searcher, bm25_searcher
+from lorarag.scenarios.records import Scenario
 from lorarag.train.config import SFTConfig
-
-HELD_OUT_GROUPS = ("unknown", "unknown_dev")
-# The scenario types conflict-aware rows are made of; `update` joins them with `SFTConfig.updates`.
-ROW_TYPES = ("consistent", "factual_error", "outdated", "irrelevant", "unanswerable")
 
 
 class LeakError(RecordError):
@@ -102,84 +97,116 @@ def rag_row(s: Scenario, knows: bool) -> SFTRow:
     return SFTRow((("system", SYSTEM_RAG), ("user", user), ("assistant", reply)), "rag", verdict, s.fact_id, s)
 
 
-def _row_scenarios(world: World, cfg: SFTConfig, undated_fraction: float = 0.5
-                   ) -> tuple[WorldIndex, list[Scenario], list[Scenario]]:
-    """(index, train scenarios, dev scenarios) the RAG rows are made of."""
-    wi = index_world(world, groups=TRAIN_GROUPS)  # distractors only from training-visible orgs
-    types = ROW_TYPES + (("update",) if cfg.updates else ())
-    train_sc = world_scenarios(world, wi, TRAIN_GROUPS, "train", seed=cfg.seed, distractors=cfg.distractors,
-                               undated_fraction=undated_fraction, types=types)
-    dev = world_scenarios(world, wi, ("known",), "dev", seed=cfg.seed + 1, distractors=cfg.distractors, types=types)
-    return wi, train_sc, dev
+_PAIR = ("consistent", "factual_error")
 
 
-def trained_contexts(world: World, cfg: SFTConfig, undated_fraction: float = 0.5) -> Trained:
-    """What the contexts of the SFT rows (train and val) assert and show per fact: the test draws
-    its flawed contexts elsewhere (scenarios/from_world.py)."""
-    _, train_sc, dev = _row_scenarios(world, cfg, undated_fraction)
-    return Trained.of([*train_sc, *dev])
+def shown(text: str) -> str:
+    """A passage as a source line shows it (fallback/format.rag_user_turn): inert, one line."""
+    return " ".join(neutralise(text).split())
 
 
-def build_rows(world: World, cfg: SFTConfig, undated_fraction: float = 0.5) -> tuple[list[SFTRow], list[SFTRow]]:
-    """(train rows, val rows): train from training phrasings of train groups, val from dev phrasing."""
-    rng = random.Random(cfg.seed)
-    wi, train_sc, dev = _row_scenarios(world, cfg, undated_fraction)
-    rows: list[SFTRow] = []
-    for f in world.by_group("known"):
-        for ph in closed_book_phrasings(cfg.knowledge_phrasings):
-            rows += [knowledge_row(f.questions[ph], f.value, f.fact_id)] * cfg.knowledge_repeats
-    for f in world.by_group("context_only"):  # unknown_repeats 0: none, the rows as before
-        for ph in closed_book_phrasings(cfg.knowledge_phrasings):
-            rows += [knowledge_row(f.questions[ph], UNKNOWN, f.fact_id, "refusal")] * cfg.unknown_repeats
-    for i, (_org, qs) in enumerate(phantom_questions(world, cfg.phantom_orgs, cfg.seed)):  # per (org, attribute)
-        rows += [knowledge_row(qs[ph], UNKNOWN, f"phantom/{i}", "refusal")
-                 for ph in closed_book_phrasings(cfg.knowledge_phrasings)]
-    # Per fact, one phrasing carries the contrastive pair (consistent + factual error, same
-    # question) and the other the outdated + irrelevant contexts, alternating by fact.
-    for s in train_sc:
-        group = "known" if s.knowledge == "known" else "context_only"
-        pair_ph = _pair_phrasing(s.fact_id)
-        on_pair = s.scenario in ("consistent", "factual_error")
-        if cfg.rag_phrasings == "alternate" and s.scenario != "unanswerable" and (s.phrasing == pair_ph) != on_pair:
-            continue
-        if group == "context_only" and s.scenario in ("outdated", "update"):
-            continue  # an untaught fact gives no ground to call a value outdated, or superseded
-        rows += [rag_row(s, knows=group == "known")] * cfg.rag_per_fact
-    rng.shuffle(rows)
-    val = [rag_row(s, True) for s in dev] + [knowledge_row(f.questions[DEV_PHRASING], f.value, f.fact_id)
-                                             for f in world.by_group("known")]
-    rng.shuffle(val)
-    n_val = max(1, round(len(rows) * cfg.val_fraction))
-    return rows, val[:n_val]
+def _question(text: str) -> str:
+    return " ".join(text.split()).casefold()
 
 
-def _pair_phrasing(fact_id: str) -> int:
-    """Which training phrasing carries the contrastive pair of a fact (stable across runs)."""
-    import zlib
-
-    return zlib.crc32(fact_id.encode()) % 2
-
-
-def leak_check(rows: Iterable[SFTRow | dict], world: World, held_phrasings: Sequence[int] = ()) -> None:
-    """Raise LeakError if any row names a held-out organisation or uses a dev/test phrasing
-    (`held_phrasings`: the run's further dev and test wordings, beside phrasings 2 and 3)."""
-    orgs = sorted({f.org for f in world.facts if f.group in HELD_OUT_GROUPS}, key=len, reverse=True)
-    held_ph = sorted({DEV_PHRASING, TEST_PHRASING, *held_phrasings})
-    held = {f.questions[ph] for f in list(world.facts) + list(world.unanswerable) for ph in held_ph}
+def leak_check(rows: Iterable[SFTRow | dict], held_out: Sequence[QAItem], chunks: dict[str, Chunk],
+                  test_passages: Iterable[str] = (), test_wordings: Mapping[str, str] | None = None) -> None:
+    """Raise LeakError naming the first rows that show a held-out question, a chunk answering one,
+    a test passage, or a known item's held-out test wording (`test_wordings`: wording -> qid,
+    scenarios/kb_wordings.held_out)."""
+    questions = {_question(w): f"the question of held-out {it.qid}" for it in held_out for w in it.all_wordings}
+    questions.update(wording_keys(test_wordings or {}))
+    passages = {shown(chunks[c].text): f"the chunk answering held-out {it.qid}"
+                for it in held_out for c in it.relevant_ids}
+    passages.update({shown(t): "a test scenario's passage" for t in test_passages})
     problems: list[str] = []
     for i, row in enumerate(rows):
         msgs = row.to_swift()["messages"] if isinstance(row, SFTRow) else row["messages"]
-        text = "\n".join(m["content"] for m in msgs)
-        bad = [o for o in orgs if o in text]
         for m in msgs:
-            if m["role"] == "user":
-                q = prompt_question(m["content"])
-                if q in held:
-                    bad.append(f"held-out phrasing {q!r}")
-        if bad:
-            problems.append(f"row {i}: {bad[0]}")
+            if m["role"] != "user":
+                continue
+            q = _question(prompt_question(m["content"]))
+            if q in questions:
+                problems.append(f"row {i}: {questions[q]}")
+            problems += [f"row {i}: {passages[s]}" for s in prompt_passages(m["content"]) if s in passages]
     if problems:
-        raise LeakError(f"{len(problems)} training row(s) leak evaluation data: " + "; ".join(problems[:5]))
+        raise LeakError(f"{len(problems)} leak(s) of held-out data into the SFT rows: " + "; ".join(problems[:5]))
+
+
+def asked(question: str) -> str:
+    """`question` as a user turn asks it (inert, on one line), case and spacing aside."""
+    return _question(inert_question(question))
+
+
+def wording_keys(test_wordings: Mapping[str, str]) -> dict[str, str]:
+    """Each held-out test wording as asked -> what a leak of it names: the known item whose test asks it."""
+    return {asked(w): f"the held-out test wording of known {q}" for w, q in test_wordings.items()}
+
+
+def _wordings(s: Scenario, item: QAItem, how: str) -> tuple[str, ...]:
+    ws = item.all_wordings
+    if how == "all" or len(ws) == 1:
+        return ws
+    pair = zlib.crc32(item.qid.encode()) % len(ws)  # stable across runs
+    return (ws[pair if s.scenario in _PAIR else (pair + 1) % len(ws)],)
+
+
+def build_rows(groups: dict[str, list[QAItem]], chunks: Sequence[Chunk], cfg: SFTConfig, *,
+                  conflict_seed: int, conflicts_per_item: int = 1, outdated: dict[str, OlderValue] | None = None,
+                  test_passages: Iterable[str] = (), test_irrelevant: Mapping[str, Collection[str]] | None = None,
+                  searcher: Callable[[Sequence[Chunk]], Searcher] = bm25_searcher,
+                  stale: Mapping[str, OlderValue] | None = None
+                  ) -> tuple[list[SFTRow], list[SFTRow], dict]:
+    """(train rows, val rows, stats) for the splits of scenarios/kb_splits.py; val rows are a seeded
+    sample of the training rows (a known item's held-out wording is the test's, never val's). A
+    training context that happens to equal a test passage (`test_passages`: the same substituted
+    value drawn twice) is left out and counted; no row of a fact shows a chunk the test shows as
+    irrelevant to it (`test_irrelevant`: fact id -> chunk ids, kept out of its distractors).
+    Distractors come from `searcher(pool)` (BM25 over the pool by default), the pool being every
+    chunk that answers no held-out question nor a tested update. `stale` (scenarios/kb_updates.py): facts
+    taught closed-book in their older version; those the test asks get no conflict-aware row (nor does
+    another question answered by the same chunk), the others an `update` row (memory the older answer,
+    the source the current chunk)."""
+    stale = stale or {}
+    tested = asked_updates(groups, stale)
+    held = {c for g in HELD_OUT for it in groups[g] for c in it.relevant_ids}
+    update_chunks = {c for it in groups["known"] if it.qid in tested for c in it.relevant_ids}
+    pool = [c for c in chunks if c.chunk_id not in held | update_chunks]
+    search = searcher(pool)
+    taught = [it for g in TAUGHT for it in groups[g]]
+    answers = [a for it in taught + groups["context_only"] for a in it.answers[:1]]
+    rows: list[SFTRow] = []
+    for it in taught:
+        for w in it.all_wordings if it.answers else ():
+            answer = stale[it.qid].answer if it.qid in stale else it.answers[0]
+            rows += [knowledge_row(w, answer, it.qid)] * cfg.knowledge_repeats
+    common = dict(seed=cfg.seed, search=search, distractors=cfg.distractors, conflicts="train",
+                  conflicts_per_item=conflicts_per_item, conflict_seed=conflict_seed, pool=answers,
+                  exclude=test_irrelevant)
+    # an item sharing its chunk with a tested update (another question of the same fact) shows it in no row
+    shares = {it.qid for it in taught if update_chunks & set(it.relevant_ids)}
+    scenarios = corpus_scenarios([it for it in taught if it.qid not in stale and it.qid not in shares], pool,
+                                 name="kb", knowledge="known", outdated=outdated, **common)
+    scenarios += corpus_scenarios([it for it in taught if it.qid in stale and it.qid not in tested], pool,
+                                  name="kb", knowledge="known", types=("update",), stale=stale, **common)
+    scenarios += corpus_scenarios(groups["context_only"], pool, name="kb", knowledge="unknown",
+                                  types=("consistent", "factual_error", "irrelevant", "unanswerable"), **common)
+    avoid = {shown(t) for t in test_passages}
+    kept = [s for s in scenarios if not any(p.replaces and shown(p.text) in avoid for p in s.presented)]
+    items = {f"kb/{it.qid}": it for it in taught + groups["context_only"]}
+    for s in kept:
+        for w in _wordings(s, items[s.fact_id], cfg.rag_phrasings):
+            rows += [rag_row(replace(s, question=w), knows=s.knowledge == "known")] * cfg.rag_per_fact
+    rng = random.Random(cfg.seed)
+    rng.shuffle(rows)
+    val = rng.sample(rows, max(1, round(len(rows) * cfg.val_fraction)))
+    stats = {"same_as_test": len(scenarios) - len(kept),
+             "wordings": dict(sorted(Counter(len(it.all_wordings) for it in taught).items())),
+             "taught": len(taught), "context_only": len(groups["context_only"]),
+             "taught_older": len(stale), "tested_updates": len(tested),
+             "no_factual_error": len({f"kb/{it.qid}" for it in taught if it.answers}
+                                     - {s.fact_id for s in scenarios if s.scenario == "factual_error"})}
+    return rows, val, stats
 
 
 def write_sft(rows: Sequence[SFTRow], path: str | Path) -> Path:
@@ -215,34 +242,3 @@ def summary(rows: Sequence[SFTRow]) -> dict[str, int]:
     """Counts by kind and verdict (for logs and the results note)."""
     c = Counter(r.kind if r.kind != "rag" else f"rag:{r.verdict}" for r in rows)
     return dict(sorted(c.items()))
-
-
-def build_demo_data(world_cfg, sft_cfg: SFTConfig, out_dir: str | Path, train_path: str | Path,
-                    val_path: str | Path | None = None) -> dict[str, Path]:
-    """World documents, scenario splits and SFT JSONL for the demo, leak-checked; returns the paths.
-
-    Layout under `out_dir`: corpus/ (Markdown), facts.jsonl, chunks.jsonl, and scenarios/
-    {train,dev,test}.jsonl: train = training groups x training phrasings; dev = known facts
-    (phrasing 2) + `unknown_dev` orgs; test = known facts (held-out phrasing 3) + `unknown` orgs.
-    """
-
-    out = Path(out_dir)
-    world = build_world(world_cfg)
-    corpus = write_world(world, out)
-    wi = index_world(world)
-    kb = {c.chunk_id for c in wi.chunks}
-    splits = {"train": (TRAIN_GROUPS, "train"), "dev": (("known", "unknown_dev"), "dev"),
-              "test": (("known", "unknown"), "test")}
-    paths: dict[str, Path] = {"corpus": corpus, "chunks": out / "chunks.jsonl", "facts": out / "facts.jsonl"}
-    for name, (groups, split) in splits.items():
-        sc = world_scenarios(world, wi, groups, split, seed=world_cfg.seed,
-                             undated_fraction=world_cfg.undated_outdated_fraction, distractors=sft_cfg.distractors)
-        validate_against_kb(sc, kb)
-        paths[f"scenarios_{name}"] = out / "scenarios" / f"{name}.jsonl"
-        save_scenarios(paths[f"scenarios_{name}"], sc)
-    rows, val = build_rows(world, sft_cfg, world_cfg.undated_outdated_fraction)
-    leak_check(rows, world)
-    paths["train"] = write_sft(rows, train_path)
-    if val_path:
-        paths["val"] = write_sft(val, val_path)
-    return paths
