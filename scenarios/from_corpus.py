@@ -8,10 +8,12 @@ gold answer anywhere in them), shuffled so the answer-bearing source is not alwa
   passages; `conflicts="test"` takes a seeded `conflicts_per_item` of them, `"train"` only the
   others), else the gold chunk with its answer span replaced by a value of the same type
   (perturb.substitute_value: years stay years, numbers keep their format, names come from
-  other answers of the same type and language); an item whose answer is not a span of its
+  other answers of the same type and language; never the item's own older answer, which is the
+  outdated context's value); an item whose answer is not a span of its
   gold chunk and has no conflict passage gets no factual-error scenario (counted by the caller);
-- outdated: where the user supplies an older version (`load_outdated`): the older passage, or
-  the gold chunk with the older value, dated;
+- outdated: where the user supplies older versions (`load_outdated`, one or more per question): the
+  older passage, or the gold chunk with the older value, dated; the test's is a seeded one of them
+  (`tested_older`), training shows another where the question has two or more, never the test's;
 - irrelevant: `distractors + 1` hard distractors alone, every relevant chunk removed;
 - unanswerable: the set's unanswerable questions with their best-scoring chunks;
 - update: for a fact the LoRA was taught in its older version (`stale`, scenarios/kb_updates.py),
@@ -55,31 +57,41 @@ class OlderValue:
     where: str = dc_field(default="", compare=False)  # file:line, for error messages
 
 
-def load_outdated(path: str) -> dict[str, OlderValue]:
-    """Older versions, JSONL `{id, answer, date}` (+ optional `text`): id -> OlderValue. A `text`
-    must hold its older answer (any spacing), and an empty file is an error: it was given to
-    supply outdated items and would silently supply none."""
-    out: dict[str, OlderValue] = {}
+Versions = tuple[OlderValue, ...]  # a question's older versions, in the file's order
+
+
+def load_outdated(path: str) -> dict[str, Versions]:
+    """Older versions, JSONL `{id, answer, date}` (+ optional `text`), one line per version (an id
+    may repeat): id -> its versions. A `text` must hold its older answer (any spacing); the same
+    older answer twice for one id, and an empty file, are errors (the file was given to supply
+    outdated items and would silently supply none)."""
+    out: dict[str, list[OlderValue]] = {}
     for where, obj in jsonl_objects(path, "older-versions file"):
         no_other_keys(obj, {"id", "answer", "date", "text"}, where)
         qid = field(obj, "id", str, where)
-        if qid in out:
-            raise RecordError(f"{where}: id {qid!r} repeats")
         answer = answer_text(field(obj, "answer", str, where), where, "answer")
+        same = [o for o in out.get(qid, ()) if norm_text(o.answer) == norm_text(answer)]
+        if same:
+            raise RecordError(f"{where}: id {qid!r}: older answer {answer!r} repeats ({same[0].where})")
         text = field(obj, "text", str, where, required=False)
         if text is not None and not find_answer(text, (answer,)):
             raise RecordError(f"{where}: text: does not hold its older answer {answer!r}")
-        out[qid] = OlderValue(qid, answer, field(obj, "date", str, where), text, where)
+        out.setdefault(qid, []).append(OlderValue(qid, answer, field(obj, "date", str, where), text, where))
     if not out:
         raise RecordError(f"{path}: no older versions (empty file): outdated items need at least one")
-    return out
+    return {q: tuple(v) for q, v in out.items()}
 
 
-def check_outdated(outdated: dict[str, OlderValue], items: Sequence[QAItem], questions: str) -> None:
+def tested_older(versions: Versions, qid: str, seed: int) -> OlderValue:
+    """The older version the test shows (seeded by `seed` and the id alone); training shows the others."""
+    return versions[random.Random(f"{seed}/older/{qid}").randrange(len(versions))]
+
+
+def check_outdated(outdated: Mapping[str, Versions], items: Sequence[QAItem], questions: str) -> None:
     """Each older version belongs to an answerable question of the set and differs from its
     truth: an older answer equal to a gold answer would be an outdated item asserting the truth."""
     by_id = {it.qid: it for it in items}
-    for old in outdated.values():
+    for old in (o for versions in outdated.values() for o in versions):
         it = by_id.get(old.qid)
         if it is None:
             raise RecordError(f"{old.where}: id {old.qid!r} is not a question of {questions}")
@@ -147,7 +159,7 @@ def corpus_scenarios(items: Sequence[QAItem], chunks: Sequence[Chunk], *, name: 
                      seed: int = 0, search: Searcher | None = None, distractors: int = 1,
                      types: Sequence[str] = SCENARIO_TYPES, conflicts: Literal["test", "train", "none"] = "test",
                      conflicts_per_item: int = 1, train_conflicts: int = 1, conflict_seed: int = 0,
-                     outdated: dict[str, OlderValue] | None = None,
+                     outdated: Mapping[str, Versions] | None = None,
                      pool: Sequence[str] | None = None,
                      exclude: Mapping[str, Collection[str]] | None = None,
                      stale: Mapping[str, OlderValue] | None = None) -> list[Scenario]:
@@ -201,8 +213,9 @@ def corpus_scenarios(items: Sequence[QAItem], chunks: Sequence[Chunk], *, name: 
                                 context_answer=span or it.answers[0], **base))
         if "factual_error" in types:
             k = conflicts_per_item, train_conflicts
-            out += _factual_errors(it, gold, span, conflicts, k, conflict_seed, rng, pool, mix, qid, base)
-        old = outdated.get(it.qid)
+            olders = tuple(o.answer for o in outdated.get(it.qid, ()))
+            out += _factual_errors(it, gold, span, conflicts, k, conflict_seed, rng, pool, mix, qid, base, olders)
+        old = _older(outdated.get(it.qid, ()), it.qid, conflict_seed, conflicts)
         if "outdated" in types and old is not None:
             text = old.text if old.text is not None else (substitute_span(gold.text, it.answers, old.answer)
                                                           if span else None)
@@ -218,7 +231,16 @@ def corpus_scenarios(items: Sequence[QAItem], chunks: Sequence[Chunk], *, name: 
     return out
 
 
-def _factual_errors(it, gold, span, conflicts, k, seed, rng, pool, mix, qid, base) -> list[Scenario]:
+def _older(versions: Versions, qid: str, seed: int, conflicts: str) -> OlderValue | None:
+    """The version an outdated scenario shows: the test's; for training another where there is one,
+    else the test's too (a row that shows a tested passage is dropped by the row builder)."""
+    if not versions:
+        return None
+    test = tested_older(versions, qid, seed)
+    return next((o for o in versions if o is not test), test) if conflicts == "train" else test
+
+
+def _factual_errors(it, gold, span, conflicts, k, seed, rng, pool, mix, qid, base, olders=()) -> list[Scenario]:
     chosen: tuple[int, ...] = ()
     if it.conflicts and conflicts != "none":
         test = held_out_conflicts(it, seed, k[0])
@@ -232,8 +254,14 @@ def _factual_errors(it, gold, span, conflicts, k, seed, rng, pool, mix, qid, bas
     if out or span is None:
         return out
     same_script = [p for p in pool if (answer_type(p) == "cjk") == (answer_type(span) == "cjk")]
+    # an item's own older answer is no fabricated error but an undated outdated context: drawn again
     try:
-        fake = substitute_value(span, rng, same_script)
+        for _ in range(20):
+            fake = substitute_value(span, rng, same_script)
+            if norm_text(fake) not in {norm_text(o) for o in olders}:
+                break
+        else:
+            return []
     except PerturbationError:
         return []
     pc = PresentedChunk(f"{gold.chunk_id}~fe", substitute_span(gold.text, it.answers, fake), gold.source, gold.date,

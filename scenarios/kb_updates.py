@@ -17,14 +17,15 @@ from __future__ import annotations
 import zlib
 from typing import Mapping, Sequence
 
-from lorarag.scenarios.from_corpus import OlderValue
+from lorarag.scenarios.from_corpus import OlderValue, Versions, tested_older
 from lorarag.scenarios.kb_records import QAItem
 from lorarag.scenarios.kb_splits import TAUGHT
 
 
-def stale_taught(groups: Mapping[str, Sequence[QAItem]], outdated: Mapping[str, OlderValue], fraction: float,
+def stale_taught(groups: Mapping[str, Sequence[QAItem]], outdated: Mapping[str, Versions], fraction: float,
                  seed: int) -> dict[str, OlderValue]:
-    """qid -> the older version the LoRA is taught instead of the truth, for a seeded `fraction` of the
+    """qid -> the older version the LoRA is taught instead of the truth (of several, the one an
+    outdated test would show: `tested_older`), for a seeded `fraction` of the
     taught items with answers and an older version (stable per item: the draw reads only the seed and
     the qid, so growing the set keeps every earlier choice)."""
     if fraction <= 0:
@@ -32,10 +33,10 @@ def stale_taught(groups: Mapping[str, Sequence[QAItem]], outdated: Mapping[str, 
     out = {}
     for g in TAUGHT:
         for it in groups.get(g, ()):
-            old = outdated.get(it.qid)
+            versions = outdated.get(it.qid)
             draw = zlib.crc32(f"{seed}/update/{it.qid}".encode()) / 2**32
-            if old is not None and it.answers and draw < fraction:
-                out[it.qid] = old
+            if versions and it.answers and draw < fraction:
+                out[it.qid] = tested_older(versions, it.qid, seed)
     return out
 
 

@@ -6,9 +6,10 @@
   paragraph that states it, its language, and its organisation as `cluster` (so the split by
   fact learns or holds out an organisation's facts together and the CIs resample organisations);
   each organisation's question about an attribute stated nowhere, `unanswerable`;
-- `older.jsonl`: for each fact with a history, its most recent older value, the archive year as
-  its date and the archive's sentence as its text (outdated contexts, and the older answer a
-  stale fact is taught with `data.update_fraction`).
+- `older.jsonl`: every older value of each fact with a history (two: three and one year before the
+  profile's), the archive year as its date and the archive's sentence as its text (outdated
+  contexts: the test shows one, training the other; and the older answer a stale fact is taught
+  with `data.update_fraction`).
 
 The study then reads the world through the same loaders, splits, scenario and row builders as any
 corpus (study/kb.py): the world is one more knowledge base, not a second study path.
@@ -58,13 +59,9 @@ def question_rows(world: World, wordings: int) -> list[dict]:
 
 
 def older_rows(world: World) -> list[dict]:
-    """Each fact's most recent older value, dated by its archive year, in the archive's own sentence."""
-    out = []
-    for f in world.facts:
-        if f.history:
-            value, year = f.history[-1]
-            out.append({"id": f.fact_id, "answer": value, "date": year, "text": f.archive_statement(value, year)})
-    return out
+    """Every older value of every fact, dated by its archive year, in the archive's own sentence."""
+    return [{"id": f.fact_id, "answer": value, "date": year, "text": f.archive_statement(value, year)}
+            for f in world.facts for value, year in f.history]
 
 
 def write_world_kb(cfg: WorldConfig, folder: str | Path) -> WorldFiles:

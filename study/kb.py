@@ -27,7 +27,7 @@ from typing import Callable, Sequence
 from lorarag.eval.shortcut import context_probe
 from lorarag.eval.stats import nan_to_none
 from lorarag.rag.records import Chunk, write_jsonl
-from lorarag.scenarios.from_corpus import OlderValue, check_outdated, corpus_scenarios, load_outdated
+from lorarag.scenarios.from_corpus import OlderValue, Versions, check_outdated, corpus_scenarios, load_outdated
 from lorarag.scenarios.perturb import Searcher, bm25_searcher
 from lorarag.scenarios.config import CorpusSource, QuestionSource
 from lorarag.scenarios.kb_corpus import load_corpus
@@ -63,7 +63,7 @@ class KB:
 
     corpus: KBCorpus
     groups: dict[str, list[QAItem]]
-    outdated: dict[str, OlderValue]
+    outdated: dict[str, Versions]
     files: list[Path]
     summary: dict = field(default_factory=dict)
     generated: frozenset[str] = frozenset()  # qids whose wordings besides the question data.paraphrase wrote
@@ -129,7 +129,7 @@ def prepare_kb(cfg: RunConfig, paths: Paths) -> KB:
         "documents": len(corpus.documents), "chunks": len(corpus.chunks), "left_out_files": list(corpus.problems),
         "questions": len(items), "label_rules": rules, "splits": {g: len(v) for g, v in groups.items()},
         "updates": {"taught_older": len(stale), "tested": len(asked_updates(groups, stale)),
-                    "older_versions": len(outdated), "fraction": d.update_fraction}}, stale=stale)
+                    "older_versions": sum(map(len, outdated.values())), "fraction": d.update_fraction}}, stale=stale)
     _write_summary(paths, kb.summary)
     return kb
 

@@ -74,8 +74,13 @@ class KBSource:
                        generated=frozenset(it.qid for it in single_wording(self.kb.groups)))
 
     def owners(self) -> dict[str, tuple[str, str]]:
-        """Every wording of every labelled question -> (its fact, the document of its first relevant
-        chunk), for the overlap check (the fact ids of study/kb.py's scenarios: `kb/<qid>`)."""
+        """Every wording of every labelled question -> (its fact, its cluster: the item's `cluster`, else
+        the document of its first relevant chunk), for the overlap check (the fact ids of study/kb.py's
+        scenarios: `kb/<qid>`)."""
         doc = {c.chunk_id: c.doc_id for c in self.chunks}
-        return {w: (f"kb/{it.qid}", doc.get(it.relevant_ids[0], f"kb/{it.qid}") if it.relevant_ids else f"kb/{it.qid}")
-                for items in self.kb.groups.values() for it in items for w in it.all_wordings}
+
+        def cluster(it) -> str:
+            return it.cluster or (doc.get(it.relevant_ids[0], f"kb/{it.qid}") if it.relevant_ids else f"kb/{it.qid}")
+
+        return {w: (f"kb/{it.qid}", cluster(it)) for items in self.kb.groups.values() for it in items
+                for w in it.all_wordings}

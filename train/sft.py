@@ -42,7 +42,7 @@ from lorarag.fallback.format import (
 )
 from lorarag.rag.prompt import inert_question, neutralise, prompt_passages, prompt_question
 from lorarag.rag.records import Chunk
-from lorarag.scenarios.from_corpus import OlderValue, corpus_scenarios
+from lorarag.scenarios.from_corpus import OlderValue, Versions, corpus_scenarios
 from lorarag.scenarios.kb_records import QAItem
 from lorarag.scenarios.kb_splits import HELD_OUT, TAUGHT
 from lorarag.scenarios.kb_updates import asked_updates
@@ -152,7 +152,7 @@ def _wordings(s: Scenario, item: QAItem, how: str) -> tuple[str, ...]:
 
 
 def build_rows(groups: dict[str, list[QAItem]], chunks: Sequence[Chunk], cfg: SFTConfig, *,
-                  conflict_seed: int, conflicts_per_item: int = 1, outdated: dict[str, OlderValue] | None = None,
+                  conflict_seed: int, conflicts_per_item: int = 1, outdated: Mapping[str, Versions] | None = None,
                   test_passages: Iterable[str] = (), test_irrelevant: Mapping[str, Collection[str]] | None = None,
                   searcher: Callable[[Sequence[Chunk]], Searcher] = bm25_searcher,
                   stale: Mapping[str, OlderValue] | None = None
