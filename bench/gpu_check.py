@@ -84,7 +84,10 @@ def derive_config(base: dict, name: str, models: dict[str, Path], args) -> dict:
     cfg["name"] = name
     t = cfg["train"]
     t.update(model=str(models["lm"]), run_name=f"{name}-lora", dataset=f"{root}/sft/train.jsonl",
-             val_dataset=f"{root}/sft/val.jsonl", world={"seed": 0, "n_orgs": args.n_orgs})
+             val_dataset=f"{root}/sft/val.jsonl")
+    data = cfg.setdefault("data", {})
+    if data.get("world") is not None:  # the demo world, resized; a user's knowledge base stays as it is
+        data["world"] = {**data["world"], "n_orgs": args.n_orgs}
     if args.train_kind:
         t["kind"] = args.train_kind
     t["swift"].update(max_steps=args.steps, save_steps=args.steps, torch_dtype=dtype)
@@ -95,7 +98,6 @@ def derive_config(base: dict, name: str, models: dict[str, Path], args) -> dict:
         for k in dropped:
             t["swift"].pop(k)
     r = cfg["rag"]
-    r["corpus"] = {"paths": [f"{root}/world/corpus"]}
     r["index"]["dir"] = f"{root}/index"
     r["embedder"].update(model=str(models["embedder"]), device=args.device, dtype=dtype)
     r["reranker"].update(model=str(models["reranker"]), device=args.device, dtype=dtype, backend="transformers")
@@ -173,7 +175,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--models", default="checkpoints/gpu-check", help="where the random checkpoints go")
     ap.add_argument("--steps", type=int, default=40, help="LoRA steps (max_steps)")
     ap.add_argument("--train-kind", choices=["swift", "peft"], default=None, help="default: the config's")
-    ap.add_argument("--n-orgs", type=int, default=30)
+    ap.add_argument("--n-orgs", type=int, default=30, help="organisations of the config's demo world (data.world)")
     ap.add_argument("--per-cell", type=int, default=25)
     ap.add_argument("--cal-items", type=int, default=40)
     ap.add_argument("--max-batch-tokens", type=int, default=65536,

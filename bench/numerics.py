@@ -4,7 +4,8 @@ bits and, where it does not, at which stage they part.
 
 The run (in a child process with the AVX2 pins and 1 thread of `numerics: {cpu_isa: avx2}`):
 1. `base`: a tiny Qwen3 built from seed 0 (random init: the RNG's kernels);
-2. `rows`: 12 SFT rows of the seed-0 demo world (data, no arithmetic);
+2. `rows`: 12 SFT rows of the seed-0 demo world of 8 organisations, written as a knowledge base
+   and split by fact as a run does (bench/demo_kb.py; data, no arithmetic);
 3. `forward`: the base model's logits on the first row (the forward kernels);
 4. `loss@1..3`: the peft loop's loss at each step (step 1 is a forward pass at the LoRA's init;
    steps 2-3 also read the updates before them);
@@ -48,16 +49,17 @@ def worker(work: Path) -> dict[str, str]:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from lorarag.bench.demo_kb import load_world_kb, world_rows
+    from lorarag.rag.config import ChunkerConfig
+    from lorarag.scenarios.config import SplitConfig, WorldConfig
     from lorarag.testing.tiny import build_causal_lm
-    from lorarag.scenarios.config import WorldConfig
-    from lorarag.scenarios.world import build_world
     from lorarag.train.config import SFTConfig
     from lorarag.train.peft_trainer import train_peft
-    from lorarag.train.sft import build_rows, write_sft
+    from lorarag.train.sft import write_sft
 
     lm = build_causal_lm(work / "tiny-qwen3", seed=0)
-    rows, _ = build_rows(build_world(WorldConfig(seed=0, n_orgs=8)), SFTConfig(knowledge_repeats=1))
-    data = write_sft(rows[:12], work / "train.jsonl")
+    kb = load_world_kb(WorldConfig(seed=0, n_orgs=8), ChunkerConfig(), work / "world")
+    data = write_sft(world_rows(kb, SplitConfig(), SFTConfig(knowledge_repeats=1))[:12], work / "train.jsonl")
     out = {"base": _sha((Path(lm) / "model.safetensors").read_bytes()), "rows": _sha(Path(data).read_bytes())}
     tok = AutoTokenizer.from_pretrained(lm)
     model = AutoModelForCausalLM.from_pretrained(lm, torch_dtype=torch.float32).eval()

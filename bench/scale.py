@@ -7,8 +7,8 @@
 (b) Sharded evaluation: the same scenario set through `eval.runner.run_eval` in one process, and in
     N shard processes started at once (eval/shards.py partition, then the checked merge); items/s
     of each and whether the merged rows equal the one-process rows item for item (latency aside).
-    The system is the base RAG prompt on a tiny Qwen3 over the demo world's BM25 index: what is
-    measured is the sharding, not the model.
+    The system is the base RAG prompt on a tiny Qwen3 over the BM25 index of the demo world (written
+    as a knowledge base, bench/demo_kb.py): what is measured is the sharding, not the model.
 Results go to `--out` as JSON and are printed with the ratios.
 """
 
@@ -81,17 +81,21 @@ shard_worker(sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4])
 """
 
 
-def _eval_setup(work: Path):
-    """The scenario set and a base-RAG system on a tiny Qwen3 (built once under `work`)."""
+def _eval_setup(work: Path, *, write: bool = False):
+    """The scenario set and a base-RAG system on a tiny Qwen3 (built once under `work`): ci-tiny's
+    world written as a knowledge base, split by fact as a run splits it, and the test scenarios of
+    its known and never-learned facts (every scenario type). `write`: write the world's files (the
+    first call, before the shard processes, which read them)."""
+    from lorarag.bench.demo_kb import load_world_kb
     from lorarag.core.config import load_config
     from lorarag.core.paths import packaged_config
-    from lorarag.testing.tiny import build_causal_lm
-    from lorarag.scenarios.perturb import index_world, world_scenarios
-    from lorarag.scenarios.world import build_world
+    from lorarag.scenarios.from_corpus import corpus_scenarios
+    from lorarag.scenarios.kb_splits import split_by_fact
     from lorarag.study.config import RunConfig, SystemConfig
     from lorarag.study.parts import build_parts
     from lorarag.study.prepare import index_chunks
     from lorarag.study.systems import build_system
+    from lorarag.testing.tiny import build_causal_lm
 
     cfg = load_config(packaged_config("run/ci-tiny.yaml"), RunConfig)
     model = work / "tiny-qwen3"
@@ -100,15 +104,19 @@ def _eval_setup(work: Path):
     cfg = cfg.model_copy(update={"rag": cfg.rag.model_copy(update={
         "generator": cfg.rag.generator.model_copy(update={"model": str(model)}),
         "index": cfg.rag.index.model_copy(update={"dir": str(work / "index")})})})
-    world = build_world(cfg.train.world)
-    items = world_scenarios(world, index_world(world), ["known", "unknown"], "test", seed=0)
-    retriever = index_chunks(cfg, world.chunks(), len(world.documents), cfg.rag.index) \
+    assert cfg.data.world is not None  # ci-tiny is a world config
+    kb = load_world_kb(cfg.data.world, cfg.rag.chunker, work / "world", write=write)
+    groups = split_by_fact(kb.items, cfg.data.splits)
+    items = [s for group, knowledge in (("known", "known"), ("unseen", "unknown"))
+             for s in corpus_scenarios(groups[group], kb.chunks, name="kb", knowledge=knowledge, seed=0,
+                                       outdated=kb.outdated)]
+    retriever = index_chunks(cfg, kb.chunks, kb.n_documents, cfg.rag.index) \
         if not (work / "index" / "manifest.json").is_file() else None
     if retriever is None:
         from lorarag.rag.retrieve import load_retriever
 
         retriever = load_retriever(cfg.rag.index, cfg.rag.retrieval)
-    parts = build_parts(cfg, retriever, None, world.chunks())
+    parts = build_parts(cfg, retriever, None, kb.chunks)
     system = build_system(SystemConfig(name="base_rag", kind="base_rag", context="retrieved", max_new_tokens=8),
                           parts)
     return sorted(items, key=lambda s: s.qid), system
@@ -131,7 +139,7 @@ def bench_shards(count: int, work: Path, echo: Echo) -> dict:
     from lorarag.eval.records import load_results
     from lorarag.eval.shards import Shard, merge_shards, shard_dir, write_stamp
 
-    items, _ = _eval_setup(work)  # builds the tiny model and index once, before the timing
+    items, _ = _eval_setup(work, write=True)  # builds the world, tiny model and index once, before the timing
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     one = work / "one"
     t0 = time.perf_counter()

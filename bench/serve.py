@@ -1,10 +1,11 @@
 """`lorarag bench serve`: `lorarag serve` under 1, 8 and 32 concurrent clients, in one run.
 
 One server (serve/app.py, uvicorn on 127.0.0.1, dynamic batching) answers three disjoint slices
-of the same question pool (the demo world's facts in all their wordings), equal in size: one client
-sending one request at a time (the sequential baseline: every batch holds one question), then 8
-and 32 clients at once. The slices are disjoint because the generator's memo answers a repeated
-greedy request without the model: a repeated question would measure the memo, not the server.
+of the same question pool (the demo world's facts in all the wordings its knowledge base writes,
+`data.world.wordings`: bench/demo_kb.py), equal in size: one client sending one request at a time
+(the sequential baseline: every batch holds one question), then 8 and 32 clients at once. The
+slices are disjoint because the generator's memo answers a repeated greedy request without the
+model: a repeated question would measure the memo, not the server.
 Reported per setting: answers/s, p50 and p95 latency (s), the mean batch the generator saw, and
 throughput as a ratio to the sequential run.
 
@@ -34,9 +35,7 @@ from lorarag.core.config import load_config
 from lorarag.core.errors import ConfigError
 from lorarag.core.paths import packaged_config
 from lorarag.fallback.system import AdvancedRAGSystem, Detector
-from lorarag.scenarios.perturb import ask_in_phrasings, index_world, world_scenarios
-from lorarag.scenarios.world import build_world
-from lorarag.scenarios.world_text import QUESTIONS
+from lorarag.bench.demo_kb import WorldKB, load_world_kb
 from lorarag.serve.app import AnswerSystem, ServeSettings, create_app
 from lorarag.study.config import RunConfig
 from lorarag.study.parts import build_parts
@@ -63,7 +62,7 @@ def _zero_lora(base: str, rank: int, alpha: int, out: Path) -> Path:
 
 
 def demo_system(work: Path, generator: dict | None = None) -> tuple[AdvancedRAGSystem, list[str]]:
-    """The default system (module docstring) and the demo world's test questions; `generator`:
+    """The default system (module docstring) and the demo world's question pool; `generator`:
     settings that replace the demo generator's (the engine under test, bench/engine.py)."""
     from lorarag.rag.config import GeneratorConfig
     from lorarag.train.smollm2 import ensure_smollm2
@@ -73,23 +72,22 @@ def demo_system(work: Path, generator: dict | None = None) -> tuple[AdvancedRAGS
         gen = GeneratorConfig.model_validate({**cfg.rag.generator.model_dump(), **generator})
         cfg = cfg.model_copy(update={"rag": cfg.rag.model_copy(update={"generator": gen})})
     ensure_smollm2(cfg.train.model)
-    world = build_world(cfg.train.world)
-    retriever = index_chunks(cfg, world.chunks(), len(world.documents),
-                             cfg.rag.index.model_copy(update={"dir": str(work / "index")}))
+    assert cfg.data.world is not None  # the demo config is a world config
+    kb = load_world_kb(cfg.data.world, cfg.rag.chunker, work / "world")
+    retriever = index_chunks(cfg, kb.chunks, kb.n_documents, cfg.rag.index.model_copy(update={"dir": str(work / "index")}))
     sw = cfg.train.swift
     adapter = _zero_lora(cfg.train.model, sw["lora_rank"], sw["lora_alpha"], work / "adapter")
-    parts = build_parts(cfg, retriever, adapter, world.chunks())
+    parts = build_parts(cfg, retriever, adapter, kb.chunks)
     system = AdvancedRAGSystem(parts.rag, Detector(parts.generator, parts.first_tokens, cfg.fallback, None),
                                cfg.fallback)
-    return system, question_pool(world)
+    return system, question_pool(kb)
 
 
-def question_pool(world) -> list[str]:
-    """Every fact of `world` asked in each of its wordings, distinct, in a seeded shuffled order (so
-    each slice holds a mix of facts, attributes and wordings)."""
-    items = world_scenarios(world, index_world(world), ["known", "unknown"], "test", seed=0, types=["consistent"])
-    asked = ask_in_phrasings(sorted(items, key=lambda s: s.qid), world, range(len(QUESTIONS["en"]["ceo"])))
-    pool = list(dict.fromkeys(s.question for s in asked))
+def question_pool(kb: WorldKB) -> list[str]:
+    """Every fact of the world (each question with an answer) asked in each of its wordings,
+    distinct, in a seeded shuffled order (so each slice holds a mix of facts, attributes and wordings)."""
+    pool = list(dict.fromkeys(w for it in sorted(kb.items, key=lambda it: it.qid) if it.answers
+                              for w in it.all_wordings))
     random.Random(0).shuffle(pool)
     return pool
 
@@ -159,10 +157,10 @@ def run(run_dir: Path | None, requests: int, out: Path, echo: Callable[[str], No
     work = out.parent / "serve-work"
     if run_dir is not None:
         cfg = read_run(run_dir).config  # a bad run dir fails before any model loads
-        if cfg.train.world is None:
+        if cfg.data.world is None:
             raise ConfigError(f"{run_dir}: bench serve draws its questions from the demo world; this run "
-                              "has a knowledge base (data:) instead")
-        pool = question_pool(build_world(cfg.train.world))
+                              "has a user's knowledge base (data.corpus) instead")
+        pool = question_pool(load_world_kb(cfg.data.world, cfg.rag.chunker, work / "world"))
         system = load_run(run_dir)
         what = f"run {run_dir}"
     else:

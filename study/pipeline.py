@@ -42,6 +42,8 @@ from lorarag.study.training import (
     BASE_PREPARERS,
     describe_training,
     find_adapter,
+    needs_rag_sft,
+    rag_sft_config,
     train_or_reuse,
     train_rag_sft,
 )
@@ -120,11 +122,12 @@ def run(cfg: RunConfig, *, fresh: bool = False, dry_run: bool = False, echo: Ech
         BASE_PREPARERS[cfg.prepare_base](cfg.train.model)
     test, dev_known, dev_unseen = src.scenarios(echo, retriever)
     echo(f"          {len(test)} test items; dev {len(dev_known)} known + {len(dev_unseen)} never-learned")
+    write_preference_pairs(cfg, src, test, echo)  # train.preference: pairs from the SFT rows
+    # the rows on disk against the test's contexts: a leak stops the run before any training
+    check_test_contexts(cfg, paths, test, src.owners(), {c.chunk_id: c.text for c in src.chunks}, echo)
     p.step("train", f"LoRA run '{cfg.train.run_name}'")
     adapter = train_or_reuse(cfg, fresh, echo)
     rag_sft = train_rag_sft(cfg, fresh, echo)  # None unless a rag_sft system is listed
-    write_preference_pairs(cfg, src, test, echo)  # train.preference: pairs from the SFT rows
-    check_test_contexts(cfg, paths, test, src.owners(), {c.chunk_id: c.text for c in src.chunks}, echo)
     adapter = prefer_or_reuse(cfg, adapter, fresh, echo)  # the SFT adapter when preference is off
     p.step("calibrate", "gate threshold on the dev split")
     parts = build_parts(cfg, retriever, adapter, src.chunks, rag_sft)
@@ -160,3 +163,30 @@ def calibrate_only(cfg: RunConfig, *, echo: Echo = print) -> GateCalibration:
     parts.generator.close()
     assert gate.calibration is not None  # force=True always reads the dev split
     return gate.calibration
+
+
+def prepare_rows(cfg: RunConfig, *, echo: Echo = print) -> dict[str, Path]:
+    """`lorarag sft`: steps 1-3 without training. The KB (the world written as one, or the user's
+    files), its index (distractors drawn by retrieval read it), the test and dev scenarios, and the
+    SFT rows, leak-checked as they are written; the preference pairs too when `train.preference`
+    is on; then the test contexts are looked up in the rows on disk as a run does before training.
+    Returns what each written file holds -> its path."""
+    numerics.apply(cfg.numerics)
+    paths = Paths(Path(cfg.runs_dir) / cfg.name)
+    src = KBSource(cfg, paths)
+    retriever = index_chunks(cfg, src.chunks, src.n_documents, cfg.rag.index)
+    if cfg.prepare_base is not None:  # before the scenarios: data.paraphrase's generator is the base model
+        BASE_PREPARERS[cfg.prepare_base](cfg.train.model)
+    test, _, _ = src.scenarios(echo, retriever)
+    pairs = write_preference_pairs(cfg, src, test, echo)
+    check_test_contexts(cfg, paths, test, src.owners(), {c.chunk_id: c.text for c in src.chunks}, echo)
+    files = {"knowledge base": paths.world if cfg.data.world is not None else Path(src.files[0]),
+             "splits": paths.root / "data" / "splits", "scenarios": paths.scenarios,
+             "training rows": Path(cfg.train.dataset)}
+    if cfg.train.val_dataset:
+        files["validation rows"] = Path(cfg.train.val_dataset)
+    if needs_rag_sft(cfg):
+        files["RAG-SFT rows"] = Path(rag_sft_config(cfg).train.dataset)
+    if pairs is not None:
+        files["preference pairs"] = pairs
+    return files

@@ -108,11 +108,12 @@ def test_gpu_check_runs_the_gpu_config_small_on_cpu(tmp_path: Path, monkeypatch)
     s = json.loads((tmp_path / "summary.json").read_text())
     steps = [st["msg"].split()[1] for st in s["stages"] if st["msg"].startswith("[")]
     assert s["stages"][0]["msg"].startswith("building random checkpoints")
-    assert steps == ["world", "index", "scenarios", "train", "calibrate", "evaluate", "report"]
+    assert steps == ["data", "index", "scenarios", "train", "calibrate", "evaluate", "report"]
     assert (s["shape"], s["device"], s["train"]) == ("tiny", "cpu", "peft") and s["wall_s"] > 0
     cfg = yaml.safe_load((tmp_path / "runs/gpu-check-tiny/derived-config.yaml").read_text())
     assert cfg["rag"]["retrieval"]["mode"] == "hybrid" and cfg["rag"]["reranker"]["backend"] == "transformers"
     assert cfg["rag"]["generator"]["kind"] == "transformers" and cfg["train"]["model"].endswith("models/tiny/lm")
+    assert cfg["data"]["world"]["n_orgs"] == 30 and cfg["rag"]["corpus"]["paths"] == []  # the world, resized
     assert cfg["rag"]["generator"]["max_batch_tokens"] == 65536  # HF generate's KV cache bounded
     assert all(st["peak_gpu_mib"] == 0 for st in s["stages"])  # no GPU polled here
     assert "gradient_accumulation_steps" not in cfg["train"]["swift"]  # dropped for the peft loop, said so

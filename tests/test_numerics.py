@@ -69,13 +69,14 @@ def _train(tmp_path: Path, name: str, lm: Path, data: Path, env: dict[str, str])
 
 @pytest.mark.slow
 def test_pinned_numerics_train_the_same_adapter_whatever_kernels_the_cpu_offers(tmp_path, tiny_models):
-    from lorarag.scenarios.config import WorldConfig
-    from lorarag.scenarios.world import build_world
+    from lorarag.bench.demo_kb import load_world_kb, world_rows
+    from lorarag.rag.config import ChunkerConfig
+    from lorarag.scenarios.config import SplitConfig, WorldConfig
     from lorarag.train.config import SFTConfig
-    from lorarag.train.sft import build_rows, write_sft
+    from lorarag.train.sft import write_sft
 
-    rows, _ = build_rows(build_world(WorldConfig(seed=0, n_orgs=8)), SFTConfig(knowledge_repeats=1))
-    data = write_sft(rows[:12], tmp_path / "train.jsonl")
+    kb = load_world_kb(WorldConfig(seed=0, n_orgs=8), ChunkerConfig(), tmp_path / "world")
+    data = write_sft(world_rows(kb, SplitConfig(), SFTConfig(knowledge_repeats=1))[:12], tmp_path / "train.jsonl")
     lm = tiny_models["lm"]
     pin = pinned_env(PINNED)
     other = _train(tmp_path, "other", lm, data, {**OTHER_CPU, "OMP_NUM_THREADS": "1"})

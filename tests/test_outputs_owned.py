@@ -301,23 +301,11 @@ def test_milvus_record_naming_another_database_is_refused(milvus_index, tmp_path
 def test_world_out_keeps_a_users_file_and_rewrites_its_own(tmp_path, cli):
     out = tmp_path / "world"
     out.mkdir()
-    (out / "facts.jsonl").write_bytes(b"my facts\n")
-    one_line_error(*cli("world", "--out", out, "--n-orgs", 4)[::2], "facts.jsonl", "--force")
-    assert sorted(p.name for p in out.iterdir()) == ["facts.jsonl"]
-    assert (out / "facts.jsonl").read_bytes() == b"my facts\n"
+    (out / "corpus.jsonl").write_bytes(b"my corpus\n")
+    one_line_error(*cli("world", "--out", out, "--n-orgs", 4)[::2], "corpus.jsonl", "--force")
+    assert sorted(p.name for p in out.iterdir()) == ["corpus.jsonl"]  # refused before anything is written
+    assert (out / "corpus.jsonl").read_bytes() == b"my corpus\n"
     assert cli("world", "--out", out, "--n-orgs", 4, "--force")[0] == 0
     assert cli("world", "--out", out, "--n-orgs", 4)[0] == 0  # ours now
-    assert (out / "facts.jsonl").read_bytes() != b"my facts\n" and any((out / "corpus").iterdir())
-
-
-@pytest.mark.parametrize("force", [[], ["--force"]], ids=["plain", "force"])
-def test_probe_out_is_refused_before_any_model_loads(tmp_path, cli, configs, force):
-    train = configs[0]
-    before = train.read_bytes()
-    one_line_error(*cli("probe", train, "--out", train, *force)[::2], "is an input of this command")
-    assert train.read_bytes() == before
-    if not force:
-        mine = tmp_path / "rows.jsonl"
-        mine.write_bytes(b"mine\n")
-        one_line_error(*cli("probe", train, "--out", mine)[::2], str(mine), "--force")
-        assert mine.read_bytes() == b"mine\n"
+    assert (out / "corpus.jsonl").read_bytes() != b"my corpus\n"
+    assert {p.name for p in out.iterdir()} >= {"corpus.jsonl", "questions.jsonl", "older.jsonl"}

@@ -11,11 +11,13 @@ from types import SimpleNamespace
 
 import pytest
 
+from lorarag.bench.demo_kb import load_world_kb
 from lorarag.core.errors import ConfigError
 from lorarag.fallback.format import SYSTEM_CLOSED_BOOK, SYSTEM_RAG, SourceText, rag_user_turn
-from lorarag.scenarios.config import WorldConfig
+from lorarag.rag.config import ChunkerConfig
+from lorarag.scenarios.config import SplitConfig, WorldConfig
+from lorarag.scenarios.kb_splits import HELD_OUT, split_by_fact
 from lorarag.scenarios.records import PresentedChunk, Scenario
-from lorarag.scenarios.world import build_world
 from lorarag.study.layout import Paths
 from lorarag.study.leaks import check_test_contexts
 from lorarag.train.config import PreferenceConfig, SFTConfig, TrainConfig
@@ -23,9 +25,9 @@ from lorarag.train.preference import (
     FactInfo,
     build_pairs,
     fact_lookup,
+    kb_facts,
     pairs_path,
     read_pairs,
-    world_facts,
     write_pairs,
 )
 from lorarag.train.rlhf import preference_changes, rlhf_command
@@ -90,19 +92,24 @@ def test_pairs_per_fact_adds_the_other_rejected_variants():
     assert sum(r.endswith("verdict: conflicting | answer: unknown") for r in rejected) == 1
 
 
-def test_world_pairs_come_from_training_rows_of_training_facts_only(tmp_path):
-    world = build_world(WorldConfig(seed=0, n_orgs=8))
-    rows, _ = build_rows(world, SFTConfig(knowledge_repeats=1))
+def test_world_kb_pairs_come_from_training_rows_of_training_facts_only(tmp_path):
+    """The demo world read as a knowledge base and split by fact: pairs of `known` and
+    `context_only` facts only (`known_dev` is the gate's), none showing a held-out question or chunk."""
+    kb = load_world_kb(WorldConfig(seed=0, n_orgs=8), ChunkerConfig(), tmp_path / "world")
+    groups = split_by_fact(kb.items, SplitConfig())
+    rows, _, _ = build_rows(groups, kb.chunks, SFTConfig(knowledge_repeats=1), conflict_seed=0, outdated=kb.outdated)
     swift_rows = [r.to_swift() for r in rows]
-    pairs = build_pairs(swift_rows, world_facts(world), PreferenceConfig(enabled=True))
-    groups = {f.fact_id: f.group for f in world.facts}
-    assert pairs and all(groups[q.fact_id] in ("known", "context_only") for q in pairs)
-    leak_check([q.to_swift() for q in pairs], world)  # no held-out organisation or wording
+    pairs = build_pairs(swift_rows, kb_facts(groups), PreferenceConfig(enabled=True))
+    group_of = {f"kb/{it.qid}": g for g, items in groups.items() for it in items}
+    assert pairs and all(group_of[q.fact_id] in ("known", "context_only") for q in pairs)
+    held = [it for g in HELD_OUT for it in groups[g]]
+    leak_check([q.to_swift() for q in pairs], held, {c.chunk_id: c for c in kb.chunks}, ())
     taught = {tuple((m["role"], m["content"]) for m in r["messages"][:-1]): r["messages"][-1]["content"]
               for r in swift_rows}
     assert all(taught[q.prompt] == q.chosen for q in pairs)  # chosen = the reply the SFT row teaches
-    # one wrong-source pair per distinct conflicting/outdated row of a known fact
-    expect = {r.messages[:-1] for r in rows if r.kind == "rag" and r.verdict in ("conflicting", "outdated")}
+    # one wrong-source pair per distinct conflicting/outdated row of a known (not known_dev) fact
+    expect = {r.messages[:-1] for r in rows if r.kind == "rag" and r.verdict in ("conflicting", "outdated")
+              and group_of[r.fact_id] == "known"}
     assert len([q for q in pairs if q.kind == "wrong_source"]) == len(expect)
     assert any(q.kind == "untaught_right_source" for q in pairs)
     path = write_pairs(pairs, pairs_path(tmp_path / "train.jsonl"))
@@ -358,16 +365,35 @@ def test_lorarag_run_trains_dpo_after_sft_and_evaluates_that_adapter(tmp_path):
         run(_ci_tiny(tmp_path, beta=0.5), echo=lambda _: None)
 
 
+def _held_out_wordings(splits: Path) -> set[str]:
+    """Every wording of the never-learned items (test and the gate's dev) a run's splits folder lists."""
+    out = set()
+    for group in HELD_OUT:
+        for line in (splits / f"{group}.jsonl").read_text(encoding="utf-8").splitlines():
+            it = json.loads(line)
+            out.update([it["question"], *it["wordings"]])
+    return out
+
+
 @pytest.mark.slow
-def test_lorarag_train_runs_sft_then_dpo_on_a_world_config(tmp_path, tiny_models):
+def test_lorarag_sft_then_train_runs_sft_then_dpo(tmp_path, tiny_models, monkeypatch):
+    """`lorarag sft` of a world run config with train.preference writes the rows and the pairs beside
+    them; `lorarag train` of a train config naming those rows trains the LoRA, then DPO on the pairs."""
     import yaml
     from typer.testing import CliRunner
 
     from lorarag.cli import app
 
-    cfg = {"kind": "peft", "run_name": "w", "model": str(tiny_models["lm"]),
-           "dataset": str(tmp_path / "data/sft/train.jsonl"), "runs_dir": str(tmp_path / "runs"),
-           "world": {"seed": 0, "n_orgs": 8}, "sft": {"knowledge_repeats": 1},
+    monkeypatch.chdir(tmp_path)  # ci-tiny's relative paths (runs/, checkpoints/) land here
+    run_cfg = tmp_path / "run.yaml"
+    run_cfg.write_text(yaml.safe_dump({"base": str(REPO / "configs/run/ci-tiny.yaml"),
+                                       "train": {"preference": {"enabled": True}}}))
+    made = CliRunner().invoke(app, ["sft", str(run_cfg)])
+    assert made.exit_code == 0, made.output
+    rows = tmp_path / "runs/ci-tiny/sft/train.jsonl"
+    assert "\npreference pairs   runs/ci-tiny/sft/train.pairs.jsonl\n" in made.output  # ci-tiny's path, relative
+    cfg = {"kind": "peft", "run_name": "w", "model": str(tiny_models["lm"]), "dataset": str(rows),
+           "runs_dir": str(tmp_path / "runs/train"),
            "swift": {"torch_dtype": "float32", "lora_rank": 4, "lora_alpha": 8, "max_steps": 2,
                      "per_device_train_batch_size": 4, "max_length": 512},
            "preference": {"enabled": True, "max_steps": 2}}
@@ -377,11 +403,15 @@ def test_lorarag_train_runs_sft_then_dpo_on_a_world_config(tmp_path, tiny_models
     assert dry.exit_code == 0 and "lorarag.train.peft_trainer" in dry.output and "lorarag.train.dpo" in dry.output
     res = CliRunner().invoke(app, ["train", str(path)])
     assert res.exit_code == 0, res.output
-    pointer = json.loads((tmp_path / "runs/w/adapter.json").read_text())
+    pointer = json.loads((tmp_path / "runs/train/w/adapter.json").read_text())
     assert res.output.strip().endswith(f"adapter: {pointer['adapter']}")
     assert pointer["adapter"].endswith("preference/checkpoint-2") and pointer["preference"]["pairs"]
-    pairs = read_pairs(tmp_path / "data/sft/train.pairs.jsonl")
-    leak_check(pairs, build_world(WorldConfig(seed=0, n_orgs=8)))
+    pairs = read_pairs(rows.parent / "train.pairs.jsonl")
+    held = _held_out_wordings(tmp_path / "runs/ci-tiny/data/splits")
+    asked = {m["content"].rsplit("Question: ", 1)[-1] for q in pairs for m in q["messages"] if m["role"] == "user"}
+    known = {json.loads(x)["question"] for x in (tmp_path / "runs/ci-tiny/data/splits/known.jsonl").read_text().splitlines()}
+    assert asked & known  # the pairs ask the taught questions as the splits write them ...
+    assert held and not asked & held  # ... and no never-learned one
 
 
 def test_a_malformed_pairs_file_is_one_line_naming_the_line(tmp_path):

@@ -12,12 +12,13 @@ from pathlib import Path
 
 import pytest
 
+from lorarag.bench.demo_kb import load_world_kb, world_rows
 from lorarag.core.errors import ConfigError
-from lorarag.scenarios.config import WorldConfig
-from lorarag.scenarios.world import build_world
+from lorarag.rag.config import ChunkerConfig
+from lorarag.scenarios.config import SplitConfig, WorldConfig
 from lorarag.train.config import SFTConfig, TrainConfig, check_swift_args
 from lorarag.train.export import export_command
-from lorarag.train.sft import build_rows, write_sft
+from lorarag.train.sft import write_sft
 from lorarag.train.runs import find_adapter, last_checkpoint, run_dir
 from lorarag.train.swift import (
     command_for,
@@ -33,16 +34,16 @@ REPO = Path(__file__).resolve().parent.parent
 
 def _cfg(tmp_path: Path, model: Path, dataset: Path, **kw) -> TrainConfig:
     base = load_train_config(REPO / "configs/train/tiny.yaml")
-    data = {**base.model_dump(), "model": str(model), "dataset": str(dataset), "runs_dir": str(tmp_path / "runs"),
-            "world": None, **kw}
+    data = {**base.model_dump(), "model": str(model), "dataset": str(dataset), "runs_dir": str(tmp_path / "runs"), **kw}
     return TrainConfig.model_validate(data)
 
 
 @pytest.fixture(scope="module")
 def sft_file(tmp_path_factory) -> Path:
-    world = build_world(WorldConfig(seed=0, n_orgs=8))
-    rows, _ = build_rows(world, SFTConfig(knowledge_repeats=1))
-    return write_sft(rows[:48], tmp_path_factory.mktemp("sft") / "train.jsonl")
+    """48 SFT rows of the 8-organisation demo world, read as a knowledge base and split by fact."""
+    folder = tmp_path_factory.mktemp("sft")
+    kb = load_world_kb(WorldConfig(seed=0, n_orgs=8), ChunkerConfig(), folder / "world")
+    return write_sft(world_rows(kb, SplitConfig(), SFTConfig(knowledge_repeats=1))[:48], folder / "train.jsonl")
 
 
 def test_dry_run_is_the_exact_swift_command(tmp_path, sft_file):

@@ -11,8 +11,8 @@ it), its taught reply as "chosen", and the tempting wrong reply as "rejected":
   insufficient, answer unknown), then the invented memory with answer unknown. The invention is
   another training fact's gold value of the same shape (digits or not), drawn per prompt.
 Rows of facts outside `facts` (held out: test, gate dev) are never paired, and only training rows
-are read (the world's val rows use the dev wording). The prompts are SFT prompts, so the pairs
-show no passage the SFT rows do not; the leak and overlap checks run on the pairs all the same.
+are read. The prompts are SFT prompts, so the pairs show no passage the SFT rows do not; the leak
+and overlap checks run on the pairs all the same.
 
 Written as ms-swift rlhf rows (`{"messages": prompt + [chosen], "rejected_response": rejected}`,
 what `swift rlhf --rlhf_type dpo --dataset` and train/dpo.py read) and as TRL's conversational
@@ -77,12 +77,6 @@ def question_key(user_turn: str) -> str:
 def fact_lookup(facts: Iterable[tuple[str, FactInfo]]) -> dict[str, FactInfo]:
     """(question wording, fact) pairs -> the lookup `build_pairs` reads (keys as `question_key`)."""
     return {" ".join(inert_question(q).split()): f for q, f in facts}
-
-
-def world_facts(world) -> dict[str, FactInfo]:
-    """The lookup of a demo world's training facts: `known` (taught) and `context_only`."""
-    return fact_lookup((q, FactInfo(f.fact_id, (f.value, *f.gold_answers), f.group == "known"))
-                       for f in world.facts if f.group in ("known", "context_only") for q in f.questions)
 
 
 def kb_facts(groups: Mapping[str, Sequence]) -> dict[str, FactInfo]:
