@@ -12,10 +12,10 @@ every seed: their result folders are copied from the first seed's run, and `eval
 only if their stamp (what results depend on, fallback/pipeline.system_stamp) still matches.
 
 The summary (`<runs_dir>/<name>-seeds/seeds.md` + `seeds.json`, beside the usual config.yaml and
-run.json) lists every target of the headline (fallback/headline.targets) per seed, with mean,
+run.json) lists every target of the headline (study/headline.kb_targets) per seed, with mean,
 standard deviation (n-1), a 95 % t-interval of the mean over seeds, range and how many seeds meet
 it, and each seed's gate threshold; then the pooled table (study/pooled.py): every target and the
-demo's LoRA − base cell differences over all seeds, with a CI that resamples seeds and facts.
+LoRA − base cell differences over all seeds, with a CI that resamples seeds and clusters.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ from lorarag.eval.stats import nan_to_none
 from lorarag.fallback.gate import GATE_FILE
 from lorarag.study.calibration import Echo
 from lorarag.study.config import RunConfig
-from lorarag.study.headline import correct_fn, kb_targets
+from lorarag.study.headline import correct_fn, kb_targets, target_values
 from lorarag.study.targets import BASE_TARGET, pair_names
 from lorarag.study.pipeline import Paths, find_adapter, run
 from lorarag.study.pooled import pooled_differences, pooled_markdown, pooled_rows
@@ -180,8 +180,7 @@ def run_seeds(cfg: RunConfig, seeds: Sequence[int], *, fresh: bool = False, dry_
         gates[s] = json.loads(gate.read_text(encoding="utf-8")) if gate is not None and gate.is_file() else None
     rows = seed_rows(per_seed)
     echo(f"          pooling {len(seeds)} seeds: {cfg.eval.bootstrap} resamples of seeds and facts")
-    pooled = pooled_rows(pairs, lambda b, lo: [(n, v) for n, v, _ in target_fn(b, lo)],
-                         resamples=cfg.eval.bootstrap, seed=cfg.eval.seed)
+    pooled = pooled_rows(pairs, partial(target_values, cfg), resamples=cfg.eval.bootstrap, seed=cfg.eval.seed)
     diffs = pooled_differences(pairs, resamples=cfg.eval.bootstrap, seed=cfg.eval.seed,
                                correct=correct_fn(cfg.data.answer_metric))
     md = seeds_markdown(seeds, rows, gates) + "\n" + pooled_markdown(seeds, pooled, diffs, cfg.eval.bootstrap)

@@ -16,7 +16,7 @@ from lorarag.cli import main
 from lorarag.eval.records import save_results
 from lorarag.rag.config import BM25Config, IndexConfig
 from lorarag.rag.index import build_from_chunks
-from lorarag.rag.records import Chunk
+from lorarag.rag.records import Chunk, write_jsonl
 from lorarag.scenarios.records import PresentedChunk, Scenario, save_scenarios
 from tests.eval_fixtures import make_item
 from tests.servers import free_port
@@ -146,16 +146,17 @@ def test_eval_refuses_to_resume_onto_another_config_and_fresh_starts_over(tmp_pa
     one_line_error(*cli("eval", b)[::2], "holds results made with another config", "system.max_new_tokens",
                    "--fresh")
     assert snapshot(out) == before
-    code, _, err = cli("eval", b, "--fresh")  # starts over: then needs the run's index, which is not built
-    one_line_error(code, err, "no usable index of run 'ci-tiny'")
+    code, _, err = cli("eval", b, "--fresh")  # starts over: then needs what the run wrote, which it never did
+    one_line_error(code, err, "runs/ci-tiny/data/chunks.jsonl: not found: run `lorarag run ")
     assert "--fresh: removed results.jsonl" in err and not (out / "results.jsonl").exists()
     one_line_error(*cli("eval", b, "--limit", "0")[::2], "with --limit", "limit must be >= 1")
 
 
 def test_eval_refuses_scenario_chunk_ids_that_are_not_in_the_index(tmp_path, cli):
     cfg = _eval_setup(tmp_path, 8, relevant="not-in-kb")
-    build_from_chunks([Chunk("kb1", "a.md", "a.md", "The limit is 50.", 0, 16)],
-                      IndexConfig(dir=str(tmp_path / "index"), bm25=BM25Config()))
+    chunks = [Chunk("kb1", "a.md", "a.md", "The limit is 50.", 0, 16)]
+    write_jsonl(tmp_path / "runs/ci-tiny/data/chunks.jsonl", chunks)  # the KB's chunks, as `lorarag run` leaves them
+    build_from_chunks(chunks, IndexConfig(dir=str(tmp_path / "index"), bm25=BM25Config()))
     one_line_error(*cli("eval", cfg)[::2], "1 scenario(s) name chunk ids not in the knowledge base: q1: not-in-kb")
 
 
@@ -288,6 +289,31 @@ def test_duplicate_yaml_keys_are_one_line_errors(tmp_path, cli):
     code, out, _ = cli("validate", cfg)
     assert code == 1 and "duplicate key 'index'" in out
     one_line_error(*cli("index", cfg)[::2], "line 3: duplicate key 'index'")
+
+
+def test_a_run_config_with_both_the_demo_world_and_a_corpus_is_one_line(tmp_path, cli):
+    """`data.world` writes the corpus, questions and older versions itself: a config that also names a
+    corpus is refused by `validate` and by `run` before anything is written, in one line each."""
+    cfg = tmp_path / "run" / "both.yaml"
+    cfg.parent.mkdir()
+    cfg.write_text(f"base: {REPO / 'configs/run/ci-tiny.yaml'}\nruns_dir: {tmp_path / 'runs'}\n"
+                   "data:\n  corpus: {kind: beir, path: kb/corpus.jsonl}\n  questions: {kind: jsonl, path: kb/q.jsonl}\n",
+                   encoding="utf-8")
+    code, out, _ = cli("validate", cfg)
+    assert code == 1 and out.splitlines()[-1] == "0 valid, 1 invalid"
+    (line,) = [ln for ln in out.splitlines() if ln.startswith("error ")]
+    assert "data:" in line and "give either world or corpus + questions (+ outdated), not both" in line
+    one_line_error(*cli("run", cfg, "--dry-run")[::2], "data:", "give either world or corpus + questions", "not both")
+    assert not (tmp_path / "runs").exists()
+
+
+def test_validate_accepts_every_shipped_run_config(cli):
+    """Every configs/run/*.yaml (the demo world's and the users' KBs alike) parses with no unknown key."""
+    files = sorted((REPO / "configs/run").glob("*.yaml"))
+    code, out, _ = cli("validate", REPO / "configs/run")
+    assert code == 0, out
+    assert [ln.split(maxsplit=1) for ln in out.splitlines()[:-1]] == [["ok", str(f)] for f in files]
+    assert out.splitlines()[-1] == f"{len(files)} valid, 0 invalid" and len(files) >= 15
 
 
 def test_slurm_followed_by_an_option_writes_no_file(tmp_path, cli, monkeypatch):

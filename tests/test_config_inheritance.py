@@ -44,7 +44,6 @@ def test_shipped_children_resolve_to_their_parent_plus_the_stated_deltas():
     same["train"]["swift"]["bf16"] = True
     same["rag"]["generator"]["dtype"] = "bfloat16"
     same["rag"]["generator"]["prompt_lookup"] = None
-    same["rag"]["corpus"]["paths"] = ["runs/cpu-demo/world/corpus"]
     same["rag"]["index"]["dir"] = "runs/cpu-demo/index"
     assert same == want
 

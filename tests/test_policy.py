@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import re
 
 import pytest
 from sklearn.metrics import roc_auc_score
@@ -180,45 +179,3 @@ def test_logistic_rule_sits_at_the_centre_of_mirror_image_dev_readings():
     assert calibrate(known, unseen, rule="youden").threshold == pytest.approx((0.04 + 0.25) / 2)
     # doubt that falls with "never learned": no usable threshold, every memory is kept
     assert logistic_threshold([0.5, 0.6], [0.01, 0.02]) == 0.6
-
-
-def test_calibration_phrasings_auto_and_refused_lists():
-    """`auto` follows the SFT wordings; a list naming the test phrasing or a trained one is refused."""
-    from lorarag.core.config import load_config
-    from lorarag.study.config import RunConfig
-
-    cfg = load_config("configs/run/cpu-demo.yaml", RunConfig)  # knowledge_phrasings: 4
-    assert cfg.dev_phrasings() == (2, 6, 7, 8, 9)
-    data = cfg.model_dump()
-    data["train"]["sft"]["knowledge_phrasings"] = 8
-    assert RunConfig.model_validate(data).dev_phrasings() == (2,)
-    for bad, named in (([2, 3], "[3]"), ([4], "[4]"), ([], "empty")):
-        data["calibration"]["phrasings"] = bad
-        data["train"]["sft"]["knowledge_phrasings"] = 4
-        with pytest.raises(ValueError, match=re.escape(f"calibration.phrasings: {named} not allowed")):
-            RunConfig.model_validate(data)
-    data["calibration"]["phrasings"] = [6, 2]
-    assert RunConfig.model_validate(data).dev_phrasings() == (6, 2)
-
-
-def test_test_phrasings_take_only_untrained_wordings_and_dev_skips_them():
-    """eval.test_phrasings: phrasing 3 plus closed-book paraphrases the SFT rows leave out; the
-    gate's dev wordings (`auto` and a list alike) never include one of them."""
-    from lorarag.core.config import load_config
-    from lorarag.study.config import RunConfig
-
-    data = load_config("configs/run/cpu-demo.yaml", RunConfig).model_dump()  # knowledge_phrasings: 4
-    data["eval"]["test_phrasings"] = [3, 7]
-    assert RunConfig.model_validate(data).dev_phrasings() == (2, 6, 8, 9)
-    data["calibration"]["phrasings"] = [7]
-    with pytest.raises(ValueError, match=re.escape("calibration.phrasings: [7] not allowed")):
-        RunConfig.model_validate(data)
-    data["calibration"]["phrasings"] = "auto"
-    for bad, named in (([3, 2], "[2]"), ([3, 4], "[4]"), ([3, 3], "[3, 3]"), ([], "empty")):
-        data["eval"]["test_phrasings"] = bad
-        with pytest.raises(ValueError, match=re.escape(f"eval.test_phrasings: {named} not allowed")):
-            RunConfig.model_validate(data)
-    data["eval"]["test_phrasings"] = [3, 7]
-    data["train"]["sft"]["knowledge_phrasings"] = 8  # 7 is now trained
-    with pytest.raises(ValueError, match=re.escape("eval.test_phrasings: [7] not allowed")):
-        RunConfig.model_validate(data)

@@ -73,3 +73,25 @@ def test_seeds_read_on_different_items_are_refused():
     other = (_items("base", {"f1": True}), _items("lora", {"f1": True}))
     with pytest.raises(ValueError, match="different items"):
         pooled_rows([one, other], lambda b, lo: [("n", float(len(lo)))])
+
+
+def test_a_sentence_answer_kb_pools_by_its_own_rule_and_its_documents():
+    """A KB scored by token F1 (ConflictNQ's sentence answers), 8 facts in 4 documents (`cluster`):
+    base RAG repeats the wrong source, LoRA-RAG rewords the truth, so no gold substring: by
+    `contains` both score 0, by the KB's rule (siding with the truth) LoRA-RAG 1. McNemar: 8
+    discordant pairs, p = 2 * 0.5^8; one item a document, 4: p = 2 * 0.5^4 = 0.125."""
+    from lorarag.study.headline import correct_fn
+
+    gold, fake = "It is named after Reginald Punnett, the geneticist.", "It is named after a district in Mozambique."
+
+    def items(system: str, answer: str) -> list:
+        return [make_item(system=system, qid=f"q{i}", fact_id=f"q{i}", cluster=f"doc{i // 2}", scenario="factual_error",
+                          gold_answers=(gold,), context_answer=fake, answer=answer) for i in range(8)]
+
+    seed = (items("base", fake), items("lora", "Named after the geneticist Reginald Punnett."))
+    (by_contains,) = pooled_differences([seed], resamples=200)
+    assert by_contains.lora.value == 0.0 and by_contains.diff.value == 0.0
+    (d,) = pooled_differences([seed], resamples=200, correct=correct_fn("token_f1"))
+    assert (d.n_items, d.n_clusters) == (8, 4)
+    assert (d.base.value, d.lora.value, d.diff.value) == (0.0, 1.0, 1.0)
+    assert d.mcnemar_p == pytest.approx((2 * 0.5 ** 8,)) and d.mcnemar_p_cluster == pytest.approx((0.125,))

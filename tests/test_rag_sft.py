@@ -124,13 +124,13 @@ def test_both_prompts_parse_back_to_the_same_question_and_passages():
 def test_the_kb_leak_check_reads_grounded_rows():
     """A held-out chunk shown on several lines of a grounded row is found (one-line parsing missed it)."""
     from lorarag.scenarios.kb_records import QAItem
-    from lorarag.train.sft_kb import kb_leak_check
+    from lorarag.train.sft import leak_check
 
     held = [QAItem(qid="h1", question="Who runs the Vesova offices?", answers=("Ada",), relevant_ids=("org1#0",))]
     row = rag_sft_rows([rag_row(CONSISTENT, True)], PROMPTS, KB)
     with pytest.raises(LeakError, match="the chunk answering held-out h1"):
-        kb_leak_check(row, held, KB)
-    kb_leak_check(rag_sft_rows([rag_row(IRRELEVANT, True)], PROMPTS, KB), held, KB)  # clean: no error
+        leak_check(row, held, KB)
+    leak_check(rag_sft_rows([rag_row(IRRELEVANT, True)], PROMPTS, KB), held, KB)  # clean: no error
 
 
 def _ci_tiny(tmp: Path, systems: list[dict] | None = None) -> RunConfig:
@@ -151,7 +151,7 @@ def test_the_rag_sft_run_shares_the_loras_recipe_seed_and_base_with_its_own_rows
     assert r.run_name == "ci-tiny-qwen3-rag-sft" and r.runs_dir == t.runs_dir
     assert r.dataset == str(Path(t.dataset).parent / "rag-sft/train.jsonl")
     assert r.val_dataset == str(Path(t.val_dataset).parent / "rag-sft/val.jsonl")
-    assert (r.seed, r.model, r.kind, r.sft, r.world) == (t.seed, t.model, t.kind, t.sft, t.world)
+    assert (r.seed, r.model, r.kind, r.sft) == (t.seed, t.model, t.kind, t.sft)
     # the recipe but for the length filter, raised to the generator's window (1024 > 512)
     assert {**r.swift, "max_length": 512} == t.swift and r.swift["max_length"] == 1024
     assert not needs_rag_sft(_ci_tiny(tmp_path, [{"name": "lora_rag", "kind": "lora_rag"}]))

@@ -26,7 +26,6 @@ def _in_tmp(tmp: Path) -> RunConfig:
         "model": str(tmp / "tiny-qwen3"), "dataset": str(root / "sft/train.jsonl"),
         "val_dataset": str(root / "sft/val.jsonl"), "runs_dir": str(tmp / "runs/train")})
     rag = cfg.rag.model_copy(update={
-        "corpus": cfg.rag.corpus.model_copy(update={"paths": [str(root / "world/corpus")]}),
         "index": cfg.rag.index.model_copy(update={"dir": str(root / "index")}),
         "generator": cfg.rag.generator.model_copy(update={"model": str(tmp / "tiny-qwen3")})})
     return cfg.model_copy(update={"runs_dir": str(tmp / "runs"), "train": train, "rag": rag})
@@ -62,12 +61,12 @@ def test_an_adapter_trained_with_another_recipe_is_refused_not_reused(tmp_path):
     with pytest.raises(ConfigError, match=r"trained with another config \(differs in swift.lora_rank\)"):
         find_adapter(cfg)
     with pytest.raises(ConfigError, match="lorarag run --fresh"):
-        train_or_reuse(cfg, None, fresh=False, echo=lambda _: None)
+        train_or_reuse(cfg, fresh=False, echo=lambda _: None)
     # unfinished (no adapter pointer yet): its checkpoints are not resumed under the new recipe either
     (rd / "adapter.json").unlink()
     assert find_adapter(cfg) is None
     with pytest.raises(ConfigError, match="differs in swift.lora_rank"):
-        train_or_reuse(cfg, None, fresh=False, echo=lambda _: None)
+        train_or_reuse(cfg, fresh=False, echo=lambda _: None)
     assert ad.is_dir()  # nothing lost
 
 
@@ -83,17 +82,20 @@ def test_gpu_config_validates_and_dry_runs():
 
 
 @pytest.mark.parametrize("name", ["cpu-demo", "cpu-demo-fp32", "cpu-demo-sdpa", "cpu-demo-full", "cpu-demo-stratified",
-                                  "cpu-demo-stratified-phantom", "cpu-demo-updates", "ci-tiny"])
+                                  "cpu-demo-updates", "ci-tiny"])
 def test_shipped_cpu_configs_validate_and_dry_run(name):
-    """Every shipped run config parses (unknown keys are errors) and plans all seven steps."""
+    """Every shipped demo config parses (unknown keys are errors) and plans all seven steps, its
+    first writing the world's knowledge base under the run's own folder."""
     from lorarag.study.pipeline import run
 
     cfg = load_config(REPO / f"configs/run/{name}.yaml", RunConfig)
+    assert cfg.data.world is not None and cfg.data.corpus is None and cfg.rag.corpus.paths == []
     lines: list[str] = []
     run(cfg, dry_run=True, echo=lines.append)
-    assert [ln.split()[1] for ln in lines] == ["world", "index", "scenarios", "train", "calibrate", "evaluate",
+    assert [ln.split()[1] for ln in lines] == ["data", "index", "scenarios", "train", "calibrate", "evaluate",
                                                  "report"]
-    assert lines[0].endswith(f"runs/{name}/world") and "known_fraction=0.5" in lines[0]
+    assert f"-> runs/{name}/world (" in lines[0] and "known=0.5" in lines[0]
+    assert ("per language" in lines[0]) == (name == "cpu-demo-stratified") == cfg.data.splits.stratify_languages
 
 
 def _conflictnq_folder(tmp: Path) -> Path:
@@ -147,6 +149,7 @@ def test_reduced_demo_end_to_end(tmp_path):
     torch.set_num_threads(1)
     from lorarag.study.config import ExtraSet
     from lorarag.study.pipeline import run
+    from lorarag.train.sft import read_sft
 
     cfg = _in_tmp(tmp_path).model_copy(update={"extra_sets": [
         ExtraSet(kind="conflictnq", path=str(_conflictnq_folder(tmp_path)), max_per_cell=2)]})
@@ -154,24 +157,50 @@ def test_reduced_demo_end_to_end(tmp_path):
     table = run(cfg, echo=lines.append)
     root = tmp_path / "runs" / cfg.name
     steps = [ln.split()[1] for ln in lines if ln.startswith("[")]
-    assert steps == ["world", "index", "scenarios", "train", "calibrate", "evaluate", "report"]
+    assert steps == ["data", "index", "scenarios", "train", "calibrate", "evaluate", "report"]
 
-    # world, index, scenarios, training, gate
-    assert any((root / "world/corpus/orgs").iterdir())
+    # the world written as a knowledge base under the run's folder, and hashed into run.json:
+    # 8 organisations x 5 attributes = 40 paragraphs, one per fact; each organisation's question
+    # about an attribute stated nowhere, unanswerable; every question in the 3 wordings asked for
+    w = cfg.data.world
+    wdir = root / "world"
+    docs = [json.loads(x) for x in (wdir / "corpus.jsonl").read_text().splitlines()]
+    questions = [json.loads(x) for x in (wdir / "questions.jsonl").read_text().splitlines()]
+    older = [json.loads(x) for x in (wdir / "older.jsonl").read_text().splitlines()]
+    assert len(docs) == 8 * 5 and all(d["_id"].startswith("orgs/org") and d["text"] for d in docs)
+    answerable = [q for q in questions if not q.get("unanswerable")]
+    assert len(answerable) == 40 and len(questions) - len(answerable) == w.n_orgs
+    assert all(len(q["paraphrases"]) == w.wordings - 1 == 2 for q in questions)
+    assert {q["cluster"] for q in questions} == {d["_id"].split("/")[1] for d in docs}
+    assert older and {o["id"] for o in older} <= {q["id"] for q in answerable}
+    hashes = json.loads((root / "run.json").read_text())["data_hashes"]
+    assert {str(wdir / f) for f in ("corpus.jsonl", "questions.jsonl", "older.jsonl")} <= set(hashes)
+    assert not (root / "world/corpus").exists()  # no Markdown world beside the KB files
+
+    # index, scenarios, training, gate
     assert (root / "index").is_dir()
     test = (root / "scenarios/test.jsonl").read_text().splitlines()
-    n_cells = len(cfg.eval.scenarios) * len(cfg.eval.knowledge)
-    assert len(test) == n_cells * cfg.eval.max_per_cell
+    # max_per_cell (2) items in every cell; the update cell holds known facts only (a never-learned
+    # fact has no memory to be stale)
+    cells = json.loads((root / "data/summary.json").read_text())["test_items"]
+    assert len(cells) == len(cfg.eval.scenarios) * len(cfg.eval.knowledge) and len(test) == sum(cells.values())
+    assert cells.pop("update/unknown") == 0 and 1 <= cells.pop("update/known") <= cfg.eval.max_per_cell
+    assert set(cells.values()) == {cfg.eval.max_per_cell}
     adapter = Path(json.loads((tmp_path / "runs/train/ci-tiny-qwen3/adapter.json").read_text())["adapter"])
     assert (adapter / "adapter_model.safetensors").is_file()
     gate = json.loads((adapter / "gate.json").read_text())
-    # each sampled dev fact read once in every untrained wording (ci-tiny: 2 wordings trained ->
-    # dev phrasing 2 + paraphrases 4-9)
+    # the gate's dev split: a known-dev fact once, in the wording its SFT rows leave out (the test's
+    # condition); a never-learned dev fact in each of its 3 wordings
+    wordings = {f"kb/{q['id']}": [q["question"], *q["paraphrases"]] for q in questions}
+    taught = [m["content"] for r in read_sft(cfg.train.dataset) for m in r["messages"] if m["role"] == "user"]
     dev_known = [json.loads(x) for x in (root / "scenarios/dev-known.jsonl").read_text().splitlines()]
-    assert cfg.dev_phrasings() == (2, 4, 5, 6, 7, 8, 9)
-    assert sorted({d["phrasing"] for d in dev_known}) == [2, 4, 5, 6, 7, 8, 9]
-    assert len(dev_known) == 7 * len({d["fact_id"] for d in dev_known}) == gate["n_known"]
-    assert 0 < gate["n_unseen"] <= 7 * cfg.calibration.max_items
+    assert 0 < len(dev_known) == len({d["fact_id"] for d in dev_known}) == gate["n_known"]
+    assert len(dev_known) <= cfg.calibration.max_items
+    for d in dev_known:
+        assert d["question"] in wordings[d["fact_id"]] and not any(d["question"] in c for c in taught)
+    dev_unseen = [json.loads(x) for x in (root / "scenarios/dev-unseen.jsonl").read_text().splitlines()]
+    assert 0 < len(dev_unseen) == 3 * len({d["fact_id"] for d in dev_unseen}) == gate["n_unseen"]
+    assert all(d["question"] in wordings[d["fact_id"]] for d in dev_unseen)
     assert gate["signal"] == "closed_book_nll" and gate["threshold"] > 0  # an NLL in nats/token
 
     # every system answered every item exactly once, with its decisions recorded
@@ -197,13 +226,22 @@ def test_reduced_demo_end_to_end(tmp_path):
     assert "Accuracy by scenario" in md
     pair = json.loads((root / "report/base-vs-lora/metrics.json").read_text())
     assert pair["comparison"]["a"] == "base_rag" and pair["comparison"]["b"] == "lora_rag"
-    assert "### Targets" in table and "| consistent | known |" in table
-    # the update cell (the context right, the memory stale) runs end to end, with its target and the
-    # detector's outdated-vs-update reading
-    assert "| update | known |" in table and "LoRA-RAG, update (known) >= 0.85" in table
-    assert "detector AUROC (known, outdated vs update)" in table
-    assert "the SFT rows teach the judgement on other facts and dates" in table
+    # the one headline of every KB: the paired table, the difference targets, and (a `contains` KB)
+    # the product's absolute targets per cell
+    assert "## Headline: base RAG vs LoRA-RAG on the demo world (seed 0, 8 organisations)" in table
+    assert "### retrieved context: base_rag vs lora_rag" in table and "| consistent | known | accuracy |" in table
+    assert "### Targets (retrieved context)" in table
+    assert "LoRA-RAG − base RAG, accuracy, factual error (known) >= 0.40, CI above 0" in table
+    assert "LoRA-RAG − base RAG, accuracy, consistent (never-learned): lower 95 % CI bound" in table
+    assert "| base RAG, consistent (known) >= 0.9 |" in table and "| LoRA-RAG, factual error (known) >= 0.8 |" in table
+    # the update cell (the context right, the memory stale) runs end to end, with its targets
+    assert "| update | known | accuracy |" in table and "| LoRA-RAG, update (known) >= 0.85 |" in table
+    assert "| detector AUROC, known, outdated vs update >= 0.9 |" in table
+    upd = json.loads((root / "data/summary.json").read_text())["updates"]
+    assert upd["taught_older"] >= 1 and upd["fraction"] == 0.5
+    assert f"Knowledge updates: {upd['taught_older']} taught fact(s) learned in their older version" in table
     assert any(json.loads(x)["scenario"] == "update" and json.loads(x)["superseded"] for x in test)
+    assert "### Error attribution by labelled chunk id: base_rag (retrieved + poisoned context)" in table
     assert "### lora_rag against every baseline (retrieved context)" in table
     assert "Knowledge-sharing baselines (know what the LoRA knows): closed_book_lora, astute_rag_lora, " \
            "memory_or_context, rag_sft." in table
@@ -273,7 +311,7 @@ def test_seeds_trains_one_adapter_per_seed_and_shares_adapter_free_results(tmp_p
 
     torch.set_num_threads(1)
     from lorarag.eval.records import load_results
-    from lorarag.study.headline import targets
+    from lorarag.study.headline import kb_targets
     from lorarag.study.seeds import run_seeds
 
     cfg = _in_tmp(tmp_path)
@@ -300,7 +338,7 @@ def test_seeds_trains_one_adapter_per_seed_and_shares_adapter_free_results(tmp_p
     assert info["seeds"]["train.0"] == 42 and info["seeds"]["train.1"] == 7 and info["git_sha"]
     assert (runs / "ci-tiny-seeds/config.yaml").is_file()
     for i, name in enumerate(summary["runs"]):
-        own = targets(load_results(runs / name / "eval/base_rag"), load_results(runs / name / "eval/lora_rag"))
+        own = kb_targets(cfg, load_results(runs / name / "eval/base_rag"), load_results(runs / name / "eval/lora_rag"))
         got = [(t["target"], t["values"][i], t["met"][i]) for t in summary["targets"]]
         assert [(n, ok) for n, _, ok in own] == [(n, ok) for n, _, ok in got]
         # seeds.json is strict JSON: an undefined value (a one-class AUROC) is null

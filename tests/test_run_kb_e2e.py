@@ -75,14 +75,16 @@ def test_a_run_config_names_either_the_demo_world_or_a_kb(tmp_path):
 
     demo = load_config(REPO / "configs/run/ci-tiny.yaml", RunConfig).model_dump()
     kb = load_config(REPO / "configs/run/ci-kb-tiny.yaml", RunConfig).model_dump()
-    with pytest.raises(ConfigError, match="give either train.world .* not both"):
-        validate_data({**demo, "data": kb["data"]}, RunConfig, "x.yaml")
+    with pytest.raises(ConfigError, match="give either world or corpus \\+ questions \\(\\+ outdated\\), not both"):
+        validate_data({**demo, "data": {**kb["data"], "world": demo["data"]["world"]}}, RunConfig, "x.yaml")
+    with pytest.raises(ConfigError, match="give corpus and questions .*, or world"):
+        validate_data({**kb, "data": {**kb["data"], "corpus": None}}, RunConfig, "x.yaml")
     with pytest.raises(ConfigError, match="rag.corpus.paths: must be \\[\\] with data:"):
         validate_data({**kb, "rag": {**kb["rag"], "corpus": {"paths": ["docs"]}}}, RunConfig, "x.yaml")
+    with pytest.raises(ConfigError, match="rag.corpus.paths: must be \\[\\] with data:"):
+        validate_data({**demo, "rag": {**demo["rag"], "corpus": {"paths": ["docs"]}}}, RunConfig, "x.yaml")
     with pytest.raises(ConfigError, match="data.questions.kind"):
         validate_data({**kb, "data": {**kb["data"], "questions": {"kind": "csv", "path": "q"}}}, RunConfig, "x.yaml")
-    with pytest.raises(ConfigError, match="phantom_orgs"):
-        validate_data({**kb, "train": {**kb["train"], "sft": {"phantom_orgs": 3}}}, RunConfig, "x.yaml")
 
 
 @pytest.mark.parametrize("name", ["conflictnq-kb", "qwen3-4b-kb", "ci-kb-tiny"])
@@ -90,7 +92,7 @@ def test_shipped_kb_configs_validate_and_dry_run_on_the_users_data(name):
     from lorarag.study.pipeline import run
 
     cfg = load_config(REPO / f"configs/run/{name}.yaml", RunConfig)
-    assert cfg.train.world is None and cfg.data is not None
+    assert cfg.data.world is None and cfg.data.corpus is not None and cfg.data.questions is not None
     lines: list[str] = []
     run(cfg, dry_run=True, echo=lines.append)
     assert [ln.split()[1] for ln in lines] == ["data", "index", "scenarios", "train", "calibrate", "evaluate",
@@ -111,7 +113,7 @@ def test_reduced_kb_run_end_to_end(tmp_path):
     from lorarag.scenarios.records import load_scenarios
     from lorarag.study.pipeline import run
     from lorarag.train.sft import read_sft
-    from lorarag.train.sft_kb import kb_leak_check
+    from lorarag.train.sft import leak_check
 
     cfg = _in_tmp(tmp_path)
     lines: list[str] = []
@@ -133,7 +135,7 @@ def test_reduced_kb_run_end_to_end(tmp_path):
     # the SFT rows as written: no held-out question, chunk or test passage
     test = load_scenarios(root / "scenarios/test.jsonl")
     held = splits["unseen_dev"] + splits["unseen"]
-    kb_leak_check(read_sft(cfg.train.dataset), held, chunks, [p.text for s in test for p in s.presented if p.replaces])
+    leak_check(read_sft(cfg.train.dataset), held, chunks, [p.text for s in test for p in s.presented if p.replaces])
     assert {s.scenario for s in test} >= {"consistent", "factual_error", "irrelevant"}
     assert {s.knowledge for s in test} == {"known", "unknown"} and all(s.source_set == "kb" for s in test)
     dev = load_scenarios(root / "scenarios/dev-unseen.jsonl")
@@ -168,7 +170,7 @@ def test_reduced_kb_run_end_to_end(tmp_path):
 
 
 def test_kb_targets_side_with_the_truth_by_token_f1_and_compare_paired_items():
-    from lorarag.study.headline_kb import kb_targets, score_fn, sides_with_truth
+    from lorarag.study.headline import kb_targets, score_fn, sides_with_truth
     from tests.eval_fixtures import make_item
 
     gold, fake = "It is named after Reginald Punnett, the geneticist.", "It is named after a district in Mozambique."
@@ -193,6 +195,44 @@ def test_kb_targets_side_with_the_truth_by_token_f1_and_compare_paired_items():
     assert v == pytest.approx(0.35) and not ok and w == pytest.approx(-0.2) and not ok2
 
 
+def test_a_contains_kb_gets_the_absolute_targets_beside_the_paired_differences():
+    """The demo world is a KB scored by `contains`: its targets are the two paired differences, then
+    the product's absolute targets per cell (study/targets.py), the update ones where the run asks
+    that cell; a `token_f1` KB gets the differences only (the test above unpacks exactly two)."""
+    from lorarag.study.headline import kb_targets
+    from lorarag.study.targets import targets
+    from tests.eval_fixtures import make_item
+
+    def items(system: str, right_fe: int, right_cons: int) -> list:
+        fe = [make_item(system=system, qid=f"fe{i}", fact_id=f"fe{i}", scenario="factual_error", knowledge="known",
+                        gold_answers=("Oslo",), context_answer="Bergen", answer="Oslo" if i < right_fe else "Bergen")
+              for i in range(20)]
+        return fe + [make_item(system=system, qid=f"c{k}{i}", fact_id=f"c{k}{i}", scenario="consistent", knowledge=k,
+                               gold_answers=("Oslo",), context_answer="Oslo", answer="Oslo" if i < right_cons else "Rome")
+                     for k in ("known", "unknown") for i in range(20)]
+
+    demo = load_config(REPO / "configs/run/ci-tiny.yaml", RunConfig)
+    assert demo.data.answer_metric == "contains" and "update" in demo.eval.scenarios
+    base, lora = items("b", 2, 19), items("l", 17, 19)
+    got = kb_targets(demo, base, lora)
+    by = {n: (v, ok) for n, v, ok in got}
+    # factual error (known): base 2/20, LoRA 17/20, a +0.75 difference, 15 discordant pairs all one way
+    assert got[0][0].startswith("LoRA-RAG − base RAG, accuracy, factual error (known) >= 0.40")
+    assert got[0][1] == pytest.approx(0.75) and got[0][2]
+    # consistent (never-learned): 19/20 both, difference 0, every resample 0: non-inferior
+    assert got[1][0].startswith("LoRA-RAG − base RAG, accuracy, consistent (never-learned)")
+    assert got[1][1] == pytest.approx(0.0) and got[1][2]
+    assert [n for n, _, _ in got[2:]] == [n for n, _, _ in targets(base, lora, updates=True)]
+    assert by["base RAG, factual error (known) ~ 0 (<= 0.2)"] == (pytest.approx(0.10), True)
+    assert by["LoRA-RAG, factual error (known) >= 0.8"] == (pytest.approx(0.85), True)
+    assert by["base RAG, consistent (known) >= 0.9"] == (pytest.approx(0.95), True)
+    v, ok = by["LoRA-RAG, update (known) >= 0.85"]  # asked for, no item: undefined, never met
+    assert v != v and not ok
+    no_update = demo.model_copy(update={"eval": demo.eval.model_copy(update={
+        "scenarios": ["consistent", "factual_error", "outdated", "irrelevant"]})})
+    assert not any("update" in n for n, _, _ in kb_targets(no_update, base, lora))
+
+
 def test_seeds_dry_run_plans_every_seed_of_a_kb_config():
     from lorarag.study.seeds import run_seeds
 
@@ -203,7 +243,7 @@ def test_seeds_dry_run_plans_every_seed_of_a_kb_config():
 
 
 def test_kb_headline_gives_mcnemar_p_the_shortcut_probe_and_detection_by_knowledge():
-    from lorarag.study.headline_kb import kb_headline
+    from lorarag.study.headline import headline_markdown
     from tests.eval_fixtures import make_item
 
     cfg = load_config(REPO / "configs/run/conflictnq-kb.yaml", RunConfig)
@@ -217,9 +257,8 @@ def test_kb_headline_gives_mcnemar_p_the_shortcut_probe_and_detection_by_knowled
                 for k in ("known", "unknown") for i in range(20)]
 
     summary = {"shortcut": {"n_pos": 40, "n_neg": 40, "auroc": 0.97, "auroc_splits": [0.97], "length_auroc": 0.48}}
-    md = kb_headline(cfg, {"base_rag": items("base_rag", 2), "lora_rag": items("lora_rag", 14, {"known": 15,
-                                                                                              "unknown": 13})},
-                     summary)
+    md = headline_markdown(cfg, {"base_rag": items("base_rag", 2),
+                                 "lora_rag": items("lora_rag", 14, {"known": 15, "unknown": 13})}, summary)
     # base right on 2 of 20, LoRA on 14, never the other way: 12 discordant pairs all one way,
     # exact McNemar p = 2 * 0.5**12 = 0.00049; each item its own fact, so 20 clusters and the
     # cluster permutation p is the same 2 of 2**12 sign patterns
@@ -234,7 +273,7 @@ def test_kb_headline_gives_mcnemar_p_the_shortcut_probe_and_detection_by_knowled
 def test_attribution_of_a_token_f1_kb_counts_right_sentence_answers_as_correct():
     from lorarag.eval.answer_metrics import is_correct
     from lorarag.eval.attribution import attribute
-    from lorarag.study.headline_kb import correct_fn
+    from lorarag.study.headline import correct_fn
     from tests.eval_fixtures import make_item
 
     gold = ("the geneticist Reginald Punnett",)

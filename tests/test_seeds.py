@@ -28,8 +28,8 @@ def test_the_configs_own_seed_keeps_its_names_and_others_are_suffixed(demo):
     assert seed_config(demo, demo.train.seed) is demo
     c = seed_config(demo, 43)
     assert (c.name, c.train.run_name, c.train.seed) == ("cpu-demo-seed43", "cpu-demo-lora-seed43", 43)
-    # only what depends on the training seed moves: same world, SFT rows, systems, evaluation
-    assert c.train.world == demo.train.world and c.train.sft == demo.train.sft
+    # only what depends on the training seed moves: same knowledge base, SFT rows, systems, evaluation
+    assert c.data == demo.data and c.train.sft == demo.train.sft
     assert c.train.dataset == demo.train.dataset and c.systems == demo.systems and c.eval == demo.eval
     assert (demo.name, demo.train.seed) == ("cpu-demo", 42)  # the original is not mutated
 
@@ -80,7 +80,7 @@ def test_seed_rows_refuse_mismatched_targets():
 
 
 def test_the_lora_targets_are_counted_apart_from_base_rags():
-    from lorarag.study.headline import BASE_TARGET
+    from lorarag.study.targets import BASE_TARGET
 
     rows = seed_rows([[(f"{BASE_TARGET}, consistent", 0.68, False), ("LoRA-RAG, outdated", 1.0, True)],
                       [(f"{BASE_TARGET}, consistent", 0.68, False), ("LoRA-RAG, outdated", 0.56, False)]])
@@ -135,25 +135,77 @@ def test_a_config_without_the_base_vs_lora_pair_fails_before_any_run(demo, tmp_p
     assert not any(tmp_path.iterdir())  # nothing trained, nothing written
 
 
-def test_research_config_has_100_items_in_every_headline_cell_and_plans_three_seeds(tmp_path):
-    """configs/run/research.yaml: every scenario x knowledge cell of its test split holds >= 100
-    items (one of 25 cannot separate 0.84 from 0.90), each fact asked in both test wordings before
-    the cap, and `lorarag seeds` plans one run per seed."""
+def test_research_config_has_120_items_in_every_headline_cell_and_plans_three_seeds(tmp_path):
+    """configs/run/research.yaml: 100 organisations of 5 facts, 30 taught (24 tested, 6 the gate's
+    dev), 60 never learned (48 tested). A known cell holds 24 x 5 = 120 facts, each asked once in the
+    wording its rows leave out (outdated: 24 x 4 = 96, a founding year has no older version); a
+    never-learned cell a seeded 120 of 48 x 5 = 240. One of 25 items cannot separate 0.84 from 0.90.
+    `lorarag seeds` plans one run per seed."""
     from collections import Counter
 
-    from lorarag.scenarios.world import build_world
+    from lorarag.study.kb import kb_scenarios, prepare_kb
     from lorarag.study.layout import Paths
-    from lorarag.study.prepare import make_scenarios
     from lorarag.study.seeds import run_seeds
 
     cfg = load_config(REPO / "configs/run/research.yaml", RunConfig)
-    test, dev_known, dev_unseen = make_scenarios(cfg, build_world(cfg.train.world), Paths(tmp_path))
+    paths = Paths(tmp_path / cfg.name)
+    kb = prepare_kb(cfg.model_copy(update={"runs_dir": str(tmp_path)}), paths)
+    test, dev_known, dev_unseen = kb_scenarios(cfg, kb, paths)
     cells = Counter((s.scenario, s.knowledge) for s in test)
-    assert set(cells) == {(s, k) for s in cfg.eval.scenarios for k in ("known", "unknown")}
-    assert min(cells.values()) >= 100, cells
-    assert {s.phrasing for s in test} == {3, 7}
-    # the gate's dev questions use neither test wording
-    assert {s.phrasing for s in dev_known + dev_unseen} == {2, 6, 8, 9}
+    want = {(s, k): 120 for s in ("consistent", "factual_error", "outdated", "irrelevant") for k in ("known", "unknown")}
+    assert cells == {**want, ("outdated", "known"): 96}  # update: no fact taught its older value (fraction 0)
+    known_orgs = {s.cluster for s in test if s.knowledge == "known"}
+    assert len(known_orgs) == 24 and len({s.cluster for s in test if s.knowledge == "unknown"}) == 48
+    tw = kb.summary["test_wordings"]
+    assert tw["items"] == tw["held_out"] == 120 and tw["by"]["trained"] == 0
+    # the gate's dev: the 6 dev organisations' 30 facts once each (their held-out wording), and 40
+    # sampled never-learned dev facts (calibration.max_items) in all 6 wordings; none a test organisation's
+    assert len(dev_known) == len({s.fact_id for s in dev_known}) == 30
+    assert len(dev_unseen) == 6 * len({s.fact_id for s in dev_unseen}) == 6 * cfg.calibration.max_items
+    dev_orgs = {s.cluster for s in dev_known + dev_unseen}
+    assert not dev_orgs & {s.cluster for s in test}
     lines: list[str] = []
     run_seeds(cfg, [42, 43, 44], dry_run=True, echo=lines.append)
     assert sum(ln.startswith("seed ") for ln in lines) == 3
+
+
+def _kb_items(system: str, fe_right: int, cons_right: int) -> list:
+    """10 factual-error (known) and 10 consistent (never-learned) items in 5 documents of 2 each;
+    the first `fe_right` / `cons_right` of each cell answered with the gold value."""
+    from tests.eval_fixtures import make_item
+
+    def cell(scenario: str, knowledge: str, right: int, wrong_source: bool) -> list:
+        return [make_item(system=system, qid=f"{scenario}{i}", fact_id=f"{scenario}{i}", cluster=f"doc{i // 2}",
+                          scenario=scenario, knowledge=knowledge, gold_answers=("Oslo",),
+                          context_answer="Bergen" if wrong_source else "Oslo",
+                          answer="Oslo" if i < right else ("Bergen" if wrong_source else "Rome")) for i in range(10)]
+
+    return cell("factual_error", "known", fe_right, True) + cell("consistent", "unknown", cons_right, False)
+
+
+def test_kb_targets_of_several_seeds_aggregate_and_pool_over_resampled_documents():
+    """Every seed reports the same targets (their names hold no measured number), and the pooled
+    table reads them on resamples of documents, where an item repeats. Base RAG: factual error 1/10,
+    consistent 10/10; seed 1 LoRA-RAG 8/10 and 9/10 (+0.70, −0.10), seed 2 6/10 and 7/10 (+0.50, −0.30)."""
+    from functools import partial
+
+    from lorarag.study.headline import kb_targets, target_values
+    from lorarag.study.pooled import pooled_rows
+
+    cfg = load_config(REPO / "configs/run/ci-tiny.yaml", RunConfig)  # a `contains` KB: absolute targets too
+    base, one, two = _kb_items("b", 1, 10), _kb_items("l", 8, 9), _kb_items("l", 6, 7)
+    per_seed = [kb_targets(cfg, base, one), kb_targets(cfg, base, two)]
+    rows = seed_rows(per_seed)  # the same targets at both seeds
+    assert (rows[0].values, rows[1].values) == (pytest.approx((0.7, 0.5)), pytest.approx((-0.1, -0.3)))
+    for lora, targets in ((one, per_seed[0]), (two, per_seed[1])):  # the pooled statistic, on the items as asked
+        got = target_values(cfg, base, lora)
+        assert [n for n, _ in got] == [n for n, _, _ in targets]
+        assert all((v != v and w != w) or v == pytest.approx(w) for (_, v), (_, w, _) in zip(got, targets))
+    # a resample drawing doc0 twice and doc4: base right on item 0 twice (2/6), LoRA-RAG seed 1 on
+    # items 0-1 twice (4/6): +0.33
+    docs = ("doc0", "doc0", "doc4")
+    drawn = [[r for d in docs for r in items if r.cluster == d] for items in (base, one)]
+    assert target_values(cfg, *drawn)[0][1] == pytest.approx(4 / 6 - 2 / 6)
+    pooled = pooled_rows([(base, one), (base, two)], partial(target_values, cfg), resamples=200)
+    assert [p.name for p in pooled] == [r.target for r in rows]
+    assert pooled[0].value == pytest.approx(0.6) and pooled[0].lo <= 0.6 <= pooled[0].hi

@@ -70,7 +70,8 @@ def test_load_run_answers_through_the_fallback(run_dir):
         system.close()
     t = a.trace
     assert t.route in ("context", "fallback", "abstain") and t.verdict is not None
-    assert t.reranked and all(r.chunk.chunk_id.startswith("orgs/") for r in t.reranked)  # its own index
+    # its own index: the world's profile paragraphs (BEIR documents `orgs/<org>/profile#<attribute>`)
+    assert t.reranked and all(r.chunk.doc_id.startswith("orgs/org") for r in t.reranked)
     assert any(n.startswith("gate doubt (closed_book_nll)=") for n in t.notes)  # the gate read the memory
 
 

@@ -71,14 +71,16 @@ def _finished_run(tmp: Path, rows: str = ROWS_A):
     return cfg, ad
 
 
-def _writing(cfg, rows: str):
-    return lambda: Path(cfg.train.dataset).write_text(rows)
+def _write_rows(cfg, rows: str) -> None:
+    """Stage 3 of a run: the SFT rows written before stage 4 looks for an adapter to reuse."""
+    Path(cfg.train.dataset).write_text(rows)
 
 
 def test_same_rows_base_and_recipe_reuse_the_adapter(tmp_path):
     cfg, ad = _finished_run(tmp_path)
     said: list[str] = []
-    assert train_or_reuse(cfg, _writing(cfg, ROWS_A), fresh=False, echo=said.append) == ad
+    _write_rows(cfg, ROWS_A)
+    assert train_or_reuse(cfg, fresh=False, echo=said.append) == ad
     assert any("reusing adapter" in s for s in said)
 
 
@@ -86,8 +88,9 @@ def test_other_sft_rows_are_refused_naming_both_hashes(tmp_path):
     """Issue 26.1: another split seed gives other rows; the old adapter is not reused for them."""
     cfg, ad = _finished_run(tmp_path)
     said: list[str] = []
+    _write_rows(cfg, ROWS_B)
     with pytest.raises(ConfigError) as exc:
-        train_or_reuse(cfg, _writing(cfg, ROWS_B), fresh=False, echo=said.append)
+        train_or_reuse(cfg, fresh=False, echo=said.append)
     msg = str(exc.value)
     assert f"SFT rows (train: sha {_sha(ROWS_A)[:12]} vs {_sha(ROWS_B)[:12]})" in msg
     assert "--fresh" in msg and "\n" not in msg
@@ -99,15 +102,17 @@ def test_changed_validation_rows_and_base_are_refused(tmp_path):
     cfg, _ = _finished_run(tmp_path)
     Path(cfg.train.val_dataset).write_text(ROWS_A)
     (Path(cfg.train.model) / "model.safetensors").write_bytes(b"weights-v2")
+    _write_rows(cfg, ROWS_A)
     with pytest.raises(ConfigError, match=r"SFT rows \(val: sha .*; base model \(model\.safetensors\)"):
-        train_or_reuse(cfg, _writing(cfg, ROWS_A), fresh=False, echo=lambda _: None)
+        train_or_reuse(cfg, fresh=False, echo=lambda _: None)
 
 
 def test_an_adapter_without_a_record_of_its_rows_is_not_reused(tmp_path):
     cfg, ad = _finished_run(tmp_path)
     (runs.run_dir(cfg.train) / "adapter.json").write_text(json.dumps({"adapter": str(ad)}))
+    _write_rows(cfg, ROWS_A)
     with pytest.raises(ConfigError, match="records neither"):
-        train_or_reuse(cfg, _writing(cfg, ROWS_A), fresh=False, echo=lambda _: None)
+        train_or_reuse(cfg, fresh=False, echo=lambda _: None)
 
 
 def test_the_base_hash_is_cached_but_follows_a_rewrite(tmp_path):
