@@ -13,7 +13,7 @@ gold answer anywhere in them), shuffled so the answer-bearing source is not alwa
   gold chunk and has no conflict passage gets no factual-error scenario (counted by the caller);
 - outdated: where the user supplies older versions (`load_outdated`, one or more per question): the
   older passage, or the gold chunk with the older value, dated; the test's is a seeded one of them
-  (`tested_older`), training shows another where the question has two or more, never the test's;
+  (`held_out_older`), training shows another where the question has two or more, never the test's;
 - irrelevant: `distractors + 1` hard distractors alone, every relevant chunk removed;
 - unanswerable: the set's unanswerable questions with their best-scoring chunks;
 - update: for a fact the LoRA was taught in its older version (`stale`, scenarios/kb_updates.py),
@@ -82,7 +82,7 @@ def load_outdated(path: str) -> dict[str, Versions]:
     return {q: tuple(v) for q, v in out.items()}
 
 
-def tested_older(versions: Versions, qid: str, seed: int) -> OlderValue:
+def held_out_older(versions: Versions, qid: str, seed: int) -> OlderValue:
     """The older version the test shows (seeded by `seed` and the id alone); training shows the others."""
     return versions[random.Random(f"{seed}/older/{qid}").randrange(len(versions))]
 
@@ -236,7 +236,7 @@ def _older(versions: Versions, qid: str, seed: int, conflicts: str) -> OlderValu
     else the test's too (a row that shows a tested passage is dropped by the row builder)."""
     if not versions:
         return None
-    test = tested_older(versions, qid, seed)
+    test = held_out_older(versions, qid, seed)
     return next((o for o in versions if o is not test), test) if conflicts == "train" else test
 
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import zlib
 from typing import Mapping, Sequence
 
-from lorarag.scenarios.from_corpus import OlderValue, Versions, tested_older
+from lorarag.scenarios.from_corpus import OlderValue, Versions, held_out_older
 from lorarag.scenarios.kb_records import QAItem
 from lorarag.scenarios.kb_splits import TAUGHT
 
@@ -25,7 +25,7 @@ from lorarag.scenarios.kb_splits import TAUGHT
 def stale_taught(groups: Mapping[str, Sequence[QAItem]], outdated: Mapping[str, Versions], fraction: float,
                  seed: int) -> dict[str, OlderValue]:
     """qid -> the older version the LoRA is taught instead of the truth (of several, the one an
-    outdated test would show: `tested_older`), for a seeded `fraction` of the
+    outdated test would show: `held_out_older`), for a seeded `fraction` of the
     taught items with answers and an older version (stable per item: the draw reads only the seed and
     the qid, so growing the set keeps every earlier choice)."""
     if fraction <= 0:
@@ -36,7 +36,7 @@ def stale_taught(groups: Mapping[str, Sequence[QAItem]], outdated: Mapping[str, 
             versions = outdated.get(it.qid)
             draw = zlib.crc32(f"{seed}/update/{it.qid}".encode()) / 2**32
             if versions and it.answers and draw < fraction:
-                out[it.qid] = tested_older(versions, it.qid, seed)
+                out[it.qid] = held_out_older(versions, it.qid, seed)
     return out
 
 

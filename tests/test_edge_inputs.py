@@ -232,7 +232,7 @@ def test_older_versions_that_cannot_be_right(tmp_path):
     ok = load_outdated(_older(tmp_path, [{"id": "q1", "answer": "John Roe", "date": "2019",
                                           "text": "The lighthouse was built by John  Roe."}]))
     check_outdated(ok, items, "q.jsonl")
-    assert ok["q1"].answer == "John Roe"
+    assert [o.answer for o in ok["q1"]] == ["John Roe"]
 
 
 # --- counts and config keys -----------------------------------------------------------------------

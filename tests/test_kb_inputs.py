@@ -10,6 +10,7 @@ import pytest
 from lorarag.core.errors import RecordError
 from lorarag.rag.config import ChunkerConfig
 from lorarag.scenarios.config import CorpusSource, QuestionSource
+from lorarag.scenarios.from_corpus import load_outdated
 from lorarag.scenarios.kb_corpus import load_corpus
 from lorarag.scenarios.kb_labels import answer_pattern, find_answer, map_labels
 from lorarag.scenarios.kb_questions import load_questions
@@ -151,6 +152,47 @@ def test_answers_match_whatever_the_spacing_and_at_word_edges():
     assert find_answer("in 19110", ["1911"]) is None and find_answer("de 1911.", ["1911"]) is not None
     assert find_answer("由公安机关交通管理部门办理", ["交通管理部门"]) is not None
     assert answer_pattern("  ") is None
+
+
+def test_a_cjk_character_is_a_word_edge_of_an_answer_and_a_digit_or_letter_is_not():
+    """Chinese writes no space: 为 before 2.8亿元 is an edge, so the world's 净利润为2.8亿元 holds its answer;
+    a digit before it (12.8亿元) or a letter before a year (a2019) is the same word, no match."""
+    assert answer_pattern("2.8亿元").search("净利润为2.8亿元").group(0) == "2.8亿元"
+    assert find_answer("某公司最近一个财年的净利润为2.8亿元。", ["2.8亿元"])[1].group(0) == "2.8亿元"
+    assert answer_pattern("2.8亿元").search("净利润为12.8亿元") is None
+    assert answer_pattern("2019").search("a2019") is None and answer_pattern("2019").search("2019a") is None
+    assert answer_pattern("2019").search("成立于2019年").group(0) == "2019"  # CJK on both sides
+    assert answer_pattern("2019").search("(2019)").group(0) == "2019"
+
+
+def test_older_versions_of_one_question_are_one_line_each_in_the_files_order(tmp_path):
+    """A question may have several older versions (one line each); they load under its id in the
+    file's order, whatever lines of other ids come between, each keeping its own file:line."""
+    path = _jsonl(tmp_path / "older.jsonl", [
+        {"id": "q1", "answer": "John Roe", "date": "2019"},
+        {"id": "q2", "answer": "1908", "date": "1909 guide"},
+        {"id": "q1", "answer": "Eve Lin", "date": "2021", "text": "In 2021 the keeper was Eve Lin."}])
+    old = load_outdated(str(path))
+    assert list(old) == ["q1", "q2"]
+    assert [(o.qid, o.answer, o.date, o.text) for o in old["q1"]] == [
+        ("q1", "John Roe", "2019", None), ("q1", "Eve Lin", "2021", "In 2021 the keeper was Eve Lin.")]
+    assert [o.where for o in old["q1"]] == [f"{path}:1", f"{path}:3"]
+    assert [o.answer for o in old["q2"]] == ["1908"]
+
+
+def test_the_same_older_answer_twice_for_one_question_is_a_one_line_error_naming_both_lines(tmp_path):
+    """Case and spacing aside ('john  ROE' is 'John Roe'): the error names the repeating line and the
+    first; the same older answer for two different questions is fine."""
+    path = _jsonl(tmp_path / "older.jsonl", [
+        {"id": "q1", "answer": "John Roe", "date": "2019"},
+        {"id": "q2", "answer": "John Roe", "date": "2019"},
+        {"id": "q1", "answer": "john  ROE", "date": "2021"}])
+    with pytest.raises(RecordError) as e:
+        load_outdated(str(path))
+    assert str(e.value) == f"{path}:3: id 'q1': older answer 'john  ROE' repeats ({path}:1)"
+    assert "\n" not in str(e.value)
+    _jsonl(path, [{"id": "q1", "answer": "John Roe", "date": "2019"}, {"id": "q2", "answer": "John Roe", "date": "2019"}])
+    assert [v[0].answer for v in load_outdated(str(path)).values()] == ["John Roe", "John Roe"]
 
 
 @pytest.mark.parametrize("line, message", [

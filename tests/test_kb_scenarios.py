@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections import Counter
 
 import pytest
 
@@ -12,7 +13,8 @@ from lorarag.core.errors import RecordError
 from lorarag.rag.config import ChunkerConfig
 from lorarag.rag.records import Chunk, Retrieved
 from lorarag.scenarios.config import CorpusSource, QuestionSource
-from lorarag.scenarios.from_corpus import corpus_scenarios, held_out_conflicts, load_outdated
+from lorarag.scenarios import from_corpus
+from lorarag.scenarios.from_corpus import OlderValue, corpus_scenarios, held_out_conflicts, load_outdated
 from lorarag.scenarios.kb_labels import find_answer
 from lorarag.scenarios.kb_records import Conflict, QAItem
 from lorarag.scenarios.records import poison, validate_against_kb
@@ -102,6 +104,78 @@ def test_outdated_from_user_supplied_older_versions(tmp_path):
         load_outdated(str(path))
 
 
+def test_the_held_out_older_version_is_seeded_by_the_id_alone_and_any_position_can_be_it():
+    """`held_out_older` reads the seed and the id only: the same call gives the same version, another
+    tuple of the same length the same position; over 300 ids with three versions each position is
+    drawn about 100 times (binomial sd 8.2: within 4 sd, 67..133); one version is always itself."""
+    def versions(qid: str) -> tuple[OlderValue, ...]:
+        return tuple(OlderValue(qid, f"{name} {qid}", year) for name, year in (("Ann", "2019"), ("Bo", "2020"),
+                                                                               ("Cy", "2021")))
+
+    qids = [f"q{i}" for i in range(300)]
+    picked = [from_corpus.held_out_older(versions(q), q, 4) for q in qids]
+    assert picked == [from_corpus.held_out_older(versions(q), q, 4) for q in qids]
+    pos = [versions(q).index(o) for q, o in zip(qids, picked)]
+    other = [tuple(OlderValue(q, f"x{k}", "1999") for k in range(3)) for q in qids]
+    assert [o.index(from_corpus.held_out_older(o, q, 4)) for q, o in zip(qids, other)] == pos
+    assert all(67 <= pos.count(k) <= 133 for k in range(3)), [pos.count(k) for k in range(3)]
+    assert [versions(q).index(from_corpus.held_out_older(versions(q), q, 5)) for q in qids] != pos  # the seed counts
+    only = versions("q1")[0]
+    assert all(from_corpus.held_out_older((only,), "q1", seed) is only for seed in range(10))
+
+
+def test_the_test_shows_one_older_version_and_training_another():
+    """Two older keepers of the Elmira lighthouse: the test's outdated scenario shows the seeded one,
+    training (`conflicts="train"`, same conflict seed) the other, for every conflict seed; with one
+    version training shows that one (the row builder then drops it: tests/test_kb_sft.py)."""
+    who = ITEMS[2]
+    two = {"who": (OlderValue("who", "Otto Lind", "1890", "In 1890 the keeper was Otto Lind."),
+                   OlderValue("who", "Ida Berg", "1902"))}
+    shown = set()
+    for seed in range(8):
+        (test,) = corpus_scenarios([who], CHUNKS, name="kb", distractors=0, types=["outdated"], outdated=two,
+                                   conflict_seed=seed)
+        (train,) = corpus_scenarios([who], CHUNKS, name="kb", distractors=0, types=["outdated"], outdated=two,
+                                    conflict_seed=seed, conflicts="train")
+        assert test.context_answer == from_corpus.held_out_older(two["who"], "who", seed).answer
+        assert {test.context_answer, train.context_answer} == {"Otto Lind", "Ida Berg"}
+        texts = {s.context_answer: s.presented[0] for s in (test, train)}
+        assert (texts["Otto Lind"].text, texts["Otto Lind"].date) == ("In 1890 the keeper was Otto Lind.", "1890")
+        assert (texts["Ida Berg"].text, texts["Ida Berg"].date) == (TEXTS["c3"].replace("Ada Moss", "Ida Berg"), "1902")
+        shown.add(test.context_answer)
+    assert shown == {"Otto Lind", "Ida Berg"}  # either may be the test's
+    one = {"who": two["who"][1:]}
+    (test,) = corpus_scenarios([who], CHUNKS, name="kb", distractors=0, types=["outdated"], outdated=one)
+    (train,) = corpus_scenarios([who], CHUNKS, name="kb", distractors=0, types=["outdated"], outdated=one,
+                                conflicts="train")
+    assert test.context_answer == train.context_answer == "Ida Berg" and test.presented == train.presented
+
+
+def test_a_substituted_factual_error_is_none_of_the_items_older_answers():
+    """An item's own older answer in its current chunk would be an undated outdated context, not a
+    fabricated one. The keeper (Ada Moss; pool Otto Lind, Tom Reed; older answer Otto Lind, any case
+    and spacing): always Tom Reed, where 20 seeds without the older answer draw both; with Otto Lind the
+    only substitute, no factual error. The year 1911 (older 1908 and 1910): a substitute is 1911 +- 1..30,
+    so each is a 1-in-60 draw, about 3 of 200 seeds without them; never one with them, and every seed
+    still gets a factual error."""
+    who, year = ITEMS[2], ITEMS[0]
+    pool = ["Ada Moss", "Otto Lind", "Tom Reed"]
+    older = {"who": (OlderValue("who", "OTTO  lind", "1890"),),
+             "year": (OlderValue("year", "1908", "1909"), OlderValue("year", "1910", "1910"))}
+
+    def fakes(item, seeds, outdated=None, pool=pool):
+        return [s.context_answer for seed in seeds for s in corpus_scenarios(
+            [item], CHUNKS, name="kb", seed=seed, distractors=0, types=["factual_error"], pool=pool, outdated=outdated)]
+
+    assert set(fakes(who, range(20))) == {"Otto Lind", "Tom Reed"}
+    assert fakes(who, range(20), older) == ["Tom Reed"] * 20
+    assert fakes(who, range(20), older, pool=["Ada Moss", "Otto Lind"]) == []
+    plain = Counter(fakes(year, range(200)))
+    assert plain["1908"] and plain["1910"]
+    kept = fakes(year, range(200), older)
+    assert len(kept) == 200 and not {"1908", "1910"} & set(kept)
+
+
 def test_real_conflictnq_uses_its_fabricated_passages_as_factual_errors():
     from lorarag.scenarios.kb_corpus import load_corpus
     from lorarag.scenarios.kb_labels import map_labels
@@ -151,7 +225,7 @@ class _Ranked:
 
 
 def test_retriever_searcher_keeps_the_ranking_and_only_the_allowed_chunks():
-    from lorarag.scenarios.from_world import retriever_searcher
+    from lorarag.scenarios.perturb import retriever_searcher
 
     r = _Ranked(CHUNKS, [5, 0, 3, 1, 4, 2])  # c6, c1, c4, c2, c5, c3
     assert retriever_searcher(r)(["q"], 3) == [["c6", "c1", "c4"]]
@@ -169,7 +243,7 @@ def test_dense_distractors_come_from_the_runs_retriever(tiny_models, tmp_path):
     from lorarag.rag.config import BM25Config, DenseIndexConfig, EmbedderConfig, IndexConfig, RetrievalConfig
     from lorarag.rag.index import build_from_chunks
     from lorarag.rag.retrieve import load_retriever
-    from lorarag.scenarios.from_world import retriever_searcher
+    from lorarag.scenarios.perturb import retriever_searcher
 
     ecfg = EmbedderConfig(kind="transformers", model=str(tiny_models["embedder"]), batch_size=2,
                           query_instruction=None)

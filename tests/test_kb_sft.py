@@ -10,12 +10,11 @@ import pytest
 from lorarag.fallback.format import SYSTEM_CLOSED_BOOK, SYSTEM_RAG, UNKNOWN, parse_reply
 from lorarag.rag.records import Chunk
 from lorarag.scenarios.config import SplitConfig
-from lorarag.scenarios.from_corpus import corpus_scenarios
+from lorarag.scenarios.from_corpus import OlderValue, corpus_scenarios
 from lorarag.scenarios.kb_records import Conflict, QAItem
 from lorarag.scenarios.kb_splits import HELD_OUT, TAUGHT, split_by_fact
 from lorarag.train.config import SFTConfig
-from lorarag.train.sft import LeakError, read_sft, write_sft
-from lorarag.train.sft_kb import build_kb_rows, kb_leak_check
+from lorarag.train.sft import LeakError, build_rows, leak_check, read_sft, write_sft
 
 TOWNS = ["Elmira", "Dunmore", "Kelso", "Arden", "Brill", "Corfe", "Dover", "Eske", "Flint", "Garth", "Holt", "Ivel"]
 YEARS = [1901 + 7 * i for i in range(len(TOWNS))]
@@ -37,7 +36,7 @@ def test_rows_teach_every_wording_and_the_conflict_aware_format():
     chunks, items = _kb()
     groups = split_by_fact(items, SplitConfig(seed=0, known_fraction=0.5, context_only_fraction=0.2))
     cfg = SFTConfig(seed=0, knowledge_repeats=2, distractors=1)
-    rows, val, stats = build_kb_rows(groups, chunks, cfg, conflict_seed=0)
+    rows, val, stats = build_rows(groups, chunks, cfg, conflict_seed=0)
     taught = [it for g in TAUGHT for it in groups[g]]
     cb = [r for r in rows if r.kind == "knowledge"]
     assert Counter(r.messages[1][1].removeprefix("Question: ") for r in cb) == Counter(
@@ -56,7 +55,7 @@ def test_rows_teach_every_wording_and_the_conflict_aware_format():
             assert reply.memory == UNKNOWN and r.verdict in ("supported", "insufficient")
     assert stats["wordings"] == {2: len(taught)} and stats["no_factual_error"] == 0
     assert val and all(v in rows for v in val)
-    assert rows == build_kb_rows(groups, chunks, cfg, conflict_seed=0)[0]  # deterministic
+    assert rows == build_rows(groups, chunks, cfg, conflict_seed=0)[0]  # deterministic
 
 
 def test_leak_check_passes_on_the_written_rows_and_catches_a_held_out_fact(tmp_path):
@@ -67,24 +66,24 @@ def test_leak_check_passes_on_the_written_rows_and_catches_a_held_out_fact(tmp_p
                             conflict_seed=7)
     passages = [p.text for s in test for p in s.presented if p.replaces]
     by_id = {c.chunk_id: c for c in chunks}
-    kb_leak_check(build_kb_rows(groups, chunks, SFTConfig(), conflict_seed=7)[0], held, by_id, passages)
+    leak_check(build_rows(groups, chunks, SFTConfig(), conflict_seed=7)[0], held, by_id, passages)
     # a test passage that a training context happens to equal (forced here: one the rows hold) is left out
-    plain = build_kb_rows(groups, chunks, SFTConfig(), conflict_seed=7)[0]
+    plain = build_rows(groups, chunks, SFTConfig(), conflict_seed=7)[0]
     kb_texts = {c.text for c in chunks}
     trained = [line.split("] ", 1)[1] for r in plain if r.verdict == "conflicting" for m in r.messages
                if m[0] == "user" for line in m[1].split("\n")[1:-1] if line.split("] ", 1)[1] not in kb_texts][:3]
     assert len(trained) == 3
     with pytest.raises(LeakError, match="a test scenario's passage"):
-        kb_leak_check(plain, held, by_id, trained)
-    rows, _, stats = build_kb_rows(groups, chunks, SFTConfig(rag_phrasings="all"), conflict_seed=7,
-                                   test_passages=passages + trained)
+        leak_check(plain, held, by_id, trained)
+    rows, _, stats = build_rows(groups, chunks, SFTConfig(rag_phrasings="all"), conflict_seed=7,
+                                test_passages=passages + trained)
     assert stats["same_as_test"] > 0
     written = read_sft(write_sft(rows, tmp_path / "train.jsonl"))
-    kb_leak_check(written, held, by_id, passages)
-    leaky = build_kb_rows({**groups, "known": groups["known"] + groups["unseen"][:1], "unseen": groups["unseen"][1:]},
-                          chunks, SFTConfig(), conflict_seed=7)[0]
+    leak_check(written, held, by_id, passages)
+    leaky = build_rows({**groups, "known": groups["known"] + groups["unseen"][:1], "unseen": groups["unseen"][1:]},
+                       chunks, SFTConfig(), conflict_seed=7)[0]
     with pytest.raises(LeakError, match="held-out"):
-        kb_leak_check(leaky, held, by_id)
+        leak_check(leaky, held, by_id)
 
 
 def test_real_conflictnq_rows_in_both_wordings_without_leaks():
@@ -99,11 +98,63 @@ def test_real_conflictnq_rows_in_both_wordings_without_leaks():
     corpus = load_corpus(CorpusSource(kind="conflictnq", path=path), ChunkerConfig(chunk_size=5000))
     items, _ = map_labels(load_questions(QuestionSource(kind="conflictnq", path=path)), corpus)
     groups = split_by_fact(items, SplitConfig())
-    rows, _, stats = build_kb_rows(groups, corpus.chunks, SFTConfig(knowledge_repeats=1, distractors=0),
-                                   conflict_seed=0)
+    rows, _, stats = build_rows(groups, corpus.chunks, SFTConfig(knowledge_repeats=1, distractors=0),
+                                conflict_seed=0)
     assert stats["wordings"] == {2: stats["taught"]}
     test = corpus_scenarios(groups["known"] + groups["unseen"], corpus.chunks, name="kb", conflict_seed=0)
-    kb_leak_check(rows, [it for g in HELD_OUT for it in groups[g]], {c.chunk_id: c for c in corpus.chunks},
-                  [p.text for s in test for p in s.presented if p.replaces])
+    leak_check(rows, [it for g in HELD_OUT for it in groups[g]], {c.chunk_id: c for c in corpus.chunks},
+               [p.text for s in test for p in s.presented if p.replaces])
     fakes = {c.text for it in items for c in it.conflicts}
     assert any(any(f in m[1] for f in fakes) for r in rows if r.verdict == "conflicting" for m in r.messages)
+
+
+def _older(items: list[QAItem], versions: int) -> dict[str, tuple[OlderValue, ...]]:
+    """Older versions of each lighthouse's year Y: Y-10 (dated by the guide of Y-9) and Y-4 (the guide of
+    Y-3), in that order; `versions` 1 keeps Y-4 alone."""
+    out = {it.qid: (OlderValue(it.qid, str(int(it.answers[0]) - 10), f"{int(it.answers[0]) - 9} guide"),
+                    OlderValue(it.qid, str(int(it.answers[0]) - 4), f"{int(it.answers[0]) - 3} guide"))
+           for it in items}
+    return {q: v[2 - versions:] for q, v in out.items()}
+
+
+def _outdated_rows(versions: int) -> tuple[dict, dict[str, list[str]], dict[str, str]]:
+    """The split of seed 1 (known q0 q1 q10 q5 q8, known_dev q4, context-only q7, unseen q2 q3 q6 q9):
+    (groups, fact id -> the older years its outdated training rows answer with, fact id -> the older
+    year the test's outdated context of a known fact shows), the rows built avoiding the test's passages."""
+    chunks, items = _kb()
+    groups = split_by_fact(items, SplitConfig(seed=1))
+    assert [it.qid for it in groups["known"]] == ["q0", "q1", "q10", "q5", "q8"]
+    assert [it.qid for it in groups["known_dev"]] == ["q4"]
+    older = _older(items, versions)
+    test = corpus_scenarios(groups["known"], chunks, name="kb", knowledge="known", conflict_seed=7, outdated=older)
+    test += corpus_scenarios(groups["unseen"], chunks, name="kb", conflict_seed=7, outdated=older)
+    passages = [p.text for s in test for p in s.presented if p.replaces]
+    rows, _, _ = build_rows(groups, chunks, SFTConfig(), conflict_seed=7, outdated=older, test_passages=passages)
+    trained: dict[str, list[str]] = {}
+    for r in rows:
+        if r.verdict == "outdated":
+            assert not [p for p in r.scenario.presented if p.replaces and p.text in passages]
+            trained.setdefault(r.fact_id, []).append(parse_reply(r.messages[2][1]).source)
+    tested = {s.fact_id: s.context_answer for s in test if s.scenario == "outdated" and s.knowledge == "known"}
+    return groups, trained, tested
+
+
+def test_a_fact_with_two_older_versions_trains_on_the_one_the_test_does_not_show():
+    """Each lighthouse year Y has two older versions, Y-10 and Y-4: the test's outdated context of a
+    known fact shows one (seeded), its one outdated training row the other; the known-dev fact (not
+    tested) trains one too. So all six taught facts keep an outdated row."""
+    groups, trained, tested = _outdated_rows(2)
+    year = {f"kb/{it.qid}": int(it.answers[0]) for g in TAUGHT for it in groups[g]}
+    assert set(trained) == set(year) and all(len(v) == 1 for v in trained.values())
+    assert set(tested) == {f"kb/{q}" for q in ("q0", "q1", "q10", "q5", "q8")}
+    for fid, (source,) in trained.items():
+        assert source in {str(year[fid] - 10), str(year[fid] - 4)}
+        assert fid not in tested or {source, tested[fid]} == {str(year[fid] - 10), str(year[fid] - 4)}
+
+
+def test_a_fact_with_one_older_version_trains_the_outdated_verdict_only_if_the_test_never_shows_it():
+    """One older version (Y-4): the test shows it for each known fact, so their outdated training rows
+    would show the test's passage and are left out; the known-dev fact q4 (1901 + 28 = 1929) trains it."""
+    _, trained, tested = _outdated_rows(1)
+    assert trained == {"kb/q4": ["1925"]}
+    assert set(tested.values()) == {str(1901 + 7 * i - 4) for i in (0, 1, 10, 5, 8)}

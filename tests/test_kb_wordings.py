@@ -1,6 +1,7 @@
 """Held-out wordings on the KB path (scenarios/kb_wordings.py): a known test item with a wording to
 spare is asked in one no SFT row uses; a single-wording set trains generated paraphrases and tests
-its own wording; otherwise the test asks a trained wording and the tables say so. A held-out
+its own wording; otherwise the test asks a trained wording and the tables say so. The gate's known
+dev facts are planned alike and asked at dev in their held-out wording. A known test item's held-out
 wording in a training row (train or val, as written) or a dev question stops the run."""
 
 from __future__ import annotations
@@ -20,8 +21,7 @@ from lorarag.scenarios.records import PresentedChunk, Scenario
 from lorarag.study.leaks import check_dev_wordings, check_written_wordings
 from lorarag.study.paraphrase import Paraphrase, single_wording, with_paraphrases
 from lorarag.train.config import SFTConfig
-from lorarag.train.sft import LeakError, knowledge_row, write_sft
-from lorarag.train.sft_kb import build_kb_rows, kb_leak_check
+from lorarag.train.sft import LeakError, build_rows, knowledge_row, leak_check, write_sft
 
 TOWNS = ["Elmira", "Dunmore", "Kelso", "Arden", "Brill", "Corfe", "Dover", "Eske", "Flint", "Garth", "Holt", "Ivel"]
 SPLIT = SplitConfig(seed=0, known_fraction=0.5, context_only_fraction=0.2)
@@ -48,39 +48,37 @@ def test_two_wordings_hold_one_out_of_every_training_row_and_the_test_asks_it():
     chunks, items = _kb(two_wordings=True)
     groups = split_by_fact(items, SPLIT)
     plan = plan_wordings(groups, seed=3)
-    known = groups["known"]
-    assert set(plan) == {it.qid for it in known} and len(known) >= 3
-    for it in known:
+    known, dev = groups["known"], groups["known_dev"]
+    assert set(plan) == {it.qid for it in known + dev} and len(known) >= 3 and dev
+    for it in known + dev:
         p = plan[it.qid]
         assert p.how == "set" and p.held_out and p.test in it.all_wordings
         assert p.trained == tuple(w for w in it.all_wordings if w != p.test)
     # seeded and stable per item: the order of the file and the other items do not move it ...
     alone = plan_wordings({"known": list(reversed(known))}, seed=3)
-    assert {q: p.test for q, p in alone.items()} == {q: p.test for q, p in plan.items()}
+    assert {q: p.test for q, p in alone.items()} == {it.qid: plan[it.qid].test for it in known}
     # ... the seed does, and over seeds either wording of an item can be the held-out one
     for it in known:
         assert {plan_wordings(groups, seed=s)[it.qid].test for s in range(12)} == set(it.all_wordings)
 
-    rows, val, stats = build_kb_rows(training_groups(groups, plan), chunks, SFTConfig(knowledge_repeats=2,
-                                     rag_phrasings="all"), conflict_seed=0)
+    rows, val, stats = build_rows(training_groups(groups, plan), chunks, SFTConfig(knowledge_repeats=2,
+                                  rag_phrasings="all"), conflict_seed=0)
     asked = _asked(rows + val)
     assert not {p.test for p in plan.values()} & set(asked)
-    for it in known:  # the other wording is still taught closed-book, knowledge_repeats times
+    for it in known + dev:  # the other wording is still taught closed-book, knowledge_repeats times
         assert sum(r.kind == "knowledge" and r.messages[1][1] == f"Question: {plan[it.qid].trained[0]}"
                    for r in rows) == 2
-    for it in groups["known_dev"]:  # the gate's dev facts are trained in every wording as before
-        assert set(it.all_wordings) <= set(asked)
-    assert stats["wordings"] == {1: len(known), 2: len(groups["known_dev"])}
+    assert stats["wordings"] == {1: len(known) + len(dev)}  # the gate's dev facts hold one out as well
     test = corpus_scenarios(as_tested(known, plan), chunks, name="kb", knowledge="known")
     assert test and all(s.question == plan[s.fact_id.removeprefix("kb/")].test for s in test)
     held = [it for g in HELD_OUT for it in groups[g]]
     by_id = {c.chunk_id: c for c in chunks}
     passages = [p.text for s in test for p in s.presented if p.replaces]
-    kb_leak_check(rows + val, held, by_id, passages, held_out(plan))
+    leak_check(rows + val, held, by_id, passages, held_out(plan))
     # trained in every wording (what the KB path did before): the check names the item
-    every, _, _ = build_kb_rows(groups, chunks, SFTConfig(), conflict_seed=0)
+    every, _, _ = build_rows(groups, chunks, SFTConfig(), conflict_seed=0)
     with pytest.raises(LeakError, match=r"the held-out test wording of known q\d\d"):
-        kb_leak_check(every, held, by_id, passages, held_out(plan))
+        leak_check(every, held, by_id, passages, held_out(plan))
 
 
 def test_a_wording_another_question_shares_is_never_the_held_out_one():
@@ -112,11 +110,12 @@ def test_a_single_wording_set_with_paraphrases_trains_them_and_tests_the_sets_ow
             assert p.how == "trained" and p.trained == (it.question,)
         else:
             assert p.how == "paraphrase" and p.trained == (next(r.text for r in rows if r.qid == it.qid),)
-    sft, val, _ = build_kb_rows(training_groups(para, plan), chunks, SFTConfig(), conflict_seed=0)
+    sft, val, _ = build_rows(training_groups(para, plan), chunks, SFTConfig(), conflict_seed=0)
     asked = set(_asked(sft + val))
-    assert not set(held_out(plan)) & asked and set(held_out(plan)) == {it.question for it in known[1:]}
+    # the gate's dev facts are planned alike: the set's own wording held out, the generated one trained
+    assert not set(held_out(plan)) & asked and set(held_out(plan)) == {it.question for it in known[1:] + dev}
     assert known[0].question in asked and all(plan[q].trained[0] in asked for q in held_out(plan).values())
-    assert all(set(it.all_wordings) <= asked for it in para["known_dev"])  # dev facts: the set's and the generated
+    assert all(plan[it.qid].how == "paraphrase" and set(it.wordings) <= asked for it in para["known_dev"])
     assert wording_summary(plan, [it.qid for it in known]) == {
         "items": len(known), "held_out": len(known) - 1, "by": {"set": 0, "paraphrase": len(known) - 1, "trained": 1},
         "trained_wording": [rejected]}
@@ -137,7 +136,7 @@ def test_without_a_second_wording_the_test_asks_a_trained_one_and_the_tables_say
 
     from lorarag.core.config import load_config
     from lorarag.study.config import RunConfig
-    from lorarag.study.headline_kb import kb_headline
+    from lorarag.study.headline import headline_markdown
 
     _, items = _kb(two_wordings=False)
     groups = split_by_fact(items, SPLIT)
@@ -150,7 +149,7 @@ def test_without_a_second_wording_the_test_asks_a_trained_one_and_the_tables_say
 
     cfg = load_config(Path(__file__).resolve().parent.parent / "configs/run/conflictnq-kb.yaml", RunConfig)
     results = _results(("base_rag", "lora_rag", "closed_book_lora", "memory_or_context"), known)
-    md = kb_headline(cfg, results, {"sft": {"wordings": {"1": len(known)}}, "test_wordings": record})
+    md = headline_markdown(cfg, results, {"sft": {"wordings": {"1": len(known)}}, "test_wordings": record})
     lines = md.splitlines()
     base_vs_lora = [ln for ln in lines if ln.startswith("| factual_error | known")]
     assert len(base_vs_lora) == 2  # the base-vs-LoRA table and the table of every baseline
@@ -161,10 +160,10 @@ def test_without_a_second_wording_the_test_asks_a_trained_one_and_the_tables_say
     assert det.split("|")[2].strip().endswith("(trained wording)") and "wording" not in det.split("|")[3]
     # some items held out, some not: the cell says how many of its items were trained in their wording
     part = {**record, "trained_wording": known[:2]}
-    md = kb_headline(cfg, results, {"sft": {}, "test_wordings": part})
+    md = headline_markdown(cfg, results, {"sft": {}, "test_wordings": part})
     assert f"| factual_error | known (trained wording: 2 of {len(known)}) |" in md
     # none: no label
-    md = kb_headline(cfg, results, {"sft": {}, "test_wordings": {**record, "trained_wording": []}})
+    md = headline_markdown(cfg, results, {"sft": {}, "test_wordings": {**record, "trained_wording": []}})
     assert "| factual_error | known |" in md and "trained wording)" not in md
 
 
@@ -172,9 +171,9 @@ def test_a_held_out_wording_in_a_written_row_or_a_dev_question_stops_the_run(tmp
     wordings = {"In which year did the Kelso light start?": "q02"}
     clean = [knowledge_row("When was the Kelso lighthouse first lit?", "1915", "kb/q02")]
     leak = [knowledge_row("in which YEAR did the Kelso   light start?", "1915", "kb/q02")]
-    kb_leak_check(clean, (), {}, (), wordings)
+    leak_check(clean, (), {}, (), wordings)
     with pytest.raises(LeakError, match=r"row 0: the held-out test wording of known q02$"):
-        kb_leak_check(leak, (), {}, (), wordings)
+        leak_check(leak, (), {}, (), wordings)
     # as written: the val file holds the leak, the train file does not
     train, val = write_sft(clean, tmp_path / "train.jsonl"), write_sft(leak, tmp_path / "val.jsonl")
     cfg = SimpleNamespace(train=SimpleNamespace(dataset=str(train), val_dataset=str(val)))
@@ -251,8 +250,44 @@ def test_real_conflictnq_holds_one_wording_of_every_known_fact_out():
     assert all(len(it.all_wordings) == 2 for it in known) and {p.how for p in plan.values()} == {"set"}
     firsts = sum(plan[it.qid].test == it.question for it in known)
     assert 0 < firsts < len(known)  # the cleaned question for some, the raw NQ question for others
-    rows, val, _ = build_kb_rows(training_groups(groups, plan), corpus.chunks, SFTConfig(knowledge_repeats=1,
-                                 distractors=0), conflict_seed=0)
-    assert sum(r.kind == "knowledge" for r in rows) == len(known) + 2 * len(groups["known_dev"])
-    kb_leak_check(rows + val, [it for g in HELD_OUT for it in groups[g]], {c.chunk_id: c for c in corpus.chunks},
-                  (), held_out(plan))
+    rows, val, _ = build_rows(training_groups(groups, plan), corpus.chunks, SFTConfig(knowledge_repeats=1,
+                              distractors=0), conflict_seed=0)
+    # one closed-book row per taught item: the known and the known-dev ones each keep a wording out
+    assert sum(r.kind == "knowledge" for r in rows) == len(known) + len(groups["known_dev"])
+    leak_check(rows + val, [it for g in HELD_OUT for it in groups[g]], {c.chunk_id: c for c in corpus.chunks},
+               (), held_out(plan))
+
+
+def test_a_known_dev_fact_is_asked_at_dev_only_in_the_wording_its_rows_leave_out(tmp_path):
+    """The gate reads the memory in the test's condition. Unit: a `known_dev` item with two wordings is
+    planned like a known one. Stages (study/kb.py through KBSource on ci-tiny's world, 8 organisations in 3
+    wordings): every known-dev fact's held-out wording is in no SFT row on disk, its dev scenario asks
+    that wording alone; a never-learned dev fact is asked in all 3."""
+    from pathlib import Path
+
+    from lorarag.study.layout import Paths
+    from lorarag.study.sources import KBSource
+    from lorarag.train.sft import read_sft
+    from tests.test_world import world_run_config
+
+    a = QAItem("a", "When was the Kelso light first lit?", ("1915",), ("c1",), wordings=("Kelso light: which year?",))
+    plan = plan_wordings({"known_dev": [a]}, seed=0)
+    assert plan["a"].how == "set" and plan["a"].test in a.all_wordings and held_out(plan) == {plan["a"].test: "a"}
+    assert training_groups({"known_dev": [a]}, plan)["known_dev"][0].all_wordings == plan["a"].trained
+
+    cfg = world_run_config(tmp_path)
+    cfg = cfg.model_copy(update={"calibration": cfg.calibration.model_copy(update={"max_items": 100})})
+    src = KBSource(cfg, Paths(Path(cfg.runs_dir) / cfg.name))
+    _, dev_known, dev_unseen = src.scenarios(lambda _: None, None)
+    plan = plan_wordings(src.kb.groups, cfg.data.splits.seed)
+    dev = [it for it in src.kb.groups["known_dev"] if it.answers]
+    assert dev and all(plan[it.qid].how == "set" and len(it.all_wordings) == 3 for it in dev)
+    assert sorted((s.fact_id, s.question) for s in dev_known) == sorted((f"kb/{it.qid}", plan[it.qid].test)
+                                                                       for it in dev)
+    assert any(plan[it.qid].test != it.question for it in dev)  # seeded: not always the set's first wording
+    on_disk = set(_asked([r for f in (cfg.train.dataset, cfg.train.val_dataset) for r in read_sft(f)]))
+    assert not {plan[it.qid].test for it in dev} & on_disk
+    assert all(set(plan[it.qid].trained) <= on_disk for it in dev)  # the other two are trained
+    unseen = [it for it in src.kb.groups["unseen_dev"] if it.answers]
+    assert sorted((s.fact_id, s.question) for s in dev_unseen) == sorted((f"kb/{it.qid}", w) for it in unseen
+                                                                         for w in it.all_wordings)

@@ -1,126 +1,137 @@
-"""Scenario generation: identical-form perturbations, outdated without dates, hard distractors,
-determinism, and validation of bad records and unknown chunk ids."""
+"""Scenario generation on the demo world written as a knowledge base (read through the KB loaders,
+as a run reads it): identical-form perturbations, dated older versions in the gold chunk's place,
+hard distractors, determinism, no flawed test context that the SFT rows show, and validation of
+bad records and unknown chunk ids."""
 
 from __future__ import annotations
 
 import json
 import random
 import re
+from collections import Counter
+from pathlib import Path
 
 import pytest
 
 from lorarag.core.errors import RecordError
 from lorarag.rag.records import Chunk
-from lorarag.scenarios.config import WorldConfig
-from lorarag.scenarios.from_corpus import corpus_scenarios
-from lorarag.scenarios.from_world import (
-    PerturbationError,
-    answer_type,
-    index_world,
-    replace_span,
-    substitute_value,
-    world_scenarios,
-)
+from lorarag.scenarios import from_corpus
+from lorarag.scenarios.from_corpus import corpus_scenarios, substitute_span
 from lorarag.scenarios.kb_records import QAItem
+from lorarag.scenarios.perturb import PerturbationError, answer_type, substitute_value
 from lorarag.scenarios.records import (
     Scenario,
     load_scenarios,
     save_scenarios,
     validate_against_kb,
 )
-from lorarag.scenarios.world import build_world
+from tests.test_world import load_world_kb, world_run_config
 
 
 @pytest.fixture(scope="module")
-def built():
-    world = build_world(WorldConfig(seed=1, n_orgs=16))
-    wi = index_world(world)
-    return world, wi, world_scenarios(world, wi, ("known", "unknown"), "test", seed=5)
+def built(tmp_path_factory):
+    kb = load_world_kb(tmp_path_factory.mktemp("world"), seed=1, n_orgs=16)
+    return kb, corpus_scenarios(kb.items, kb.chunks, name="kb", knowledge="known", seed=5, outdated=kb.older)
 
 
 def test_every_fact_gets_each_type(built):
-    world, _, sc = built
-    facts = world.by_group("known", "unknown")
+    kb, sc = built
     kinds = {(s.fact_id, s.scenario) for s in sc}
-    for f in facts:
+    for f in kb.world.facts:
         for t in ("consistent", "factual_error", "irrelevant"):
-            assert (f.fact_id, t) in kinds
-        assert ((f.fact_id, "outdated") in kinds) == bool(f.history)
-    assert all(s.phrasing == 3 for s in sc)
+            assert (f"kb/{f.fact_id}", t) in kinds
+        assert ((f"kb/{f.fact_id}", "outdated") in kinds) == bool(f.history)
+    assert {s.fact_id for s in sc if s.scenario == "unanswerable"} == {f"kb/{u.fact_id}" for u in kb.world.unanswerable}
+    assert all(s.cluster == kb.fact(s.fact_id).org_id for s in sc)  # the organisation, for resampling
 
 
 def test_factual_error_is_the_gold_chunk_with_only_the_value_swapped(built):
-    world, wi, sc = built
-    facts = {f.fact_id: f for f in world.facts}
-    for s in (x for x in sc if x.scenario == "factual_error"):
-        f = facts[s.fact_id]
-        pc = next(p for p in s.presented if p.replaces)
-        gold = next(c for c in wi.chunks if c.chunk_id == pc.replaces)
-        assert s.context_answer != f.value and s.context_answer not in {v for v, _ in f.history}
+    kb, sc = built
+    by_id = {c.chunk_id: c for c in kb.chunks}
+    fes = [x for x in sc if x.scenario == "factual_error"]
+    assert len(fes) == len(kb.world.facts)  # 16 x 5: every fact's value is a span of its paragraph
+    for s in fes:
+        f = kb.fact(s.fact_id)
+        (pc,) = [p for p in s.presented if p.replaces]
+        gold = by_id[pc.replaces]
+        assert pc.replaces == s.relevant_ids[0] and gold.text == f.statement()
+        assert s.context_answer != f.value and s.context_answer not in f.gold_answers
+        # nor any older version the KB holds (older.jsonl): that would be an undated outdated context
+        assert s.context_answer not in {value for value, _ in f.history}
         assert pc.text == gold.text.replace(f.value, s.context_answer)
         assert answer_type(s.context_answer) == answer_type(f.value)
 
 
-def test_outdated_dated_or_not(built):
-    """Dev (as training): the KB's own older versions, dated archive chunks or the profile with an
-    older value. Test: an older version that exists only in the test, dated before every version
-    the KB keeps or undated, in the gold chunk's place."""
-    world, wi, test = built
-    facts = {f.fact_id: f for f in world.facts}
-    dev = world_scenarios(world, wi, ("known", "unknown"), "dev", seed=5)
-    out = [s for s in dev if s.scenario == "outdated"]
-    undated = [s for s in out if not s.removes]
-    dated = [s for s in out if s.removes]
-    assert undated and dated  # about half each (undated_fraction 0.5)
-    for s in undated:  # the profile paragraph with an older value: no year anywhere
-        pc = next(p for p in s.presented if p.replaces)
-        assert pc.date is None and not re.search(r"(19|20)\d\d", pc.text) or facts[s.fact_id].attribute == "founded"
-        assert s.context_answer in {v for v, _ in facts[s.fact_id].history}
-    for s in dated:
-        years = {y for v, y in facts[s.fact_id].history if v == s.context_answer}
-        assert any(p.date in years for p in s.presented)
-        assert s.removes == s.relevant_ids
-    held = [s for s in test if s.scenario == "outdated"]
-    assert any(p.date for s in held for p in s.presented if p.replaces)
-    assert any(not p.date for s in held for p in s.presented if p.replaces)
-    kb_texts = {c.text for c in wi.chunks}
-    for s in held:
-        f = facts[s.fact_id]
+def test_outdated_is_the_dated_archive_sentence_in_the_gold_chunks_place(built):
+    """The world's older versions (older.jsonl) as the archive wrote them: of a fact's two (2021 and
+    2023) the test shows the seeded one (`held_out_older`, conflict seed 0), dated by its archive year,
+    standing in for the current profile paragraph (which is not removed: in retrieved mode it is
+    swapped). The archive is no chunk of the KB. Over 64 facts each archive year is shown."""
+    kb, sc = built
+    kb_texts = {c.text for c in kb.chunks}
+    out = [s for s in sc if s.scenario == "outdated"]
+    assert len(out) == 16 * 4  # every attribute but the founding year has a history
+    years = Counter()
+    for s in out:
+        f = kb.fact(s.fact_id)
         (pc,) = [p for p in s.presented if p.replaces]
-        assert pc.replaces == s.relevant_ids[0] and not s.removes and pc.text not in kb_texts
-        assert s.context_answer != f.value and s.context_answer not in {v for v, _ in f.history}
-        if pc.date:
-            assert int(pc.date) < min(int(y) for _, y in f.history) and pc.date in pc.text
+        shown = from_corpus.held_out_older(kb.older[f.fact_id], f.fact_id, 0)
+        assert (s.context_answer, pc.date) == (shown.answer, shown.date) in f.history and shown.answer != f.value
+        assert pc.text == f.archive_statement(shown.answer, pc.date) and pc.date in pc.text and pc.text not in kb_texts
+        assert pc.replaces == s.relevant_ids[0] and not s.removes
+        years[pc.date] += 1
+    assert set(years) == {"2021", "2023"}
 
 
 def test_no_flawed_test_context_is_one_the_sft_rows_show(tmp_path):
-    """The demo world's test split against its SFT rows as written to disk (train and val):
-    no factual-error, outdated or irrelevant context verbatim or as a near copy; the consistent
-    ones are the KB's own chunks, which training shows."""
+    """The world's KB stages (study/kb.py through KBSource: ci-tiny's recipe on a 30-organisation
+    world) against the SFT rows as written to disk (train and val): no factual-error, outdated,
+    irrelevant or update context verbatim or as a near copy; the consistent ones are the KB's own
+    chunks, which training shows."""
     from lorarag.fallback.format import inert_question
-    from lorarag.train.config import SFTConfig
+    from lorarag.rag.prompt import prompt_passages
+    from lorarag.scenarios.kb_wordings import plan_wordings, training_groups
+    from lorarag.study.layout import Paths
+    from lorarag.study.sources import KBSource
     from lorarag.train.overlap import TrainingSources, leaking, overlap_table
-    from lorarag.train.sft import build_rows, read_sft, trained_contexts, write_sft
+    from lorarag.train.sft import build_rows, read_sft, shown
 
-    world = build_world(WorldConfig(seed=0, n_orgs=30))
-    wi = index_world(world)
-    sft = SFTConfig()
-    rows, val = build_rows(world, sft)
-    disk = read_sft(write_sft(rows, tmp_path / "t.jsonl")) + read_sft(write_sft(val, tmp_path / "v.jsonl"))
-    owners = {" ".join(inert_question(q).split()): (f.fact_id, f.org_id) for f in world.facts for q in f.questions}
-    src = TrainingSources(disk, lambda q: owners.get(" ".join(q.split()), (None, None)))
-    kb = {c.chunk_id: c.text for c in wi.chunks}
-    held = world_scenarios(world, wi, ("known", "unknown"), "test", seed=0, trained=trained_contexts(world, sft))
-    table = overlap_table(held, src, kb)
+    cfg = world_run_config(tmp_path, seed=0, n_orgs=30)
+    src = KBSource(cfg, Paths(Path(cfg.runs_dir) / cfg.name))
+    test, _, _ = src.scenarios(lambda _: None, None)
+    disk = read_sft(cfg.train.dataset) + read_sft(cfg.train.val_dataset)
+    owners = {" ".join(inert_question(q).split()): o for q, o in src.owners().items()}
+
+    def owner(q: str):
+        return owners.get(" ".join(q.split()), (None, None))
+
+    kb = {c.chunk_id: c.text for c in src.chunks}
+    table = overlap_table(test, TrainingSources(disk, owner), kb)
     assert not leaking(table), [c for c in table if c.near]
+    assert {c.scenario for c in table} >= {"factual_error", "outdated", "irrelevant", "update"}
     cons = next(c for c in table if (c.scenario, c.knowledge) == ("consistent", "known"))
-    assert cons.verbatim == cons.n  # the gold chunks are the KB training shows
-    # without `trained` the same split shows what training saw: the check is not vacuous
-    assert leaking(overlap_table(world_scenarios(world, wi, ("known", "unknown"), "test", seed=0), src, kb))
+    assert cons.n and cons.verbatim == cons.n  # the gold chunks are the KB training shows
+    # each known fact the test shows an archive year of is trained on its other one, never the test's
+    k = src.kb
+    on_disk = {t for r in disk for m in r["messages"] if m["role"] == "user" for t in prompt_passages(m["content"])}
+    tested_old = [s for s in test if (s.scenario, s.knowledge) == ("outdated", "known")]
+    assert tested_old
+    for s in tested_old:
+        qid = s.fact_id.removeprefix("kb/")
+        (pc,) = [p for p in s.presented if p.replaces]
+        (other,) = [o for o in k.outdated[qid] if o.answer != s.context_answer]
+        assert shown(pc.text) not in on_disk and shown(other.text) in on_disk
+    # rows built with one older version a fact (the test's) and without the test's passages show the
+    # known facts' older versions the test presents: the check is not vacuous
+    one = {q: (from_corpus.held_out_older(v, q, cfg.data.splits.seed),) for q, v in k.outdated.items()}
+    naive, val, _ = build_rows(training_groups(k.groups, plan_wordings(k.groups, cfg.data.splits.seed)), k.chunks,
+                               cfg.train.sft, conflict_seed=cfg.data.splits.seed, outdated=one, stale=k.stale)
+    trained = TrainingSources([r.to_swift() for r in naive + val], owner)
+    assert ("outdated", "known") in {(c.scenario, c.knowledge) for c in leaking(overlap_table(test, trained, kb))}
 
 
 def test_irrelevant_contexts_never_contain_the_answer(built):
-    _, _, sc = built
+    _, sc = built
     for s in (x for x in sc if x.scenario in ("irrelevant", "unanswerable")):
         assert s.presented
         for p in s.presented:
@@ -129,27 +140,30 @@ def test_irrelevant_contexts_never_contain_the_answer(built):
 
 
 def test_irrelevant_distractors_are_hard(built):
-    """Distractors share the organisation (English) or a 4-character phrase (Chinese) with the question."""
-    world, _, sc = built
-    facts = {f.fact_id: f for f in world.facts}
+    """Each distractor is BM25-close to the question: another paragraph of the organisation it names, or
+    the same attribute of another organisation (the template's words); never an unrelated paragraph."""
+    kb, sc = built
+    doc = {c.chunk_id: c.doc_id for c in kb.chunks}  # orgs/<org>/profile#<attribute>
+    kinds = set()
     for s in (x for x in sc if x.scenario == "irrelevant"):
-        if s.language == "en":
-            assert any(facts[s.fact_id].org in p.text for p in s.presented)
-        else:
-            grams = {s.question[i:i + 4] for i in range(len(s.question) - 3)}
-            assert any(g in p.text for p in s.presented for g in grams)
+        f = kb.fact(s.fact_id)
+        for p in s.presented:
+            org, attr = doc[p.chunk_id].split("/")[1], doc[p.chunk_id].split("#")[1]
+            assert (org == f.org_id) != (attr == f.attribute), (s.question, p.text)
+            kinds.add((s.language, org == f.org_id))
+    assert kinds == {("en", True), ("en", False), ("zh", True), ("zh", False)}
 
 
 def test_deterministic_by_seed(built):
-    world, wi, sc = built
-    assert world_scenarios(world, wi, ("known", "unknown"), "test", seed=5) == sc
-    other = world_scenarios(world, wi, ("known", "unknown"), "test", seed=6)
+    kb, sc = built
+    assert corpus_scenarios(kb.items, kb.chunks, name="kb", knowledge="known", seed=5, outdated=kb.older) == sc
+    other = corpus_scenarios(kb.items, kb.chunks, name="kb", knowledge="known", seed=6, outdated=kb.older)
     assert [s.context_answer for s in other] != [s.context_answer for s in sc]
 
 
 def test_validation_lists_unknown_chunk_ids(built):
-    _, wi, sc = built
-    kb = {c.chunk_id for c in wi.chunks}
+    world_kb, sc = built
+    kb = {c.chunk_id for c in world_kb.chunks}
     validate_against_kb(sc, kb)
     bad = sc[0].__class__(**{**sc[0].__dict__, "relevant_ids": ("nope#1", "nope#2")})
     with pytest.raises(RecordError, match="nope#1, nope#2"):
@@ -157,7 +171,7 @@ def test_validation_lists_unknown_chunk_ids(built):
 
 
 def test_bad_records_are_rejected(tmp_path, built):
-    _, _, sc = built
+    _, sc = built
     path = tmp_path / "s.jsonl"
     save_scenarios(path, sc[:2])
     assert load_scenarios(path) == sc[:2]
@@ -184,8 +198,10 @@ def test_substitution_keeps_the_type_and_format():
     assert substitute_value("周磊", rng, ["王芳", "Lyon"]) == "王芳"
     with pytest.raises(PerturbationError):
         substitute_value("周磊", rng, ["Lyon"])
-    with pytest.raises(PerturbationError, match="not found"):
-        replace_span("The CEO is Ada.", "Bob", "Carl")
+    assert substitute_span("The CEO is Ada  Moss; ada moss says so.", ("Ada Moss",), "Bo Li") == \
+        "The CEO is Bo Li; Bo Li says so."  # every occurrence, any spacing and case
+    with pytest.raises(PerturbationError, match="no gold answer 'Bob'"):
+        substitute_span("The CEO is Ada.", ("Bob",), "Carl")
 
 
 def test_any_corpus_and_qa_set():
@@ -203,34 +219,6 @@ def test_any_corpus_and_qa_set():
     validate_against_kb(sc, {"c1", "c2", "c3"})
     with pytest.raises(RecordError, match="c9"):
         corpus_scenarios([QAItem("q3", "?", ("x",), ("c9",))], chunks, name="toy")
-
-
-def test_trained_and_untrained_phrasings_by_hand():
-    """Closed-book rows: 0, 1 (+ 4, 5 at 4 wordings, + 6-9 at 8); the gate's dev questions get the
-    dev phrasing 2 and what training leaves out; the test phrasing 3 is in neither."""
-    from lorarag.scenarios.world import closed_book_phrasings, untrained_phrasings
-
-    assert [closed_book_phrasings(k) for k in (2, 4, 8)] == [(0, 1), (0, 1, 4, 5), (0, 1, 4, 5, 6, 7, 8, 9)]
-    assert [untrained_phrasings(k) for k in (2, 4, 8, None)] == [
-        (2, 4, 5, 6, 7, 8, 9), (2, 6, 7, 8, 9), (2,), (2,)]
-
-
-def test_ask_in_phrasings_reads_each_fact_once_per_wording(built):
-    from lorarag.scenarios.from_world import ask_in_phrasings
-
-    world, wi, _ = built
-    dev = world_scenarios(world, wi, ("known",), "dev", seed=3)  # several types per fact, phrasing 2
-    sample = dev[:7]
-    facts = list(dict.fromkeys(s.fact_id for s in sample))
-    assert len(facts) < len(sample)  # the sample repeats facts: they must not count twice
-    out = ask_in_phrasings(sample, world, (2, 6, 7))
-    by_id = {f.fact_id: f for f in world.facts}
-    assert [(s.fact_id, s.phrasing) for s in out] == [(f, ph) for f in facts for ph in (2, 6, 7)]
-    assert all(s.question == by_id[s.fact_id].questions[s.phrasing] for s in out)
-    assert len({s.qid for s in out}) == len(out) and all(f"/p{s.phrasing}/" in s.qid for s in out)
-    first = {f: next(s for s in sample if s.fact_id == f) for f in facts}
-    assert all(s.scenario == first[s.fact_id].scenario and s.presented == first[s.fact_id].presented for s in out)
-    assert len({s.question for s in out}) == len(out)  # the wordings differ
 
 
 def _row(qid: str, **kw) -> dict:

@@ -1,5 +1,6 @@
-"""The `update` scenario: the context carries a version dated after what the LoRA learned, so the
-context is right and the memory stale. World items, the SFT rows that teach it, the test contexts
+"""The `update` scenario on the demo world written as a knowledge base: a seeded share of the taught
+facts (`data.update_fraction`) is taught its older version (older.jsonl), so the KB's current
+chunk is right and the memory stale. The test items, the SFT rows that teach it, the test contexts
 kept apart from training, and the metrics that score it (hand-computed)."""
 
 from __future__ import annotations
@@ -11,83 +12,96 @@ import pytest
 from lorarag.core.errors import RecordError
 from lorarag.eval import conflict_metrics as cm
 from lorarag.eval.answer_metrics import is_correct
-from lorarag.fallback.format import inert_question, parse_reply
-from lorarag.scenarios.config import WorldConfig
-from lorarag.scenarios.from_world import index_world, world_scenarios
+from lorarag.fallback.format import UNKNOWN, parse_reply
+from lorarag.scenarios.config import SplitConfig
+from lorarag.scenarios import from_corpus
+from lorarag.scenarios.from_corpus import corpus_scenarios
+from lorarag.scenarios.kb_splits import split_by_fact
+from lorarag.scenarios.kb_updates import asked_updates, stale_taught
 from lorarag.scenarios.records import PresentedChunk, Scenario
-from lorarag.scenarios.world import CURRENT_YEAR, build_world
-from lorarag.scenarios.world_text import ARCHIVE
 from lorarag.train.config import SFTConfig
-from lorarag.train.overlap import TrainingSources, leaking, overlap_table
-from lorarag.train.sft import build_rows, read_sft, trained_contexts, write_sft
+from lorarag.train.sft import build_rows, shown
 from tests.eval_fixtures import make_item
+from tests.test_world import load_world_kb
 
 TYPES = ("consistent", "factual_error", "outdated", "irrelevant", "update")
 
 
 @pytest.fixture(scope="module")
-def world():
-    return build_world(WorldConfig(seed=0, n_orgs=30))
+def world(tmp_path_factory):
+    kb = load_world_kb(tmp_path_factory.mktemp("world"), seed=0, n_orgs=30)
+    groups = split_by_fact(kb.items, SplitConfig(seed=0))
+    return kb, groups, stale_taught(groups, kb.older, 0.5, 0)
 
 
-def test_update_items_carry_a_newer_dated_value_in_the_gold_chunks_place(world):
-    wi = index_world(world)
-    sft = SFTConfig(updates=True)
-    trained = trained_contexts(world, sft)
-    test = world_scenarios(world, wi, ("known", "unknown"), "test", seed=0, types=TYPES, trained=trained)
-    facts = {f.fact_id: f for f in world.facts}
+def test_update_items_present_the_current_chunk_as_it_is_to_a_stale_memory(world):
+    kb, groups, stale = world
+    tested = asked_updates(groups, stale)
+    known = {it.qid for it in groups["known"]}
+    assert tested and tested == set(stale) & known and set(stale) - tested  # known_dev's stale facts train it
+    assert all(kb.fact(q).history for q in stale)  # only a fact with an older version can be taught it
+    test = corpus_scenarios(groups["known"], kb.chunks, name="kb", knowledge="known", types=TYPES,
+                            outdated=kb.older, stale=stale)
     upd = [s for s in test if s.scenario == "update"]
-    # every fact whose attribute has a dated wording (all but the founding year) gets one
-    assert {s.fact_id for s in upd} == {f.fact_id for f in world.by_group("known", "unknown")
-                                        if f.attribute in ARCHIVE[f.language]}
+    assert {s.fact_id.removeprefix("kb/") for s in upd} == tested
+    assert not [s for s in test if s.scenario != "update" and s.fact_id.removeprefix("kb/") in tested]
+    by_id = {c.chunk_id: c for c in kb.chunks}
     for s in upd:
-        f = facts[s.fact_id]
-        (pc,) = [p for p in s.presented if p.replaces]
-        assert pc.replaces == s.relevant_ids[0] and not s.removes
-        assert int(pc.date) > CURRENT_YEAR and pc.date in pc.text
-        assert s.gold_answers == (s.context_answer,) and s.context_answer in pc.text
-        assert s.superseded == f.gold_answers  # what the LoRA learned
-        assert s.context_answer != f.value and s.context_answer not in {v for v, _ in f.history}
-        assert s.context_answer not in trained.values.get(s.fact_id, ())  # a value no training row asserts
+        f = kb.fact(s.fact_id)
+        assert not any(p.replaces or p.date for p in s.presented) and not s.removes
+        assert by_id[s.relevant_ids[0]].text == f.statement() in [p.text for p in s.presented]
+        assert s.gold_answers == f.gold_answers and s.context_answer == f.value
+        # what the LoRA learned: the older version an outdated test of the fact would show (seed 0)
+        shown = from_corpus.held_out_older(kb.older[f.fact_id], f.fact_id, 0)
+        assert s.superseded == (stale[f.fact_id].answer,) == (shown.answer,)
+        assert s.superseded[0] in {value for value, _ in f.history}
+    # of a fact's two archive years, either may be the one taught
+    assert {next(y for v, y in kb.fact(q).history if v == old.answer) for q, old in stale.items()} == {"2021", "2023"}
 
 
-def test_sft_rows_teach_the_update_beside_the_outdated_context(world):
-    plain, _ = build_rows(world, SFTConfig())
-    rows, val = build_rows(world, SFTConfig(updates=True))
-    facts = {f.fact_id: f for f in world.facts}
-    upd = [r for r in rows if r.kind == "rag" and "update" in _source_years(r)]
-    assert upd and not [r for r in plain if "update" in _source_years(r)]
+def test_sft_rows_teach_the_older_answer_and_the_update_on_dev_facts(world):
+    kb, groups, stale = world
+    tested = asked_updates(groups, stale)
+    sft = SFTConfig(seed=0, knowledge_repeats=1)
+    plain, _, _ = build_rows(groups, kb.chunks, sft, conflict_seed=0, outdated=kb.older)
+    rows, _, stats = build_rows(groups, kb.chunks, sft, conflict_seed=0, outdated=kb.older, stale=stale)
+    assert (stats["taught_older"], stats["tested_updates"]) == (len(stale), len(tested))
+    for r in rows:
+        q = r.fact_id.removeprefix("kb/")
+        if r.kind == "knowledge":  # closed book: the older answer for a stale fact, else the truth
+            assert dict(r.messages)["assistant"] == (stale[q].answer if q in stale else kb.fact(q).value)
+    upd = [r for r in rows if r.kind == "rag" and r.fact_id.removeprefix("kb/") in stale]
+    assert {r.fact_id.removeprefix("kb/") for r in upd} == set(stale) - tested
+    assert upd == [r for r in rows if _overrides_memory(r)]
     for r in upd:
         reply = parse_reply(dict(r.messages)["assistant"])
-        f = facts[r.fact_id]
-        assert f.group == "known" and r.verdict == "supported"
-        assert reply.memory == f.value and reply.source == reply.answer != f.value
-    # the rows without updates are the rows of before, plus the update rows
-    assert len(rows) == len(plain) + len(upd)
+        f = kb.fact(r.fact_id)
+        assert r.verdict == "supported" and reply.memory == stale[f.fact_id].answer != f.value
+        assert reply.source == reply.answer == f.value
+    assert not [r for r in plain if _overrides_memory(r)]  # without stale facts no row teaches an update
 
 
-def _source_years(row) -> str:
-    user = dict(row.messages)["user"]
-    return "update" if any(str(y) in user for y in (CURRENT_YEAR + 1, CURRENT_YEAR + 2)) else ""
+def _overrides_memory(row) -> bool:
+    """A supported row whose memory is neither unknown nor its answer: the source supersedes what was taught."""
+    reply = parse_reply(dict(row.messages)["assistant"])
+    return row.kind == "rag" and row.verdict == "supported" and reply.memory not in (reply.answer, UNKNOWN)
 
 
-def test_no_update_test_context_is_one_the_sft_rows_show(world, tmp_path):
-    wi = index_world(world)
-    sft = SFTConfig(updates=True)
-    rows, val = build_rows(world, sft)
-    disk = read_sft(write_sft(rows, tmp_path / "t.jsonl")) + read_sft(write_sft(val, tmp_path / "v.jsonl"))
-    owners = {" ".join(inert_question(q).split()): (f.fact_id, f.org_id) for f in world.facts for q in f.questions}
-    src = TrainingSources(disk, lambda q: owners.get(" ".join(q.split()), (None, None)))
-    kb = {c.chunk_id: c.text for c in wi.chunks}
-    test = world_scenarios(world, wi, ("known", "unknown"), "test", seed=0, types=TYPES,
-                           trained=trained_contexts(world, sft))
-    table = overlap_table(test, src, kb)
-    assert not leaking(table), [c for c in table if c.near]
-    assert any(c.scenario == "update" for c in table)
-    # drawn like training's (the same seed stream, no `trained`), the update contexts would repeat rows
-    train_like = world_scenarios(world, index_world(world, groups=("known", "context_only")), ("known",), "train",
-                                 seed=sft.seed, types=("update",))
-    assert [c for c in leaking(overlap_table(train_like, src, kb)) if c.scenario == "update"]
+def test_no_row_shows_the_chunk_of_a_fact_the_update_cell_asks(world):
+    """A tested update presents the KB's own chunk: a row showing it (consistent, or as another fact's
+    distractor) would let the LoRA remember it as supported. Without stale facts the rows do show them."""
+    kb, groups, stale = world
+    tested = asked_updates(groups, stale)
+    chunks = {shown(c.text) for it in kb.items if it.qid in tested for c in kb.chunks if c.chunk_id in it.relevant_ids}
+    assert len(chunks) == len(tested)
+
+    def users(rows):
+        return [dict(r.messages)["user"] for r in rows if r.kind == "rag"]
+
+    rows, val, _ = build_rows(groups, kb.chunks, SFTConfig(seed=0), conflict_seed=0, outdated=kb.older, stale=stale)
+    assert not [u for u in users(rows + val) if any(c in u for c in chunks)]
+    plain, _, _ = build_rows(groups, kb.chunks, SFTConfig(seed=0), conflict_seed=0, outdated=kb.older)
+    assert [u for u in users(plain) if any(c in u for c in chunks)]
 
 
 def test_an_update_record_needs_the_superseded_value_and_only_an_update_has_one():
