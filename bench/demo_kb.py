@@ -15,7 +15,7 @@ from pathlib import Path
 from lorarag.rag.config import ChunkerConfig
 from lorarag.rag.records import Chunk
 from lorarag.scenarios.config import CorpusSource, QuestionSource, SplitConfig, WorldConfig
-from lorarag.scenarios.from_corpus import load_outdated
+from lorarag.scenarios.from_corpus import Versions, load_outdated
 from lorarag.scenarios.kb_corpus import load_corpus
 from lorarag.scenarios.kb_labels import map_labels
 from lorarag.scenarios.kb_questions import load_questions
@@ -32,7 +32,7 @@ class WorldKB:
 
     corpus: KBCorpus
     items: list[QAItem]  # relevant_ids are chunk ids
-    outdated: dict  # fact id (`org003/ceo`) -> its older values, as scenarios.from_corpus.load_outdated reads them
+    outdated: dict[str, Versions]  # fact id (`org003/ceo`) -> its older values (scenarios.from_corpus.load_outdated)
 
     @property
     def chunks(self) -> list[Chunk]:

@@ -40,7 +40,7 @@ class GateCalibration:
     """A tuned threshold on the gate's doubt score and how it did on the dev split."""
 
     threshold: float  # memory counts as unknown when the doubt score > threshold
-    rule: str  # how it was chosen ("youden" or "unknown_recall")
+    rule: str  # how it was chosen ("youden", "unknown_recall" or "logistic")
     n_known: int
     n_unseen: int
     known_kept: float  # share of dev known-fact items whose memory is kept
@@ -54,6 +54,7 @@ class GateCalibration:
     unseen_declined: int = 0
     adapter: str = ""  # `adapter_sha256` of the adapter whose scores were read ("": not recorded)
     dev: str = ""  # `dev_sha256` of the dev questions read ("": not recorded)
+    fit: str = ""  # how the rule weighs the two kinds of dev reading (FIT); "": a file from before it was recorded
 
     def save(self, folder: str | Path) -> Path:
         """Write `gate.json` into `folder` (normally the adapter's folder)."""
@@ -143,14 +144,22 @@ def _auroc(neg: Sequence[float], pos: Sequence[float]) -> float:
 LOG_FLOOR = 1e-6  # doubt scores are NLLs >= 0; log(0) would be -inf
 
 
+# The logistic fit weighs each kind of dev reading by the inverse of its count, so the threshold is
+# where known and never-learned are equally likely whatever the dev split's proportions: unweighted,
+# 15 known against 60 never-learned readings put a prior of 4:1 on "never learned" into the intercept
+# and the gate rejected 20 % of the dev known memories (E16.2).
+FIT = "balanced"
+
+
 def logistic_threshold(known: Sequence[float], unseen: Sequence[float]) -> float:
-    """The doubt at which an L2 logistic regression (C=1) of never-learned on log(doubt) gives 1/2."""
+    """The doubt at which an L2 logistic regression (C=1) of never-learned on log(doubt), each kind
+    weighed by the inverse of its count (FIT), gives 1/2."""
     import numpy as np
     from sklearn.linear_model import LogisticRegression
 
     x = np.log(np.maximum(np.asarray(list(known) + list(unseen), dtype=float), LOG_FLOOR))[:, None]
     y = np.r_[np.zeros(len(known)), np.ones(len(unseen))]
-    m = LogisticRegression(C=1.0).fit(x, y)
+    m = LogisticRegression(C=1.0, class_weight=FIT).fit(x, y)
     slope, icpt = float(m.coef_[0, 0]), float(m.intercept_[0])
     if slope <= 0:  # more doubt does not mean never learned: no usable threshold, keep every memory
         return float(max(list(known) + list(unseen)))
@@ -165,8 +174,9 @@ def calibrate(p_known: Sequence[float], p_unseen: Sequence[float], *, rule: str 
       keeps more memories);
     - `unknown_recall`: the highest threshold that still rejects ≥ `target` of never-learned items;
     - `logistic`: where a logistic regression of "never learned" on log(doubt), fitted to every dev
-      reading (L2, C=1), crosses 1/2 — set by both distributions, not by the one or two readings at
-      the edge that decide Youden's threshold, so it moves less between training seeds.
+      reading (L2, C=1, each kind weighed by the inverse of its count), crosses 1/2 — set by both
+      distributions, not by the one or two readings at the edge that decide Youden's threshold, so
+      it moves less between training seeds, and not by how many readings of each kind dev holds.
     Candidate thresholds lie midway between consecutive distinct scores (plus both ends).
     """
     if not p_known or not p_unseen:
@@ -193,7 +203,7 @@ def calibrate(p_known: Sequence[float], p_unseen: Sequence[float], *, rule: str 
     kept, rejected = rates(best)
     auc = _auroc(known, unseen)
     return GateCalibration(best, rule, len(known), len(unseen), kept, rejected,
-                           auc if not math.isnan(auc) else float("nan"), signal)
+                           auc if not math.isnan(auc) else float("nan"), signal, fit=FIT)
 
 
 def calibrate_claimed(known: Sequence[float | None], unseen: Sequence[float | None], *, rule: str = "youden",
@@ -208,7 +218,7 @@ def calibrate_claimed(known: Sequence[float | None], unseen: Sequence[float | No
     if not k or not u:  # nothing left to separate: keep every claimed memory, AUROC undefined (gate off)
         return GateCalibration(NO_ANSWER_NLL, rule, len(known), len(unseen), len(k) / len(known),
                                1 - len(u) / len(unseen), float("nan"), signal,
-                               known_declined=len(known) - len(k), unseen_declined=len(unseen) - len(u))
+                               known_declined=len(known) - len(k), unseen_declined=len(unseen) - len(u), fit=FIT)
     cal = calibrate(k, u, rule=rule, target=target, signal=signal)
     return replace(cal, n_known=len(known), n_unseen=len(unseen),
                    known_kept=cal.known_kept * len(k) / len(known),
@@ -241,7 +251,7 @@ def gate_mismatch(cal: GateCalibration, g: GateConfig, gen_cfg: GeneratorConfig,
     generator (a bf16 model reads other NLLs than an fp32 one) and, given its `adapter_sha256`,
     the adapter (a retrained one reads other scores; a file without the record counts as another)."""
     pairs = {"rule": (cal.rule, g.rule), "signal": (cal.signal, SIGNAL),
-             "generator": (cal.generator, generator_id(gen_cfg))}
+             "generator": (cal.generator, generator_id(gen_cfg)), "fit": (cal.fit, FIT)}
     out = [f"{k} {saved!r} (config: {want!r})" for k, (saved, want) in pairs.items() if saved != want]
     if adapter is not None and cal.adapter != adapter:
         out.append(f"adapter {cal.adapter[:12] or '(not recorded)'} (in use: {adapter[:12]})")

@@ -179,3 +179,25 @@ def test_logistic_rule_sits_at_the_centre_of_mirror_image_dev_readings():
     assert calibrate(known, unseen, rule="youden").threshold == pytest.approx((0.04 + 0.25) / 2)
     # doubt that falls with "never learned": no usable threshold, every memory is kept
     assert logistic_threshold([0.5, 0.6], [0.01, 0.02]) == 0.6
+
+
+def test_logistic_rule_does_not_move_with_the_dev_split_proportions():
+    """Each kind of reading is weighed by the inverse of its count, so four copies of every
+    never-learned reading are the mirror-image set again (each copy weighs 1/4): the crossing stays
+    at 0.1 (up to lbfgs's stopping tolerance, 1e-3 relative here). Unweighted, the 12:3 proportion
+    would pull it towards the known readings."""
+    from lorarag.fallback.config import GateConfig
+    from lorarag.fallback.gate import FIT, GateCalibration, gate_mismatch, generator_id, logistic_threshold
+    from lorarag.rag.config import GeneratorConfig
+
+    known, unseen = [0.01, 0.02, 0.04], [0.25, 0.5, 1.0]
+    assert logistic_threshold(known, unseen * 4) == pytest.approx(0.1, rel=1e-3)
+    assert logistic_threshold(known * 5, unseen) == pytest.approx(0.1, rel=1e-3)
+    cal = calibrate(known, unseen * 4, rule="logistic")
+    assert cal.fit == FIT == "balanced"
+    # a gate.json written before the weighting was recorded is calibrated afresh, not reused
+    gen = GeneratorConfig(kind="transformers", model="m")
+    same = GateCalibration(**{**cal.__dict__, "generator": generator_id(gen)})
+    g = GateConfig(enabled=True, rule="logistic")
+    assert gate_mismatch(same, g, gen) == []
+    assert gate_mismatch(GateCalibration(**{**same.__dict__, "fit": ""}), g, gen) == ["fit '' (config: 'balanced')"]
