@@ -27,6 +27,7 @@ from lorarag.eval.shards import (
     write_stamp,
 )
 from lorarag.fallback.gate import (
+    FIT,
     GATE_FILE,
     GateCalibration,
     adapter_sha256,
@@ -143,7 +144,7 @@ def test_gate_calibration_is_kept_only_for_its_adapter_and_dev_questions(tmp_pat
     g, gen = cfg.fallback.gate, cfg.rag.generator
     dev = dev_sha256(["k1", "k2"], ["u1", "u2"])
     cal = GateCalibration(1.5, g.rule, 2, 2, 1.0, 1.0, 0.9, generator=generator_id(gen), adapter=adapter_sha256(ad),
-                          dev=dev)
+                          dev=dev, fit=FIT)
     assert reusable_gate(cal, g, gen, 2, 2, adapter=adapter_sha256(ad), dev=dev)
     # same sizes, another dev question: read again
     assert not reusable_gate(cal, g, gen, 2, 2, adapter=adapter_sha256(ad), dev=dev_sha256(["k1", "k3"], ["u1", "u2"]))
@@ -159,8 +160,8 @@ def test_calibrate_gate_reuses_a_matching_gate_json_without_reading_dev(tmp_path
     from lorarag.study.calibration import calibrate_gate
 
     cfg, ad = _finished_run(tmp_path)
-    cal = GateCalibration(1.5, cfg.fallback.gate.rule, 0, 0, 1.0, 1.0, 0.9,
-                          generator=generator_id(cfg.rag.generator), adapter=adapter_sha256(ad), dev=dev_sha256([], []))
+    cal = GateCalibration(1.5, cfg.fallback.gate.rule, 0, 0, 1.0, 1.0, 0.9, generator=generator_id(cfg.rag.generator),
+                          adapter=adapter_sha256(ad), dev=dev_sha256([], []), fit=FIT)
     cal.save(ad)
     said: list[str] = []
     got = calibrate_gate(cfg, None, ad, [], [], said.append)
