@@ -13,7 +13,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from lorarag.rag.config import ChunkerConfig
-from lorarag.rag.records import Chunk
 from lorarag.scenarios.config import CorpusSource, QuestionSource, SplitConfig, WorldConfig
 from lorarag.scenarios.from_corpus import Versions, load_outdated
 from lorarag.scenarios.kb_corpus import load_corpus
@@ -34,14 +33,6 @@ class WorldKB:
     items: list[QAItem]  # relevant_ids are chunk ids
     outdated: dict[str, Versions]  # fact id (`org003/ceo`) -> its older values (scenarios.from_corpus.load_outdated)
 
-    @property
-    def chunks(self) -> list[Chunk]:
-        return list(self.corpus.chunks)
-
-    @property
-    def n_documents(self) -> int:
-        return len(self.corpus.documents)
-
 
 def load_world_kb(world: WorldConfig, chunker: ChunkerConfig, folder: str | Path, *, write: bool = True) -> WorldKB:
     """Write the world of `world` under `folder` and read it as a run's `data:` would; `write=False`
@@ -57,6 +48,6 @@ def load_world_kb(world: WorldConfig, chunker: ChunkerConfig, folder: str | Path
 def world_rows(kb: WorldKB, splits: SplitConfig, sft: SFTConfig) -> list[SFTRow]:
     """The SFT training rows of `kb` split by fact (every taught fact in all its wordings: no test
     wording is held out, these rows train no adapter that is evaluated)."""
-    rows, _, _ = build_rows(split_by_fact(kb.items, splits), kb.chunks, sft, conflict_seed=splits.seed,
+    rows, _, _ = build_rows(split_by_fact(kb.items, splits), list(kb.corpus.chunks), sft, conflict_seed=splits.seed,
                             outdated=kb.outdated)
     return rows

@@ -108,15 +108,15 @@ def _eval_setup(work: Path, *, write: bool = False):
     kb = load_world_kb(cfg.data.world, cfg.rag.chunker, work / "world", write=write)
     groups = split_by_fact(kb.items, cfg.data.splits)
     items = [s for group, knowledge in (("known", "known"), ("unseen", "unknown"))
-             for s in corpus_scenarios(groups[group], kb.chunks, name="kb", knowledge=knowledge, seed=0,
+             for s in corpus_scenarios(groups[group], list(kb.corpus.chunks), name="kb", knowledge=knowledge, seed=0,
                                        outdated=kb.outdated)]
-    retriever = index_chunks(cfg, kb.chunks, kb.n_documents, cfg.rag.index) \
+    retriever = index_chunks(cfg, list(kb.corpus.chunks), len(kb.corpus.documents), cfg.rag.index) \
         if not (work / "index" / "manifest.json").is_file() else None
     if retriever is None:
         from lorarag.rag.retrieve import load_retriever
 
         retriever = load_retriever(cfg.rag.index, cfg.rag.retrieval)
-    parts = build_parts(cfg, retriever, None, kb.chunks)
+    parts = build_parts(cfg, retriever, None, list(kb.corpus.chunks))
     system = build_system(SystemConfig(name="base_rag", kind="base_rag", context="retrieved", max_new_tokens=8),
                           parts)
     return sorted(items, key=lambda s: s.qid), system

@@ -74,10 +74,12 @@ def demo_system(work: Path, generator: dict | None = None) -> tuple[AdvancedRAGS
     ensure_smollm2(cfg.train.model)
     assert cfg.data.world is not None  # the demo config is a world config
     kb = load_world_kb(cfg.data.world, cfg.rag.chunker, work / "world")
-    retriever = index_chunks(cfg, kb.chunks, kb.n_documents, cfg.rag.index.model_copy(update={"dir": str(work / "index")}))
+    chunks = list(kb.corpus.chunks)
+    retriever = index_chunks(cfg, chunks, len(kb.corpus.documents),
+                             cfg.rag.index.model_copy(update={"dir": str(work / "index")}))
     sw = cfg.train.swift
     adapter = _zero_lora(cfg.train.model, sw["lora_rank"], sw["lora_alpha"], work / "adapter")
-    parts = build_parts(cfg, retriever, adapter, kb.chunks)
+    parts = build_parts(cfg, retriever, adapter, chunks)
     system = AdvancedRAGSystem(parts.rag, Detector(parts.generator, parts.first_tokens, cfg.fallback, None),
                                cfg.fallback)
     return system, question_pool(kb)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -41,3 +42,21 @@ def lora(tiny_models, tmp_path_factory) -> Path:
     from tests.tiny_lora import build_lora
 
     return build_lora(tiny_models["lm"], tmp_path_factory.mktemp("lora") / "sft")
+
+
+@pytest.fixture
+def cli(monkeypatch, capsys):
+    """Run `lorarag ARGS...` in-process through `main()`: (exit code, stdout, stderr)."""
+    from lorarag.cli import main
+
+    def run(*args) -> tuple[int, str, str]:
+        monkeypatch.setattr(sys, "argv", ["lorarag", *map(str, args)])
+        code = 0
+        try:
+            main()
+        except SystemExit as exc:
+            code = 0 if exc.code is None else exc.code
+        out, err = capsys.readouterr()
+        return code, out, err
+
+    return run

@@ -12,7 +12,6 @@ from pathlib import Path
 
 import pytest
 
-from lorarag.cli import main
 from lorarag.eval.records import save_results
 from lorarag.rag.config import BM25Config, IndexConfig
 from lorarag.rag.index import build_from_chunks
@@ -22,21 +21,6 @@ from tests.eval_fixtures import make_item
 from tests.servers import free_port
 
 from .conftest import REPO
-
-
-@pytest.fixture
-def cli(monkeypatch, capsys):
-    """Run `lorarag ARGS...` in-process through `main()`: (exit code, stdout, stderr)."""
-
-    def run(*args: str) -> tuple[int, str, str]:
-        monkeypatch.setattr(sys, "argv", ["lorarag", *map(str, args)])
-        with pytest.raises(SystemExit) as exc:
-            main()
-        out, err = capsys.readouterr()
-        code = exc.value.code
-        return (0 if code is None else code), out, err
-
-    return run
 
 
 def one_line_error(code: int, err: str, *needles: str) -> str:

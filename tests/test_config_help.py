@@ -3,29 +3,11 @@ read from the pydantic models' `Field(description=...)`, through the real CLI en
 
 from __future__ import annotations
 
-import sys
 
 import pytest
 
-from lorarag.cli import CONFIG_SCHEMAS, _schema, main
+from lorarag.cli import CONFIG_SCHEMAS, _schema
 from lorarag.core.explain import _models_in
-
-
-@pytest.fixture
-def cli(monkeypatch, capsys):
-    """Run `lorarag ARGS...` in-process through `main()`: (exit code, stdout, stderr)."""
-
-    def run(*args: str) -> tuple[int, str, str]:
-        monkeypatch.setattr(sys, "argv", ["lorarag", *args])
-        code = 0
-        try:
-            main()
-        except SystemExit as exc:
-            code = 0 if exc.code is None else exc.code
-        out, err = capsys.readouterr()
-        return code, out, err
-
-    return run
 
 
 def test_a_nested_key_says_type_default_bounds_and_meaning(cli):

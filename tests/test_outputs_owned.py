@@ -30,21 +30,6 @@ EVAL = REPO / "configs/eval/cpu-demo-base-rag.yaml"
 
 
 @pytest.fixture
-def cli(monkeypatch, capsys):
-    """Run `lorarag ARGS...` in-process through `main()`: (exit code, stdout, stderr)."""
-    from lorarag.cli import main
-
-    def run(*args) -> tuple[int, str, str]:
-        monkeypatch.setattr(sys, "argv", ["lorarag", *map(str, args)])
-        with pytest.raises(SystemExit) as exc:
-            main()
-        out, err = capsys.readouterr()
-        return (0 if exc.value.code is None else exc.value.code), out, err
-
-    return run
-
-
-@pytest.fixture
 def configs(tmp_path):
     """Copies of a train and an eval config (the tests may try to write over them)."""
     t, e = tmp_path / "train.yaml", tmp_path / "eval.yaml"

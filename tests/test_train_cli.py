@@ -5,10 +5,8 @@ and the one-line errors of a train config whose rows or pairs were never built."
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
-import pytest
 import yaml
 
 from lorarag.rag.config import ChunkerConfig
@@ -20,21 +18,6 @@ from lorarag.scenarios.kb_questions import check_against_corpus, load_questions
 
 from .conftest import REPO
 from .test_bad_input import one_line_error
-
-
-@pytest.fixture
-def cli(monkeypatch, capsys):
-    """Run `lorarag ARGS...` in-process through `main()`: (exit code, stdout, stderr)."""
-    from lorarag.cli import main
-
-    def run(*args) -> tuple[int, str, str]:
-        monkeypatch.setattr(sys, "argv", ["lorarag", *map(str, args)])
-        with pytest.raises(SystemExit) as exc:
-            main()
-        out, err = capsys.readouterr()
-        return (0 if exc.value.code is None else exc.value.code), out, err
-
-    return run
 
 
 def _jsonl(path: Path) -> list[dict]:
