@@ -97,13 +97,13 @@ def test_world_kb_pairs_come_from_training_rows_of_training_facts_only(tmp_path)
     `context_only` facts only (`known_dev` is the gate's), none showing a held-out question or chunk."""
     kb = load_world_kb(WorldConfig(seed=0, n_orgs=8), ChunkerConfig(), tmp_path / "world")
     groups = split_by_fact(kb.items, SplitConfig())
-    rows, _, _ = build_rows(groups, kb.chunks, SFTConfig(knowledge_repeats=1), conflict_seed=0, outdated=kb.outdated)
+    rows, _, _ = build_rows(groups, list(kb.corpus.chunks), SFTConfig(knowledge_repeats=1), conflict_seed=0, outdated=kb.outdated)
     swift_rows = [r.to_swift() for r in rows]
     pairs = build_pairs(swift_rows, kb_facts(groups), PreferenceConfig(enabled=True))
     group_of = {f"kb/{it.qid}": g for g, items in groups.items() for it in items}
     assert pairs and all(group_of[q.fact_id] in ("known", "context_only") for q in pairs)
     held = [it for g in HELD_OUT for it in groups[g]]
-    leak_check([q.to_swift() for q in pairs], held, {c.chunk_id: c for c in kb.chunks}, ())
+    leak_check([q.to_swift() for q in pairs], held, {c.chunk_id: c for c in kb.corpus.chunks}, ())
     taught = {tuple((m["role"], m["content"]) for m in r["messages"][:-1]): r["messages"][-1]["content"]
               for r in swift_rows}
     assert all(taught[q.prompt] == q.chosen for q in pairs)  # chosen = the reply the SFT row teaches
