@@ -1,6 +1,6 @@
 """Uncertainty: Wilson intervals for proportions, paired bootstrap CIs (item- or cluster-level), a
-seeds x units bootstrap, exact McNemar tests, a cluster-level paired permutation test, and
-non-inferiority judged on a CI bound.
+paired AUROC difference with a stratified cluster bootstrap, a seeds x units bootstrap, exact
+McNemar tests, a cluster-level paired permutation test, and non-inferiority judged on a CI bound.
 
 Items are not independent when they share an organisation or a document: a model that misreads
 one organisation's name misreads its every fact. `clusters` (one label per item) makes a bootstrap
@@ -97,6 +97,36 @@ def paired_bootstrap(a: np.ndarray, b: np.ndarray, *, den_a: np.ndarray | None =
     diffs = diffs[np.isfinite(diffs)]
     lo, hi = np.quantile(diffs, [alpha / 2, 1 - alpha / 2]) if len(diffs) else (math.nan, math.nan)
     return PairedDiff(float(ra), float(rb), float(rb - ra), float(lo), float(hi), n, resamples)
+
+
+def _auc(pos: np.ndarray, neg: np.ndarray) -> float:
+    """P(a positive scores above a negative), ties 1/2 (Mann-Whitney U over the pairs)."""
+    if not len(pos) or not len(neg):
+        return math.nan
+    gt = (pos[:, None] > neg[None, :]).sum() + 0.5 * (pos[:, None] == neg[None, :]).sum()
+    return float(gt / (len(pos) * len(neg)))
+
+
+def paired_auroc(a: np.ndarray, b: np.ndarray, labels: np.ndarray, clusters: Sequence[str] | np.ndarray, *,
+                 resamples: int = 2000, seed: int = 0, alpha: float = 0.05) -> PairedDiff:
+    """AUROC of score B minus AUROC of score A for telling `labels` 1 from 0, on the same items,
+    with a percentile CI from a stratified cluster bootstrap: the clusters of each class are
+    drawn with replacement within that class (whole clusters, so items of one organisation move
+    together; within a class, so no resample loses a class). A class of one cluster gives no CI."""
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    y = np.asarray(labels).astype(bool)
+    idx, _ = _cluster_index(clusters, len(y))
+    groups = [[np.flatnonzero((idx == c) & (y == cls)) for c in np.unique(idx[y == cls])] for cls in (True, False)]
+    auc_a, auc_b = _auc(a[y], a[~y]), _auc(b[y], b[~y])
+    if min(len(groups[0]), len(groups[1])) < 2:
+        return PairedDiff(auc_a, auc_b, auc_b - auc_a, math.nan, math.nan, len(y), resamples)
+    rng = np.random.default_rng(seed)
+    diffs = np.empty(resamples)
+    for r in range(resamples):
+        pos, neg = (np.concatenate([g[i] for i in rng.integers(0, len(g), len(g))]) for g in groups)
+        diffs[r] = _auc(b[pos], b[neg]) - _auc(a[pos], a[neg])
+    lo, hi = np.quantile(diffs, [alpha / 2, 1 - alpha / 2])
+    return PairedDiff(auc_a, auc_b, auc_b - auc_a, float(lo), float(hi), len(y), resamples)
 
 
 def crossed_bootstrap(stat: Callable[[np.ndarray, np.ndarray], Sequence[float]], n_seeds: int, n_units: int, *,

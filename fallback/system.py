@@ -146,9 +146,14 @@ class Detector:
         return out
 
 
+def closed_book_conversation(question: str) -> list[Message]:
+    """The closed-book request of one question (system prompt + question, no sources)."""
+    return [Message("system", SYSTEM_CLOSED_BOOK), Message("user", closed_book_user_turn(question))]
+
+
 def closed_book(generator: Generator, adapter: str | None, questions: Sequence[str]) -> list[ClosedBookAnswer]:
     """The adapter's closed-book answers and their NLL (its recall there beats the RAG reply's memory)."""
-    convs = [[Message("system", SYSTEM_CLOSED_BOOK), Message("user", closed_book_user_turn(q))] for q in questions]
+    convs = [closed_book_conversation(q) for q in questions]
     # top_logprobs=1 asks every backend (openai kind included) for the chosen tokens' logprobs
     gens = generator.generate(convs, adapter=adapter, max_new_tokens=24, top_logprobs=1)
     return [ClosedBookAnswer(" ".join(g.text.replace("|", " ").split()) or "unknown", answer_nll(g.logprobs))

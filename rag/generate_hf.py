@@ -12,6 +12,7 @@ several per forward pass and still chooses each one).
 from __future__ import annotations
 
 import logging
+from typing import TYPE_CHECKING, Sequence
 
 from lorarag.rag.config import GeneratorConfig
 from lorarag.rag.generate import (
@@ -22,6 +23,9 @@ from lorarag.rag.generate import (
     check_request,
     load_error,
 )
+
+if TYPE_CHECKING:
+    import numpy as np
 
 log = logging.getLogger(__name__)
 
@@ -140,8 +144,6 @@ class TransformersGenerator(LocalTemplate):
         return [out[i] for i in range(len(encoded))]
 
     def _batch(self, encoded, adapter, max_new, k) -> list[Generation]:
-        import contextlib
-
         torch = self.torch
         # Rows = [shared prefix (n tokens) | left padding | the row's own suffix]: positions come
         # from the mask's running count, so every real token keeps its unpadded position.
@@ -154,15 +156,7 @@ class TransformersGenerator(LocalTemplate):
             ids[r, width - len(seq) + n:] = torch.tensor(seq[n:])
             mask[r, width - len(seq) + n:] = 1
         sample = self.cfg.temperature > 0
-        if hasattr(self.model, "disable_adapter"):
-            if adapter is None:
-                ctx = self.model.disable_adapter()
-            else:
-                self.model.set_adapter(adapter)
-                ctx = contextlib.nullcontext()
-        else:
-            ctx = contextlib.nullcontext()
-        with ctx, torch.inference_mode():
+        with self._adapter_ctx(adapter), torch.inference_mode():
             cache: dict = {}
             if self.cfg.prompt_lookup and len(encoded) == 1 and not sample:
                 # transformers' assisted decoding takes one row: drafts from n-grams of the row's own
@@ -204,6 +198,48 @@ class TransformersGenerator(LocalTemplate):
                 tokens=self._token_strs(kept), logprobs=lp, top_logprobs=tops,
                 finish_reason=reason, truncated_prompt=cut, prompt=text))
         return gens
+
+    def last_token_states(self, conversations: list[list[Message]], *, adapter: str | None,
+                          layers: Sequence[int]) -> np.ndarray:
+        """The hidden state at each prompt's last token (the position that predicts the first reply
+        token), from the residual stream after each of `layers` (0: the embeddings), with `adapter`
+        on (None: the base model): an array (conversations, layers, hidden size), fp32. A prompt is
+        rendered as `generate` renders it; left padding leaves its last position in place."""
+        import numpy as np
+
+        torch = self.torch
+        check_request(self.cfg, conversations, adapter, None)
+        encoded = [self._encode(c, "", self.cfg.max_new_tokens)[0] for c in conversations]
+        out = np.zeros((len(encoded), len(layers), self.model.config.hidden_size), dtype=np.float32)
+        ctx = self._adapter_ctx(adapter)
+        with ctx, torch.inference_mode():
+            for part in prompt_batches([len(e) for e in encoded], self.cfg.batch_size, self.cfg.max_batch_tokens, 0):
+                width = max(len(encoded[i]) for i in part)
+                ids = torch.full((len(part), width), self._pad, dtype=torch.long)
+                mask = torch.zeros_like(ids)
+                for r, i in enumerate(part):
+                    ids[r, width - len(encoded[i]):] = torch.tensor(encoded[i])
+                    mask[r, width - len(encoded[i]):] = 1
+                # positions from the mask's running count, as `generate` gives them: a padded row
+                # reads the states it reads alone
+                pos = (mask.cumsum(-1) - 1).clamp(min=0)
+                hs = self.model(input_ids=ids.to(self.cfg.device), attention_mask=mask.to(self.cfg.device),
+                                position_ids=pos.to(self.cfg.device), output_hidden_states=True,
+                                logits_to_keep=1).hidden_states
+                for j, layer in enumerate(layers):
+                    out[part, j] = hs[layer][:, -1].float().cpu().numpy()
+        return out
+
+    def _adapter_ctx(self, adapter: str | None):
+        """A context in which `adapter` is the active one (None: every adapter off)."""
+        import contextlib
+
+        if not hasattr(self.model, "disable_adapter"):
+            return contextlib.nullcontext()
+        if adapter is None:
+            return self.model.disable_adapter()
+        self.model.set_adapter(adapter)
+        return contextlib.nullcontext()
 
     def close(self) -> None:
         """Free the model."""

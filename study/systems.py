@@ -23,16 +23,9 @@ from dataclasses import replace
 from typing import Callable, Protocol
 
 from lorarag.core.errors import ConfigError
-from lorarag.fallback.format import (
-    SYSTEM_CLOSED_BOOK,
-    SYSTEM_RAG,
-    SourceText,
-    closed_book_user_turn,
-    rag_user_turn,
-)
-from lorarag.fallback.format import is_unknown
+from lorarag.fallback.format import SYSTEM_RAG, SourceText, is_unknown, rag_user_turn
 from lorarag.fallback.gate import gate_fires
-from lorarag.fallback.system import AdvancedRAGSystem, Detector, closed_book
+from lorarag.fallback.system import AdvancedRAGSystem, Detector, closed_book, closed_book_conversation
 from lorarag.rag.generate import Generator, Message
 from lorarag.rag.prompt import neutralise
 from lorarag.rag.records import Answer, Trace
@@ -140,8 +133,7 @@ class ClosedBook:
     def answer_scenarios(self, items: list[Scenario]) -> list[Answer]:
         """One closed-book generation per scenario (a repeated question is a memo hit)."""
 
-        convs = [[Message("system", SYSTEM_CLOSED_BOOK), Message("user", closed_book_user_turn(s.question))]
-                 for s in items]
+        convs = [closed_book_conversation(s.question) for s in items]
         # top_logprobs=1 as `fallback.system.closed_book` asks: the LoRA-RAG memory pass is then
         # the same request, answered from the memo
         gens = self.generator.generate(convs, adapter=self.adapter, max_new_tokens=self.max_new, top_logprobs=1)

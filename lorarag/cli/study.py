@@ -1,4 +1,4 @@
-"""`lorarag` subcommands of the study package: run, seeds, calibrate (heavy imports stay inside the commands)."""
+"""`lorarag` subcommands of the study package: run, seeds, calibrate, self-knowledge (heavy imports stay inside the commands)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import typer
 
 
 def register(app: typer.Typer) -> None:
-    """Add `run`, `seeds` and `calibrate`."""
+    """Add `run`, `seeds`, `calibrate` and `self-knowledge`."""
 
     @app.command("run")
     def run_cmd(config: Path = typer.Argument(..., help="configs/run/*.yaml"),
@@ -53,3 +53,20 @@ def register(app: typer.Typer) -> None:
         cal = calibrate_only(load_config(config, RunConfig), echo=typer.echo)
         typer.echo(f"threshold {cal.threshold:.4f} ({cal.rule}): keeps {cal.known_kept:.1%} of known facts, "
                    f"rejects {cal.unseen_rejected:.1%} of never-learned ones; AUROC {cal.auroc:.3f}")
+
+    @app.command("self-knowledge")
+    def self_knowledge_cmd(config: Path = typer.Argument(..., help="configs/run/*.yaml of a trained run"),
+                           split: str = typer.Option("dev", help="dev (choose on it) or test (report once)"),
+                           samples: int = typer.Option(8, help="sampled closed-book answers per question"),
+                           temperature: float = typer.Option(1.0, help="their sampling temperature")) -> None:
+        """Compare the gate's doubt signals (closed-book NLL, a hidden-state probe, sample agreement)
+        as detectors of never-learned facts on the run's dev split, with cluster-bootstrap CIs."""
+        from lorarag.core.config import load_config
+        from lorarag.core.errors import UserError
+        from lorarag.study.config import RunConfig
+        from lorarag.study.self_knowledge import compare_signals
+
+        if split not in ("dev", "test"):
+            raise UserError(f"--split is dev or test, got {split!r}")
+        compare_signals(load_config(config, RunConfig), split=split, samples=samples,  # type: ignore[arg-type]
+                        temperature=temperature, echo=typer.echo)
