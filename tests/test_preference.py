@@ -97,7 +97,8 @@ def test_world_kb_pairs_come_from_training_rows_of_training_facts_only(tmp_path)
     `context_only` facts only (`known_dev` is the gate's), none showing a held-out question or chunk."""
     kb = load_world_kb(WorldConfig(seed=0, n_orgs=8), ChunkerConfig(), tmp_path / "world")
     groups = split_by_fact(kb.items, SplitConfig())
-    rows, _, _ = build_rows(groups, list(kb.corpus.chunks), SFTConfig(knowledge_repeats=1), conflict_seed=0, outdated=kb.outdated)
+    rows, _, _ = build_rows(groups, list(kb.corpus.chunks), SFTConfig(knowledge_repeats=1), conflict_seed=0,
+                            outdated=kb.outdated)
     swift_rows = [r.to_swift() for r in rows]
     pairs = build_pairs(swift_rows, kb_facts(groups), PreferenceConfig(enabled=True))
     group_of = {f"kb/{it.qid}": g for g, items in groups.items() for it in items}

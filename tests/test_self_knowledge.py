@@ -74,7 +74,7 @@ def test_probe_reads_training_visible_questions_only(tmp_path):
     """Known facts in their trained wordings (never the held-out test wording), context-only facts
     in every wording; nothing of the gate's dev, the test or never-learned facts."""
     from lorarag.rag.config import ChunkerConfig
-    from lorarag.scenarios.config import SplitConfig, WorldConfig
+    from lorarag.scenarios.config import SplitConfig
     from lorarag.scenarios.kb_splits import split_by_fact
     from lorarag.scenarios.kb_wordings import plan_wordings
     from lorarag.study.kb import KB

@@ -1,4 +1,5 @@
-"""`lorarag` subcommands of the study package: run, seeds, calibrate, self-knowledge (heavy imports stay inside the commands)."""
+"""`lorarag` subcommands of the study package: run, seeds, calibrate, self-knowledge (heavy imports stay
+inside the commands)."""
 
 from __future__ import annotations
 
