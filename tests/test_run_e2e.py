@@ -82,7 +82,7 @@ def test_gpu_config_validates_and_dry_runs():
 
 
 @pytest.mark.parametrize("name", ["cpu-demo", "cpu-demo-fp32", "cpu-demo-sdpa", "cpu-demo-full", "cpu-demo-stratified",
-                                  "cpu-demo-updates", "ci-tiny"])
+                                  "cpu-demo-updates", "cpu-demo-dpo", "ci-tiny"])
 def test_shipped_cpu_configs_validate_and_dry_run(name):
     """Every shipped demo config parses (unknown keys are errors) and plans all seven steps, its
     first writing the world's knowledge base under the run's own folder."""
