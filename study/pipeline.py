@@ -20,13 +20,15 @@ from __future__ import annotations
 
 import shutil
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from lorarag.core import numerics
 from lorarag.core.errors import UserError
 from lorarag.core.runinfo import start_run
 from lorarag.fallback.gate import SIGNAL, GateCalibration
+from lorarag.rag.retrieve import Retriever
+from lorarag.scenarios.records import Scenario
 from lorarag.study.calibration import calibrate_gate
 from lorarag.study.config import RunConfig
 from lorarag.study.evaluate import evaluate, report
@@ -148,8 +150,21 @@ def run(cfg: RunConfig, *, fresh: bool = False, dry_run: bool = False, echo: Ech
     return table
 
 
-def calibrate_only(cfg: RunConfig, *, echo: Echo = print) -> GateCalibration:
-    """`lorarag calibrate`: steps 1-3, the trained adapter, and a fresh gate.json."""
+@dataclass(frozen=True)
+class TrainedRun:
+    """Steps 1-3 of a run whose adapter is trained, read again by a command that studies it."""
+
+    paths: Paths
+    adapter: Path
+    src: KBSource
+    retriever: Retriever
+    test: list[Scenario]
+    dev_known: list[Scenario]
+    dev_unseen: list[Scenario]
+
+
+def trained_run(cfg: RunConfig, echo: Echo = print) -> TrainedRun:
+    """The run's KB, index, scenarios and trained adapter; UserError when it has none yet."""
     numerics.apply(cfg.numerics)
     paths = Paths(Path(cfg.runs_dir) / cfg.name)
     adapter = find_adapter(cfg)
@@ -157,9 +172,14 @@ def calibrate_only(cfg: RunConfig, *, echo: Echo = print) -> GateCalibration:
         raise UserError(f"no trained adapter for run '{cfg.train.run_name}': run `lorarag run` first")
     src = KBSource(cfg, paths)
     retriever = index_chunks(cfg, src.chunks, src.n_documents, cfg.rag.index)
-    _, dev_known, dev_unseen = src.scenarios(echo, retriever)
-    parts = build_parts(cfg, retriever, adapter, src.chunks)
-    gate = calibrate_gate(cfg, parts, adapter, dev_known, dev_unseen, echo, force=True)
+    return TrainedRun(paths, adapter, src, retriever, *src.scenarios(echo, retriever))
+
+
+def calibrate_only(cfg: RunConfig, *, echo: Echo = print) -> GateCalibration:
+    """`lorarag calibrate`: steps 1-3, the trained adapter, and a fresh gate.json."""
+    r = trained_run(cfg, echo)
+    parts = build_parts(cfg, r.retriever, r.adapter, r.src.chunks)
+    gate = calibrate_gate(cfg, parts, r.adapter, r.dev_known, r.dev_unseen, echo, force=True)
     parts.generator.close()
     assert gate.calibration is not None  # force=True always reads the dev split
     return gate.calibration

@@ -25,12 +25,10 @@ from __future__ import annotations
 import json
 import logging
 from dataclasses import asdict, dataclass
-from pathlib import Path
 from typing import Literal
 
 import numpy as np
 
-from lorarag.core import numerics
 from lorarag.core.errors import ConfigError, UserError
 from lorarag.eval.answer_metrics import normalize_text
 from lorarag.eval.stats import paired_auroc
@@ -41,11 +39,9 @@ from lorarag.rag.generators import build_generator
 from lorarag.scenarios.records import Scenario
 from lorarag.study.config import RunConfig
 from lorarag.study.kb import KB, wording_plan
-from lorarag.study.layout import Echo, Paths
+from lorarag.study.layout import Echo
 from lorarag.study.parts import build_parts, with_adapter_name
-from lorarag.study.prepare import index_chunks
-from lorarag.study.sources import KBSource
-from lorarag.study.training import find_adapter
+from lorarag.study.pipeline import trained_run
 
 log = logging.getLogger(__name__)
 
@@ -130,7 +126,7 @@ def fit_probe(x: np.ndarray, y: list[int], groups: list[str], layers: list[int],
     return j, model(c).fit(x[:, j], y_arr), fit
 
 
-def _items(cfg: RunConfig, split: str, test: list[Scenario], dev_known: list[Scenario],
+def _items(split: str, test: list[Scenario], dev_known: list[Scenario],
            dev_unseen: list[Scenario]) -> list[tuple[Scenario, bool]]:
     if split == "dev":
         return [(s, True) for s in dev_known] + [(s, False) for s in dev_unseen]
@@ -151,17 +147,12 @@ def compare_signals(cfg: RunConfig, *, split: Literal["dev", "test"] = "dev", sa
                           f"{cfg.rag.generator.kind!r}")
     if samples < 2 or temperature <= 0:
         raise UserError("agreement needs --samples >= 2 and --temperature > 0")
-    numerics.apply(cfg.numerics)
-    paths = Paths(Path(cfg.runs_dir) / cfg.name)
-    adapter = find_adapter(cfg)
-    if adapter is None:
-        raise UserError(f"no trained adapter for run '{cfg.train.run_name}': run `lorarag run` first")
-    src = KBSource(cfg, paths)
-    retriever = index_chunks(cfg, src.chunks, src.n_documents, cfg.rag.index)
-    items = _items(cfg, split, *src.scenarios(echo, retriever))
+    run = trained_run(cfg, echo)
+    paths, adapter, src = run.paths, run.adapter, run.src
+    items = _items(split, run.test, run.dev_known, run.dev_unseen)
     owners = src.owners()
     questions = [s.question for s, _ in items]
-    gen = build_parts(cfg, retriever, adapter, src.chunks).generator
+    gen = build_parts(cfg, run.retriever, adapter, src.chunks).generator
     n_layers = gen.inner.model.config.num_hidden_layers
     layers = sorted({max(1, round(n_layers * f)) for f in LAYER_FRACTIONS})
 
