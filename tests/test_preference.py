@@ -69,7 +69,11 @@ def _hand_rows() -> list[dict]:
 def test_pairs_of_hand_built_scenarios_reject_the_tempting_reply():
     pairs = build_pairs(_hand_rows(), FACTS, PreferenceConfig(enabled=True))
     by_kind = {q.kind: q for q in pairs}
-    assert len(pairs) == 2 and set(by_kind) == {"wrong_source", "untaught_right_source"}
+    assert len(pairs) == 3 and set(by_kind) == {"wrong_source", "untaught_right_source", "taught_right_source"}
+    right = by_kind["taught_right_source"]  # a taught fact beside its right source: doubting it is the wrong reply
+    assert right.chosen == "memory: Oslo | source: Oslo | verdict: supported | answer: Oslo"
+    assert right.rejected == "memory: Oslo | source: Oslo | verdict: conflicting | answer: Oslo"
+    assert "Acme is based in Oslo." in right.prompt[1][1]
     wrong = by_kind["wrong_source"]
     assert wrong.chosen == "memory: Oslo | source: Lima | verdict: conflicting | answer: Oslo"
     assert wrong.rejected == "memory: Lima | source: Lima | verdict: supported | answer: Lima"
@@ -86,10 +90,20 @@ def test_pairs_of_hand_built_scenarios_reject_the_tempting_reply():
 def test_pairs_per_fact_adds_the_other_rejected_variants():
     pairs = build_pairs(_hand_rows(), FACTS, PreferenceConfig(enabled=True, pairs_per_fact=3))
     rejected = sorted(q.rejected for q in pairs)
-    assert len(pairs) == 5  # 2 wrong-source variants + 3 untaught ones
+    assert len(pairs) == 7  # 2 wrong-source variants + 3 untaught ones + 2 taught right-source ones
+    assert "memory: Oslo | source: Oslo | verdict: outdated | answer: Oslo" in rejected
     assert "memory: Oslo | source: Lima | verdict: supported | answer: Lima" in rejected
     assert "memory: unknown | source: Ann Lee | verdict: insufficient | answer: unknown" in rejected
     assert sum(r.endswith("verdict: conflicting | answer: unknown") for r in rejected) == 1
+
+
+def test_kinds_selects_the_pairs_built():
+    only = build_pairs(_hand_rows(), FACTS, PreferenceConfig(enabled=True, kinds=["wrong_source", "untaught_right_source"]))
+    assert sorted(q.kind for q in only) == ["untaught_right_source", "wrong_source"]
+    assert [q.kind for q in build_pairs(_hand_rows(), FACTS, PreferenceConfig(enabled=True, kinds=["taught_right_source"]))
+            ] == ["taught_right_source"]
+    with pytest.raises(ValueError):
+        PreferenceConfig(enabled=True, kinds=[])
 
 
 def test_world_kb_pairs_come_from_training_rows_of_training_facts_only(tmp_path):
@@ -123,7 +137,7 @@ def test_trl_reads_the_pairs_as_conversational_preference_rows(tiny_models):
     from transformers import AutoTokenizer
     from trl.data_utils import is_conversational, maybe_apply_chat_template
 
-    pair = build_pairs(_hand_rows(), FACTS, PreferenceConfig(enabled=True))[0]
+    pair = next(q for q in build_pairs(_hand_rows(), FACTS, PreferenceConfig(enabled=True)) if q.kind == "wrong_source")
     tok = AutoTokenizer.from_pretrained(tiny_models["lm"])
     assert is_conversational(pair.to_trl())
     out = maybe_apply_chat_template(pair.to_trl(), tok)

@@ -10,6 +10,11 @@ it), its taught reply as "chosen", and the tempting wrong reply as "rejected":
   Rejected: an invented memory that conflicts (answer = the invention), then a refusal (verdict
   insufficient, answer unknown), then the invented memory with answer unknown. The invention is
   another training fact's gold value of the same shape (digits or not), drawn per prompt.
+- `taught_right_source`: a taught fact whose passage is right (chosen: memory and source agree,
+  verdict supported). Rejected: the same memory with the right source doubted (verdict conflicting,
+  then outdated). Without these, every pair that shows a taught fact teaches doubt: on the demo the
+  other two kinds (103 wrong-source against 30 untaught pairs) made the detector doubt 20 of 25
+  correct sources of known facts and 8 of 25 of never-learned ones (E17.2).
 Rows of facts outside `facts` (held out: test, gate dev) are never paired, and only training rows
 are read. The prompts are SFT prompts, so the pairs show no passage the SFT rows do not; the leak
 and overlap checks run on the pairs all the same.
@@ -33,7 +38,7 @@ from lorarag.fallback.format import inert_question, is_unknown, parse_reply, rag
 from lorarag.scenarios.kb_records import jsonl_objects
 from lorarag.train.config import PreferenceConfig
 
-KINDS = ("wrong_source", "untaught_right_source")
+KINDS = ("wrong_source", "untaught_right_source", "taught_right_source")
 PAIRED_KB_GROUPS = ("known", "context_only")
 
 
@@ -104,6 +109,8 @@ def rejected_replies(kind: str, memory: str, source: str, invented: str | None) 
     """The rejected variants of a pair kind, in order (see the module docstring)."""
     if kind == "wrong_source":
         return [rag_reply(source, source, "supported", source), rag_reply(memory, source, "supported", source)]
+    if kind == "taught_right_source":
+        return [rag_reply(memory, source, "conflicting", memory), rag_reply(memory, source, "outdated", memory)]
     out = [] if invented is None else [rag_reply(invented, source, "conflicting", invented)]
     out.append(rag_reply(None, source, "insufficient", None))
     if invented is not None:
@@ -128,11 +135,16 @@ def build_pairs(rows: Iterable[Mapping], facts: Mapping[str, FactInfo], cfg: Pre
             continue  # not a conflict-aware row of a training fact
         if fact.taught and p.verdict in ("conflicting", "outdated") and not is_unknown(p.source):
             kind, invented = "wrong_source", None
+        elif (fact.taught and p.verdict == "supported" and not is_unknown(p.memory)
+              and any(_same(p.source, g) for g in fact.gold)):
+            kind, invented = "taught_right_source", None
         elif (not fact.taught and p.verdict == "supported" and is_unknown(p.memory)
               and any(_same(p.source, g) for g in fact.gold)):
             kind = "untaught_right_source"
             invented = _invented(pool, [p.source, *fact.gold], cfg.seed, msgs[-2]["content"])
         else:
+            continue
+        if kind not in cfg.kinds:
             continue
         prompt = tuple((m["role"], m["content"]) for m in msgs[:-1])
         for v, rej in enumerate(rejected_replies(kind, p.memory, p.source, invented)[:cfg.pairs_per_fact]):
