@@ -167,6 +167,9 @@ def test_the_swift_rlhf_command_continues_the_sft_adapter_against_itself(tmp_pat
                    "--num_train_epochs", "2.0", "--per_device_train_batch_size", "4"]
     orpo = rlhf_command(_train_cfg(tmp_path, type="orpo", max_steps=7), "p.jsonl", "/a")
     assert "--ref_adapters" not in orpo and orpo[orpo.index("--max_steps") + 1] == "7"
+    rpo = rlhf_command(_train_cfg(tmp_path, rpo_alpha=0.5), "p.jsonl", "/a")
+    assert rpo[rpo.index("--rpo_alpha") + 1] == "0.5" and "--rpo_alpha" not in cmd
+    cmd = cmd + rpo
     from swift.arguments.rlhf_args import RLHFArguments  # every flag is one `swift rlhf` knows
 
     import dataclasses
@@ -202,6 +205,10 @@ def test_dpo_and_orpo_losses_match_hand_computation():
     assert loss.item() == pytest.approx(math.log(1 + math.exp(-0.5)), abs=1e-6)
     loss, _ = dpo_loss(torch.tensor([-3.0]), torch.tensor([-4.0]), torch.tensor([-3.0]), torch.tensor([-4.0]), 0.1)
     assert loss.item() == pytest.approx(math.log(2), abs=1e-7)  # policy = reference
+    # RPO: + alpha x the chosen reply's mean per-token NLL: chosen sum -3.0 over 4 tokens -> 0.75 nats
+    loss, _ = dpo_loss(torch.tensor([-3.0]), torch.tensor([-4.0]), torch.tensor([-3.0]), torch.tensor([-4.0]), 0.1,
+                       torch.tensor([4]), 0.5)
+    assert loss.item() == pytest.approx(math.log(2) + 0.5 * 0.75, abs=1e-6)
     # ORPO: chosen mean log-prob -0.5 (2 tokens, sum -1), rejected -1.0 (1 token)
     loss, lo = orpo_loss(torch.tensor([-1.0]), torch.tensor([-1.0]), torch.tensor([2]), torch.tensor([1]), 0.1)
     odds = lambda m: m - math.log(1 - math.exp(m))  # noqa: E731

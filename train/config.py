@@ -68,6 +68,9 @@ class PreferenceConfig(Strict):
         "kept but the passage trusted), right sources of untaught facts 3 (invented memory; refusal; invented "
         "memory with answer unknown); the first n are used."))
     seed: int = Field(0, description="the pairs' invented values and order (training order follows `train.seed`)")
+    rpo_alpha: float | None = Field(None, ge=0, description=(
+        "DPO only: add rpo_alpha x the chosen reply's mean per-token NLL to each pair's loss (RPO; ms-swift's "
+        "`--rpo_alpha`), so the chosen reply stays likely while the margin grows; null: plain DPO"))
     kinds: list[Literal["wrong_source", "untaught_right_source", "taught_right_source"]] = Field(
         default=["wrong_source", "untaught_right_source", "taught_right_source"], min_length=1, description=(
             "which pairs to build (train/preference.py): a wrong source of a taught fact, a right source of an "

@@ -7,7 +7,9 @@ network is held. Per pair, with sequence log-probabilities summed over the reply
 token (labels as train/peft_trainer.tokenize_rows makes them):
 - DPO (sigmoid, Rafailov et al.): loss = -log sigmoid(beta * ((pc - rc) - (pr - rr))), where p* is
   the policy's and r* the reference's log-probability of the chosen (c) and rejected (r) reply; at
-  step 0 it is log 2 for every pair;
+  step 0 it is log 2 for every pair; with `rpo_alpha` set, plus rpo_alpha x the chosen reply's mean
+  per-token NLL (RPO, Pang et al.: plain DPO can lower the chosen reply's likelihood with the
+  rejected one's, and on the demo it miscopied source values, E17.3);
 - ORPO (Hong et al.): loss = NLL(chosen, mean per token) - beta * log sigmoid(log odds(chosen) -
   log odds(rejected)), odds from the mean per-token log-probability; no reference.
 Writes the adapter format of the SFT loop (`checkpoint-N/adapter_model.safetensors` + config, and
@@ -73,12 +75,16 @@ def sequence_logps(model, batch: list[Tokens], pad: int, device: str = "cpu"):
     return sums, keep.sum(-1)
 
 
-def dpo_loss(pc, pr, rc, rr, beta: float):
-    """Per-pair sigmoid DPO loss and implicit reward margin (tensors of shape [B])."""
+def dpo_loss(pc, pr, rc, rr, beta: float, nc=None, rpo_alpha: float | None = None):
+    """Per-pair sigmoid DPO loss and implicit reward margin (tensors of shape [B]); with `rpo_alpha`,
+    plus rpo_alpha x the chosen reply's mean per-token NLL (-pc / nc, nc its token counts)."""
     import torch
 
     margin = beta * ((pc - rc) - (pr - rr))
-    return -torch.nn.functional.logsigmoid(margin), margin
+    loss = -torch.nn.functional.logsigmoid(margin)
+    if rpo_alpha is not None:
+        loss = loss + rpo_alpha * (-pc / nc)
+    return loss, margin
 
 
 def orpo_loss(pc, pr, nc, nr, beta: float):
@@ -149,7 +155,8 @@ def train_preference(model_dir: str, sft_adapter: str, pairs: str, output_dir: s
                 lp, n = sequence_logps(model, rows, tok.pad_token_id, device)
             pc, pr = lp[:len(batch)], lp[len(batch):]
             if kind == "dpo":
-                losses, margin = dpo_loss(pc, pr, ref_c[batch], ref_r[batch], beta)
+                losses, margin = dpo_loss(pc, pr, ref_c[batch], ref_r[batch], beta, n[:len(batch)],
+                                          pref.get("rpo_alpha"))
             else:
                 losses, margin = orpo_loss(pc, pr, n[:len(batch)], n[len(batch):], beta)
             loss = losses.mean()

@@ -58,7 +58,8 @@ def rlhf_command(cfg: TrainConfig, pairs: str | Path, sft_adapter: str | Path) -
     cmd += ["--dataset", str(pairs), "--output_dir", str(preference_dir(cfg)), "--seed", str(cfg.seed)]
     ours = {"beta": p.beta, "learning_rate": p.learning_rate, "num_train_epochs": p.num_train_epochs,
             "per_device_train_batch_size": p.per_device_train_batch_size,
-            **({"max_steps": p.max_steps} if p.max_steps > 0 else {})}
+            **({"max_steps": p.max_steps} if p.max_steps > 0 else {}),
+            **({"rpo_alpha": p.rpo_alpha} if p.type == "dpo" and p.rpo_alpha is not None else {})}
     sft = {k: v for k, v in cfg.swift.items() if k not in _REPLACED}
     for k, v in {**SWIFT_DEFAULTS, **sft, **ours}.items():
         if v is not None:
