@@ -23,7 +23,6 @@ stamped with the adapter's content hash, the generator and the settings.
 from __future__ import annotations
 
 import json
-import logging
 from dataclasses import asdict, dataclass
 from typing import Literal
 
@@ -42,8 +41,6 @@ from lorarag.study.kb import KB, wording_plan
 from lorarag.study.layout import Echo
 from lorarag.study.parts import build_parts, with_adapter_name
 from lorarag.study.pipeline import trained_run
-
-log = logging.getLogger(__name__)
 
 SIGNALS = ("nll", "probe", "agreement")
 LAYER_FRACTIONS = (0.25, 0.5, 0.75, 1.0)  # of the model's depth: the probe's candidate layers
