@@ -108,3 +108,29 @@ def test_baseline_table_names_the_best_system_and_the_captured_router_gain():
     row = next(ln for ln in baseline_table(cfg, tied, "presented", "base_rag", "lora_rag",
                                            lambda r: float(r.answer == "50 km/h")) if ln.startswith("| outdated |"))
     assert "| tie: lora_rag, closed_book_lora, base_rag … |" in row
+
+
+def _captured(right: dict[str, set[int]], n: int) -> str:
+    results = {name: [make_item(system=name, qid=f"q{i}", fact_id=f"f{i}", answer="50 km/h" if i in r else "9")
+                      for i in range(1, n + 1)] for name, r in right.items()}
+    cfg = SimpleNamespace(eval=SimpleNamespace(bootstrap=200, seed=0), systems=[
+        SystemConfig(name="closed_book_lora", kind="closed_book", adapter="lora"),
+        SystemConfig(name="base_rag", kind="base_rag", context="presented"),
+        SystemConfig(name="lora_rag", kind="lora_rag", context="presented")])
+    lines = baseline_table(cfg, results, "presented", "base_rag", "lora_rag", lambda r: float(r.answer == "50 km/h"))
+    row = next(ln for ln in lines if ln.startswith("| consistent | known |"))
+    return [c.strip() for c in row.strip("|").split("|")][-1]
+
+
+def test_captured_is_left_out_where_the_router_gains_under_a_twentieth():
+    """25 items: closed-book LoRA right on 1-12 (0.48), base RAG on 12-13 (0.08); the router is right
+    on 1-13 (0.52), a gain of 0.04 over the better pure strategy: under MIN_ROUTER_GAIN, so no ratio
+    (LoRA-RAG on 1-12: (0.48 - 0.48) / 0.04 would read 0.00, on 1-13 it would read 1.00 from one item)."""
+    assert _captured({"closed_book_lora": set(range(1, 13)), "base_rag": {12, 13},
+                      "lora_rag": set(range(1, 13))}, 25) == "–"
+
+
+def test_captured_says_when_lora_rag_scores_above_the_router():
+    """4 items: closed-book LoRA right on 1, base RAG on 2: router 0.50. LoRA-RAG right on 1, 2, 3
+    (0.75) reads the context better than base RAG: '> router (+0.25)', not a share of 2.0."""
+    assert _captured({"closed_book_lora": {1}, "base_rag": {2}, "lora_rag": {1, 2, 3}}, 4) == "> router (+0.25)"
