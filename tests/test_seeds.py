@@ -169,6 +169,24 @@ def test_research_config_has_120_items_in_every_headline_cell_and_plans_three_se
     assert sum(ln.startswith("seed ") for ln in lines) == 3
 
 
+
+def test_research_stratified_gives_the_gates_dev_split_chinese_known_facts(tmp_path):
+    """The world's 10 Chinese organisations of 100: drawn over all organisations (research.yaml), the
+    6 known dev organisations are all English, so the gate never sees a Chinese known fact's doubt;
+    drawn within each language (research-stratified.yaml), 1 of the 6 is Chinese (0.3 x 10 = 3 known
+    Chinese organisations, 0.2 of them dev), and the test keeps 24 known organisations either way."""
+    from lorarag.study.kb import prepare_kb
+    from lorarag.study.layout import Paths
+
+    langs = {}
+    for name in ("research", "research-stratified"):
+        cfg = load_config(REPO / f"configs/run/{name}.yaml", RunConfig)
+        kb = prepare_kb(cfg.model_copy(update={"runs_dir": str(tmp_path)}), Paths(tmp_path / cfg.name))
+        dev = {q.cluster: q.language for q in kb.groups["known_dev"]}
+        test = {q.cluster for q in kb.groups["known"]}
+        langs[name] = (sorted(dev.values()).count("zh"), len(dev), len(test))
+    assert langs == {"research": (0, 6, 24), "research-stratified": (1, 6, 24)}
+
 def _kb_items(system: str, fe_right: int, cons_right: int) -> list:
     """10 factual-error (known) and 10 consistent (never-learned) items in 5 documents of 2 each;
     the first `fe_right` / `cons_right` of each cell answered with the gold value."""
