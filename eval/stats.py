@@ -1,4 +1,5 @@
-"""Uncertainty: Wilson intervals for proportions, paired bootstrap CIs (item- or cluster-level), a
+"""Uncertainty: Wilson intervals for proportions, paired bootstrap CIs (item- or cluster-level), one
+rate's cluster bootstrap CI, a
 paired AUROC difference with a stratified cluster bootstrap, a seeds x units bootstrap, exact
 McNemar tests, a cluster-level paired permutation test, and non-inferiority judged on a CI bound.
 
@@ -97,6 +98,16 @@ def paired_bootstrap(a: np.ndarray, b: np.ndarray, *, den_a: np.ndarray | None =
     diffs = diffs[np.isfinite(diffs)]
     lo, hi = np.quantile(diffs, [alpha / 2, 1 - alpha / 2]) if len(diffs) else (math.nan, math.nan)
     return PairedDiff(float(ra), float(rb), float(rb - ra), float(lo), float(hi), n, resamples)
+
+
+def cluster_rate(hits: np.ndarray, clusters: Sequence[str] | np.ndarray, *, resamples: int = 2000, seed: int = 0,
+                 alpha: float = 0.05) -> tuple[float, float, float]:
+    """(rate, lo, hi): a share of items with a percentile bootstrap CI that resamples whole clusters
+    (each resample's rate is its hits over its items). One system's rate, where `paired_bootstrap`
+    takes two: the same resampling, against a system that never hits."""
+    hits = np.asarray(hits, dtype=np.float64)
+    d = paired_bootstrap(np.zeros_like(hits), hits, resamples=resamples, seed=seed, alpha=alpha, clusters=clusters)
+    return d.b, d.lo, d.hi
 
 
 def _auc(pos: np.ndarray, neg: np.ndarray) -> float:

@@ -29,10 +29,11 @@ import numpy as np
 from lorarag.eval.answer_metrics import is_correct, token_f1
 from lorarag.eval.attribution import attribution_table, table_markdown
 from lorarag.eval.compare import pair
-from lorarag.eval.conflict_metrics import consistent_abstention, over_fallback
+from lorarag.eval.conflict_metrics import consistent_abstention, left_context
 from lorarag.eval.records import WRONG_VALUE_SCENARIOS, ItemResult
 from lorarag.eval.shortcut import SHORTCUT_AUROC
-from lorarag.eval.stats import cluster_permutation_test, mcnemar_exact, noninferior, paired_bootstrap, wilson_ci
+from lorarag.eval.stats import (cluster_permutation_test, cluster_rate, mcnemar_exact, noninferior, paired_bootstrap,
+                                wilson_ci)
 from lorarag.scenarios.records import SCENARIO_TYPES
 from lorarag.study.baselines import Label, baseline_table
 from lorarag.study.targets import targets
@@ -297,6 +298,18 @@ def kb_name(cfg: Any) -> str:
             else str(cfg.data.questions.path))
 
 
+def over_fallback_cell(cfg: Any, items: Sequence[ItemResult]) -> str:
+    """Over-fallback on a cell's consistent items with a 95 % CI that resamples clusters (a met
+    target needs its upper bound, not its mean, under the bar), then the abstention part."""
+    sel = [r for r in items if r.scenario == "consistent" and r.route is not None]
+    if not sel:
+        return "–"
+    rate, lo, hi = cluster_rate(np.array([float(left_context(r)) for r in sel]), [r.unit for r in sel],
+                                resamples=cfg.eval.bootstrap, seed=cfg.eval.seed)
+    ci = "" if math.isnan(lo) else f" [{lo:.2f}, {hi:.2f}]"
+    return f"{_n(rate)}{ci} ({_n(consistent_abstention(sel).value)})"
+
+
 def headline_markdown(cfg: Any, results: Mapping[str, Sequence[ItemResult]], summary: Mapping[str, Any]) -> str:
     """Markdown: notes on the data, base vs LoRA per cell with paired CIs, targets, attribution."""
     metric = cfg.data.answer_metric
@@ -310,7 +323,7 @@ def headline_markdown(cfg: Any, results: Mapping[str, Sequence[ItemResult]], sum
         base, lora = results[b], results[lo]
         lines += [f"### {ctx} context: {b} vs {lo}", "",
                   f"| scenario | knowledge | metric | n (clusters) | {b} | {lo} | {lo} − {b} [95% paired CI] | "
-                  f"McNemar p (items) | permutation p (clusters) | {lo} over-fallback (of which abstained) |",
+                  f"McNemar p (items) | permutation p (clusters) | {lo} over-fallback [95% CI] (of which abstained) |",
                   "|---|---|---|---|---|---|---|---|---|---|"]
         for s in SCENARIO_TYPES:
             for k in ("known", "unknown"):
@@ -318,8 +331,7 @@ def headline_markdown(cfg: Any, results: Mapping[str, Sequence[ItemResult]], sum
                 if c is None:
                     continue
                 mine = [r for r in lora if r.knowledge == k]
-                ofb = (f"{_n(over_fallback(mine).value)} ({_n(consistent_abstention(mine).value)})"
-                       if s == "consistent" else "–")
+                ofb = over_fallback_cell(cfg, mine) if s == "consistent" else "–"
                 cell = label(k, [r for r in mine if r.scenario == s])
                 lines.append(f"| {s} | {cell} | {metric_name(metric, s)} | {c.n} ({c.clusters}) | {_n(c.base)} | "
                              f"{_n(c.lora)} | {c.diff:+.2f} [{c.lo:+.2f}, {c.hi:+.2f}] | {_p(c.p_mcnemar)} | "

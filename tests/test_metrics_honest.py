@@ -102,6 +102,25 @@ def test_cluster_bootstrap_resamples_whole_clusters():
     assert (same.lo, same.hi) == (items.lo, items.hi)
 
 
+
+def test_over_fallback_carries_a_cluster_ci_in_the_headline():
+    """Two organisations of 3 consistent never-learned items: x abstains on all 3, y answers all 3
+    from the context. Over-fallback 3/6 = 0.50; drawing organisations, a resample is (x, x) = 1,
+    (x, y) = 0.5 or (y, y) = 0 with probabilities 1/4, 1/2, 1/4, so the 95 % CI is [0, 1] (items drawn
+    as if independent would give a narrower one); abstentions 0.50 of the items."""
+    from types import SimpleNamespace
+
+    from lorarag.eval.stats import cluster_rate
+    from lorarag.study.headline import over_fallback_cell
+
+    items = ([make_item(qid=f"x{i}", cluster="x", knowledge="unknown", route="abstain", abstained=True, answer="")
+              for i in range(3)]
+             + [make_item(qid=f"y{i}", cluster="y", knowledge="unknown", route="context") for i in range(3)])
+    assert cluster_rate(np.array([1, 1, 1, 0, 0, 0.0]), ["x"] * 3 + ["y"] * 3) == (0.5, 0.0, 1.0)
+    cfg = SimpleNamespace(eval=SimpleNamespace(bootstrap=2000, seed=0))
+    assert over_fallback_cell(cfg, items) == "0.50 [0.00, 1.00] (0.50)"
+    assert over_fallback_cell(cfg, [make_item(route=None)]) == "–"  # no routing, no over-fallback
+
 def test_cluster_permutation_test_matches_scipy_and_counts_clusters():
     from scipy.stats import permutation_test
 
