@@ -29,7 +29,7 @@ from lorarag.core.runinfo import start_run
 from lorarag.fallback.gate import SIGNAL, GateCalibration
 from lorarag.rag.retrieve import Retriever
 from lorarag.scenarios.records import Scenario
-from lorarag.study.calibration import calibrate_gate
+from lorarag.study.calibration import calibrate_gate, languages_without_dev_known
 from lorarag.study.config import RunConfig
 from lorarag.study.evaluate import evaluate, report
 from lorarag.study.extra import check_extra_sets, evaluate_extra_sets
@@ -124,6 +124,10 @@ def run(cfg: RunConfig, *, fresh: bool = False, dry_run: bool = False, echo: Ech
         BASE_PREPARERS[cfg.prepare_base](cfg.train.model)
     test, dev_known, dev_unseen = src.scenarios(echo, retriever)
     echo(f"          {len(test)} test items; dev {len(dev_known)} known + {len(dev_unseen)} never-learned")
+    if cfg.fallback.gate.enabled and cfg.fallback.gate.threshold is None:  # fitted on dev: which languages it never saw
+        for lang, n in languages_without_dev_known(test, dev_known).items():
+            echo(f"          warning: the gate's dev split holds no known fact in '{lang}' ({n} known test items "
+                 "are): its threshold is fitted without that language's doubt (data.splits.stratify_languages)")
     write_preference_pairs(cfg, src, test, echo)  # train.preference: pairs from the SFT rows
     # the rows on disk against the test's contexts: a leak stops the run before any training
     check_test_contexts(cfg, paths, test, src.owners(), {c.chunk_id: c.text for c in src.chunks}, echo)

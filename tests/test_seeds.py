@@ -227,3 +227,41 @@ def test_kb_targets_of_several_seeds_aggregate_and_pool_over_resampled_documents
     pooled = pooled_rows([(base, one), (base, two)], partial(target_values, cfg), resamples=200)
     assert [p.name for p in pooled] == [r.target for r in rows]
     assert pooled[0].value == pytest.approx(0.6) and pooled[0].lo <= 0.6 <= pooled[0].hi
+
+
+def test_a_language_with_no_known_dev_fact_is_named_before_training(tmp_path):
+    """Hand-built: the test's known items are 3 English and 2 Chinese, one never-learned Swahili; the
+    dev known readings English only. Chinese is named with its 2 items; Swahili is not (never-learned
+    items are not what the threshold keeps); English is covered. On research.yaml's own split (0 of 6
+    dev organisations Chinese) the run says it before any training."""
+    from lorarag.scenarios.records import Scenario
+    from lorarag.study.calibration import languages_without_dev_known
+
+    def item(i: int, lang: str, knowledge: str = "known") -> Scenario:
+        return Scenario(qid=f"q{i}", fact_id=f"f{i}", question="?", gold_answers=("x",), relevant_ids=(),
+                        scenario="consistent", presented=(), context_answer="x", knowledge=knowledge, language=lang)
+
+    test = [item(0, "en"), item(1, "en"), item(2, "en"), item(3, "zh"), item(4, "zh"), item(5, "sw", "unknown")]
+    assert languages_without_dev_known(test, [item(9, "en")]) == {"zh": 2}
+    assert languages_without_dev_known(test, [item(9, "en"), item(8, "zh")]) == {}
+
+    from lorarag.study.pipeline import run
+
+    cfg = load_config(REPO / "configs/run/research.yaml", RunConfig).model_copy(
+        update={"runs_dir": str(tmp_path), "prepare_base": None})  # the base model is first needed by training
+    lines: list[str] = []
+    with pytest.raises(_StopBeforeTraining):
+        run(cfg, echo=_stop_at_train(lines))
+    assert any("no known fact in 'zh' (57 known test items are)" in ln for ln in lines)
+
+
+class _StopBeforeTraining(Exception):
+    pass
+
+
+def _stop_at_train(lines: list[str]):
+    def echo(line: str) -> None:
+        lines.append(line)
+        if line.startswith("[4/7]"):  # the train step: everything this test needs is said by now
+            raise _StopBeforeTraining
+    return echo
