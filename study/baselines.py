@@ -104,11 +104,11 @@ def baseline_table(cfg: Any, results: Mapping[str, Sequence[ItemResult]], ctx: s
                                      clusters=[mine[q].unit for q in qids])
                 ci = "" if math.isnan(d.lo) else f" [{d.lo:+.2f}, {d.hi:+.2f}]"
                 diff = f"{d.diff:+.2f}{ci} vs {rival}"
-            captured = "–"
-            if pure and float(own.mean()) > router + 1e-9:
-                captured = f"> router ({float(own.mean()) - router:+.2f})"
+            captured, mean = "–", float(own.mean())
+            if pure and mean > router + 1e-9:
+                captured = f"> router ({mean - router:+.2f})"
             elif pure and router - max(pure) >= MIN_ROUTER_GAIN - 1e-9:
-                captured = _n((float(own.mean()) - max(pure)) / (router - max(pure)))
+                captured = _n((mean - max(pure)) / (router - max(pure)))
             cell = label(k, [mine[q] for q in qids]) if label else k
             lines.append("| " + " | ".join([s, cell, str(len(qids)), _n(float(own.mean())), *(_n(sc[n]) for n in names),
                                             _n(router), best, diff, captured]) + " |")

@@ -102,7 +102,6 @@ def test_cluster_bootstrap_resamples_whole_clusters():
     assert (same.lo, same.hi) == (items.lo, items.hi)
 
 
-
 def test_over_fallback_carries_a_cluster_ci_in_the_headline():
     """Two organisations of 3 consistent never-learned items: x abstains on all 3, y answers all 3
     from the context. Over-fallback 3/6 = 0.50; drawing organisations, a resample is (x, x) = 1,
@@ -120,6 +119,7 @@ def test_over_fallback_carries_a_cluster_ci_in_the_headline():
     cfg = SimpleNamespace(eval=SimpleNamespace(bootstrap=2000, seed=0))
     assert over_fallback_cell(cfg, items) == "0.50 [0.00, 1.00] (0.50)"
     assert over_fallback_cell(cfg, [make_item(route=None)]) == "–"  # no routing, no over-fallback
+
 
 def test_cluster_permutation_test_matches_scipy_and_counts_clusters():
     from scipy.stats import permutation_test

@@ -169,7 +169,6 @@ def test_research_config_has_120_items_in_every_headline_cell_and_plans_three_se
     assert sum(ln.startswith("seed ") for ln in lines) == 3
 
 
-
 def test_research_stratified_gives_the_gates_dev_split_chinese_known_facts(tmp_path):
     """The world's 10 Chinese organisations of 100: drawn over all organisations (research.yaml), the
     6 known dev organisations are all English, so the gate never sees a Chinese known fact's doubt;
@@ -186,6 +185,7 @@ def test_research_stratified_gives_the_gates_dev_split_chinese_known_facts(tmp_p
         test = {q.cluster for q in kb.groups["known"]}
         langs[name] = (sorted(dev.values()).count("zh"), len(dev), len(test))
     assert langs == {"research": (0, 6, 24), "research-stratified": (1, 6, 24)}
+
 
 def _kb_items(system: str, fe_right: int, cons_right: int) -> list:
     """10 factual-error (known) and 10 consistent (never-learned) items in 5 documents of 2 each;
