@@ -15,7 +15,10 @@ The summary (`<runs_dir>/<name>-seeds/seeds.md` + `seeds.json`, beside the usual
 run.json) lists every target of the headline (study/headline.kb_targets) per seed, with mean,
 standard deviation (n-1), a 95 % t-interval of the mean over seeds, range and how many seeds meet
 it, and each seed's gate threshold; then the pooled table (study/pooled.py): every target and the
-LoRA − base cell differences over all seeds, with a CI that resamples seeds and clusters.
+LoRA − base cell differences over all seeds, with a CI that resamples seeds and clusters; and
+LoRA-RAG against every system read on its context (closed-book LoRA, memory_or_context, RAG-SFT, the
+baselines with the adapter, base RAG, the oracle router) per cell, pooled the same way, with the best
+deployable system named (study/pooled_baselines.py).
 """
 
 from __future__ import annotations
@@ -27,11 +30,11 @@ import statistics
 from dataclasses import asdict, dataclass
 from functools import partial
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 from lorarag.core.errors import ConfigError
 from lorarag.core.runinfo import start_run
-from lorarag.eval.records import load_results
+from lorarag.eval.records import ItemResult, load_results
 from lorarag.eval.stats import nan_to_none
 from lorarag.fallback.gate import GATE_FILE
 from lorarag.study.calibration import Echo
@@ -39,7 +42,9 @@ from lorarag.study.config import RunConfig
 from lorarag.study.headline import correct_fn, kb_targets, target_values
 from lorarag.study.targets import BASE_TARGET, pair_names
 from lorarag.study.pipeline import Paths, find_adapter, run
+from lorarag.study.baselines import comparable
 from lorarag.study.pooled import pooled_differences, pooled_markdown, pooled_rows
+from lorarag.study.pooled_baselines import BaselineCell, baselines_markdown, pooled_baselines
 
 
 @dataclass(frozen=True)
@@ -139,6 +144,19 @@ def seeds_markdown(seeds: Sequence[int], rows: Sequence[SeedRow], gates: Mapping
     return "\n".join(lines) + "\n"
 
 
+def seeds_baselines(cfg: RunConfig, every: Sequence[Mapping[str, Sequence[ItemResult]]],
+                    correct: Callable[[ItemResult], bool]) -> list[BaselineCell]:
+    """LoRA-RAG against every system read on its context mode (study/baselines.comparable), pooled
+    over the seeds' results; the oracle router where closed-book LoRA and base RAG both ran."""
+    base, lora = pair_names(cfg, every[0])
+    ctx = next(s.context for s in cfg.systems if s.name == lora)
+    others = comparable(cfg, every[0], ctx, lora)
+    cb = next((s.name for s in others if s.kind == "closed_book" and s.adapter is not None), None)
+    return pooled_baselines(every, lora, [s.name for s in others], [s.name for s in others if s.kind != "oracle"],
+                            correct, router=(cb, base) if cb and base in every[0] else None,
+                            resamples=cfg.eval.bootstrap, seed=cfg.eval.seed)
+
+
 def run_seeds(cfg: RunConfig, seeds: Sequence[int], *, fresh: bool = False, dry_run: bool = False,
               echo: Echo = print) -> str | None:
     """Run `cfg` once per seed (see module docstring) and write the summary; returns its Markdown."""
@@ -162,7 +180,7 @@ def run_seeds(cfg: RunConfig, seeds: Sequence[int], *, fresh: bool = False, dry_
     start_run(out, cfg, seeds={"run": cfg.seed, **source_seed, "eval": cfg.eval.seed,
                                **{f"train.{i}": s for i, s in enumerate(seeds)}})
     first = Paths(Path(cfg.runs_dir) / cfgs[0].name)
-    per_seed, pairs, gates = [], [], {}
+    per_seed, pairs, gates, every = [], [], {}, []
     for i, (s, c) in enumerate(zip(seeds, cfgs), 1):
         echo(f"=== seed {s} ({i}/{len(seeds)}): run '{c.name}' ===")
         paths = Paths(Path(c.runs_dir) / c.name)
@@ -174,6 +192,7 @@ def run_seeds(cfg: RunConfig, seeds: Sequence[int], *, fresh: bool = False, dry_
         results = {sc.name: load_results(paths.eval / sc.name) for sc in c.systems}
         pair = pair_names(c, results)
         pairs.append((results[pair[0]], results[pair[1]]))
+        every.append(results)
         per_seed.append(target_fn(pairs[-1][0], pairs[-1][1]))
         adapter = find_adapter(c)
         gate = adapter / GATE_FILE if adapter is not None else None
@@ -183,13 +202,16 @@ def run_seeds(cfg: RunConfig, seeds: Sequence[int], *, fresh: bool = False, dry_
     pooled = pooled_rows(pairs, partial(target_values, cfg), resamples=cfg.eval.bootstrap, seed=cfg.eval.seed)
     diffs = pooled_differences(pairs, resamples=cfg.eval.bootstrap, seed=cfg.eval.seed,
                                correct=correct_fn(cfg.data.answer_metric))
-    md = seeds_markdown(seeds, rows, gates) + "\n" + pooled_markdown(seeds, pooled, diffs, cfg.eval.bootstrap)
+    cells = seeds_baselines(cfg, every, correct_fn(cfg.data.answer_metric))
+    md = (seeds_markdown(seeds, rows, gates) + "\n" + pooled_markdown(seeds, pooled, diffs, cfg.eval.bootstrap)
+          + "\n" + baselines_markdown(seeds, pair_names(cfg, every[0])[1], cells, cfg.eval.bootstrap))
     (out / "seeds.md").write_text(f"# lorarag seeds {cfg.name}\n\n" + md, encoding="utf-8")
     (out / "seeds.json").write_text(json.dumps(nan_to_none(
         {"seeds": list(seeds), "runs": [c.name for c in cfgs], "gates": {str(k): v for k, v in gates.items()},
          "targets": [asdict(r) | {"n_met": r.n_met} for r in rows],
          "pooled": {"resamples": cfg.eval.bootstrap, "targets": [asdict(r) for r in pooled],
-                    "differences": [asdict(d) for d in diffs]}}), indent=1, allow_nan=False), encoding="utf-8")
+                    "differences": [asdict(d) for d in diffs], "baselines": [asdict(c) for c in cells]}}),
+        indent=1, allow_nan=False), encoding="utf-8")
     echo(md)
     echo(f"summary: {out / 'seeds.md'}")
     return md

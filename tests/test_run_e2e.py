@@ -337,6 +337,13 @@ def test_seeds_trains_one_adapter_per_seed_and_shares_adapter_free_results(tmp_p
     info = json.loads((runs / "ci-tiny-seeds/run.json").read_text())
     assert info["seeds"]["train.0"] == 42 and info["seeds"]["train.1"] == 7 and info["git_sha"]
     assert (runs / "ci-tiny-seeds/config.yaml").is_file()
+    # LoRA-RAG against every baseline, pooled over both seeds: the adapter's rivals and the router
+    cells = summary["pooled"]["baselines"]
+    assert cells and "## lora_rag against every baseline, pooled over 2 seeds" in md
+    for c in cells:
+        names = [o[0] for o in c["others"]]
+        assert {"closed_book_lora", "memory_or_context", "rag_sft", "base_rag", "oracle router"} <= set(names)
+        assert "oracle" not in c["best"].replace("oracle router", "")  # reads the gold chunk: not deployable
     for i, name in enumerate(summary["runs"]):
         own = kb_targets(cfg, load_results(runs / name / "eval/base_rag"), load_results(runs / name / "eval/lora_rag"))
         got = [(t["target"], t["values"][i], t["met"][i]) for t in summary["targets"]]

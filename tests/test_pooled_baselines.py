@@ -1,0 +1,85 @@
+"""The seeds' baselines table (study/pooled_baselines.py): hand-computed cells, and its intervals
+against study/pooled.py's (the reference draw) where both read LoRA-RAG minus base RAG."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from lorarag.eval.answer_metrics import is_correct
+from lorarag.study.pooled import pooled_differences
+from lorarag.study.pooled_baselines import ROUTER, baselines_markdown, pooled_baselines
+from tests.eval_fixtures import make_item
+
+
+def _items(system: str, right: dict[str, bool], scenario: str = "factual_error", knowledge: str = "known"):
+    """Two wordings per fact of one cell; `right[fact]`: answered with the gold value."""
+    return [make_item(system=system, qid=f"{f}/p{w}/{scenario}/{knowledge}", fact_id=f, scenario=scenario,
+                      knowledge=knowledge, answer="50 km/h" if ok else "80 km/h")
+            for f, ok in sorted(right.items()) for w in range(2)]
+
+
+def test_cells_hand_computed_with_the_router_and_the_best_system():
+    """4 facts x 2 wordings of factual error (known), two seeds.
+    LoRA-RAG: right on f0-f2 at seed 1 (0.75), on f0-f3 at seed 2 (1.0): pooled 0.875.
+    Closed-book LoRA: right on f0, f1 at seed 1 (0.5), on all at seed 2 (1.0): 0.75; LoRA − it +0.125.
+    Base RAG (no adapter, both seeds): right on f3 only (0.25); LoRA − it +0.625.
+    Router (closed-book right, else base): seed 1 f0, f1, f3 (0.75), seed 2 all (1.0): 0.875."""
+    facts = ["f0", "f1", "f2", "f3"]
+    base = _items("base", {f: f == "f3" for f in facts})
+    seeds = [{"lora": _items("lora", {f: f != "f3" for f in facts}),
+              "cb": _items("cb", {f: f in ("f0", "f1") for f in facts}), "base": base},
+             {"lora": _items("lora", dict.fromkeys(facts, True)),
+              "cb": _items("cb", dict.fromkeys(facts, True)), "base": base}]
+    (c,) = pooled_baselines(seeds, "lora", ["cb", "base"], ["cb", "base"], is_correct, router=("cb", "base"),
+                            resamples=300)
+    assert (c.cell, c.n_items, c.n_clusters) == ("factual_error (known)", 8, 4)
+    assert c.lora.value == pytest.approx(0.875)
+    got = {n: (a.value, d.value) for n, a, d in c.others}
+    want = {"cb": (0.75, 0.125), "base": (0.25, 0.625), ROUTER: (0.875, 0.0)}
+    assert got.keys() == want.keys() and all(got[n] == pytest.approx(want[n]) for n in want)
+    assert c.best == "lora"  # the router is not deployable
+    for _, a, d in c.others:
+        assert a.lo <= a.value <= a.hi and d.lo <= d.value <= d.hi
+    md = baselines_markdown([1, 2], "lora", [c], 300)
+    assert "| factual_error (known) | 8 (4) | 0.88 [" in md
+    assert "| 0.25 (+0.62 [" in md or "| 0.25 (+0.63 [" in md
+
+
+def test_a_tie_for_best_names_both():
+    right = {"f0": True, "f1": False}
+    seeds = [{"lora": _items("lora", right), "cb": _items("cb", right)}]
+    (c,) = pooled_baselines(seeds, "lora", ["cb"], ["cb"], is_correct, resamples=50)
+    assert c.best == "tie: lora, cb"
+
+
+def test_intervals_are_the_pooled_tables_own_draw():
+    """LoRA-RAG minus base RAG, three seeds, three cells, 12 facts: the same point and the same CI as
+    study/pooled.py's (its tests are hand-computed), since both resample seeds and facts from one rng
+    in the same order."""
+    rng = np.random.default_rng(3)
+    facts = [f"f{i}" for i in range(12)]
+    cells = [("consistent", "known"), ("factual_error", "known"), ("consistent", "unknown")]
+
+    def system(name: str, p: float) -> list:
+        return [r for s, k in cells for r in _items(name, {f: bool(rng.random() < p) for f in facts}, s, k)]
+
+    base = system("base", 0.4)
+    seeds = [{"base": base, "lora": system("lora", 0.7)} for _ in range(3)]
+    ours = pooled_baselines(seeds, "lora", ["base"], ["base"], is_correct, resamples=400, seed=7)
+    ref = pooled_differences([(s["base"], s["lora"]) for s in seeds], resamples=400, seed=7)
+    ref_by = {d.cell: d for d in ref}
+    assert [c.cell for c in ours] == ["consistent (known)", "consistent (unknown)", "factual_error (known)"]
+    for c in ours:
+        (_, acc, diff), d = c.others[0], ref_by[c.cell]
+        assert (acc.value, acc.lo, acc.hi) == pytest.approx((d.base.value, d.base.lo, d.base.hi))
+        assert (c.lora.value, c.lora.lo, c.lora.hi) == pytest.approx((d.lora.value, d.lora.lo, d.lora.hi))
+        assert (diff.value, diff.lo, diff.hi) == pytest.approx((d.diff.value, d.diff.lo, d.diff.hi))
+
+
+def test_a_seed_without_the_items_is_refused():
+    right = {"f0": True, "f1": True}
+    one = {"lora": _items("lora", right), "cb": _items("cb", right)}
+    short = {"lora": _items("lora", right), "cb": _items("cb", {"f0": True})}
+    with pytest.raises(ValueError, match="seed 2 lacks items"):
+        pooled_baselines([one, short], "lora", ["cb"], ["cb"], is_correct, resamples=10)
