@@ -169,6 +169,31 @@ def test_research_config_has_120_items_in_every_headline_cell_and_plans_three_se
     assert sum(ln.startswith("seed ") for ln in lines) == 3
 
 
+def test_research_updates_has_an_update_cell_of_over_100_and_keeps_the_others(tmp_path):
+    """configs/run/research-updates.yaml: 110 organisations, 66 taught (53 tested, 13 the gate's dev).
+    Half the taught facts with an older version (4 of 5 a fact set: not the founding year) are taught
+    it; the test's are asked on `update` only, so it and `outdated` split the known test facts'
+    212 eligible ones (103 and 109), and the 53 x 5 - 103 = 162 current facts leave 120 a cell."""
+    from collections import Counter
+
+    from lorarag.study.kb import kb_scenarios, prepare_kb
+    from lorarag.study.layout import Paths
+
+    cfg = load_config(REPO / "configs/run/research-updates.yaml", RunConfig)
+    cfg = cfg.model_copy(update={"runs_dir": str(tmp_path)})
+    paths = Paths(tmp_path / cfg.name)
+    kb = prepare_kb(cfg, paths)
+    test, _, _ = kb_scenarios(cfg, kb, paths)
+    cells = Counter((s.scenario, s.knowledge) for s in test)
+    assert cells[("update", "known")] == 103 and cells[("outdated", "known")] == 109
+    assert cells[("update", "known")] + cells[("outdated", "known")] == 53 * 4
+    assert all(cells[(s, k)] == 120 for s in ("consistent", "factual_error", "irrelevant") for k in ("known", "unknown"))
+    assert len({s.cluster for s in test if s.knowledge == "known"}) == 53
+    stale = {s.fact_id for s in test if s.scenario == "update"}
+    assert not stale & {s.fact_id for s in test if s.scenario != "update"}  # a stale memory is not the truth elsewhere
+    assert kb.summary["updates"]["taught_older"] - kb.summary["updates"]["tested"] == 34  # the dev's update rows
+
+
 def test_research_stratified_gives_the_gates_dev_split_chinese_known_facts(tmp_path):
     """The world's 10 Chinese organisations of 100: drawn over all organisations (research.yaml), the
     6 known dev organisations are all English, so the gate never sees a Chinese known fact's doubt;
