@@ -137,16 +137,21 @@ def left_context(r: ItemResult) -> bool:
     return r.route in ("fallback", "abstain") or r.abstained
 
 
+def routed_consistent(r: ItemResult) -> bool:
+    """A consistent-context item of a routing system: over-fallback's denominator."""
+    return r.scenario == "consistent" and r.route is not None
+
+
 def over_fallback(items: Sequence[ItemResult]) -> Rate:
     """P(not answered from the context: fallback or abstention) on consistent contexts (NaN without
     routing)."""
-    return _rate(items, lambda r: r.scenario == "consistent" and r.route is not None, left_context)
+    return _rate(items, routed_consistent, left_context)
 
 
 def consistent_abstention(items: Sequence[ItemResult]) -> Rate:
     """P(abstained) on consistent contexts of routing systems: the part of over-fallback that is
     abstention."""
-    return _rate(items, lambda r: r.scenario == "consistent" and r.route is not None, lambda r: r.abstained)
+    return _rate(items, routed_consistent, lambda r: r.abstained)
 
 
 def detector(items: Sequence[ItemResult], positives: Sequence[str] | None = None,

@@ -29,7 +29,7 @@ import numpy as np
 from lorarag.eval.answer_metrics import is_correct, token_f1
 from lorarag.eval.attribution import attribution_table, table_markdown
 from lorarag.eval.compare import pair
-from lorarag.eval.conflict_metrics import consistent_abstention, left_context
+from lorarag.eval.conflict_metrics import consistent_abstention, left_context, routed_consistent
 from lorarag.eval.records import WRONG_VALUE_SCENARIOS, ItemResult
 from lorarag.eval.shortcut import SHORTCUT_AUROC
 from lorarag.eval.stats import (cluster_permutation_test, cluster_rate, mcnemar_exact, noninferior, paired_bootstrap,
@@ -301,7 +301,7 @@ def kb_name(cfg: Any) -> str:
 def over_fallback_cell(cfg: Any, items: Sequence[ItemResult]) -> str:
     """Over-fallback on a cell's consistent items with a 95 % CI that resamples clusters (a met
     target needs its upper bound, not its mean, under the bar), then the abstention part."""
-    sel = [r for r in items if r.scenario == "consistent" and r.route is not None]
+    sel = [r for r in items if routed_consistent(r)]
     if not sel:
         return "–"
     rate, lo, hi = cluster_rate(np.array([float(left_context(r)) for r in sel]), [r.unit for r in sel],
