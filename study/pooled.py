@@ -126,7 +126,8 @@ def pooled_differences(per_seed: Sequence[Pair], *, resamples: int = 1000, seed:
     return out
 
 
-def _ci(r: PooledRow, signed: bool = False) -> str:
+def ci_text(r: PooledRow, signed: bool = False) -> str:
+    """`0.88 [0.79, 0.97]` (signed: `+0.88 [...]`); `–` for an undefined value."""
     if math.isnan(r.value):
         return "–"
     f = "{:+.2f}" if signed else "{:.2f}"
@@ -141,7 +142,7 @@ def pooled_markdown(seeds: Sequence[int], targets: Sequence[PooledRow], diffs: S
              f"Mean over seeds; 95 % CI from {resamples} resamples of seeds and clusters together "
              "(organisations or documents: items that share one count once).", "",
              "| target | mean over seeds [95% CI] |", "|---|---|"]
-    lines += [f"| {r.name} | {_ci(r)} |" for r in targets]
+    lines += [f"| {r.name} | {ci_text(r)} |" for r in targets]
     if diffs:
         lines += ["", "| cell | items a seed (clusters) | base RAG | LoRA-RAG | LoRA − base [95% CI] | "
                   "McNemar p per seed (items) | McNemar p per seed (one item a cluster) |",
@@ -149,6 +150,6 @@ def pooled_markdown(seeds: Sequence[int], targets: Sequence[PooledRow], diffs: S
         for d in diffs:
             ps = ", ".join(f"{p:.2g}" for p in d.mcnemar_p)
             pcs = ", ".join(f"{p:.2g}" for p in d.mcnemar_p_cluster)
-            lines.append(f"| {d.cell} | {d.n_items} ({d.n_clusters}) | {_ci(d.base)} | {_ci(d.lora)} | "
-                         f"{_ci(d.diff, signed=True)} | {ps} | {pcs} |")
+            lines.append(f"| {d.cell} | {d.n_items} ({d.n_clusters}) | {ci_text(d.base)} | {ci_text(d.lora)} | "
+                         f"{ci_text(d.diff, signed=True)} | {ps} | {pcs} |")
     return "\n".join(lines) + "\n"

@@ -27,7 +27,7 @@ import numpy as np
 from lorarag.eval.records import ItemResult
 from lorarag.eval.stats import crossed_bootstrap
 from lorarag.scenarios.records import SCENARIO_TYPES
-from lorarag.study.pooled import PooledRow
+from lorarag.study.pooled import PooledRow, ci_text
 
 ROUTER = "oracle router"
 
@@ -117,11 +117,8 @@ def pooled_baselines(per_seed: Sequence[Mapping[str, Sequence[ItemResult]]], lor
     return out
 
 
-def _ci(r: PooledRow, signed: bool = False) -> str:
-    if math.isnan(r.value):
-        return "–"
-    f = "{:+.2f}" if signed else "{:.2f}"
-    return f.format(r.value) + ("" if math.isnan(r.lo) else f" [{f.format(r.lo)}, {f.format(r.hi)}]")
+def _n(x: float) -> str:
+    return "–" if math.isnan(x) else f"{x:.2f}"
 
 
 def baselines_markdown(seeds: Sequence[int], lora: str, cells: Sequence[BaselineCell], resamples: int) -> str:
@@ -136,7 +133,7 @@ def baselines_markdown(seeds: Sequence[int], lora: str, cells: Sequence[Baseline
              "where it is right, else base RAG's.", "",
              "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for c in cells:
-        cols = [f"{_ci(a).split(' [')[0]} ({_ci(d, signed=True)})" for _, a, d in c.others]
-        lines.append(f"| {c.cell} | {c.n_items} ({c.n_clusters}) | {_ci(c.lora)} | " + " | ".join(cols)
+        cols = [f"{_n(a.value)} ({ci_text(d, signed=True)})" for _, a, d in c.others]
+        lines.append(f"| {c.cell} | {c.n_items} ({c.n_clusters}) | {ci_text(c.lora)} | " + " | ".join(cols)
                      + f" | {c.best} |")
     return "\n".join(lines) + "\n"
