@@ -167,9 +167,9 @@ class RerankerConfig(Strict):
 class GeneratorConfig(Strict):
     """A chat LM. The adapter (LoRA) is chosen per request by name from `adapters`."""
 
-    kind: Literal["transformers", "vllm", "openai"] = Field(description=(
-        "`transformers` (in-process HF generate), `vllm` (in-process engine) or `openai` (an OpenAI-compatible "
-        "server)"))
+    kind: Literal["transformers", "vllm", "ctranslate2", "openai"] = Field(description=(
+        "`transformers` (in-process HF generate), `vllm` (in-process engine), `ctranslate2` (in-process C++ "
+        "decoder on a converted copy, adapters merged) or `openai` (an OpenAI-compatible server)"))
     model: str = Field(description="local path / hub id, or the served base-model name (openai)")
     adapters: dict[str, str] = Field({}, description="name -> adapter path (transformers/vllm) or served name")
     max_new_tokens: int = Field(64, description="tokens generated per answer (default for callers that set none)")
@@ -202,6 +202,9 @@ class GeneratorConfig(Strict):
         "text is the same; a step that verifies k drafted tokens reads the weights once instead of k times (a "
         "decode step is bound by the weight read: ~86 ms for SmolLM2-135M in fp32 on one shared core). Pays where "
         "replies copy the prompt (sources, the forced memory). null = off."))
+    engine_dir: str = Field("checkpoints/engines", description=(
+        "ctranslate2 kind: where the converted copies live, one folder per base + adapter + dtype, named by the "
+        "sha256 of their weights (a retrained adapter is converted again, never read from a stale copy)"))
     max_lora_rank: int = Field(64, description="vllm kind: largest LoRA rank the engine accepts (vLLM max_lora_rank)")
     chat_template_kwargs: dict[str, bool] = Field({"enable_thinking": False}, description=(
         "passed to the tokenizer's chat template (Qwen3: enable_thinking false)"))

@@ -9,6 +9,7 @@ from typing import Callable
 
 from lorarag.rag.config import GeneratorConfig
 from lorarag.rag.generate import Generator
+from lorarag.rag.generate_ct2 import CT2Generator
 from lorarag.rag.generate_hf import TransformersGenerator
 from lorarag.rag.generate_openai import OpenAIGenerator
 from lorarag.rag.generate_vllm import VLLMGenerator
@@ -27,9 +28,14 @@ def _vllm(cfg: GeneratorConfig) -> Generator:
     return VLLMGenerator(cfg)
 
 
+def _ctranslate2(cfg: GeneratorConfig) -> Generator:
+    return CT2Generator(cfg)
+
+
 GENERATORS: dict[str, Callable[[GeneratorConfig], Generator]] = {
     "transformers": _transformers,
     "vllm": _vllm,
+    "ctranslate2": _ctranslate2,
     "openai": _openai,
 }
 
