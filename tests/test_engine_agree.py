@@ -13,21 +13,13 @@ of the engine: on a reply that repeats its prompt it runs fewer forward passes t
 
 from __future__ import annotations
 
-import math
 
 import pytest
 
-from lorarag.fallback.gate import answer_nll
 from lorarag.rag.config import GeneratorConfig
-from lorarag.rag.generate import Message
 from lorarag.rag.generators import build_generator
+from tests.engine_agreement import CONVS, K, assert_read_alike
 
-TOL = 1e-4  # nats (NLL) and probability (top-k)
-K = 5  # top logprobs read, as a verdict pass reads its label tokens' probabilities
-REPEAT = "the company was founded in 1998 in Berlin and moved to Milan. " * 4
-CONVS = [[Message("system", "Answer from the sources."), Message("user", q)] for q in (
-    "When was the company founded?", REPEAT + "Where is it now?", "Quelle est la capitale de la France ?",
-    REPEAT, "初次申领机动车号牌的，应当向哪个部门申请？")]
 
 
 def _cfg(lm, lora, **kw) -> GeneratorConfig:
@@ -58,13 +50,7 @@ def pair(tiny_models, lora):
 @pytest.mark.parametrize("adapter", [None, "sft"])
 def test_prompt_lookup_reads_the_same_answers_nll_and_probabilities(pair, adapter):
     plain, fast = pair
-    for r, g in zip(_answers(plain, adapter), _answers(fast, adapter)):
-        assert (g.text, g.tokens, g.finish_reason) == (r.text, r.tokens, r.finish_reason)
-        assert answer_nll(g.logprobs) == pytest.approx(answer_nll(r.logprobs), abs=TOL)
-        assert len(g.top_logprobs) == len(r.top_logprobs) == len(r.tokens)
-        for rt, gt in zip(r.top_logprobs, g.top_logprobs):
-            assert [t for t, _ in gt] == [t for t, _ in rt]
-            assert [math.exp(v) for _, v in gt] == pytest.approx([math.exp(v) for _, v in rt], abs=TOL)
+    assert_read_alike(_answers(plain, adapter), _answers(fast, adapter))
 
 
 def test_prompt_lookup_verifies_several_tokens_per_forward_pass(pair):

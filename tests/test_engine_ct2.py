@@ -8,22 +8,15 @@ converted again, an unchanged one is not, and a half-written copy is never read.
 
 from __future__ import annotations
 
-import math
 import shutil
 
 import pytest
 
-from lorarag.fallback.gate import answer_nll, generator_id
+from lorarag.fallback.gate import generator_id
 from lorarag.rag.config import GeneratorConfig
-from lorarag.rag.generate import Message
 from lorarag.rag.generators import build_generator
+from tests.engine_agreement import CONVS, K, assert_read_alike
 
-TOL = 1e-4
-K = 5
-REPEAT = "the company was founded in 1998 in Berlin and moved to Milan. " * 4
-CONVS = [[Message("system", "Answer from the sources."), Message("user", q)] for q in (
-    "When was the company founded?", REPEAT + "Where is it now?", "Quelle est la capitale de la France ?",
-    REPEAT, "初次申领机动车号牌的，应当向哪个部门申请？")]
 
 
 def _cfg(kind, lm, lora, engines) -> GeneratorConfig:
@@ -56,13 +49,7 @@ def test_ctranslate2_reads_the_same_answers_nll_and_probabilities(pair, adapter)
     prefixes = ["memory:" if i % 2 else "" for i in range(len(CONVS))]
     want = ref.generate(CONVS, adapter=adapter, max_new_tokens=24, top_logprobs=K, prefixes=prefixes)
     got = ct2.generate(CONVS, adapter=adapter, max_new_tokens=24, top_logprobs=K, prefixes=prefixes)
-    for r, g in zip(want, got):
-        assert (g.text, g.tokens, g.finish_reason) == (r.text, r.tokens, r.finish_reason)
-        assert answer_nll(g.logprobs) == pytest.approx(answer_nll(r.logprobs), abs=TOL)
-        assert len(g.top_logprobs) == len(r.top_logprobs) == len(r.tokens)
-        for rt, gt in zip(r.top_logprobs, g.top_logprobs):
-            assert [t for t, _ in gt] == [t for t, _ in rt]
-            assert [math.exp(v) for _, v in gt] == pytest.approx([math.exp(v) for _, v in rt], abs=TOL)
+    assert_read_alike(want, got)
 
 
 def test_the_adapter_changes_what_ctranslate2_answers(pair):
