@@ -184,6 +184,14 @@ class LocalTemplate:
         text = render(conv)
         return self.tokenizer.encode(text, add_special_tokens=False), text, cut
 
+    def _encode_all(self, conversations: list[list[Message]], adapter: str | None, prefixes: list[str] | None,
+                    max_new_tokens: int | None) -> tuple[int, list[tuple[list[int], str, bool]]]:
+        """A checked request (check_request) encoded: its new-token budget, and per conversation the
+        prompt ids, the prompt text and whether sources were cut to fit."""
+        prefixes = check_request(self.cfg, conversations, adapter, prefixes)
+        max_new = max_new_tokens or self.cfg.max_new_tokens
+        return max_new, [self._encode(c, p, max_new) for c, p in zip(conversations, prefixes)]
+
     def _text(self, ids: list[int]) -> str:
         """Decoded completion without a trailing incomplete multi-byte character (a reply cut
         mid-character), as vLLM's incremental detokenizer reports it."""

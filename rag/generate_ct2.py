@@ -27,7 +27,6 @@ from lorarag.rag.generate import (
     LocalTemplate,
     Message,
     check_model_source,
-    check_request,
     generation_eos,
     load_error,
 )
@@ -120,9 +119,7 @@ class CT2Generator(LocalTemplate):
                  max_new_tokens: int | None = None, top_logprobs: int = 0,
                  prefixes: list[str] | None = None) -> list[Generation]:
         """One completion per conversation, in batches of `cfg.batch_size` prompts of similar length."""
-        prefixes = check_request(self.cfg, conversations, adapter, prefixes)
-        max_new = max_new_tokens or self.cfg.max_new_tokens
-        encoded = [self._encode(c, p, max_new) for c, p in zip(conversations, prefixes)]
+        max_new, encoded = self._encode_all(conversations, adapter, prefixes, max_new_tokens)
         order = sorted(range(len(encoded)), key=lambda i: len(encoded[i][0]))
         out: dict[int, Generation] = {}
         for s in range(0, len(order), self.cfg.batch_size):

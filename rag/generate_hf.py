@@ -123,9 +123,7 @@ class TransformersGenerator(LocalTemplate):
                  prefixes: list[str] | None = None) -> list[Generation]:
         """Generate one completion per conversation, in batches of `cfg.batch_size` rows at most
         (and `cfg.max_batch_tokens` padded tokens, when set)."""
-        prefixes = check_request(self.cfg, conversations, adapter, prefixes)
-        max_new = max_new_tokens or self.cfg.max_new_tokens
-        encoded = [self._encode(c, p, max_new) for c, p in zip(conversations, prefixes)]
+        max_new, encoded = self._encode_all(conversations, adapter, prefixes, max_new_tokens)
         # Batch prompts of similar length (less left padding to prefill and attend over), then
         # put the results back in input order (tests: same text as each prompt generated alone).
         # Repeated greedy requests never reach this point (rag/memo.py).

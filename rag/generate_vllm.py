@@ -10,7 +10,6 @@ from lorarag.rag.generate import (
     LocalTemplate,
     Message,
     check_model_source,
-    check_request,
     generation_eos,
 )
 from lorarag.rag.vllm_compat import engine_start
@@ -53,9 +52,7 @@ class VLLMGenerator(LocalTemplate):
         from vllm import SamplingParams
         from vllm.inputs import TokensPrompt
 
-        prefixes = check_request(self.cfg, conversations, adapter, prefixes)
-        max_new = max_new_tokens or self.cfg.max_new_tokens
-        encoded = [self._encode(c, p, max_new) for c, p in zip(conversations, prefixes)]
+        max_new, encoded = self._encode_all(conversations, adapter, prefixes, max_new_tokens)
         params = SamplingParams(temperature=self.cfg.temperature, max_tokens=max_new,
                                 logprobs=max(top_logprobs, 1), stop_token_ids=self._stop_ids,
                                 skip_special_tokens=True)
