@@ -16,7 +16,7 @@ import re
 from dataclasses import dataclass
 from typing import Sequence
 
-from lorarag.rag.prompt import inert_question, neutralise
+from lorarag.rag.prompt import dated, inert_question, neutralise
 
 VERDICTS = ("supported", "conflicting", "outdated", "irrelevant", "insufficient")
 UNKNOWN = "unknown"
@@ -59,7 +59,7 @@ def rag_user_turn(question: str, sources: Sequence[SourceText]) -> str:
         # One line per source (the truncation rule cuts whole lines), made inert like the grounded
         # prompt's: no chat-template control strings, no forged [Sn] labels.
         body = " ".join(neutralise(s.text).split())
-        lines.append(f"[S{i}] {body}")
+        lines.append(f"[S{i}] {dated(s.date)}{body}")
     if not sources:
         lines.append("(no sources)")
     lines.append(f"Question: {inert_question(question)}")

@@ -103,6 +103,16 @@ def neutralise(text: str) -> str:
     return re.sub(r"\[(S\d+)\]", r"(\1)", text)
 
 
+def dated(date: str | None) -> str:
+    """The label a source's date opens its text with (`(dated 2026) `), or "" for an undated source.
+    Dates are the knowledge base's metadata (an older version's date, an update's), shown alike by
+    this module's prompt and fallback/format.py's, so a newer source can be told from an older one."""
+    return f"(dated {' '.join(neutralise(date).replace('(', ' ').replace(')', ' ').split())}) " if date else ""
+
+
+_DATED = re.compile(r"^\(dated [^()]*\) ")
+
+
 def inert_question(question: str) -> str:
     """A question as it enters any prompt: neutralised like a source, on one line (a newline could
     start a forged `[Sn]` entry in the conflict-aware prompt)."""
@@ -153,7 +163,14 @@ def prompt_passages(user: str) -> list[str]:
         bodies = [b[w.end():] if (w := _WHERE.match(b)) else b for b in bodies]
     else:
         bodies = _ONE_LINE_ENTRY.findall(user)
-    return [" ".join(b.split()) for b in bodies]
+    return [strip_dated(" ".join(b.split())) for b in bodies]
+
+
+def strip_dated(line: str) -> str:
+    """A source line less the `(dated …) ` label `dated` opens it with: the passage the leak and
+    overlap checks compare (a passage that itself opens with such a label is compared without it on
+    both sides, so it cannot slip past them)."""
+    return _DATED.sub("", line, count=1)
 
 
 @dataclass(frozen=True)
@@ -190,7 +207,7 @@ class PromptBuilder:
         entries, budget = [], self.cfg.max_context_chars
         for i, p in enumerate(passages, 1):
             where = " > ".join((p.chunk.source, *p.chunk.heading_path))
-            entry = f"[S{i}] ({neutralise(where)}) {neutralise(p.chunk.text.strip())}"
+            entry = f"[S{i}] ({neutralise(where)}) {dated(p.chunk.date)}{neutralise(p.chunk.text.strip())}"
             if budget is not None:
                 if budget <= 0:
                     break

@@ -156,6 +156,11 @@ class DataConfig(Strict):
         "version are taught the OLDER answer, so the LoRA's memory is stale and the KB's current chunk right; the "
         "known split's are tested on the `update` cell only, the known-dev split's train the judgement "
         "(scenarios/kb_updates.py). 0: no such facts, and the report says the cell does not apply."))
+    snapshot: int | None = Field(None, description=(
+        "The year the knowledge base the LoRA learns is current to. Set: sources show their dates to the base "
+        "model and the LoRA alike (`(dated 2021) …`: an older version's date from `outdated`; an `update`'s, one "
+        "to three years after this year, as a KB dates a chunk changed after the adapter was trained), so a "
+        "newer source can be told from an older one and from a wrong one. null: every source is shown undated."))
     splits: SplitConfig = SplitConfig()
     conflicts_per_item: int = Field(1, ge=1, description=(
         "test factual-error items per question from the set's own conflict passages (ConflictNQ: 5); training "

@@ -17,7 +17,10 @@ gold answer anywhere in them), shuffled so the answer-bearing source is not alwa
 - irrelevant: `distractors + 1` hard distractors alone, every relevant chunk removed;
 - unanswerable: the set's unanswerable questions with their best-scoring chunks;
 - update: for a fact the LoRA was taught in its older version (`stale`, scenarios/kb_updates.py),
-  the current chunk as it is: the context is right and the memory stale.
+  the current chunk as it is: the context is right and the memory stale. With a `snapshot` year
+  (`data.snapshot`: what the LoRA's knowledge base is current to) it is dated one to three years
+  after it (a per-fact draw), as a KB dates a chunk changed after the adapter was trained; without
+  one it carries the chunk's own date. `undated` strips every date where a run shows none.
 Perturbed chunks carry `replaces=<gold chunk id>`, so in retrieved mode they take the gold
 chunk's place in the clean index's ranking (scenarios/records.poison) and attribution can still
 tell a retrieval miss from a generation failure.
@@ -27,7 +30,8 @@ from __future__ import annotations
 
 import random
 import re
-from dataclasses import dataclass, field as dc_field
+import zlib
+from dataclasses import dataclass, field as dc_field, replace
 from typing import Collection, Literal, Mapping, Sequence
 
 from lorarag.core.errors import RecordError
@@ -162,14 +166,15 @@ def corpus_scenarios(items: Sequence[QAItem], chunks: Sequence[Chunk], *, name: 
                      outdated: Mapping[str, Versions] | None = None,
                      pool: Sequence[str] | None = None,
                      exclude: Mapping[str, Collection[str]] | None = None,
-                     stale: Mapping[str, OlderValue] | None = None) -> list[Scenario]:
+                     stale: Mapping[str, OlderValue] | None = None, snapshot: int | None = None) -> list[Scenario]:
     """Scenarios of `types` for each item (see the module docstring); `chunks` are the KB (or the
     part of it a training split may show), `pool` the answers substitutes are drawn from.
     `conflicts_per_item` conflict passages (drawn by `conflict_seed`, the same for test and training)
     are the test's; `"train"` takes up to `train_conflicts` of the others. `exclude`: fact id ->
     chunk ids never shown as its distractors (training rows keep out the test's irrelevant chunks).
     `stale`: qid -> the older version a fact was taught in (scenarios/kb_updates.py); such a fact gets
-    the `update` scenario only (the current chunk as it is, the older answer superseded)."""
+    the `update` scenario only (the current chunk as it is, the older answer superseded), dated after
+    `snapshot` where one is given."""
     by_id = {c.chunk_id: c for c in chunks}
     search = search or bm25_searcher(chunks)
     pool = list(pool if pool is not None else (a for it in items for a in it.answers[:1]))
@@ -205,7 +210,8 @@ def corpus_scenarios(items: Sequence[QAItem], chunks: Sequence[Chunk], *, name: 
         taught_old = (stale or {}).get(it.qid)
         if taught_old is not None:  # the memory is the older answer: the current chunk is the update
             if "update" in types:
-                out.append(Scenario(qid=f"{qid}/update", scenario="update", presented=mix(_pc(gold)),
+                new = _pc(gold) if snapshot is None else replace(_pc(gold), date=updated_in(snapshot, it.qid))
+                out.append(Scenario(qid=f"{qid}/update", scenario="update", presented=mix(new),
                                     context_answer=span or it.answers[0], superseded=(taught_old.answer,), **base))
             continue
         if "consistent" in types:
@@ -229,6 +235,18 @@ def corpus_scenarios(items: Sequence[QAItem], chunks: Sequence[Chunk], *, name: 
                 out.append(Scenario(qid=f"{qid}/irrelevant", scenario="irrelevant", presented=tuple(map(_pc, hard)),
                                     context_answer=None, removes=tuple(it.relevant_ids), **base))
     return out
+
+
+def updated_in(snapshot: int, qid: str) -> str:
+    """The year an update of `qid` is dated: one to three years after `snapshot` (stable per fact,
+    the same for a training row and a test item, since a date is metadata and not the value)."""
+    return str(snapshot + 1 + zlib.crc32(f"updated/{qid}".encode()) % 3)
+
+
+def undated(scenarios: Sequence[Scenario]) -> list[Scenario]:
+    """`scenarios` with every presented source's date removed: a run without `data.snapshot` shows
+    sources undated, to the base model and the LoRA alike."""
+    return [replace(s, presented=tuple(replace(p, date=None) for p in s.presented)) for s in scenarios]
 
 
 def _older(versions: Versions, qid: str, seed: int, conflicts: str) -> OlderValue | None:

@@ -27,7 +27,14 @@ from typing import Callable, Sequence
 from lorarag.eval.shortcut import context_probe
 from lorarag.eval.stats import nan_to_none
 from lorarag.rag.records import Chunk, write_jsonl
-from lorarag.scenarios.from_corpus import OlderValue, Versions, check_outdated, corpus_scenarios, load_outdated
+from lorarag.scenarios.from_corpus import (
+    OlderValue,
+    Versions,
+    check_outdated,
+    corpus_scenarios,
+    load_outdated,
+    undated,
+)
 from lorarag.scenarios.perturb import Searcher, bm25_searcher
 from lorarag.scenarios.config import CorpusSource, QuestionSource
 from lorarag.scenarios.kb_corpus import load_corpus
@@ -179,8 +186,9 @@ def kb_scenarios(cfg: RunConfig, kb: KB, paths: Paths, search: Searcher | None =
                   search=search or bm25_searcher(kb.chunks))
     plan = wording_plan(cfg, kb)
     test = corpus_scenarios(as_tested(kb.groups["known"], plan), kb.chunks, knowledge="known", stale=kb.stale,
-                            **common)
+                            snapshot=d.snapshot, **common)
     test += corpus_scenarios(kb.groups["unseen"], kb.chunks, knowledge="unknown", **common)
+    test = test if d.snapshot is not None else undated(test)
     test = sample_cells([s for s in test if s.knowledge in cfg.eval.knowledge], cfg.eval.max_per_cell, cfg.eval.seed)
     dev_known = _dev(cfg, kb, "known_dev", "known", cfg.seed + 1, plan)
     dev_unseen = _dev(cfg, kb, "unseen_dev", "unknown", cfg.seed + 2, plan)
@@ -217,7 +225,7 @@ def build_kb_sft(cfg: RunConfig, kb: KB, test: list[Scenario], echo: Echo,
                                      conflict_seed=d.splits.seed,
                                      conflicts_per_item=d.conflicts_per_item, outdated=kb.outdated,
                                      test_passages=passages, test_irrelevant=irrelevant, searcher=searcher,
-                                     stale=kb.stale)
+                                     stale=kb.stale, snapshot=d.snapshot)
     held = [it for g in HELD_OUT for it in kb.groups[g]]
     by_id = {c.chunk_id: c for c in kb.chunks}
     leak_check(rows, held, by_id, passages, wordings)

@@ -63,7 +63,7 @@ def _in_tmp(tmp: Path) -> RunConfig:
     data = DataConfig(corpus=CorpusSource(kind="folder", path=str(files["docs"])),
                       questions=QuestionSource(kind="jsonl", path=str(files["qa"])), outdated=str(files["older"]),
                       splits=SplitConfig(seed=0, known_fraction=0.5, context_only_fraction=0.1, dev_fraction=0.2),
-                      update_fraction=0.5)
+                      update_fraction=0.5, snapshot=2024)
     eval_ = cfg.eval.model_copy(update={"scenarios": ["consistent", "factual_error", "outdated", "irrelevant",
                                                       "unanswerable", "update"]})
     return cfg.model_copy(update={"runs_dir": str(tmp / "runs"), "train": train, "rag": rag, "data": data,
@@ -161,6 +161,10 @@ def test_reduced_kb_run_end_to_end(tmp_path):
     assert upd["taught_older"] >= 1 and "Knowledge updates:" in table
     assert (upd["tested"] > 0) == any(s.scenario == "update" for s in test)
     assert all(s.superseded and s.knowledge == "known" for s in test if s.scenario == "update")
+    # dated sources (data.snapshot 2024): an update after it, an older version at its own date, in rows too
+    assert all(int(p.date) > 2024 for s in test if s.scenario == "update" for p in s.presented if p.date)
+    assert {p.date for s in test if s.scenario == "outdated" for p in s.presented if p.replaces} - {None}
+    assert any("(dated " in m["content"] for r in read_sft(cfg.train.dataset) for m in r["messages"])
     assert (root / "report/headline.md").read_text() == table
     assert json.loads((root / "report/base-vs-lora/metrics.json").read_text())["comparison"]["b"] == "lora_rag"
     # a second run reuses the adapter and the finished evaluation

@@ -40,9 +40,9 @@ from lorarag.fallback.format import (
     rag_reply,
     rag_user_turn,
 )
-from lorarag.rag.prompt import inert_question, neutralise, prompt_passages, prompt_question
+from lorarag.rag.prompt import inert_question, neutralise, prompt_passages, prompt_question, strip_dated
 from lorarag.rag.records import Chunk
-from lorarag.scenarios.from_corpus import OlderValue, Versions, corpus_scenarios
+from lorarag.scenarios.from_corpus import OlderValue, Versions, corpus_scenarios, undated
 from lorarag.scenarios.kb_records import QAItem
 from lorarag.scenarios.kb_splits import HELD_OUT, TAUGHT
 from lorarag.scenarios.kb_updates import asked_updates
@@ -102,7 +102,7 @@ _PAIR = ("consistent", "factual_error")
 
 def shown(text: str) -> str:
     """A passage as a source line shows it (fallback/format.rag_user_turn): inert, one line."""
-    return " ".join(neutralise(text).split())
+    return strip_dated(" ".join(neutralise(text).split()))
 
 
 def _question(text: str) -> str:
@@ -155,7 +155,7 @@ def build_rows(groups: dict[str, list[QAItem]], chunks: Sequence[Chunk], cfg: SF
                   conflict_seed: int, conflicts_per_item: int = 1, outdated: Mapping[str, Versions] | None = None,
                   test_passages: Iterable[str] = (), test_irrelevant: Mapping[str, Collection[str]] | None = None,
                   searcher: Callable[[Sequence[Chunk]], Searcher] = bm25_searcher,
-                  stale: Mapping[str, OlderValue] | None = None
+                  stale: Mapping[str, OlderValue] | None = None, snapshot: int | None = None
                   ) -> tuple[list[SFTRow], list[SFTRow], dict]:
     """(train rows, val rows, stats) for the splits of scenarios/kb_splits.py; val rows are a seeded
     sample of the training rows (a known item's held-out wording is the test's, never val's). A
@@ -166,7 +166,8 @@ def build_rows(groups: dict[str, list[QAItem]], chunks: Sequence[Chunk], cfg: SF
     chunk that answers no held-out question nor a tested update. `stale` (scenarios/kb_updates.py): facts
     taught closed-book in their older version; those the test asks get no conflict-aware row (nor does
     another question answered by the same chunk), the others an `update` row (memory the older answer,
-    the source the current chunk)."""
+    the source the current chunk). `snapshot` (`data.snapshot`): sources show their dates, an update's
+    after that year, as the test's do; None: every source undated."""
     stale = stale or {}
     tested = asked_updates(groups, stale)
     held = {c for g in HELD_OUT for it in groups[g] for c in it.relevant_ids}
@@ -188,9 +189,11 @@ def build_rows(groups: dict[str, list[QAItem]], chunks: Sequence[Chunk], cfg: SF
     scenarios = corpus_scenarios([it for it in taught if it.qid not in stale and it.qid not in shares], pool,
                                  name="kb", knowledge="known", outdated=outdated, **common)
     scenarios += corpus_scenarios([it for it in taught if it.qid in stale and it.qid not in tested], pool,
-                                  name="kb", knowledge="known", types=("update",), stale=stale, **common)
+                                  name="kb", knowledge="known", types=("update",), stale=stale, snapshot=snapshot,
+                                  **common)
     scenarios += corpus_scenarios(groups["context_only"], pool, name="kb", knowledge="unknown",
                                   types=("consistent", "factual_error", "irrelevant", "unanswerable"), **common)
+    scenarios = scenarios if snapshot is not None else undated(scenarios)
     avoid = {shown(t) for t in test_passages}
     kept = [s for s in scenarios if not any(p.replaces and shown(p.text) in avoid for p in s.presented)]
     items = {f"kb/{it.qid}": it for it in taught + groups["context_only"]}
