@@ -88,9 +88,13 @@ def targets(base: Sequence[ItemResult], lora: Sequence[ItemResult], *, updates: 
     ]
     if updates if updates is not None else any(r.scenario == "update" for r in lora):
         # the context right, the memory stale: the cells that tell detection from memory
+        # an update differs from the memory as a factual error does: only what the source says about
+        # itself (its date) can tell a newer value from a wrong one, and outdated from newer
         rows += [("LoRA-RAG, update (known) >= 0.85", acc(lora, "update", "known"), lambda v: v >= 0.85),
                  ("detector AUROC, known, outdated vs update >= 0.9",
-                  auroc(lora, "known", ["outdated"], ["update"]), lambda v: v >= 0.9)]
+                  auroc(lora, "known", ["outdated"], ["update"]), lambda v: v >= 0.9),
+                 ("detector AUROC, known, factual error vs update >= 0.9",
+                  auroc(lora, "known", ["factual_error"], ["update"]), lambda v: v >= 0.9)]
     return [(name, v, (not math.isnan(v)) and bool(ok(v))) for name, v, ok in rows]
 
 

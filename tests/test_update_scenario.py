@@ -142,3 +142,17 @@ def test_update_contexts_are_negatives_of_the_detector():
     # precision: flagged = o0, u1 -> 1 of 2; recall 1 of 2
     assert (d.precision, d.recall) == (pytest.approx(0.5), pytest.approx(0.5))
     assert math.isnan(cm.detector(upd + cons).auroc)  # no flawed context: undefined
+
+
+def test_the_targets_ask_the_detector_to_tell_an_update_from_a_factual_error():
+    from lorarag.study.targets import targets
+
+    # factual errors flagged 0.7 and 0.3 against updates 0.2 and 0.6: 0.7 beats both, 0.3 beats 0.2 -> 3 of 4
+    fe = [make_item(qid=f"f{i}", scenario="factual_error", context_answer="90 km/h", flag_score=f,
+                    verdict="conflicting" if f > 0.5 else "supported") for i, f in enumerate((0.7, 0.3))]
+    upd = [_upd(qid=f"u{i}", flag_score=f, verdict="supported") for i, f in enumerate((0.2, 0.6))]
+    rows = {name: (value, met) for name, value, met in targets([], fe + upd, updates=True)}
+    value, met = rows["detector AUROC, known, factual error vs update >= 0.9"]
+    assert value == pytest.approx(3 / 4) and not met
+    assert "detector AUROC, known, factual error vs update >= 0.9" not in {
+        n for n, _, _ in targets([], fe + upd, updates=False)}
