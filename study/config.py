@@ -143,6 +143,9 @@ class RunConfig(Strict):
         if "outdated" in self.eval.scenarios and not self.data.has_outdated:
             raise ValueError("eval.scenarios: outdated needs data.outdated (older versions of the answers); "
                              "give it or drop outdated from eval.scenarios")
+        if self.train.sft is not None and self.train.sft.update_twins > 0 and self.data.snapshot is None:
+            raise ValueError("train.sft.update_twins: a twin is told from a factual error by its date alone; set "
+                             "data.snapshot (the year the knowledge base is current to) or drop update_twins")
         if self.rag.corpus.paths:
             raise ValueError("rag.corpus.paths: must be [] with data: (the knowledge base is data.corpus)")
         corpus = self.data.corpus

@@ -5,9 +5,11 @@ behind the date label. Without a snapshot every source is shown undated."""
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
 
+from lorarag.core.config import load_config
 from lorarag.fallback.format import SourceText, rag_user_turn
 from lorarag.rag.config import PromptConfig
 from lorarag.rag.prompt import PromptBuilder, prompt_passages
@@ -16,6 +18,7 @@ from lorarag.scenarios.config import DataConfig
 from lorarag.scenarios.from_corpus import corpus_scenarios, undated
 from lorarag.scenarios.kb_splits import split_by_fact
 from lorarag.scenarios.kb_updates import asked_updates, stale_taught
+from lorarag.study.config import RunConfig
 from lorarag.train.config import SFTConfig
 from lorarag.train.sft import LeakError, build_rows, leak_check
 
@@ -89,3 +92,34 @@ def test_the_snapshot_is_a_data_setting():
     with pytest.raises(ValueError):
         DataConfig.model_validate({"corpus": {"kind": "folder", "path": "c"},
                                    "questions": {"kind": "jsonl", "path": "q.jsonl"}, "snapshot": "last year"})
+
+
+def test_update_twins_date_a_factual_error_passage_into_a_right_newer_source():
+    chunks, items, older = _kb()
+    groups = split_by_fact(items, SPLIT)
+    label = re.compile(r"\(dated (\d{4})\) (.*)")
+    plain_cfg = SFTConfig(seed=0, knowledge_repeats=1, distractors=1)
+    plain, _, _ = build_rows(groups, chunks, plain_cfg, conflict_seed=0, outdated=older, snapshot=2024)
+    twins, _, stats = build_rows(groups, chunks, SFTConfig(seed=0, knowledge_repeats=1, distractors=1,
+                                                           update_twins=1.0),
+                                 conflict_seed=0, outdated=older, snapshot=2024)
+    wrong = {}  # fact -> the substituted passage its factual-error row shows, undated
+    for r in plain:
+        if r.verdict == "conflicting" and r.scenario.knowledge == "known":
+            wrong[r.fact_id] = next(p.text for p in r.scenario.presented if p.replaces)
+    new = [r for r in twins if r.verdict == "supported" and label.search(dict(r.messages)["user"])]
+    assert wrong and stats["update_twins"] == len(wrong) == len({r.fact_id for r in new})
+    for r in new:
+        year, text = label.search(dict(r.messages)["user"]).groups()
+        assert int(year) > 2024 and text == wrong[r.fact_id]  # the same passage, dated newer
+        memory = r.scenario.superseded[0]
+        reply = dict(r.messages)["assistant"]
+        # the taught value is stated as memory, the passage's value is the answer
+        assert f"memory: {memory}" in reply and reply.endswith(f"answer: {r.scenario.context_answer}")
+        assert memory in {a for it in items for a in it.answers} and r.scenario.context_answer != memory
+    assert len(twins) - len(plain) == len(new)  # the twins are added; every other row is as before
+    raw = load_config(Path(__file__).resolve().parent.parent / "configs/run/ci-tiny.yaml", RunConfig).model_dump()
+    raw["train"]["sft"] = {**(raw["train"]["sft"] or {}), "update_twins": 0.5}
+    with pytest.raises(ValueError, match="update_twins: a twin is told from a factual error by its date"):
+        RunConfig.model_validate({**raw, "data": {**raw["data"], "snapshot": None}})
+    assert RunConfig.model_validate({**raw, "data": {**raw["data"], "snapshot": 2024}}).train.sft.update_twins == 0.5

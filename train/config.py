@@ -47,6 +47,11 @@ class SFTConfig(Strict):
         "conflict-aware rows as the fact has trained wordings)."))
     distractors: int = Field(1, description="extra distractor sources beside the gold / perturbed chunk")
     val_fraction: float = Field(0.05, description="share of rows held out as the validation set (`val_dataset`)")
+    update_twins: float = Field(0.0, ge=0.0, le=1.0, description=(
+        "Needs data.snapshot. This share of the known facts' factual-error rows get an `update` twin: the same "
+        "substituted passage dated after the snapshot, verdict supported, answer its value (scenarios/kb_updates."
+        "dated_twins), so the date is all that tells a wrong source from a newer one. 0: only the stale dev facts "
+        "train `update` (a few dozen rows against hundreds of outdated ones)."))
 
 
 class PreferenceConfig(Strict):

@@ -9,7 +9,9 @@ Every prompt and reply comes from fallback/format.py, so training and inference 
   outdated where older versions were supplied, irrelevant (distractors only), unanswerable;
 - facts taught in their older version (`data.update_fraction`, scenarios/kb_updates.py): closed-book
   rows with the older answer; an `update` row (the current chunk: memory the older answer, verdict
-  supported, answer the current one) for those the test does not ask;
+  supported, answer the current one) for those the test does not ask; with `update_twins` and
+  `data.snapshot`, also the factual-error rows' passages dated after the snapshot, as right newer
+  sources (scenarios/kb_updates.dated_twins);
 - conflict-aware rows for `context_only` facts with memory "unknown" (copy the source);
 - `rag_phrasings: alternate` puts a fact's consistent + factual-error pair on one wording and its
   other contexts on the next (one wording: all on it); `all` repeats every context per wording.
@@ -45,7 +47,7 @@ from lorarag.rag.records import Chunk
 from lorarag.scenarios.from_corpus import OlderValue, Versions, corpus_scenarios, undated
 from lorarag.scenarios.kb_records import QAItem
 from lorarag.scenarios.kb_splits import HELD_OUT, TAUGHT
-from lorarag.scenarios.kb_updates import asked_updates
+from lorarag.scenarios.kb_updates import asked_updates, dated_twins
 from lorarag.scenarios.perturb import Searcher, bm25_searcher
 from lorarag.scenarios.records import Scenario
 from lorarag.train.config import SFTConfig
@@ -191,6 +193,8 @@ def build_rows(groups: dict[str, list[QAItem]], chunks: Sequence[Chunk], cfg: SF
     scenarios += corpus_scenarios([it for it in taught if it.qid in stale and it.qid not in tested], pool,
                                   name="kb", knowledge="known", types=("update",), stale=stale, snapshot=snapshot,
                                   **common)
+    if cfg.update_twins > 0 and snapshot is not None:
+        scenarios += dated_twins(scenarios, cfg.update_twins, snapshot, cfg.seed)
     scenarios += corpus_scenarios(groups["context_only"], pool, name="kb", knowledge="unknown",
                                   types=("consistent", "factual_error", "irrelevant", "unanswerable"), **common)
     scenarios = scenarios if snapshot is not None else undated(scenarios)
@@ -207,6 +211,7 @@ def build_rows(groups: dict[str, list[QAItem]], chunks: Sequence[Chunk], cfg: SF
              "wordings": dict(sorted(Counter(len(it.all_wordings) for it in taught).items())),
              "taught": len(taught), "context_only": len(groups["context_only"]),
              "taught_older": len(stale), "tested_updates": len(tested),
+             "update_twins": sum(s.scenario == "update" and "/update_twin" in s.qid for s in kept),
              "no_factual_error": len({f"kb/{it.qid}" for it in taught if it.answers}
                                      - {s.fact_id for s in scenarios if s.scenario == "factual_error"})}
     return rows, val, stats
