@@ -118,6 +118,8 @@ def test_update_twins_date_a_factual_error_passage_into_a_right_newer_source():
         assert f"memory: {memory}" in reply and reply.endswith(f"answer: {r.scenario.context_answer}")
         assert memory in {a for it in items for a in it.answers} and r.scenario.context_answer != memory
     assert len(twins) - len(plain) == len(new)  # the twins are added; every other row is as before
+    with pytest.raises(ValueError, match="update_twins needs data.snapshot"):  # never dropped silently
+        build_rows(groups, chunks, SFTConfig(update_twins=0.5), conflict_seed=0, outdated=older)
     raw = load_config(Path(__file__).resolve().parent.parent / "configs/run/ci-tiny.yaml", RunConfig).model_dump()
     raw["train"]["sft"] = {**(raw["train"]["sft"] or {}), "update_twins": 0.5}
     with pytest.raises(ValueError, match="update_twins: a twin is told from a factual error by its date"):

@@ -33,7 +33,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable, Collection, Iterable, Mapping, Sequence
 
-from lorarag.core.errors import RecordError
+from lorarag.core.errors import ConfigError, RecordError
 from lorarag.fallback.format import (
     SYSTEM_CLOSED_BOOK,
     SYSTEM_RAG,
@@ -193,7 +193,9 @@ def build_rows(groups: dict[str, list[QAItem]], chunks: Sequence[Chunk], cfg: SF
     scenarios += corpus_scenarios([it for it in taught if it.qid in stale and it.qid not in tested], pool,
                                   name="kb", knowledge="known", types=("update",), stale=stale, snapshot=snapshot,
                                   **common)
-    if cfg.update_twins > 0 and snapshot is not None:
+    if cfg.update_twins > 0:  # a twin differs from its factual error in the date alone
+        if snapshot is None:
+            raise ConfigError("sft.update_twins needs data.snapshot: undated, a twin is its factual error verbatim")
         scenarios += dated_twins(scenarios, cfg.update_twins, snapshot, cfg.seed)
     scenarios += corpus_scenarios(groups["context_only"], pool, name="kb", knowledge="unknown",
                                   types=("consistent", "factual_error", "irrelevant", "unanswerable"), **common)
