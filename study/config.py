@@ -27,9 +27,10 @@ class SystemConfig(Strict):
 
     name: str = Field(description="the system's name in results and reports (unique per run)")
     kind: Literal["lora_rag", "base_rag", "prompted_detection", "astute_rag", "closed_book", "memory_or_context",
-                  "oracle", "rag_sft"] = Field(description=(
+                  "oracle", "rag_sft", "date_rule"] = Field(description=(
         "which system (study/systems.py's registry); rag_sft: base RAG's prompt answered by the RAG-SFT adapter, a "
-        "second adapter the run trains when it is listed (study/training.py)"))
+        "second adapter the run trains when it is listed (study/training.py); date_rule: on a dated KB, sources "
+        "dated after data.snapshot read by base RAG, older ones dropped, memory_or_context over the rest"))
     context: Literal["retrieved", "presented"] = Field("retrieved", description=(
         "`retrieved`: the clean KB retrieved, then poisoned into the scenario's world; `presented`: the "
         "scenario's own chunks"))
@@ -48,7 +49,7 @@ class SystemConfig(Strict):
     @property
     def uses_adapter(self) -> bool:
         """Whether its answers depend on a trained adapter (and so on the training seed)."""
-        return self.kind in ("lora_rag", "memory_or_context", "rag_sft") or self.adapter is not None
+        return self.kind in ("lora_rag", "memory_or_context", "rag_sft", "date_rule") or self.adapter is not None
 
 
 class CalibrationConfig(Strict):
@@ -146,6 +147,10 @@ class RunConfig(Strict):
         if self.train.sft is not None and self.train.sft.update_twins > 0 and self.data.snapshot is None:
             raise ValueError("train.sft.update_twins: a twin is told from a factual error by its date alone; set "
                              "data.snapshot (the year the knowledge base is current to) or drop update_twins")
+        rule = next((s.name for s in self.systems if s.kind == "date_rule"), None)
+        if rule is not None and self.data.snapshot is None:
+            raise ValueError(f"systems.{rule}: date_rule reads each source's date against data.snapshot (the year "
+                             "the knowledge base is current to); set it or drop the system")
         if self.rag.corpus.paths:
             raise ValueError("rag.corpus.paths: must be [] with data: (the knowledge base is data.corpus)")
         corpus = self.data.corpus

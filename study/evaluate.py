@@ -38,8 +38,10 @@ def system_stamp(cfg: RunConfig, sc: SystemConfig, test: list[Scenario], adapter
         stamp["numerics"] = cfg.numerics.model_dump()
     if sc.uses_adapter:
         stamp["adapter"] = adapter_sha256(adapter) if adapter is not None else None
-    if sc.kind in ("lora_rag", "memory_or_context"):  # both route on the gate's threshold
+    if sc.kind in ("lora_rag", "memory_or_context", "date_rule"):  # they route on the gate's threshold
         stamp["gate"] = gate
+    if sc.kind == "date_rule":  # sources are read or dropped by their year against it
+        stamp["snapshot"] = cfg.data.snapshot
     if sc.kind in ("lora_rag", "prompted_detection"):  # prompted detection runs without a gate
         stamp["fallback"] = cfg.fallback.model_dump(exclude={"gate"} if sc.kind == "prompted_detection" else None)
     return stamp

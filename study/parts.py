@@ -38,6 +38,7 @@ class Parts:
     contexts: ScenarioContexts
     gate_threshold: float | None = None  # None: the gate is off (or not yet calibrated)
     rag_sft: Path | None = None  # the RAG-SFT adapter's folder, declared to the generator as RAG_SFT
+    snapshot: int | None = None  # data.snapshot: the year the LoRA's knowledge is current to (date_rule)
 
 
 def with_adapter_name(gen_cfg: GeneratorConfig, adapter_path: str, name: str = "lora") -> GeneratorConfig:
@@ -59,7 +60,8 @@ def build_parts(cfg: RunConfig, retriever: Retriever | None, adapter: Path | Non
         reranker = build_reranker(cfg.rag.reranker)
     rag = _rag_system(cfg.rag.model_copy(update={"generator": gen_cfg}), retriever, reranker, generator)
     ctx = ScenarioContexts(retriever, reranker, cfg.rag.retrieval, {c.chunk_id: c for c in kb})
-    return Parts(generator, label_first_tokens(_tokenizer(cfg, generator)), cfg.fallback, rag, ctx, rag_sft=rag_sft)
+    return Parts(generator, label_first_tokens(_tokenizer(cfg, generator)), cfg.fallback, rag, ctx, rag_sft=rag_sft,
+                 snapshot=cfg.data.snapshot)
 
 
 def _rag_system(rag_cfg: RAGConfig, retriever: Retriever | None, reranker: Reranker | None,

@@ -9,9 +9,10 @@ Kinds: `lora_rag` (AdvancedRAGSystem), `base_rag` (plain grounded RAG, no detect
 `prompted_detection` (the same verdict format asked for by prompt), `astute_rag` (the model's own
 closed-book answer consolidated with the sources, prompt only), `closed_book` (no retrieval),
 `memory_or_context` (the LoRA's closed-book answer where the gate keeps it, else base RAG from the
-context: no verdict), `rag_sft` (base RAG's prompt answered by the RAG-SFT adapter: the same facts
-taught, every source answered from; study/training.py) and `oracle` (the gold chunk only, answered
-by the base RAG prompt).
+context: no verdict), `date_rule` (on a dated KB: sources dated after `data.snapshot` read by base
+RAG, those dated by it dropped, memory_or_context over the rest: no verdict), `rag_sft` (base
+RAG's prompt answered by the RAG-SFT adapter: the same facts taught, every source answered from;
+study/training.py) and `oracle` (the gold chunk only, answered by the base RAG prompt).
 `prompted_detection`, `astute_rag` and `closed_book` run on the base model, or with `adapter: lora`
 on the trained adapter: a baseline that knows what the LoRA knows.
 Components (generator, retrieval, tokenizer) are built once in study/parts.py and injected.
@@ -19,16 +20,17 @@ Components (generator, retrieval, tokenizer) are built once in study/parts.py an
 
 from __future__ import annotations
 
+import re
 from dataclasses import replace
 from typing import Callable, Protocol
 
 from lorarag.core.errors import ConfigError
 from lorarag.fallback.format import SYSTEM_RAG, SourceText, is_unknown, rag_user_turn
 from lorarag.fallback.gate import gate_fires
-from lorarag.fallback.system import AdvancedRAGSystem, Detector, closed_book, closed_book_conversation
+from lorarag.fallback.system import AdvancedRAGSystem, Context, Detector, closed_book, closed_book_conversation
 from lorarag.rag.generate import Generator, Message
 from lorarag.rag.prompt import neutralise
-from lorarag.rag.records import Answer, Trace
+from lorarag.rag.records import Answer, Retrieved, Trace
 from lorarag.rag.system import RAGSystem
 from lorarag.scenarios.records import Scenario
 from lorarag.study.config import SystemConfig
@@ -156,28 +158,83 @@ class MemoryOrContext:
 
     def answer_scenarios(self, items: list[Scenario]) -> list[Answer]:
         """One closed-book pass for all (a memo hit after closed_book_lora), one RAG pass for the rest."""
-        questions = [s.question for s in items]
         ctxs = self.ctx.contexts(items, self.mode)
+        return self.route([s.question for s in items], ctxs, [list(c[1]) for c in ctxs])
+
+    def route(self, questions: list[str], shown: list[Context], read: list[list[Retrieved]],
+              notes: list[tuple[str, ...]] | None = None) -> list[Answer]:
+        """Memory where the gate keeps it, else base RAG over `read` (a subset of each `shown`
+        context; none left: abstain). Traces record `shown`, with `notes` per question."""
         cb = closed_book(self.generator, self.adapter, questions)
         keep = [not is_unknown(c.answer) and (self.threshold is None or not gate_fires(c.nll, self.threshold))
                 for c in cb]
         rest = [i for i, k in enumerate(keep) if not k]
-        read = self.rag.answer_with_context([questions[i] for i in rest], [list(ctxs[i][1]) for i in rest],
-                                            candidates=[list(ctxs[i][0] or ctxs[i][1]) for i in rest],
-                                            max_new_tokens=self.max_new)
-        from_context = dict(zip(rest, read))
+        answered = self.rag.answer_with_context([questions[i] for i in rest], [read[i] for i in rest],
+                                                candidates=[list(shown[i][0] or shown[i][1]) for i in rest],
+                                                max_new_tokens=self.max_new)
+        from_context = dict(zip(rest, answered))
         out = []
-        for i, (q, c, m) in enumerate(zip(questions, ctxs, cb)):
-            note = f"gate doubt={m.nll:.4f} memory {m.answer!r} " + ("kept" if keep[i] else "rejected")
+        for i, (q, c, m) in enumerate(zip(questions, shown, cb)):
+            note = (f"gate doubt={m.nll:.4f} memory {m.answer!r} " + ("kept" if keep[i] else "rejected"),
+                    *(notes[i] if notes else ()))
             if keep[i]:
                 out.append(Answer(question=q, text=m.answer, trace=Trace(
                     question=q, retrieved=tuple(c[0]), reranked=tuple(c[1]), route="fallback",
-                    memory_answer=m.answer, notes=(note,))))
+                    memory_answer=m.answer, notes=note)))
             else:
                 a = from_context[i]
                 out.append(replace(a, trace=replace(a.trace or Trace(question=q), retrieved=tuple(c[0]),
-                                                    reranked=tuple(c[1]), route="context", notes=(note,))))
+                                                    reranked=tuple(c[1]), route="context", notes=note)))
         return out
+
+
+_YEAR = re.compile(r"(?<!\d)(\d{4})(?!\d)")
+
+
+def source_year(date: str | None) -> int | None:
+    """The year a source's date names (its first four-digit number: `2021`, `2019-05-01`), None
+    for an undated source or a date without a year."""
+    m = _YEAR.search(date or "")
+    return int(m.group(1)) if m else None
+
+
+class DateRule:
+    """The rule a dated knowledge base invites, beside LoRA-RAG: no verdict, only each source's
+    date against `snapshot`, the year the LoRA's knowledge is current to (`data.snapshot`).
+
+    - A source dated after the snapshot supersedes the memory: base RAG answers from the newer
+      sources alone.
+    - A source dated at or before it is superseded by the memory and dropped; memory_or_context
+      then answers over the undated rest (the memory where the gate keeps it, else base RAG over
+      the undated sources, none left: abstain).
+    It reads the same dates LoRA-RAG's prompt shows, so LoRA-RAG beats it only where the text must be
+    read: a factual error in an undated source, a never-learned fact's right source, a memory the
+    gate rejects."""
+
+    def __init__(self, name: str, moc: MemoryOrContext, snapshot: int) -> None:
+        self.name, self.moc, self.snapshot = name, moc, snapshot
+
+    def answer_scenarios(self, items: list[Scenario]) -> list[Answer]:
+        """One RAG pass over the newer sources of the items that have any; memory_or_context for the rest."""
+        questions = [s.question for s in items]
+        ctxs = self.moc.ctx.contexts(items, self.moc.mode)
+        years = [[source_year(r.chunk.date) for r in c[1]] for c in ctxs]
+        newer = [[r for r, y in zip(c[1], ys) if y is not None and y > self.snapshot] for c, ys in zip(ctxs, years)]
+        read = [i for i, n in enumerate(newer) if n]
+        rest = [i for i, n in enumerate(newer) if not n]
+        answered = self.moc.rag.answer_with_context([questions[i] for i in read], [newer[i] for i in read],
+                                                    candidates=[list(ctxs[i][0] or ctxs[i][1]) for i in read],
+                                                    max_new_tokens=self.moc.max_new)
+        out: dict[int, Answer] = {}
+        for i, a in zip(read, answered):
+            note = (f"date rule: {len(newer[i])} source(s) dated after {self.snapshot}: read those",)
+            out[i] = replace(a, trace=replace(a.trace or Trace(question=questions[i]), retrieved=tuple(ctxs[i][0]),
+                                              reranked=tuple(ctxs[i][1]), route="context", notes=note))
+        undated = [[r for r, y in zip(ctxs[i][1], years[i]) if y is None] for i in rest]
+        notes = [(f"date rule: {len(ctxs[i][1]) - len(u)} source(s) dated by {self.snapshot} dropped",)
+                 for i, u in zip(rest, undated)]
+        out.update(zip(rest, self.moc.route([questions[i] for i in rest], [ctxs[i] for i in rest], undated, notes)))
+        return [out[i] for i in range(len(items))]
 
 
 def build_system(cfg: SystemConfig, parts: Parts) -> ScenarioSystem:
@@ -208,6 +265,18 @@ def _rag_sft(cfg: SystemConfig, parts: Parts) -> BaseRAG:
     return BaseRAG(cfg.name, parts.rag, parts.contexts, cfg.context, cfg.max_new_tokens, adapter=RAG_SFT)
 
 
+def _memory_or_context(cfg: SystemConfig, parts: Parts) -> MemoryOrContext:
+    return MemoryOrContext(cfg.name, parts.rag, parts.generator, parts.fallback.detector.adapter,
+                           parts.gate_threshold if parts.fallback.gate.enabled else None, parts.contexts,
+                           cfg.context, cfg.max_new_tokens)
+
+
+def _date_rule(cfg: SystemConfig, parts: Parts) -> DateRule:
+    if parts.snapshot is None:
+        raise ConfigError(f"system {cfg.name!r} (date_rule) reads sources' dates against data.snapshot: set it")
+    return DateRule(cfg.name, _memory_or_context(cfg, parts), parts.snapshot)
+
+
 SYSTEMS: dict[str, Callable[[SystemConfig, Parts], ScenarioSystem]] = {
     "lora_rag": _lora_rag,
     "prompted_detection": _prompted,
@@ -217,7 +286,6 @@ SYSTEMS: dict[str, Callable[[SystemConfig, Parts], ScenarioSystem]] = {
     "closed_book": lambda cfg, p: ClosedBook(cfg.name, p.generator, cfg.adapter, cfg.max_new_tokens),
     "astute_rag": lambda cfg, p: AstuteRAG(cfg.name, p.generator, p.contexts, cfg.context, cfg.max_new_tokens,
                                            cfg.adapter),
-    "memory_or_context": lambda cfg, p: MemoryOrContext(cfg.name, p.rag, p.generator, p.fallback.detector.adapter,
-                                                        p.gate_threshold if p.fallback.gate.enabled else None,
-                                                        p.contexts, cfg.context, cfg.max_new_tokens),
+    "memory_or_context": lambda cfg, p: _memory_or_context(cfg, p),
+    "date_rule": _date_rule,
 }

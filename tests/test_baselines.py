@@ -3,19 +3,21 @@ prompt baselines, and the headline table against them (hand-computed cells)."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 
+from lorarag.core.config import load_config
 from lorarag.fallback.format import SYSTEM_CLOSED_BOOK
 from lorarag.rag.config import RetrievalConfig
 from lorarag.rag.generate import Generation
 from lorarag.rag.records import Answer, Trace
 from lorarag.scenarios.records import PresentedChunk, Scenario
 from lorarag.study.baselines import baseline_table
-from lorarag.study.config import SystemConfig
+from lorarag.study.config import RunConfig, SystemConfig
 from lorarag.study.contexts import ScenarioContexts
-from lorarag.study.systems import MemoryOrContext
+from lorarag.study.systems import DateRule, MemoryOrContext, source_year
 from tests.eval_fixtures import make_item
 
 
@@ -24,12 +26,13 @@ class ClosedBookScript:
     token logprobs per question; records which adapter each call used."""
 
     def __init__(self, closed):
-        self.closed, self.calls = closed, []
+        self.closed, self.calls, self.questions = closed, [], []
 
     def generate(self, convs, *, adapter=None, max_new_tokens=None, top_logprobs=0, prefixes=None):
         assert all(c[0].content == SYSTEM_CLOSED_BOOK for c in convs)
         self.calls.append(adapter)
         qs = [c[-1].content.rsplit("Question: ", 1)[-1].strip() for c in convs]
+        self.questions += qs
         out = []
         for q in qs:
             key = next(k for k in self.closed if k in q)
@@ -41,10 +44,11 @@ class ContextReader:
     """Stands in for the base RAG system: answers every question 'from the context'."""
 
     def __init__(self):
-        self.asked = []
+        self.asked, self.read = [], {}
 
     def answer_with_context(self, questions, contexts, *, candidates=None, max_new_tokens=None):
         self.asked += list(questions)
+        self.read.update({q: [r.chunk.chunk_id for r in c] for q, c in zip(questions, contexts)})
         return [Answer(question=q, text=f"context says {q}", trace=Trace(question=q)) for q in questions]
 
 
@@ -71,6 +75,52 @@ def test_memory_or_context_keeps_confident_memories_and_reads_the_context_otherw
     every = MemoryOrContext("moc", ContextReader(), gen, "lora", None, ctx, "presented", 16)
     assert [a.trace.route for a in every.answer_scenarios([_scenario(q) for q in closed])] == \
         ["fallback", "fallback", "context"]
+
+
+def test_source_year_reads_the_first_four_digit_year():
+    assert [source_year(d) for d in ("2021", "2019-05-01", "rev. 3 of 2026", "v3", "12345", "", None)] == \
+        [2021, 2019, 2026, None, None, None, None]
+
+
+def _dated(q: str, *chunks: tuple[str, str | None]) -> Scenario:
+    return Scenario(qid=q, fact_id=q, question=q, gold_answers=("7",), relevant_ids=("c",), scenario="update",
+                    presented=tuple(PresentedChunk(c, f"text of {c}", date=d) for c, d in chunks), context_answer="7",
+                    superseded=("5",))
+
+
+def test_date_rule_reads_newer_sources_drops_older_ones_and_routes_the_rest_on_the_gate():
+    """Snapshot 2024. q-new: a 2026 source beside an undated one: base RAG reads the 2026 one
+    alone, whatever the memory. q-old-kept: a 2021 source and an undated distractor, memory kept:
+    the memory. q-old-rejected: a 2024 source alone (dated by the snapshot: superseded), memory
+    rejected: base RAG is asked with no source left, which RAGSystem answers by abstaining.
+    q-undated-rejected: memory_or_context over the undated source."""
+    closed = {"q-new": ("5", (-0.01,)), "q-old-kept": ("5", (-0.01,)), "q-old-rejected": ("5", (-2.0,)),
+              "q-undated-rejected": ("5", (-2.0,))}
+    items = [_dated("q-new", ("d", None), ("u", "2026")), _dated("q-old-kept", ("o", "2021"), ("d", None)),
+             _dated("q-old-rejected", ("o", "dated 2024-03")), _dated("q-undated-rejected", ("c", None))]
+    gen, rag = ClosedBookScript(closed), ContextReader()
+    moc = MemoryOrContext("rule", rag, gen, "lora", 0.5, ScenarioContexts(None, None, RetrievalConfig(), {}),
+                          "presented", 16)
+    new, kept, rejected, undated = DateRule("rule", moc, 2024).answer_scenarios(items)
+    assert rag.read == {"q-new": ["u"], "q-old-rejected": [], "q-undated-rejected": ["c"]}
+    assert gen.calls == ["lora"]  # one closed-book pass, for the three without a newer source
+    assert gen.questions == ["q-old-kept", "q-old-rejected", "q-undated-rejected"]
+    assert (new.text, new.trace.route) == ("context says q-new", "context")
+    assert [r.chunk.chunk_id for r in new.trace.reranked] == ["d", "u"]  # the trace shows what the rule saw
+    assert "1 source(s) dated after 2024" in new.trace.notes[0]
+    assert (kept.text, kept.trace.route, kept.trace.memory_answer) == ("5", "fallback", "5")
+    assert "1 source(s) dated by 2024 dropped" in kept.trace.notes[1]
+    assert rejected.trace.route == "context" and "rejected" in rejected.trace.notes[0]
+    assert undated.trace.route == "context" and "0 source(s) dated by 2024 dropped" in undated.trace.notes[1]
+
+
+def test_date_rule_needs_a_snapshot():
+    raw = load_config(Path(__file__).resolve().parent.parent / "configs/run/ci-tiny.yaml", RunConfig).model_dump()
+    raw["systems"] = [*raw["systems"], {"name": "rule", "kind": "date_rule", "context": "presented"}]
+    with pytest.raises(ValueError, match="systems.rule: date_rule reads each source's date against data.snapshot"):
+        RunConfig.model_validate({**raw, "data": {**raw["data"], "snapshot": None}})
+    cfg = RunConfig.model_validate({**raw, "data": {**raw["data"], "snapshot": 2024}})
+    assert cfg.systems[-1].uses_adapter  # the rule keeps the LoRA's memory: a knowledge-sharing baseline
 
 
 def test_adapter_goes_only_with_the_kinds_that_take_it():

@@ -10,7 +10,7 @@ import pytest
 
 from lorarag.core.config import load_config
 from lorarag.core.errors import ConfigError
-from lorarag.study.config import RunConfig
+from lorarag.study.config import RunConfig, SystemConfig
 
 REPO = Path(__file__).resolve().parent.parent
 TOWNS = ["Elmira", "Dunmore", "Kelso", "Arden", "Brill", "Corfe", "Dover", "Eske", "Flint", "Garth", "Holt", "Ivel"]
@@ -66,8 +66,9 @@ def _in_tmp(tmp: Path) -> RunConfig:
                       update_fraction=0.5, snapshot=2024)
     eval_ = cfg.eval.model_copy(update={"scenarios": ["consistent", "factual_error", "outdated", "irrelevant",
                                                       "unanswerable", "update"]})
+    rule = SystemConfig(name="date_rule", kind="date_rule", context="presented", max_new_tokens=8)
     return cfg.model_copy(update={"runs_dir": str(tmp / "runs"), "train": train, "rag": rag, "data": data,
-                                  "eval": eval_})
+                                  "eval": eval_, "systems": [*cfg.systems, rule]})
 
 
 def test_a_run_config_names_either_the_demo_world_or_a_kb(tmp_path):
@@ -165,6 +166,13 @@ def test_reduced_kb_run_end_to_end(tmp_path):
     assert all(int(p.date) > 2024 for s in test if s.scenario == "update" for p in s.presented if p.date)
     assert {p.date for s in test if s.scenario == "outdated" for p in s.presented if p.replaces} - {None}
     assert any("(dated " in m["content"] for r in read_sft(cfg.train.dataset) for m in r["messages"])
+    # the date rule reads an update's newer source, drops an outdated test's older one
+    rule = [json.loads(x) for x in (root / "eval/date_rule/results.jsonl").read_text().splitlines()]
+    for r in rule:
+        if r["scenario"] == "update":
+            assert r["route"] == "context" and "dated after 2024" in " ".join(r["notes"])
+        if r["scenario"] == "outdated":
+            assert "1 source(s) dated by 2024 dropped" in " ".join(r["notes"])
     assert (root / "report/headline.md").read_text() == table
     assert json.loads((root / "report/base-vs-lora/metrics.json").read_text())["comparison"]["b"] == "lora_rag"
     # a second run reuses the adapter and the finished evaluation
