@@ -286,6 +286,6 @@ SYSTEMS: dict[str, Callable[[SystemConfig, Parts], ScenarioSystem]] = {
     "closed_book": lambda cfg, p: ClosedBook(cfg.name, p.generator, cfg.adapter, cfg.max_new_tokens),
     "astute_rag": lambda cfg, p: AstuteRAG(cfg.name, p.generator, p.contexts, cfg.context, cfg.max_new_tokens,
                                            cfg.adapter),
-    "memory_or_context": lambda cfg, p: _memory_or_context(cfg, p),
+    "memory_or_context": _memory_or_context,
     "date_rule": _date_rule,
 }
