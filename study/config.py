@@ -19,7 +19,9 @@ from lorarag.scenarios.records import SCENARIO_TYPES, KnowledgeName, ScenarioNam
 from lorarag.train.config import TrainConfig
 
 
-ADAPTER_KINDS = ("closed_book", "astute_rag", "prompted_detection")  # kinds that take `adapter:`
+ADAPTER_KINDS = ("closed_book", "astute_rag", "prompted_detection", "memory_or_context",
+                 "date_rule")  # kinds that take `adapter:`
+RAG_SFT = "rag_sft"  # the RAG-SFT adapter's name in the generator (study/training.py trains it)
 
 
 class SystemConfig(Strict):
@@ -35,7 +37,10 @@ class SystemConfig(Strict):
         "`retrieved`: the clean KB retrieved, then poisoned into the scenario's world; `presented`: the "
         "scenario's own chunks"))
     adapter: str | None = Field(None, description=(
-        "closed_book / astute_rag / prompted_detection: null = the base model, \"lora\" = the trained adapter"))
+        "closed_book / astute_rag / prompted_detection: null = the base model, \"lora\" = the trained adapter; "
+        "memory_or_context / date_rule: who reads the sources where the memory is not used (null = the base model, "
+        "\"lora\" = the trained adapter, \"rag_sft\" = the RAG-SFT adapter, which the run then trains); their "
+        "memory is always fallback.detector's adapter"))
     max_new_tokens: int = Field(24, description=(
         "tokens of the base_rag / closed_book / astute_rag / memory_or_context / oracle answers"))
 
@@ -43,13 +48,18 @@ class SystemConfig(Strict):
     def _adapter_kind(self) -> "SystemConfig":
         if self.adapter is not None and self.kind not in ADAPTER_KINDS:
             raise ValueError(f"system {self.name!r}: adapter: means nothing for kind {self.kind!r} (it goes with "
-                             f"{', '.join(ADAPTER_KINDS)}; lora_rag and memory_or_context use fallback.detector's)")
+                             f"{', '.join(ADAPTER_KINDS)}; lora_rag uses fallback.detector's)")
         return self
 
     @property
     def uses_adapter(self) -> bool:
         """Whether its answers depend on a trained adapter (and so on the training seed)."""
         return self.kind in ("lora_rag", "memory_or_context", "rag_sft", "date_rule") or self.adapter is not None
+
+    @property
+    def uses_rag_sft(self) -> bool:
+        """Whether it needs the RAG-SFT adapter (as its model, or as the reader of its sources)."""
+        return self.kind == "rag_sft" or self.adapter == RAG_SFT
 
 
 class CalibrationConfig(Strict):
@@ -136,8 +146,8 @@ class RunConfig(Strict):
         adapter = self.fallback.detector.adapter
         if adapter is not None and adapter in self.rag.generator.adapters:
             raise ValueError(f"rag.generator.adapters.{adapter}: set by the run (the trained adapter)")
-        if any(s.kind == "rag_sft" for s in self.systems) and "rag_sft" in (adapter, *self.rag.generator.adapters):
-            raise ValueError("adapter name rag_sft: set by the run for its rag_sft system (the RAG-SFT adapter)")
+        if any(s.uses_rag_sft for s in self.systems) and RAG_SFT in (adapter, *self.rag.generator.adapters):
+            raise ValueError("adapter name rag_sft: set by the run for the systems that read with the RAG-SFT adapter")
         return self
 
     def _check_kb(self) -> None:

@@ -40,18 +40,20 @@ from lorarag.study.training import find_adapter, find_rag_sft, rag_sft_config
 
 def _components(cfg: EvalConfig) -> tuple[RunConfig, SystemConfig, Path | None, Path | None]:
     """The run config named by `components`, the system's own config, the trained adapter and,
-    for a `rag_sft` system, the RAG-SFT adapter (else None)."""
+    for a system that answers or reads with it, the RAG-SFT adapter (else None)."""
     if cfg.components is None:
         raise ConfigError("eval config: `components:` must name a run config (configs/run/*.yaml) "
                           f"to build the {cfg.system['kind']} system from")
     run_cfg = load_config(cfg.components, RunConfig)
     sc = validate_data(cfg.system, SystemConfig, "eval config: system")
     adapter = find_adapter(run_cfg)
-    rag_sft = find_rag_sft(run_cfg) if sc.kind == "rag_sft" else None
-    own, trained_by = (rag_sft, rag_sft_config(run_cfg)) if sc.kind == "rag_sft" else (adapter, run_cfg)
-    if sc.uses_adapter and own is None:
-        raise ConfigError(f"system {sc.name!r} needs the trained adapter of run "
-                          f"'{trained_by.train.run_name}': run `lorarag run {cfg.components}` first")
+    rag_sft = find_rag_sft(run_cfg) if sc.uses_rag_sft else None
+    own = [(adapter, run_cfg)] if sc.kind != "rag_sft" else []
+    own += [(rag_sft, rag_sft_config(run_cfg))] if sc.uses_rag_sft else []
+    for found, trained_by in own:
+        if sc.uses_adapter and found is None:
+            raise ConfigError(f"system {sc.name!r} needs the trained adapter of run "
+                              f"'{trained_by.train.run_name}': run `lorarag run {cfg.components}` first")
     return run_cfg, sc, adapter, rag_sft
 
 
@@ -98,7 +100,7 @@ def eval_stamp(cfg: EvalConfig, scenarios: Sequence[Scenario]) -> dict:
     prefix), the scenario file's content and the closed-book run."""
     run_cfg, sc, adapter, rag_sft = _components(cfg)
     stamp = system_stamp(run_cfg, sc, list(scenarios), rag_sft if sc.kind == "rag_sft" else adapter,
-                         _threshold(run_cfg, adapter, cfg.components))
+                         _threshold(run_cfg, adapter, cfg.components), rag_sft)
     stamp["scenarios_sha256"] = hash_paths([cfg.scenarios]).get(str(Path(cfg.scenarios)))
     stamp["closed_book_run"] = cfg.closed_book_run
     return stamp

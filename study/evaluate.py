@@ -26,11 +26,12 @@ log = logging.getLogger(__name__)
 
 
 def system_stamp(cfg: RunConfig, sc: SystemConfig, test: list[Scenario], adapter: Path | None,
-                 gate: float | None) -> dict:
+                 gate: float | None, rag_sft: Path | None = None) -> dict:
     """What a system's results depend on: a results folder with another stamp is redone. The
     adapter (the system's own: the RAG-SFT adapter for `rag_sft`) is named by its content
     (`adapter_sha256`), so one retrained at the same path redoes its systems instead of resuming
-    the old adapter's results."""
+    the old adapter's results. A system that reads its sources with the RAG-SFT adapter
+    (`adapter: rag_sft`) is stamped with that adapter's content too (`rag_sft`)."""
     stamp = {"system": sc.model_dump(), "generator": cfg.rag.generator.model_dump(),
              "retrieval": cfg.rag.retrieval.model_dump(),
              "items": hashlib.sha256("\n".join(s.qid for s in test).encode()).hexdigest()[:16]}
@@ -38,6 +39,8 @@ def system_stamp(cfg: RunConfig, sc: SystemConfig, test: list[Scenario], adapter
         stamp["numerics"] = cfg.numerics.model_dump()
     if sc.uses_adapter:
         stamp["adapter"] = adapter_sha256(adapter) if adapter is not None else None
+    if sc.uses_rag_sft and sc.kind != "rag_sft":  # the memory is `adapter`'s, the reader the RAG-SFT one
+        stamp["rag_sft"] = adapter_sha256(rag_sft) if rag_sft is not None else None
     if sc.kind in ("lora_rag", "memory_or_context", "date_rule"):  # they route on the gate's threshold
         stamp["gate"] = gate
     if sc.kind == "date_rule":  # sources are read or dropped by their year against it
@@ -59,7 +62,8 @@ def evaluate(cfg: RunConfig, parts: Parts, test: list[Scenario], paths: Paths, a
     lora = cfg.fallback.detector.adapter
     for sc in sorted(systems or cfg.systems, key=lambda s: s.kind != "closed_book"):
         folder = paths.eval / sc.name
-        stamp = system_stamp(cfg, sc, test, parts.rag_sft if sc.kind == "rag_sft" else adapter, parts.gate_threshold)
+        stamp = system_stamp(cfg, sc, test, parts.rag_sft if sc.kind == "rag_sft" else adapter, parts.gate_threshold,
+                             parts.rag_sft)
         model = sc.adapter if sc.kind == "closed_book" else (lora if sc.kind == "lora_rag" else None)
         # A changed stamp (model, adapter, gate or items) means this system is evaluated afresh.
         results = run_eval(build_system(sc, parts), test, folder, closed_book=closed.get(model), config=cfg,

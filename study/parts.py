@@ -17,14 +17,13 @@ from lorarag.rag.records import Chunk
 from lorarag.rag.rerank import Reranker, build_reranker
 from lorarag.rag.retrieve import Retriever
 from lorarag.rag.system import RAGSystem
-from lorarag.study.config import RunConfig
+from lorarag.study.config import RAG_SFT, RunConfig
 from lorarag.study.contexts import ScenarioContexts
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
 
 
-RAG_SFT = "rag_sft"  # the RAG-SFT adapter's name in the generator (study/training.py trains it)
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,7 @@
     2 index      index the KB's chunks (the clean knowledge base)                  study/prepare.py
     3 scenarios  test scenarios (known + never-learned facts), dev, SFT rows       study/kb.py
     4 train      train the LoRA, or reuse the adapter of an earlier run            study/training.py
-                 (and the RAG-SFT adapter when a `rag_sft` system is listed)
+                 (and the RAG-SFT adapter when a system answers or reads with it)
     5 calibrate  tune the self-knowledge gate on the dev split; gate.json          study/calibration.py
     6 evaluate   every system on every scenario x knowledge cell (resumable)       study/evaluate.py
     7 report     comparison report (Markdown + HTML + metrics.json) + headline     study/evaluate.py
@@ -133,7 +133,7 @@ def run(cfg: RunConfig, *, fresh: bool = False, dry_run: bool = False, echo: Ech
     check_test_contexts(cfg, paths, test, src.owners(), {c.chunk_id: c.text for c in src.chunks}, echo)
     p.step("train", f"LoRA run '{cfg.train.run_name}'")
     adapter = train_or_reuse(cfg, fresh, echo)
-    rag_sft = train_rag_sft(cfg, fresh, echo)  # None unless a rag_sft system is listed
+    rag_sft = train_rag_sft(cfg, fresh, echo)  # None unless a system answers or reads with it
     adapter = prefer_or_reuse(cfg, adapter, fresh, echo)  # the SFT adapter when preference is off
     p.step("calibrate", "gate threshold on the dev split")
     parts = build_parts(cfg, retriever, adapter, src.chunks, rag_sft)

@@ -35,7 +35,8 @@ from lorarag.rag.system import RAGSystem
 from lorarag.scenarios.records import Scenario
 from lorarag.study.config import SystemConfig
 from lorarag.study.contexts import ScenarioContexts
-from lorarag.study.parts import RAG_SFT, Parts
+from lorarag.study.config import RAG_SFT
+from lorarag.study.parts import Parts
 
 
 class ScenarioSystem(Protocol):
@@ -146,15 +147,18 @@ class ClosedBook:
 
 class MemoryOrContext:
     """The simple rule beside LoRA-RAG: the LoRA's greedy closed-book answer where the gate keeps
-    it (a memory, its mean NLL at or under the calibrated threshold), else base RAG's answer from
-    the context. It knows what the LoRA knows but never compares the source with its memory, so
-    LoRA-RAG beats it only where reading the source against memory pays: a newer source over an
-    older memory, or a memory the gate keeps wrongly."""
+    it (a memory, its mean NLL at or under the calibrated threshold), else the plain RAG prompt's
+    answer from the context, read by `reader` (None: the base model; or an adapter's name: the
+    LoRA itself, or the RAG-SFT adapter). It knows what the LoRA knows but never compares the
+    source with its memory, so LoRA-RAG beats it only where reading the source against memory
+    pays: a newer source over an older memory, or a memory the gate keeps wrongly."""
 
     def __init__(self, name: str, rag: RAGSystem, generator: Generator, adapter: str | None,
-                 threshold: float | None, ctx: ScenarioContexts, mode: str, max_new_tokens: int) -> None:
+                 threshold: float | None, ctx: ScenarioContexts, mode: str, max_new_tokens: int,
+                 reader: str | None = None) -> None:
         self.name, self.rag, self.generator, self.adapter = name, rag, generator, adapter
         self.threshold, self.ctx, self.mode, self.max_new = threshold, ctx, mode, max_new_tokens
+        self.reader = reader
 
     def answer_scenarios(self, items: list[Scenario]) -> list[Answer]:
         """One closed-book pass for all (a memo hit after closed_book_lora), one RAG pass for the rest."""
@@ -163,13 +167,13 @@ class MemoryOrContext:
 
     def route(self, questions: list[str], shown: list[Context], read: list[list[Retrieved]],
               notes: list[tuple[str, ...]] | None = None) -> list[Answer]:
-        """Memory where the gate keeps it, else base RAG over `read` (a subset of each `shown`
+        """Memory where the gate keeps it, else the reader over `read` (a subset of each `shown`
         context; none left: abstain). Traces record `shown`, with `notes` per question."""
         cb = closed_book(self.generator, self.adapter, questions)
         keep = [not is_unknown(c.answer) and (self.threshold is None or not gate_fires(c.nll, self.threshold))
                 for c in cb]
         rest = [i for i, k in enumerate(keep) if not k]
-        answered = self.rag.answer_with_context([questions[i] for i in rest], [read[i] for i in rest],
+        answered = self.rag.answer_with_context([questions[i] for i in rest], [read[i] for i in rest], self.reader,
                                                 candidates=[list(shown[i][0] or shown[i][1]) for i in rest],
                                                 max_new_tokens=self.max_new)
         from_context = dict(zip(rest, answered))
@@ -202,14 +206,15 @@ class DateRule:
     """The rule a dated knowledge base invites, beside LoRA-RAG: no verdict, only each source's
     date against `snapshot`, the year the LoRA's knowledge is current to (`data.snapshot`).
 
-    - A source dated after the snapshot supersedes the memory: base RAG answers from the newer
-      sources alone.
+    - A source dated after the snapshot supersedes the memory: the plain RAG prompt answers from
+      the newer sources alone, read by memory_or_context's reader (the base model, the LoRA or
+      the RAG-SFT adapter).
     - A source dated at or before it is superseded by the memory and dropped; memory_or_context
-      then answers over the undated rest (the memory where the gate keeps it, else base RAG over
+      then answers over the undated rest (the memory where the gate keeps it, else the reader over
       the undated sources, none left: abstain).
     It reads the same dates LoRA-RAG's prompt shows, so LoRA-RAG beats it only where the text must be
     read: a factual error in an undated source, a never-learned fact's right source, a memory the
-    gate rejects."""
+    gate rejects. With the LoRA as its reader, what is left of the gap is the verdict's own."""
 
     def __init__(self, name: str, moc: MemoryOrContext, snapshot: int) -> None:
         self.name, self.moc, self.snapshot = name, moc, snapshot
@@ -223,6 +228,7 @@ class DateRule:
         read = [i for i, n in enumerate(newer) if n]
         rest = [i for i, n in enumerate(newer) if not n]
         answered = self.moc.rag.answer_with_context([questions[i] for i in read], [newer[i] for i in read],
+                                                    self.moc.reader,
                                                     candidates=[list(ctxs[i][0] or ctxs[i][1]) for i in read],
                                                     max_new_tokens=self.moc.max_new)
         out: dict[int, Answer] = {}
@@ -266,9 +272,12 @@ def _rag_sft(cfg: SystemConfig, parts: Parts) -> BaseRAG:
 
 
 def _memory_or_context(cfg: SystemConfig, parts: Parts) -> MemoryOrContext:
+    if cfg.adapter == RAG_SFT and parts.rag_sft is None:
+        raise ConfigError(f"system {cfg.name!r} reads with the RAG-SFT adapter: `lorarag run` trains it when the "
+                          "config lists the system")
     return MemoryOrContext(cfg.name, parts.rag, parts.generator, parts.fallback.detector.adapter,
                            parts.gate_threshold if parts.fallback.gate.enabled else None, parts.contexts,
-                           cfg.context, cfg.max_new_tokens)
+                           cfg.context, cfg.max_new_tokens, reader=cfg.adapter)
 
 
 def _date_rule(cfg: SystemConfig, parts: Parts) -> DateRule:

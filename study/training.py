@@ -66,8 +66,8 @@ def find_adapter(cfg: RunConfig) -> Path | None:
 
 
 def needs_rag_sft(cfg: RunConfig) -> bool:
-    """Whether the run lists a system of kind `rag_sft` (and so trains the RAG-SFT adapter)."""
-    return any(s.kind == "rag_sft" for s in cfg.systems)
+    """Whether a listed system answers or reads with the RAG-SFT adapter (so the run trains it)."""
+    return any(s.uses_rag_sft for s in cfg.systems)
 
 
 def _beside(dataset: str) -> str:

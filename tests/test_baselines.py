@@ -44,10 +44,11 @@ class ContextReader:
     """Stands in for the base RAG system: answers every question 'from the context'."""
 
     def __init__(self):
-        self.asked, self.read = [], {}
+        self.asked, self.read, self.readers = [], {}, []
 
-    def answer_with_context(self, questions, contexts, *, candidates=None, max_new_tokens=None):
+    def answer_with_context(self, questions, contexts, adapter=None, *, candidates=None, max_new_tokens=None):
         self.asked += list(questions)
+        self.readers.append(adapter)
         self.read.update({q: [r.chunk.chunk_id for r in c] for q, c in zip(questions, contexts)})
         return [Answer(question=q, text=f"context says {q}", trace=Trace(question=q)) for q in questions]
 
@@ -112,6 +113,50 @@ def test_date_rule_reads_newer_sources_drops_older_ones_and_routes_the_rest_on_t
     assert "1 source(s) dated by 2024 dropped" in kept.trace.notes[1]
     assert rejected.trace.route == "context" and "rejected" in rejected.trace.notes[0]
     assert undated.trace.route == "context" and "0 source(s) dated by 2024 dropped" in undated.trace.notes[1]
+    assert rag.readers == [None, None]  # the newer sources, then the rest: the base model reads both
+
+
+def test_a_rule_with_an_adapter_reads_its_sources_with_it_and_keeps_the_loras_memory():
+    """`adapter: rag_sft` on date_rule: both RAG passes (the newer source; the undated rest where
+    the memory was rejected) go to the RAG-SFT adapter; the closed-book memory stays the LoRA's."""
+    closed = {"q-new": ("5", (-0.01,)), "q-undated-rejected": ("5", (-2.0,))}
+    gen, rag = ClosedBookScript(closed), ContextReader()
+    moc = MemoryOrContext("rule", rag, gen, "lora", 0.5, ScenarioContexts(None, None, RetrievalConfig(), {}),
+                          "presented", 16, reader="rag_sft")
+    DateRule("rule", moc, 2024).answer_scenarios([_dated("q-new", ("u", "2026")),
+                                                  _dated("q-undated-rejected", ("c", None))])
+    assert gen.calls == ["lora"] and rag.readers == ["rag_sft", "rag_sft"]
+    assert rag.read == {"q-new": ["u"], "q-undated-rejected": ["c"]}
+
+
+def test_a_reader_adapter_trains_and_stamps_the_rag_sft_adapter(tmp_path):
+    """A system reading with `rag_sft` makes the run train the RAG-SFT adapter, reserves its
+    name, and is stamped with both adapters' content (a retrained reader redoes it)."""
+    import hashlib
+
+    from lorarag.study.evaluate import system_stamp
+    from lorarag.study.training import needs_rag_sft
+
+    raw = load_config(Path(__file__).resolve().parent.parent / "configs/run/ci-tiny.yaml", RunConfig).model_dump()
+    only = [{"name": "lora_rag", "kind": "lora_rag"},
+            {"name": "moc_rag_sft", "kind": "memory_or_context", "adapter": "rag_sft"}]
+    cfg = RunConfig.model_validate({**raw, "systems": only})
+    assert needs_rag_sft(cfg) and cfg.systems[1].uses_rag_sft and not cfg.systems[0].uses_rag_sft
+    assert not needs_rag_sft(RunConfig.model_validate({**raw, "systems": only[:1]}))
+    with pytest.raises(ValueError, match="adapter name rag_sft: set by the run"):
+        RunConfig.model_validate({**raw, "systems": only,
+                                  "rag": {**raw["rag"], "generator": {**raw["rag"]["generator"],
+                                                                      "adapters": {"rag_sft": "x"}}}})
+    lora, reader = tmp_path / "lora", tmp_path / "reader"
+    for d, w in ((lora, b"l"), (reader, b"r")):
+        d.mkdir()
+        (d / "adapter_config.json").write_bytes(b"{}")
+        (d / "adapter_model.safetensors").write_bytes(w)
+    stamp = system_stamp(cfg, cfg.systems[1], [], lora, 0.5, reader)
+    sha = hashlib.sha256(("adapter_config.json:" + hashlib.sha256(b"{}").hexdigest() + "\n"
+                          "adapter_model.safetensors:" + hashlib.sha256(b"r").hexdigest() + "\n").encode())
+    assert stamp["rag_sft"] == sha.hexdigest() and stamp["adapter"] != stamp["rag_sft"]
+    assert "rag_sft" not in system_stamp(cfg, cfg.systems[0], [], lora, 0.5, reader)
 
 
 def test_date_rule_needs_a_snapshot():
@@ -126,6 +171,7 @@ def test_date_rule_needs_a_snapshot():
 def test_adapter_goes_only_with_the_kinds_that_take_it():
     assert SystemConfig(name="a", kind="astute_rag", adapter="lora").uses_adapter
     assert SystemConfig(name="m", kind="memory_or_context").uses_adapter
+    assert SystemConfig(name="r", kind="date_rule", adapter="lora").adapter == "lora"  # the LoRA as its reader
     assert not SystemConfig(name="p", kind="prompted_detection").uses_adapter
     with pytest.raises(ValueError, match="adapter: means nothing for kind 'base_rag'"):
         SystemConfig(name="b", kind="base_rag", adapter="lora")

@@ -67,8 +67,11 @@ def _in_tmp(tmp: Path) -> RunConfig:
     eval_ = cfg.eval.model_copy(update={"scenarios": ["consistent", "factual_error", "outdated", "irrelevant",
                                                       "unanswerable", "update"]})
     rule = SystemConfig(name="date_rule", kind="date_rule", context="presented", max_new_tokens=8)
+    # the same rule with the RAG-SFT adapter reading the sources (the LoRA's memory kept)
+    rule_sft = SystemConfig(name="date_rule_rag_sft", kind="date_rule", context="presented", max_new_tokens=8,
+                            adapter="rag_sft")
     return cfg.model_copy(update={"runs_dir": str(tmp / "runs"), "train": train, "rag": rag, "data": data,
-                                  "eval": eval_, "systems": [*cfg.systems, rule]})
+                                  "eval": eval_, "systems": [*cfg.systems, rule, rule_sft]})
 
 
 def test_a_run_config_names_either_the_demo_world_or_a_kb(tmp_path):
@@ -109,10 +112,12 @@ def test_reduced_kb_run_end_to_end(tmp_path):
     import torch
 
     torch.set_num_threads(1)
+    from lorarag.fallback.gate import adapter_sha256
     from lorarag.rag.records import Chunk, read_jsonl
     from lorarag.scenarios.kb_records import QAItem
     from lorarag.scenarios.records import load_scenarios
     from lorarag.study.pipeline import run
+    from lorarag.study.training import find_rag_sft
     from lorarag.train.sft import read_sft
     from lorarag.train.sft import leak_check
 
@@ -173,6 +178,11 @@ def test_reduced_kb_run_end_to_end(tmp_path):
             assert r["route"] == "context" and "dated after 2024" in " ".join(r["notes"])
         if r["scenario"] == "outdated":
             assert "1 source(s) dated by 2024 dropped" in " ".join(r["notes"])
+    # read by the RAG-SFT adapter: the same routes, stamped with both adapters' content
+    rule_sft = [json.loads(x) for x in (root / "eval/date_rule_rag_sft/results.jsonl").read_text().splitlines()]
+    assert [(r["qid"], r["route"]) for r in rule_sft] == [(r["qid"], r["route"]) for r in rule]
+    stamp = json.loads((root / "eval/date_rule_rag_sft/stamp.json").read_text())
+    assert stamp["rag_sft"] == adapter_sha256(find_rag_sft(cfg)) != stamp["adapter"]
     assert (root / "report/headline.md").read_text() == table
     assert json.loads((root / "report/base-vs-lora/metrics.json").read_text())["comparison"]["b"] == "lora_rag"
     # a second run reuses the adapter and the finished evaluation
