@@ -65,7 +65,7 @@ def baseline_table(cfg: Any, results: Mapping[str, Sequence[ItemResult]], ctx: s
     """Markdown lines: each system per cell, the oracle router, the best system, LoRA-RAG minus the
     best knowledge-sharing baseline [paired 95 % CI] and the share of the router's gain captured."""
     others = comparable(cfg, results, ctx, lora)
-    sharing = [s.name for s in others if s.uses_adapter]
+    sharing = [s.name for s in others if s.uses_adapter and s.kind != "lora_rag"]  # a policy variant is LoRA-RAG
     cb_lora = next((s.name for s in others if s.kind == "closed_book" and s.adapter is not None), None)
     names = [s.name for s in others]
     head = ["scenario", "knowledge", "n", lora, *names, "oracle router", "best (deployable)",
@@ -112,4 +112,41 @@ def baseline_table(cfg: Any, results: Mapping[str, Sequence[ItemResult]], ctx: s
             cell = label(k, [mine[q] for q in qids]) if label else k
             lines.append("| " + " | ".join([s, cell, str(len(qids)), _n(float(own.mean())), *(_n(sc[n]) for n in names),
                                             _n(router), best, diff, captured]) + " |")
+    return lines + [""]
+
+
+def variant_table(cfg: Any, results: Mapping[str, Sequence[ItemResult]], ctx: str, lora: str, score: Score,
+                  label: Label | None = None) -> list[str]:
+    """Markdown lines: each policy variant of `lora` (a lora_rag system with its own `policy`, on the
+    same verdicts: eval/reroute.py) minus LoRA-RAG per cell [paired 95 % CI over clusters], and how
+    many items it routes differently. [] when the run lists none."""
+    variants = [s for s in cfg.systems if s.kind == "lora_rag" and s.is_variant and s.context == ctx
+                and s.name in results]
+    if not variants:
+        return []
+    lines = [f"### Routing ablations of {lora} ({ctx} context)", "",
+             "The same verdicts, doubt and gate, routed by another policy. " + "; ".join(
+                 f"{v.name}: " + ", ".join(f"{k}={val}" for k, val in v.policy.model_dump().items()
+                                            if val != cfg.fallback.policy.model_dump()[k])
+                 for v in variants) + ".", "",
+             "| scenario | knowledge | n | " + lora + " | " + " | ".join(
+                 f"{v.name} | {v.name} − {lora} [95% CI] | routed otherwise" for v in variants) + " |",
+             "|" + "---|" * (4 + 3 * len(variants))]
+    for s in SCENARIO_TYPES:
+        for k in ("known", "unknown"):
+            mine = _cell(results[lora], s, k)
+            cells = {v.name: _cell(results[v.name], s, k) for v in variants}
+            qids = [q for q in sorted(mine) if all(q in c for c in cells.values())]
+            if not qids:
+                continue
+            own = np.array([score(mine[q]) for q in qids])
+            row = [s, label(k, [mine[q] for q in qids]) if label else k, str(len(qids)), _n(float(own.mean()))]
+            for v in variants:
+                theirs = np.array([score(cells[v.name][q]) for q in qids])
+                d = paired_bootstrap(own, theirs, resamples=cfg.eval.bootstrap, seed=cfg.eval.seed,
+                                     clusters=[mine[q].unit for q in qids])
+                ci = "" if math.isnan(d.lo) else f" [{d.lo:+.2f}, {d.hi:+.2f}]"
+                moved = sum(cells[v.name][q].route != mine[q].route for q in qids)
+                row += [_n(float(theirs.mean())), f"{d.diff:+.2f}{ci}", str(moved)]
+            lines.append("| " + " | ".join(row) + " |")
     return lines + [""]

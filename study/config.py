@@ -12,7 +12,7 @@ from pydantic import Field, model_validator
 
 from lorarag.core.config import Strict
 from lorarag.core.numerics import NumericsConfig
-from lorarag.fallback.config import FallbackConfig
+from lorarag.fallback.config import FallbackConfig, PolicyConfig
 from lorarag.rag.config import RAGConfig
 from lorarag.scenarios.config import DataConfig
 from lorarag.scenarios.records import SCENARIO_TYPES, KnowledgeName, ScenarioName
@@ -43,13 +43,24 @@ class SystemConfig(Strict):
         "memory is always fallback.detector's adapter"))
     max_new_tokens: int = Field(24, description=(
         "tokens of the base_rag / closed_book / astute_rag / memory_or_context / oracle answers"))
+    policy: PolicyConfig | None = Field(None, description=(
+        "lora_rag only: this system's routing policy in place of fallback.policy, an ablation of the route on "
+        "the same verdicts. A run replays it from the first lora_rag system on the same context without its own "
+        "policy (eval/reroute.py: no model call); `lorarag eval` evaluates it through the model"))
 
     @model_validator(mode="after")
     def _adapter_kind(self) -> "SystemConfig":
         if self.adapter is not None and self.kind not in ADAPTER_KINDS:
             raise ValueError(f"system {self.name!r}: adapter: means nothing for kind {self.kind!r} (it goes with "
                              f"{', '.join(ADAPTER_KINDS)}; lora_rag uses fallback.detector's)")
+        if self.policy is not None and self.kind != "lora_rag":
+            raise ValueError(f"system {self.name!r}: policy: routes lora_rag's verdicts; kind {self.kind!r} has none")
         return self
+
+    @property
+    def is_variant(self) -> bool:
+        """A lora_rag system routed by its own policy: an ablation of LoRA-RAG, not LoRA-RAG itself."""
+        return self.policy is not None
 
     @property
     def uses_adapter(self) -> bool:
@@ -127,6 +138,22 @@ class RunConfig(Strict):
         "real conflict sets evaluated beside the demo world by every system"))
     numerics: NumericsConfig = Field(NumericsConfig(), description=(
         "CPU kernel paths and threads (lorarag/core/numerics.py)"))
+
+    @model_validator(mode="before")
+    @classmethod
+    def _variant_policies(cls, data: object) -> object:
+        """A system's `policy:` states its delta over fallback.policy (a variant differs from LoRA-RAG
+        in what it names, nothing else); it is written out whole here, so a dumped config reloads the same."""
+        if not isinstance(data, dict) or not isinstance(data.get("systems"), list):
+            return data
+        fb = data.get("fallback")
+        run_policy = (fb.get("policy") or {}) if isinstance(fb, dict) else (fb.policy.model_dump() if fb else {})
+        if not isinstance(run_policy, dict):
+            run_policy = run_policy.model_dump()
+        base = PolicyConfig.model_validate(run_policy).model_dump()
+        systems = [{**s, "policy": {**base, **s["policy"]}} if isinstance(s, dict) and isinstance(s.get("policy"), dict)
+                   else s for s in data["systems"]]
+        return {**data, "systems": systems}
 
     @model_validator(mode="after")
     def _check(self) -> "RunConfig":

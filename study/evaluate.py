@@ -9,7 +9,8 @@ from pathlib import Path
 from lorarag.eval.explorer import EXPLORER_FILE
 from lorarag.eval.records import closed_book_map, load_results
 from lorarag.eval.report import write_report
-from lorarag.eval.runner import run_eval
+from lorarag.eval.reroute import reroute
+from lorarag.eval.runner import run_eval, write_results
 from lorarag.fallback.gate import GATE_FILE, adapter_sha256
 from lorarag.scenarios.records import Scenario
 from lorarag.study.config import RunConfig, SystemConfig
@@ -32,7 +33,8 @@ def system_stamp(cfg: RunConfig, sc: SystemConfig, test: list[Scenario], adapter
     (`adapter_sha256`), so one retrained at the same path redoes its systems instead of resuming
     the old adapter's results. A system that reads its sources with the RAG-SFT adapter
     (`adapter: rag_sft`) is stamped with that adapter's content too (`rag_sft`)."""
-    stamp = {"system": sc.model_dump(), "generator": cfg.rag.generator.model_dump(),
+    stamp = {"system": sc.model_dump(exclude={"policy"} if sc.policy is None else None),
+             "generator": cfg.rag.generator.model_dump(),
              "retrieval": cfg.rag.retrieval.model_dump(),
              "items": hashlib.sha256("\n".join(s.qid for s in test).encode()).hexdigest()[:16]}
     if cfg.numerics.cpu_isa or cfg.numerics.threads:  # pinned kernels give other bits than the machine's own
@@ -46,8 +48,18 @@ def system_stamp(cfg: RunConfig, sc: SystemConfig, test: list[Scenario], adapter
     if sc.kind == "date_rule":  # sources are read or dropped by their year against it
         stamp["snapshot"] = cfg.data.snapshot
     if sc.kind in ("lora_rag", "prompted_detection"):  # prompted detection runs without a gate
-        stamp["fallback"] = cfg.fallback.model_dump(exclude={"gate"} if sc.kind == "prompted_detection" else None)
+        fb = cfg.fallback if sc.policy is None else cfg.fallback.model_copy(update={"policy": sc.policy})
+        stamp["fallback"] = fb.model_dump(exclude={"gate"} if sc.kind == "prompted_detection" else None)
     return stamp
+
+
+def replay_source(sc: SystemConfig, done: dict[str, Path], systems: list[SystemConfig]) -> SystemConfig | None:
+    """The evaluated lora_rag system a policy variant is replayed from: the first on the same
+    context routed by fallback.policy (None: `sc` is no variant, or has none to replay)."""
+    if not sc.is_variant:
+        return None
+    return next((s for s in systems if s.kind == "lora_rag" and not s.is_variant and s.context == sc.context
+                 and s.name in done), None)
 
 
 def evaluate(cfg: RunConfig, parts: Parts, test: list[Scenario], paths: Paths, adapter: Path | None,
@@ -60,11 +72,20 @@ def evaluate(cfg: RunConfig, parts: Parts, test: list[Scenario], paths: Paths, a
     closed: dict[str | None, dict[str, str]] = {}
     out: dict[str, Path] = {}
     lora = cfg.fallback.detector.adapter
-    for sc in sorted(systems or cfg.systems, key=lambda s: s.kind != "closed_book"):
+    # closed-book systems first (their answers feed the others' bias metrics), policy variants last
+    ordered = sorted(systems or cfg.systems, key=lambda s: (s.kind != "closed_book", s.is_variant))
+    for sc in ordered:
         folder = paths.eval / sc.name
         stamp = system_stamp(cfg, sc, test, parts.rag_sft if sc.kind == "rag_sft" else adapter, parts.gate_threshold,
                              parts.rag_sft)
         model = sc.adapter if sc.kind == "closed_book" else (lora if sc.kind == "lora_rag" else None)
+        source = replay_source(sc, out, ordered)
+        if source is not None and sc.policy is not None:  # the same verdicts, routed by another policy
+            stamp["replayed_from"] = source.name
+            by_qid = {r.qid: r for r in load_results(out[source.name])}
+            write_results(reroute([by_qid[s.qid] for s in test], sc.policy, sc.name), folder, stamp=stamp, config=cfg)
+            out[sc.name] = folder
+            continue
         # A changed stamp (model, adapter, gate or items) means this system is evaluated afresh.
         results = run_eval(build_system(sc, parts), test, folder, closed_book=closed.get(model), config=cfg,
                            batch_size=32, stamp=stamp, on_change="restart")

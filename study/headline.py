@@ -35,7 +35,7 @@ from lorarag.eval.shortcut import SHORTCUT_AUROC
 from lorarag.eval.stats import (cluster_permutation_test, cluster_rate, mcnemar_exact, noninferior, paired_bootstrap,
                                 wilson_ci)
 from lorarag.scenarios.records import SCENARIO_TYPES
-from lorarag.study.baselines import Label, baseline_table
+from lorarag.study.baselines import Label, baseline_table, variant_table
 from lorarag.study.targets import targets
 
 Score = Callable[[ItemResult], float]
@@ -93,7 +93,8 @@ def metric_name(metric: str, scenario: str) -> str:
 def system_pairs(cfg: Any, results: Mapping[str, Sequence[ItemResult]]) -> list[tuple[str, str, str]]:
     """(context, base RAG system, LoRA-RAG system) for each context mode both kinds were run in."""
     def first(kind: str, ctx: str) -> str | None:
-        return next((s.name for s in cfg.systems if s.kind == kind and s.context == ctx and s.name in results), None)
+        return next((s.name for s in cfg.systems if s.kind == kind and s.context == ctx and s.name in results
+                     and not s.is_variant), None)
 
     out = []
     for ctx in ("presented", "retrieved"):
@@ -353,6 +354,7 @@ def headline_markdown(cfg: Any, results: Mapping[str, Sequence[ItemResult]], sum
         lines += detection_table(results[pairs[0][2]], label)
     for ctx, b, lo in pairs:
         lines += baseline_table(cfg, results, ctx, b, lo, score, label)
+        lines += variant_table(cfg, results, ctx, lo, score, label)
     for sc in cfg.systems:
         if sc.context == "retrieved" and sc.kind in ("base_rag", "lora_rag") and sc.name in results:
             rule = ("contains a gold answer" if metric == "contains" else

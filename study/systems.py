@@ -249,8 +249,9 @@ def build_system(cfg: SystemConfig, parts: Parts) -> ScenarioSystem:
 
 
 def _lora_rag(cfg: SystemConfig, parts: Parts) -> LoRARAG:
-    det = Detector(parts.generator, parts.first_tokens, parts.fallback, parts.gate_threshold)
-    return LoRARAG(cfg.name, AdvancedRAGSystem(parts.rag, det, parts.fallback), parts.contexts, cfg.context)
+    fb = parts.fallback if cfg.policy is None else parts.fallback.model_copy(update={"policy": cfg.policy})
+    det = Detector(parts.generator, parts.first_tokens, fb, parts.gate_threshold)
+    return LoRARAG(cfg.name, AdvancedRAGSystem(parts.rag, det, fb), parts.contexts, cfg.context)
 
 
 def _prompted(cfg: SystemConfig, parts: Parts) -> LoRARAG:

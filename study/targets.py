@@ -26,7 +26,7 @@ from lorarag.study.config import RunConfig
 
 def _first(cfg: RunConfig, results: Mapping[str, Sequence[ItemResult]], kind: str) -> tuple[str, list[ItemResult]] | None:
     for s in cfg.systems:
-        if s.kind == kind and s.name in results:
+        if s.kind == kind and s.name in results and not s.is_variant:  # a policy variant is an ablation
             return s.name, list(results[s.name])
     return None
 

@@ -147,11 +147,17 @@ def test_reduced_demo_end_to_end(tmp_path):
     import torch
 
     torch.set_num_threads(1)
-    from lorarag.study.config import ExtraSet
+    from lorarag.fallback.config import PolicyConfig
+    from lorarag.study.config import ExtraSet, SystemConfig
     from lorarag.study.pipeline import run
     from lorarag.train.sft import read_sft
 
-    cfg = _in_tmp(tmp_path).model_copy(update={"extra_sets": [
+    cfg = _in_tmp(tmp_path)
+    # a routing ablation: abstain where the detector doubts (>= 0.3) and the gate rejects the memory,
+    # read the context of an unreadable reply; replayed from lora_rag's verdicts (eval/reroute.py)
+    variant = SystemConfig(name="lora_rag_abstain", kind="lora_rag", policy=PolicyConfig(
+        flag_threshold=0.3, unknown_conflict="abstain", on_invalid="context"))
+    cfg = cfg.model_copy(update={"systems": [*cfg.systems, variant], "extra_sets": [
         ExtraSet(kind="conflictnq", path=str(_conflictnq_folder(tmp_path)), max_per_cell=2)]})
     lines: list[str] = []
     table = run(cfg, echo=lines.append)
@@ -291,6 +297,18 @@ def test_reduced_demo_end_to_end(tmp_path):
     assert sorted(i.qid for i in items) == sorted(json.loads(x)["qid"] for x in test)
     assert all(i.route in ("context", "fallback", "abstain") for i in items)
     assert yaml.safe_load(run_yaml.read_text())["name"] == cfg.name
+    # the run replayed the variant from lora_rag's verdicts; through the model it answers the same
+    from lorarag.eval.records import load_results
+
+    replayed = {r.qid: r for r in load_results(root / "eval/lora_rag_abstain")}
+    assert json.loads((root / "eval/lora_rag_abstain/stamp.json").read_text())["replayed_from"] == "lora_rag"
+    assert any(r.route != o.route for r, o in zip(replayed.values(), load_results(root / "eval/lora_rag")))
+    vcfg = ecfg.model_copy(update={"system": variant.model_dump(), "out_dir": str(tmp_path / "variant")})
+    real = run_eval(build_eval_system(vcfg), load_scenarios(vcfg.scenarios), vcfg.out_dir, batch_size=32)
+    assert [(r.qid, r.verdict, r.route, r.answer, r.abstained) for r in real] == \
+        [(r.qid, replayed[r.qid].verdict, replayed[r.qid].route, replayed[r.qid].answer, replayed[r.qid].abstained)
+         for r in real]
+    assert "### Routing ablations of lora_rag (retrieved context)" in table
     # ... and refuses the saved gate when the config now asks for another rule (no silent reuse)
     stale = yaml.safe_load(run_yaml.read_text())
     stale["fallback"]["gate"]["rule"] = "youden"

@@ -1,0 +1,37 @@
+"""A LoRA-RAG system's results under another routing policy, replayed from its own records.
+
+The route is a pure function of the verdict, the detector's doubt (1 − P(supported)) and whether
+the memory counts as known after the gate (fallback/policy.decide_route), and the answer is the
+route's field of the reply (`route_answer`). An ItemResult of a `lora_rag` system holds all of
+them: `verdict`, `flag_score` (from the saved verdict probabilities), `memory_answer` (set exactly
+when the memory was known), and `context_answer_model` (the reply's source value). So a policy
+ablation, abstaining instead of answering from the sources when the memory is gated out
+(`unknown_conflict`), another `flag_threshold` or `on_invalid`, is read without a model call, on the
+same verdicts, item for item. tests/test_run_e2e.py holds a replay against the same policy
+evaluated through the model.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Sequence
+
+from lorarag.core.errors import RecordError
+from lorarag.eval.records import ItemResult
+from lorarag.fallback.config import PolicyConfig
+from lorarag.fallback.policy import decide_route, route_answer
+
+
+def reroute(items: Sequence[ItemResult], policy: PolicyConfig, system: str) -> list[ItemResult]:
+    """`items` (one lora_rag system's results) routed by `policy`, renamed `system`; every other
+    field (verdict, passes, contexts, latency) is the replayed system's own."""
+    out = []
+    for r in items:
+        if r.route is None or r.verdict is None:
+            raise RecordError(f"{r.system} {r.qid}: no verdict or route to replay (not a lora_rag result)")
+        doubt = r.flag_score if r.flag_score is not None else float("nan")
+        route = decide_route(r.verdict, doubt, r.memory_answer is not None, policy)
+        answer = route_answer(route, r.memory_answer or "", r.context_answer_model or "")
+        out.append(replace(r, system=system, route=route, answer=answer, abstained=route == "abstain",
+                           notes=(*r.notes, f"route replayed from {r.system}: {r.route} -> {route}")))
+    return out

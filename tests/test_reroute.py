@@ -1,0 +1,141 @@
+"""Policy variants of LoRA-RAG: routes replayed from recorded verdicts (eval/reroute.py), their
+config rules, their stamp and their headline table (hand-computed cells). The replay against the
+same policy evaluated through the model is in tests/test_run_e2e.py."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from lorarag.core.errors import RecordError
+from lorarag.eval.reroute import reroute
+from lorarag.eval.runner import load_results, write_results
+from lorarag.fallback.config import FallbackConfig, PolicyConfig
+from lorarag.study.baselines import variant_table
+from lorarag.study.config import SystemConfig
+from tests.eval_fixtures import make_item
+
+
+def _lora(qid: str, verdict: str, doubt: float | None, memory: str | None, source: str | None, route: str,
+          **over) -> object:
+    probs = () if doubt is None else (("supported", 1.0 - doubt), ("conflicting", doubt))
+    answer = {"context": source or "", "fallback": memory or "", "abstain": ""}[route]
+    return make_item(system="lora_rag", qid=qid, fact_id=qid, verdict=verdict, flag_score=doubt,
+                     verdict_probs=probs, route=route, memory_answer=memory, context_answer_model=source,
+                     answer=answer, abstained=route == "abstain", **over)
+
+
+# (qid, verdict, doubt, memory after the gate, source value, route under the default policy)
+ITEMS = [
+    ("doubt-no-memory", "conflicting", 0.9, None, "90 km/h", "context"),  # unknown_conflict: context
+    ("doubt-memory", "outdated", 0.8, "50 km/h", "70 km/h", "fallback"),
+    ("weak-doubt", "conflicting", 0.3, None, "90 km/h", "context"),  # below flag_threshold 0.5
+    ("supported", "supported", 0.01, "50 km/h", "50 km/h", "context"),
+    ("empty-no-memory", "irrelevant", 0.99, None, "none", "abstain"),
+    ("invalid", "invalid", None, None, None, "abstain"),
+]
+
+
+def test_a_replay_under_the_default_policy_gives_back_the_recorded_routes_and_answers():
+    items = [_lora(*x) for x in ITEMS]
+    again = reroute(items, PolicyConfig(), "lora_rag")
+    assert [(r.route, r.answer, r.abstained) for r in again] == [(r.route, r.answer, r.abstained) for r in items]
+
+
+def test_abstaining_on_doubt_without_memory_changes_only_those_items():
+    """unknown_conflict: abstain moves the one item with doubt >= 0.5 and a gated-out memory."""
+    items = [_lora(*x) for x in ITEMS]
+    out = reroute(items, PolicyConfig(unknown_conflict="abstain"), "lora_rag_abstain")
+    assert [r.route for r in out] == ["abstain", "fallback", "context", "context", "abstain", "abstain"]
+    assert (out[0].answer, out[0].abstained) == ("", True)
+    assert [r.answer for r in out[1:4]] == ["50 km/h", "90 km/h", "50 km/h"]
+    assert {r.system for r in out} == {"lora_rag_abstain"}
+    assert out[0].notes[-1] == "route replayed from lora_rag: context -> abstain"
+    # a lower doubt threshold acts on the weak doubt too; an unreadable reply read as the context
+    # gives its empty source value (the reply had none), as the model path would
+    low = reroute(items, PolicyConfig(flag_threshold=0.2, unknown_conflict="abstain", on_invalid="context"), "v")
+    assert [r.route for r in low] == ["abstain", "fallback", "abstain", "context", "abstain", "context"]
+    assert (low[5].answer, low[5].abstained) == ("", False)
+
+
+def test_a_result_without_a_verdict_is_not_replayed():
+    with pytest.raises(RecordError, match="no verdict or route to replay"):
+        reroute([make_item(system="base_rag")], PolicyConfig(), "v")
+
+
+def test_policy_belongs_to_lora_rag_and_leaves_other_stamps_as_they_were():
+    from lorarag.study.evaluate import replay_source
+
+    with pytest.raises(ValueError, match="policy: routes lora_rag's verdicts"):
+        SystemConfig(name="b", kind="base_rag", policy=PolicyConfig())
+    plain = SystemConfig(name="lora_rag", kind="lora_rag", context="presented")
+    variant = SystemConfig(name="abstain", kind="lora_rag", context="presented",
+                           policy=PolicyConfig(unknown_conflict="abstain"))
+    retrieved = SystemConfig(name="lora_rag_retrieved", kind="lora_rag")
+    assert not plain.is_variant and variant.is_variant
+    done = {"lora_rag_retrieved": None, "lora_rag": None}
+    assert replay_source(variant, done, [retrieved, plain, variant]) is plain  # same context, no own policy
+    assert replay_source(variant, {"lora_rag_retrieved": None}, [retrieved, plain, variant]) is None
+    assert replay_source(plain, done, [plain]) is None
+    # results stamped before `policy` existed keep their stamp: the field is left out when unset
+    assert "policy" not in plain.model_dump(exclude={"policy"} if plain.policy is None else None)
+
+
+def test_replayed_results_are_written_under_their_stamp_and_read_back(tmp_path):
+    items = reroute([_lora(*x) for x in ITEMS], PolicyConfig(unknown_conflict="abstain"), "v")
+    out = tmp_path / "v"
+    write_results(items, out, stamp={"policy": "abstain"})
+    assert [r.route for r in load_results(out)] == [r.route for r in items]
+    assert (out / "run.json").is_file()
+    # the same stamp reads them back; another clears and rewrites them
+    again = write_results(items, out, stamp={"policy": "abstain"})
+    assert [r.qid for r in again] == [r.qid for r in items]
+    other = reroute([_lora(*x) for x in ITEMS], PolicyConfig(), "v")
+    write_results(other, out, stamp={"policy": "context"})
+    assert [r.route for r in load_results(out)] == [x[5] for x in ITEMS]
+
+
+def test_variant_table_gives_the_paired_difference_and_the_moved_routes():
+    """4 factual-error known items. LoRA-RAG right on 1, 2, 3 (0.75); the variant abstains on 3, so
+    right on 1, 2 (0.50): −0.25, one item routed otherwise."""
+    fe = {"scenario": "factual_error"}
+    lora = [_lora("q1", "conflicting", 0.9, "50 km/h", "90 km/h", "fallback", **fe),
+            _lora("q2", "outdated", 0.8, "50 km/h", "90 km/h", "fallback", **fe),
+            _lora("q3", "conflicting", 0.9, None, "50 km/h", "context", **fe),  # doubt, memory gated out
+            _lora("q4", "supported", 0.1, "50 km/h", "90 km/h", "context", **fe)]
+    variant = reroute(lora, PolicyConfig(unknown_conflict="abstain"), "abstain")
+    cfg = SimpleNamespace(eval=SimpleNamespace(bootstrap=1000, seed=0), fallback=FallbackConfig(), systems=[
+        SystemConfig(name="lora_rag", kind="lora_rag", context="presented"),
+        SystemConfig(name="abstain", kind="lora_rag", context="presented",
+                     policy=PolicyConfig(unknown_conflict="abstain"))])
+    lines = variant_table(cfg, {"lora_rag": lora, "abstain": variant}, "presented", "lora_rag",
+                          lambda r: float(r.answer == "50 km/h"))
+    assert "abstain: unknown_conflict=abstain." in lines[2]
+    row = next(ln for ln in lines if ln.startswith("| factual_error | known |"))
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert cells[:5] == ["factual_error", "known", "4", "0.75", "0.50"]
+    assert cells[5].startswith("-0.25 [") and cells[6] == "1"
+    assert variant_table(cfg, {"lora_rag": lora}, "presented", "lora_rag", lambda r: 0.0) == []
+
+
+def test_a_variants_policy_is_its_delta_over_the_runs_policy_and_reloads_the_same(tmp_path):
+    """fallback.policy sets flag_threshold 0.6; the variant names unknown_conflict only, so it keeps
+    0.6 (not PolicyConfig's default 0.5), and a dumped config reads back to the same policy."""
+    from lorarag.core.config import dump_config, load_config
+    from lorarag.study.config import RunConfig
+
+    repo = __import__("pathlib").Path(__file__).resolve().parent.parent
+    path = tmp_path / "variant.yaml"
+    path.write_text(f"base: {repo / 'configs/run/ci-tiny.yaml'}\n"
+                    "fallback: {policy: {flag_threshold: 0.6}}\n"
+                    "systems:\n"
+                    "  - {name: base_rag, kind: base_rag}\n"
+                    "  - {name: lora_rag, kind: lora_rag}\n"
+                    "  - {name: abstain, kind: lora_rag, policy: {unknown_conflict: abstain}}\n")
+    cfg = load_config(path, RunConfig)
+    policy = cfg.systems[2].policy
+    assert (policy.flag_threshold, policy.unknown_conflict, policy.on_invalid) == (0.6, "abstain", "abstain")
+    again = tmp_path / "again.yaml"
+    again.write_text(dump_config(cfg))
+    assert load_config(again, RunConfig).systems[2].policy == policy
