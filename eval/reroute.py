@@ -4,10 +4,11 @@ The route is a pure function of the verdict, the detector's doubt (1 − P(suppo
 the memory counts as known after the gate (fallback/policy.decide_route), and the answer is the
 route's field of the reply (`route_answer`). An ItemResult of a `lora_rag` system holds all of
 them: `verdict`, `flag_score` (from the saved verdict probabilities), `memory_answer` (set exactly
-when the memory was known), and `context_answer_model` (the reply's source value). So a policy
-ablation, abstaining instead of answering from the sources when the memory is gated out
-(`unknown_conflict`), another `flag_threshold` or `on_invalid`, is read without a model call, on the
-same verdicts, item for item. tests/test_run_e2e.py holds a replay against the same policy
+when the memory was known), `context_answer_model` (the reply's source value) and `raw_output` (the
+reply, whose `answer:` field `policy.answer: reply` gives). So a policy ablation, abstaining instead
+of answering from the sources when the memory is gated out (`unknown_conflict`), another
+`flag_threshold` or `on_invalid`, or the reply's own answer field, is read without a model call, on
+the same verdicts, item for item. tests/test_run_e2e.py holds a replay against the same policy
 evaluated through the model.
 """
 
@@ -19,7 +20,8 @@ from typing import Sequence
 from lorarag.core.errors import RecordError
 from lorarag.eval.records import ItemResult
 from lorarag.fallback.config import PolicyConfig
-from lorarag.fallback.policy import decide_route, route_answer
+from lorarag.fallback.format import parse_reply
+from lorarag.fallback.policy import decide_route, final_answer
 
 
 def reroute(items: Sequence[ItemResult], policy: PolicyConfig, system: str) -> list[ItemResult]:
@@ -31,7 +33,8 @@ def reroute(items: Sequence[ItemResult], policy: PolicyConfig, system: str) -> l
             raise RecordError(f"{r.system} {r.qid}: no verdict or route to replay (not a lora_rag result)")
         doubt = r.flag_score if r.flag_score is not None else float("nan")
         route = decide_route(r.verdict, doubt, r.memory_answer is not None, policy)
-        answer = route_answer(route, r.memory_answer or "", r.context_answer_model or "")
+        reply = parse_reply(r.raw_output).answer if r.raw_output else ""
+        answer = final_answer(route, r.memory_answer or "", r.context_answer_model or "", reply, policy)
         out.append(replace(r, system=system, route=route, answer=answer, abstained=route == "abstain",
                            notes=(*r.notes, f"route replayed from {r.system}: {r.route} -> {route}")))
     return out

@@ -20,6 +20,10 @@ class PolicyConfig(Strict):
     unknown_conflict: Literal["context", "abstain"] = Field("context", description=(
         "route of a conflicting/outdated verdict when the gate says the memory is unknown (doubt but no memory): "
         "the context's answer, or abstain"))
+    answer: Literal["route", "reply"] = Field("route", description=(
+        "the text of a routed answer: `route` = the reply's field the route names (`source:` for context, `memory:` "
+        "for fallback); `reply` = the reply's own `answer:` field where it holds a value (else the route's field). "
+        "Abstentions are the same either way"))
 
 
 class GateConfig(Strict):

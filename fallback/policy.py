@@ -19,6 +19,7 @@ Rules (thresholds come from `PolicyConfig`):
 from __future__ import annotations
 
 from lorarag.fallback.config import PolicyConfig
+from lorarag.fallback.format import is_unknown
 
 ROUTES = ("context", "fallback", "abstain")
 _DOUBT = ("conflicting", "outdated")
@@ -38,6 +39,14 @@ def decide_route(verdict: str, flag_score: float, memory_known: bool, cfg: Polic
     if verdict in _EMPTY:
         return "fallback" if memory_known else "abstain"
     raise ValueError(f"unknown verdict {verdict!r}")
+
+
+def final_answer(route: str, memory: str, source: str, reply_answer: str, cfg: PolicyConfig) -> str:
+    """The answer text: the route's field, or with `cfg.answer == "reply"` the reply's own `answer:`
+    field where it holds a value (an abstention stays empty)."""
+    if cfg.answer == "reply" and route != "abstain" and not is_unknown(reply_answer):
+        return reply_answer
+    return route_answer(route, memory, source)
 
 
 def route_answer(route: str, memory: str, source: str) -> str:

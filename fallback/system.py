@@ -26,7 +26,7 @@ from lorarag.fallback.format import (
     rag_user_turn,
 )
 from lorarag.fallback.gate import SIGNAL, answer_nll, gate_fires
-from lorarag.fallback.policy import decide_route, route_answer
+from lorarag.fallback.policy import decide_route, final_answer
 from lorarag.fallback.verdict import (
     Verdict,
     field_value,
@@ -166,7 +166,7 @@ def _answer(question: str, ctx: Context, j: Judgement, cfg: FallbackConfig, seco
     memory_known = v.valid and not is_unknown(v.memory)
     route = decide_route(v.label, v.flag_score, memory_known, cfg.policy)
     source_value = v.source if not is_unknown(v.source) else v.answer
-    text = route_answer(route, v.memory, source_value)
+    text = final_answer(route, v.memory, source_value, v.answer, cfg.policy)
     notes = [f"p_unknown={v.p_unknown:.4f}" if v.p_unknown is not None else "p_unknown=none"]
     if j.doubt is not None:
         notes.append(f"gate doubt ({SIGNAL})={j.doubt:.4f}")

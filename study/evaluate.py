@@ -49,7 +49,10 @@ def system_stamp(cfg: RunConfig, sc: SystemConfig, test: list[Scenario], adapter
         stamp["snapshot"] = cfg.data.snapshot
     if sc.kind in ("lora_rag", "prompted_detection"):  # prompted detection runs without a gate
         fb = cfg.fallback if sc.policy is None else cfg.fallback.model_copy(update={"policy": sc.policy})
-        stamp["fallback"] = fb.model_dump(exclude={"gate"} if sc.kind == "prompted_detection" else None)
+        exclude: dict = {"gate": True} if sc.kind == "prompted_detection" else {}
+        if fb.policy.answer == "route":  # at its default the field leaves the stamps made before it as they were
+            exclude["policy"] = {"answer"}
+        stamp["fallback"] = fb.model_dump(exclude=exclude or None)
     return stamp
 
 

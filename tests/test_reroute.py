@@ -139,3 +139,21 @@ def test_a_variants_policy_is_its_delta_over_the_runs_policy_and_reloads_the_sam
     again = tmp_path / "again.yaml"
     again.write_text(dump_config(cfg))
     assert load_config(again, RunConfig).systems[2].policy == policy
+
+
+def test_the_replys_own_answer_field_replaces_the_routes_where_it_holds_a_value():
+    """`answer: reply`: the model said `supported` yet answered its memory; the reply's answer field
+    is taken over the source value the route names. Where that field says unknown, the route's field
+    stays; an abstention stays empty."""
+    from lorarag.fallback.policy import final_answer
+
+    reply = PolicyConfig(answer="reply")
+    assert final_answer("context", "New Zealand", "French Polynesia", "New Zealand", reply) == "New Zealand"
+    assert final_answer("context", "New Zealand", "French Polynesia", "New Zealand", PolicyConfig()) == \
+        "French Polynesia"
+    assert final_answer("fallback", "1966", "1970", "unknown", reply) == "1966"
+    assert final_answer("abstain", "1966", "1970", "1966", reply) == ""
+    raw = "memory: New Zealand | source: French Polynesia | verdict: supported | answer: New Zealand"
+    item = _lora("nz", "supported", 0.02, "New Zealand", "French Polynesia", "context", raw_output=raw)
+    (out,) = reroute([item], reply, "reply")
+    assert (out.route, out.answer) == ("context", "New Zealand") and item.answer == "French Polynesia"
