@@ -119,7 +119,7 @@ def variant_table(cfg: Any, results: Mapping[str, Sequence[ItemResult]], ctx: st
                   label: Label | None = None) -> list[str]:
     """Markdown lines: each policy variant of `lora` (a lora_rag system with its own `policy`, on the
     same verdicts: eval/reroute.py) minus LoRA-RAG per cell [paired 95 % CI over clusters], and how
-    many items it routes differently. [] when the run lists none."""
+    many items it routes or answers differently. [] when the run lists none."""
     variants = [s for s in cfg.systems if s.kind == "lora_rag" and s.is_variant and s.context == ctx
                 and s.name in results]
     if not variants:
@@ -130,7 +130,7 @@ def variant_table(cfg: Any, results: Mapping[str, Sequence[ItemResult]], ctx: st
                                             if val != cfg.fallback.policy.model_dump()[k])
                  for v in variants) + ".", "",
              "| scenario | knowledge | n | " + lora + " | " + " | ".join(
-                 f"{v.name} | {v.name} − {lora} [95% CI] | routed otherwise" for v in variants) + " |",
+                 f"{v.name} | {v.name} − {lora} [95% CI] | answered otherwise" for v in variants) + " |",
              "|" + "---|" * (4 + 3 * len(variants))]
     for s in SCENARIO_TYPES:
         for k in ("known", "unknown"):
@@ -146,7 +146,8 @@ def variant_table(cfg: Any, results: Mapping[str, Sequence[ItemResult]], ctx: st
                 d = paired_bootstrap(own, theirs, resamples=cfg.eval.bootstrap, seed=cfg.eval.seed,
                                      clusters=[mine[q].unit for q in qids])
                 ci = "" if math.isnan(d.lo) else f" [{d.lo:+.2f}, {d.hi:+.2f}]"
-                moved = sum(cells[v.name][q].route != mine[q].route for q in qids)
+                moved = sum((cells[v.name][q].route, cells[v.name][q].answer) != (mine[q].route, mine[q].answer)
+                            for q in qids)
                 row += [_n(float(theirs.mean())), f"{d.diff:+.2f}{ci}", str(moved)]
             lines.append("| " + " | ".join(row) + " |")
     return lines + [""]

@@ -98,7 +98,7 @@ def test_replayed_results_are_written_under_their_stamp_and_read_back(tmp_path):
 
 def test_variant_table_gives_the_paired_difference_and_the_moved_routes():
     """4 factual-error known items. LoRA-RAG right on 1, 2, 3 (0.75); the variant abstains on 3, so
-    right on 1, 2 (0.50): −0.25, one item routed otherwise."""
+    right on 1, 2 (0.50): −0.25, one item answered otherwise."""
     fe = {"scenario": "factual_error"}
     lora = [_lora("q1", "conflicting", 0.9, "50 km/h", "90 km/h", "fallback", **fe),
             _lora("q2", "outdated", 0.8, "50 km/h", "90 km/h", "fallback", **fe),
