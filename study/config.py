@@ -146,11 +146,9 @@ class RunConfig(Strict):
         in what it names, nothing else); it is written out whole here, so a dumped config reloads the same."""
         if not isinstance(data, dict) or not isinstance(data.get("systems"), list):
             return data
-        fb = data.get("fallback")
-        run_policy = (fb.get("policy") or {}) if isinstance(fb, dict) else (fb.policy.model_dump() if fb else {})
-        if not isinstance(run_policy, dict):
-            run_policy = run_policy.model_dump()
-        base = PolicyConfig.model_validate(run_policy).model_dump()
+        fb = data.get("fallback") or {}
+        policy = fb.get("policy") if isinstance(fb, dict) else fb.policy
+        base = (policy if isinstance(policy, PolicyConfig) else PolicyConfig.model_validate(policy or {})).model_dump()
         systems = [{**s, "policy": {**base, **s["policy"]}} if isinstance(s, dict) and isinstance(s.get("policy"), dict)
                    else s for s in data["systems"]]
         return {**data, "systems": systems}
