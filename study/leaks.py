@@ -7,8 +7,9 @@ the RAG-SFT adapter's too when the run trains one: the same passages, re-posed),
 every test item's context is looked up in them (train/overlap.py), and the table goes into
 run.json (`test_context_overlap`) and `data/overlap.json`, from where the headline prints it. A
 factual-error, outdated or irrelevant test context that training showed, verbatim or as a near
-copy, stops the run with a one-line error naming the item: its cell would measure memory of a
-label, not detection.
+copy, or whose wrong value a training row of the same fact labels flawed in another passage, stops
+the run with a one-line error naming the item: its cell would measure memory of a label, not
+detection.
 
 No known item's held-out test wording (scenarios/kb_wordings.py) may be asked by an SFT row as
 written (train and val, read back from disk) or by a question of the gate's dev split: the test
@@ -28,7 +29,7 @@ from lorarag.scenarios.records import Scenario
 from lorarag.study.config import RunConfig
 from lorarag.study.layout import Echo, Paths
 from lorarag.study.training import needs_rag_sft, rag_sft_config
-from lorarag.train.overlap import CellOverlap, TrainingSources, leaking, overlap_table
+from lorarag.train.overlap import FLAWED, CellOverlap, TrainingSources, leaking, overlap_table
 from lorarag.train.preference import pairs_path
 from lorarag.train.sft import LeakError, read_sft
 from lorarag.train.sft import asked, leak_check, wording_keys
@@ -66,9 +67,15 @@ def check_test_contexts(cfg: RunConfig, paths: Paths, test: Sequence[Scenario],
     bad = leaking(table)
     shown = sum(c.near for c in table if c.scenario == "consistent")
     echo(f"          test contexts in the SFT rows ({len(rows)} rows): consistent {shown} (the KB itself), "
-         f"flawed {sum(c.near for c in bad)}")
+         f"flawed {sum(c.near for c in bad)}; flawed test values a training row labels: "
+         f"{sum(c.claim for c in table if c.scenario in FLAWED)}")
     if bad:
         c = bad[0]
+        if not c.near:
+            raise ConfigError(f"test item {c.first}: the wrong value its {c.scenario} context asserts is one an SFT row "
+                              f"of the same fact labels {'outdated' if c.scenario == 'outdated' else 'conflicting'} "
+                              f"({c.claim} of {c.n} {c.scenario} ({c.knowledge}) items): the cell would measure a "
+                              f"remembered label; see {paths.root / 'data' / OVERLAP_FILE}")
         raise ConfigError(f"test item {c.first}: its {c.scenario} context is one the SFT rows show ({c.near} of "
                           f"{c.n} {c.scenario} ({c.knowledge}) items; verbatim {c.verbatim}): the cell would "
                           f"measure a remembered label; see {paths.root / 'data' / OVERLAP_FILE}")

@@ -158,3 +158,37 @@ def test_a_fact_with_one_older_version_trains_the_outdated_verdict_only_if_the_t
     _, trained, tested = _outdated_rows(1)
     assert trained == {"kb/q4": ["1925"]}
     assert set(tested.values()) == {str(1901 + 7 * i - 4) for i in (0, 1, 10, 5, 8)}
+
+
+def test_a_fabricated_value_the_test_asserts_is_never_a_training_row_of_its_fact():
+    """ConflictNQ's five fabricated passages of a question assert one fake answer: training on another of
+    them would teach the test's wrong value with its label. The row builder leaves such rows out, and only
+    for the facts whose test asks that value; another fact keeps its factual-error row."""
+    from dataclasses import replace
+
+    from lorarag.train.sft import tested_claims
+
+    chunks, items = _kb()
+    # every conflicted lighthouse: two fabricated passages, one fake year (as ConflictNQ writes them)
+    items = [replace(it, conflicts=tuple(Conflict(f"Records say the {t} light was first lit in {y + 3}. Plain.", str(y + 3))
+                                         for _ in (0,)) + (Conflict(f"Built in {y + 3}, the {t} light.", str(y + 3)),))
+             if it.conflicts else it for it, t, y in zip(items, TOWNS, YEARS)]
+    groups = split_by_fact(items, SplitConfig(seed=0, known_fraction=0.5, context_only_fraction=0.2))
+    known = [it for it in groups["known"] if it.conflicts]
+    assert len(known) >= 2
+    test = corpus_scenarios(known[:1], chunks, name="kb", knowledge="known", conflict_seed=0)
+    claims = tested_claims(test)
+    fake = str(int(known[0].answers[0]) + 3)
+    assert claims == {f"kb/{known[0].qid}": {fake}}
+    cfg = SFTConfig(seed=0, knowledge_repeats=1, distractors=1)
+    plain, _, plain_stats = build_rows(groups, chunks, cfg, conflict_seed=0)
+    rows, _, stats = build_rows(groups, chunks, cfg, conflict_seed=0, test_claims=claims)
+
+    def conflicting(rs, qid):
+        return [parse_reply(r.messages[2][1]).source for r in rs if r.verdict == "conflicting" and r.fact_id == f"kb/{qid}"]
+
+    assert conflicting(plain, known[0].qid) == [fake]  # the other passage, the test's value: a leak
+    assert conflicting(rows, known[0].qid) == []
+    assert conflicting(rows, known[1].qid) == conflicting(plain, known[1].qid) != []
+    assert stats["same_claim_as_test"] == 1 and plain_stats["same_claim_as_test"] == 0
+    assert len(plain) - len(rows) == 1

@@ -66,3 +66,27 @@ def test_a_clean_run_records_the_table_in_run_json_and_says_what_consistent_mean
     info = json.loads((paths.root / "run.json").read_text())
     assert info["git_sha"] == "x" and [r["scenario"] for r in info["test_context_overlap"]] == ["consistent", "outdated"]
     assert "consistent 1 (the KB itself), flawed 0" in lines[0]
+
+
+def test_a_wrong_value_training_labelled_for_the_same_fact_stops_the_run_in_any_passage(tmp_path):
+    """Another passage (no 8-gram in common) stating the test's older value under an `outdated` verdict
+    for the same fact is a leak of the label; the same value labelled for another fact is not."""
+    cfg, paths, test, owners = _setup(tmp_path, (GOLD,))
+    other = "Tallinn was where the firm kept its first offices, long ago."
+    owners["Where did Orbis Freight start?"] = ("org2/hq", "org2")
+
+    def write(question):
+        user = rag_user_turn(question, [SourceText(other)])
+        reply = "memory: Tartu | source: Tallinn | verdict: outdated | answer: Tartu"
+        with open(cfg.train.dataset, "a", encoding="utf-8") as f:
+            f.write(json.dumps({"messages": [{"role": "system", "content": SYSTEM_RAG}, {"role": "user", "content": user},
+                                             {"role": "assistant", "content": reply}]}) + "\n")
+
+    write("Where did Orbis Freight start?")
+    table = check_test_contexts(cfg, paths, test, owners, {"gold": GOLD}, lambda _: None)
+    assert {(c.scenario, c.near, c.claim) for c in table} == {("consistent", 1, 0), ("outdated", 0, 0)}
+    write("Where is Vesova Dynamics based?")
+    with pytest.raises(ConfigError, match=r"test item org1/hq/p3/outdated: the wrong value its outdated context "
+                                          r"asserts is one an SFT row of the same fact labels outdated \(1 of 1"):
+        check_test_contexts(cfg, paths, test, owners, {"gold": GOLD}, lambda _: None)
+    assert [(c.scenario, c.near, c.claim) for c in read_overlap(paths.root)] == [("consistent", 1, 0), ("outdated", 0, 1)]

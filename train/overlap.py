@@ -16,6 +16,11 @@ comparison of a flawed context: a perturbed or older copy of it is near it by co
 showing the true chunk is what training on the knowledge base means. A sound context (consistent,
 update) is compared with every source: a KB update presents the true chunk itself, which no row of
 its fact may show.
+`claim` (factual_error, outdated): a training row of the item's fact states the same wrong value
+as its source under a flawed verdict (`conflicting`, `outdated`), whatever passage carried it.
+ConflictNQ writes five fabricated passages per question, all for one fake answer: a passage the
+8-gram test calls new still repeats a claim training labelled, so the cell would measure the
+remembered label of a value.
 Consistent contexts may well be KB chunks training showed: the LoRA is trained on the knowledge
 base it retrieves from, as in deployment. Flawed ones must not be.
 """
@@ -26,9 +31,10 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass
 from typing import Callable, Iterable, Mapping, Sequence
 
+from lorarag.fallback.format import parse_reply
 from lorarag.rag.prompt import prompt_passages, prompt_question
 from lorarag.scenarios.records import SOUND_CONTEXTS, Scenario
-from lorarag.train.sft import shown  # a source line as the SFT rows show it
+from lorarag.train.sft import CLAIMED, claim_key, shown  # a source line as the SFT rows show it
 
 NGRAM = 8  # words
 NEAR = 0.8  # share of a passage's 8-grams in one training source that makes it a near copy
@@ -52,7 +58,8 @@ class CellOverlap:
     n: int
     verbatim: int
     near: int  # includes verbatim
-    first: str | None  # the qid of the first item with a near copy (for the error message)
+    first: str | None  # the qid of the first item with a near copy or a claim (for the error message)
+    claim: int = 0  # items whose wrong value a training row of their fact labels flawed
 
 
 Owner = Callable[[str], tuple[str | None, str | None]]  # a training question -> (its fact, its cluster)
@@ -60,7 +67,7 @@ Owner = Callable[[str], tuple[str | None, str | None]]  # a training question ->
 
 class TrainingSources:
     """Every source line of the SFT rows, indexed by word 8-gram, with the fact and cluster of the
-    question it was shown with."""
+    question it was shown with; and the (fact, value) claims the rows' replies label flawed."""
 
     def __init__(self, rows: Iterable[Mapping], owner: Owner) -> None:
         self.texts: list[str] = []
@@ -68,11 +75,15 @@ class TrainingSources:
         self.clusters: list[str | None] = []
         self.index: dict[tuple[str, ...], set[int]] = defaultdict(set)
         self.exact: dict[str, set[int]] = defaultdict(set)
+        self.claims: set[tuple[str | None, str]] = set()
         for row in rows:
             for m in row["messages"]:
                 if m["role"] != "user" or "\n[S" not in "\n" + m["content"]:
                     continue
                 fact, cluster = owner(prompt_question(m["content"]))
+                reply = parse_reply(row["messages"][-1]["content"])
+                if reply.verdict in ("conflicting", "outdated"):
+                    self.claims.add((fact, claim_key(reply.source)))
                 for line in prompt_passages(m["content"]):
                     i = len(self.texts)
                     self.texts.append(line)
@@ -119,7 +130,7 @@ def overlap_table(test: Sequence[Scenario], sources: TrainingSources,
     """Per (scenario, knowledge) cell: how many items' contexts training showed. `kb_texts`
     (chunk id -> text) names each item's true chunks, left out of the near comparison."""
     kb_texts = kb_texts or {}
-    cells: dict[tuple[str, str], list[tuple[str, bool, bool]]] = defaultdict(list)
+    cells: dict[tuple[str, str], list[tuple[str, bool, bool, bool]]] = defaultdict(list)
     for s in test:
         fact = s.fact_id if s.scenario == "irrelevant" else None
         own = frozenset(shown(kb_texts[c]) for c in s.relevant_ids if c in kb_texts)
@@ -128,17 +139,20 @@ def overlap_table(test: Sequence[Scenario], sources: TrainingSources,
                  for p in context_passages(s)]
         if s.scenario == "irrelevant":  # KB chunks as they are: the pair is matched verbatim
             marks = [(v, v) for v, _ in marks]
-        cells[(s.scenario, s.knowledge)].append((s.qid, any(v for v, _ in marks), any(n for _, n in marks)))
+        claim = s.scenario in CLAIMED and (s.fact_id, claim_key(s.context_answer)) in sources.claims
+        cells[(s.scenario, s.knowledge)].append((s.qid, any(v for v, _ in marks), any(n for _, n in marks), claim))
     out = []
     for (sc, k), rows in sorted(cells.items()):
-        first = next((q for q, _, n in rows if n), None)
-        out.append(CellOverlap(sc, k, len(rows), sum(v for _, v, _ in rows), sum(n for _, _, n in rows), first))
+        first = next((q for q, _, n, c in rows if n or c), None)
+        out.append(CellOverlap(sc, k, len(rows), sum(r[1] for r in rows), sum(r[2] for r in rows), first,
+                               sum(r[3] for r in rows)))
     return out
 
 
 def leaking(table: Sequence[CellOverlap]) -> list[CellOverlap]:
-    """The flawed cells with a test context training showed (consistent ones are deployment)."""
-    return [c for c in table if c.scenario in FLAWED and c.near]
+    """The flawed cells with a test context, or its wrong value, training showed (consistent ones are
+    deployment)."""
+    return [c for c in table if c.scenario in FLAWED and (c.near or c.claim)]
 
 
 def overlap_markdown(table: Sequence[CellOverlap]) -> list[str]:
@@ -146,9 +160,10 @@ def overlap_markdown(table: Sequence[CellOverlap]) -> list[str]:
     lines = ["### Test contexts that training showed (SFT train + val rows, as on disk)", "",
              f"`near`: at least {NEAR:.0%} of the passage's word {NGRAM}-grams in one training source shown "
              "for the item's organisation or document (verbatim included); for `irrelevant`, the chunk "
-             "itself shown with a question of the same fact. "
+             "itself shown with a question of the same fact. `same wrong value`: a training row of the "
+             "item's fact labels the value its context asserts `conflicting` or `outdated`, in whatever passage. "
              "Consistent contexts may be knowledge-base chunks training showed: the LoRA is trained on the "
              "knowledge base it retrieves from. Flawed ones must not be.", "",
-             "| scenario | knowledge | n | verbatim | near copy |", "|---|---|---|---|---|"]
-    lines += [f"| {c.scenario} | {c.knowledge} | {c.n} | {c.verbatim} | {c.near} |" for c in table]
+             "| scenario | knowledge | n | verbatim | near copy | same wrong value |", "|---|---|---|---|---|---|"]
+    lines += [f"| {c.scenario} | {c.knowledge} | {c.n} | {c.verbatim} | {c.near} | {c.claim} |" for c in table]
     return lines + [""]

@@ -100,6 +100,22 @@ def rag_row(s: Scenario, knows: bool) -> SFTRow:
 
 
 _PAIR = ("consistent", "factual_error")
+CLAIMED = ("factual_error", "outdated")  # the contexts that assert a wrong value under a flawed verdict
+
+
+def claim_key(value: str | None) -> str:
+    """A context's value as compared across rows and test items: lower-cased, one space, no edge
+    punctuation (`1998.` and `1998` are one claim)."""
+    return " ".join((value or "").casefold().split()).strip(" .,;:!?\"'")
+
+
+def tested_claims(test: Iterable[Scenario]) -> dict[str, set[str]]:
+    """Fact id -> the values its factual-error and outdated test contexts assert."""
+    out: dict[str, set[str]] = {}
+    for s in test:
+        if s.scenario in CLAIMED and s.context_answer:
+            out.setdefault(s.fact_id, set()).add(claim_key(s.context_answer))
+    return out
 
 
 def shown(text: str) -> str:
@@ -157,7 +173,8 @@ def build_rows(groups: dict[str, list[QAItem]], chunks: Sequence[Chunk], cfg: SF
                   conflict_seed: int, conflicts_per_item: int = 1, outdated: Mapping[str, Versions] | None = None,
                   test_passages: Iterable[str] = (), test_irrelevant: Mapping[str, Collection[str]] | None = None,
                   searcher: Callable[[Sequence[Chunk]], Searcher] = bm25_searcher,
-                  stale: Mapping[str, OlderValue] | None = None, snapshot: int | None = None
+                  stale: Mapping[str, OlderValue] | None = None, snapshot: int | None = None,
+                  test_claims: Mapping[str, Collection[str]] | None = None
                   ) -> tuple[list[SFTRow], list[SFTRow], dict]:
     """(train rows, val rows, stats) for the splits of scenarios/kb_splits.py; val rows are a seeded
     sample of the training rows (a known item's held-out wording is the test's, never val's). A
@@ -169,7 +186,11 @@ def build_rows(groups: dict[str, list[QAItem]], chunks: Sequence[Chunk], cfg: SF
     taught closed-book in their older version; those the test asks get no conflict-aware row (nor does
     another question answered by the same chunk), the others an `update` row (memory the older answer,
     the source the current chunk). `snapshot` (`data.snapshot`): sources show their dates, an update's
-    after that year, as the test's do; None: every source undated."""
+    after that year, as the test's do; None: every source undated. `test_claims` (fact id -> the
+    values its flawed test contexts assert, `claim_key`): a factual-error or outdated row of that fact
+    asserting one of them is left out and counted (`same_claim_as_test`). ConflictNQ's five fabricated
+    passages of a question all assert one fake answer, so a row showing another of them would teach the
+    test's wrong value with its label: the cell would measure memory of that label, not detection."""
     stale = stale or {}
     tested = asked_updates(groups, stale)
     held = {c for g in HELD_OUT for it in groups[g] for c in it.relevant_ids}
@@ -202,6 +223,9 @@ def build_rows(groups: dict[str, list[QAItem]], chunks: Sequence[Chunk], cfg: SF
     scenarios = scenarios if snapshot is not None else undated(scenarios)
     avoid = {shown(t) for t in test_passages}
     kept = [s for s in scenarios if not any(p.replaces and shown(p.text) in avoid for p in s.presented)]
+    claims = test_claims or {}
+    fresh = [s for s in kept if not (s.scenario in CLAIMED and claim_key(s.context_answer) in claims.get(s.fact_id, ()))]
+    claimed, kept = len(kept) - len(fresh), fresh
     items = {f"kb/{it.qid}": it for it in taught + groups["context_only"]}
     for s in kept:
         for w in _wordings(s, items[s.fact_id], cfg.rag_phrasings):
@@ -209,7 +233,7 @@ def build_rows(groups: dict[str, list[QAItem]], chunks: Sequence[Chunk], cfg: SF
     rng = random.Random(cfg.seed)
     rng.shuffle(rows)
     val = rng.sample(rows, max(1, round(len(rows) * cfg.val_fraction)))
-    stats = {"same_as_test": len(scenarios) - len(kept),
+    stats = {"same_as_test": len(scenarios) - len(kept) - claimed, "same_claim_as_test": claimed,
              "wordings": dict(sorted(Counter(len(it.all_wordings) for it in taught).items())),
              "taught": len(taught), "context_only": len(groups["context_only"]),
              "taught_older": len(stale), "tested_updates": len(tested),
