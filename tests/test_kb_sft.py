@@ -192,3 +192,11 @@ def test_a_fabricated_value_the_test_asserts_is_never_a_training_row_of_its_fact
     assert conflicting(rows, known[1].qid) == conflicting(plain, known[1].qid) != []
     assert stats["same_claim_as_test"] == 1 and plain_stats["same_claim_as_test"] == 0
     assert len(plain) - len(rows) == 1
+
+
+def test_a_claim_is_the_value_up_to_case_spacing_and_edge_punctuation():
+    from lorarag.train.sft import claim_key
+
+    assert claim_key(" 1998. ") == claim_key("1998") == "1998"
+    assert claim_key("Heather  Ball") == claim_key('"heather ball"') == "heather ball"
+    assert claim_key("1998") != claim_key("1989") and claim_key(None) == ""

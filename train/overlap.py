@@ -58,7 +58,7 @@ class CellOverlap:
     n: int
     verbatim: int
     near: int  # includes verbatim
-    first: str | None  # the qid of the first item with a near copy or a claim (for the error message)
+    first: str | None  # the first item with a near copy, else with a claim (for the error message)
     claim: int = 0  # items whose wrong value a training row of their fact labels flawed
 
 
@@ -143,7 +143,8 @@ def overlap_table(test: Sequence[Scenario], sources: TrainingSources,
         cells[(s.scenario, s.knowledge)].append((s.qid, any(v for v, _ in marks), any(n for _, n in marks), claim))
     out = []
     for (sc, k), rows in sorted(cells.items()):
-        first = next((q for q, _, n, c in rows if n or c), None)
+        # the item the error names: a near copy first (the stronger leak), else a repeated wrong value
+        first = next((q for q, _, n, _ in rows if n), None) or next((q for q, *_, c in rows if c), None)
         out.append(CellOverlap(sc, k, len(rows), sum(r[1] for r in rows), sum(r[2] for r in rows), first,
                                sum(r[3] for r in rows)))
     return out
