@@ -17,9 +17,16 @@ class PolicyConfig(Strict):
         "the sources win"))
     on_invalid: Literal["context", "abstain"] = Field("abstain", description=(
         "route of a reply whose verdict cannot be read (`invalid`): abstain, or answer from the context"))
+    no_memory: Literal["read", "verdict"] = Field("read", description=(
+        "where the gate rejects the memory (or the closed-book answer is `unknown`) and the reply is valid: `read` "
+        "= the base model answers from the same sources with the plain RAG prompt, as base RAG does, so a "
+        "never-learned fact costs nothing against base RAG; `verdict` = the verdict routes as with a memory "
+        "(context, or abstain on an irrelevant/insufficient verdict). Without a memory the verdict follows "
+        "familiarity with the fact, not the passage: on ConflictNQ val it doubted 33 of 40 correct sources of "
+        "never-learned facts (docs/research-log.md E26.2)"))
     unknown_conflict: Literal["context", "abstain"] = Field("context", description=(
         "route of a conflicting/outdated verdict when the gate says the memory is unknown (doubt but no memory): "
-        "the context's answer, or abstain"))
+        "the context's answer, or abstain. Only with no_memory: verdict"))
     answer: Literal["route", "reply"] = Field("route", description=(
         "the text of a routed answer: `route` = the reply's field the route names (`source:` for context, `memory:` "
         "for fallback); `reply` = the reply's own `answer:` field where it holds a value (else the route's field). "

@@ -6,6 +6,9 @@ Routes:
 - `abstain`: no answer.
 
 Rules (thresholds come from `PolicyConfig`):
+0. a valid reply with no memory (the gate rejected it) and `no_memory: read` → the sources are read
+   by the base model (`reads_sources`), whatever the verdict: without a memory the verdict follows
+   familiarity with the fact, not what the passage says.
 1. invalid reply → `on_invalid` (default abstain): we cannot tell what the model meant.
 2. supported → context.
 3. conflicting / outdated: the detector score (1 − P(supported)) must reach `flag_threshold`,
@@ -22,6 +25,8 @@ from lorarag.fallback.config import PolicyConfig
 from lorarag.fallback.format import is_unknown
 
 ROUTES = ("context", "fallback", "abstain")
+# the Trace note of an answer read by the base model (rule 0); eval/reroute.py keys its replay on it
+READ_NOTE = "no memory: the base model read the sources (policy.no_memory: read)"
 _DOUBT = ("conflicting", "outdated")
 _EMPTY = ("irrelevant", "insufficient")
 
@@ -39,6 +44,11 @@ def decide_route(verdict: str, flag_score: float, memory_known: bool, cfg: Polic
     if verdict in _EMPTY:
         return "fallback" if memory_known else "abstain"
     raise ValueError(f"unknown verdict {verdict!r}")
+
+
+def reads_sources(valid: bool, memory_known: bool, cfg: PolicyConfig) -> bool:
+    """True where the base model's reading of the sources replaces the routed answer (rule 0)."""
+    return cfg.no_memory == "read" and valid and not memory_known
 
 
 def final_answer(route: str, memory: str, source: str, reply_answer: str, cfg: PolicyConfig) -> str:

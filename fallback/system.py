@@ -6,14 +6,16 @@ prefix `memory:`, or `memory: <closed-book answer> |`; top logprobs at every pos
 verdict distribution. If the calibrated gate (fallback/gate.py: the closed-book answer's NLL)
 says the memory is not real knowledge, the reply
 starts from `memory: unknown |` instead. The routing policy (a pure function) then picks the source
-value, the memory value or abstention. Every decision lands in the Trace.
+value, the memory value or abstention; with no memory (policy `no_memory: read`) the wrapped
+RAGSystem's base model reads the same sources instead, as base RAG would. Every decision lands in
+the Trace.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal, Protocol, Sequence
 
 from lorarag.fallback.config import FallbackConfig
@@ -26,7 +28,7 @@ from lorarag.fallback.format import (
     rag_user_turn,
 )
 from lorarag.fallback.gate import SIGNAL, answer_nll, gate_fires
-from lorarag.fallback.policy import decide_route, final_answer
+from lorarag.fallback.policy import READ_NOTE, decide_route, final_answer, reads_sources
 from lorarag.fallback.verdict import (
     Verdict,
     field_value,
@@ -191,16 +193,23 @@ class Retrieval(Protocol):
     def retrieve_stages(self, questions: list[str]) -> tuple[list[list[Retrieved]], list[list[Retrieved]],
                                                               float, float]: ...
 
+    def answer_with_context(self, questions: list[str], contexts: list[list[Retrieved]],
+                            adapter: str | None = None, *, candidates: list[list[Retrieved]] | None = None,
+                            max_new_tokens: int | None = None) -> list[Answer]: ...
+
     def close(self) -> None: ...
 
 
 class AdvancedRAGSystem:
-    """RAGSystem (injected) for retrieval; the LoRA detector, gate and policy for the answer."""
+    """RAGSystem (injected) for retrieval and the base model's reading; the LoRA detector, gate and
+    policy for the answer. `read_max_new_tokens`: the reading's budget (None: the generator's)."""
 
-    def __init__(self, rag: Retrieval, detector: Detector, cfg: FallbackConfig) -> None:
+    def __init__(self, rag: Retrieval, detector: Detector, cfg: FallbackConfig, *,
+                 read_max_new_tokens: int | None = None) -> None:
         self.rag = rag
         self.detector = detector
         self.cfg = cfg
+        self.read_max_new_tokens = read_max_new_tokens
 
     def answer(self, questions: list[str]) -> list[Answer]:
         """Retrieve and rerank with the wrapped RAGSystem, then judge and route."""
@@ -213,7 +222,26 @@ class AdvancedRAGSystem:
         final = [c[1] for c in contexts]
         judged = self.detector.judge(questions, final)
         per = (time.perf_counter() - t0) / max(len(questions), 1)
-        return [_answer(q, c, j, self.cfg, per) for q, c, j in zip(questions, contexts, judged)]
+        answers = [_answer(q, c, j, self.cfg, per) for q, c, j in zip(questions, contexts, judged)]
+        read = [i for i, j in enumerate(judged)
+                if reads_sources(j.verdict.valid, not is_unknown(j.verdict.memory), self.cfg.policy)]
+        if read:
+            self._read(questions, contexts, answers, read)
+        return answers
+
+    def _read(self, questions: Sequence[str], contexts: Sequence[Context], answers: list[Answer],
+              read: list[int]) -> None:
+        """Replace `answers[i]` for i in `read` by the base model's answer from the same sources
+        (the plain RAG prompt, no adapter); the detector's trace stays, with the reading noted."""
+        t0 = time.perf_counter()
+        got = self.rag.answer_with_context([questions[i] for i in read], [list(contexts[i][1]) for i in read],
+                                           None, candidates=[list(contexts[i][0] or contexts[i][1]) for i in read],
+                                           max_new_tokens=self.read_max_new_tokens)
+        per = (time.perf_counter() - t0) / len(read)
+        for i, a in zip(read, got):
+            tr = answers[i].trace or Trace(question=questions[i])
+            tr = replace(tr, route="context", timings_s=(*tr.timings_s, ("read", per)), notes=(*tr.notes, READ_NOTE))
+            answers[i] = replace(a, trace=tr)
 
     def close(self) -> None:
         """Free the models (the generator is shared with the wrapped RAGSystem)."""

@@ -16,7 +16,8 @@ from lorarag.fallback.format import VERDICTS
 from lorarag.fallback.system import AdvancedRAGSystem, Detector, conversation
 from lorarag.fallback.verdict import label_first_tokens, label_probs
 from lorarag.rag.config import GeneratorConfig
-from lorarag.rag.records import Chunk, Retrieved
+from lorarag.fallback.policy import READ_NOTE
+from lorarag.rag.records import Answer, Chunk, Retrieved
 
 
 def _src(text: str, cid: str = "c1") -> Retrieved:
@@ -165,7 +166,9 @@ CONTEXTS = [((), (_src("Net profit was 12.5 million in 2023."),)),
 
 
 def _run_system(gen, tok) -> tuple[list, list]:
-    cfg = FallbackConfig(detector={"max_new_tokens": 10}, gate=GateConfig(enabled=False))
+    # routed by the verdict alone: the backends are compared on the detector, not on the base reader
+    cfg = FallbackConfig(detector={"max_new_tokens": 10}, gate=GateConfig(enabled=False),
+                         policy=PolicyConfig(no_memory="verdict"))
     det = Detector(gen, label_first_tokens(tok), cfg, None)
     answers = AdvancedRAGSystem(None, det, cfg).answer_with_context(QUESTIONS, CONTEXTS)
     conv = conversation(QUESTIONS[0], CONTEXTS[0][1])
@@ -315,7 +318,7 @@ def test_closed_book_nll_gate_keeps_confident_memories_and_drops_unsure_ones():
     replies = {("q-known", "memory: 7 |"): _reply([" "] + conflict, 0.5, "conflicting", 0.9),
                ("q-unseen", "memory: unknown |"): _reply([" "] + conflict, 0.5, "conflicting", 0.9)}
     gen = CBGate(closed, replies)
-    cfg = FallbackConfig(gate=GateConfig())
+    cfg = FallbackConfig(gate=GateConfig(), policy=PolicyConfig(no_memory="verdict"))
     det = Detector(gen, FIRST, cfg, gate_threshold=0.5, memory="closed_book")
     known, unseen = AdvancedRAGSystem(None, det, cfg).answer_with_context(
         ["q-known", "q-unseen"], [((), (_src("x"),))] * 2)
@@ -334,7 +337,7 @@ def test_declined_closed_book_answer_is_no_memory_and_no_gate_reading():
     tail = ["source", ":", " 9", " |", " verdict", ":", " supported", " |", " answer", ":", " 9"]
     closed = {"q-declined": ("unknown", (-0.001,)), "q-known": ("7", (-0.02,))}
     replies = {("q-declined", "memory: unknown |"): _reply([" "] + tail, 0.5, "supported", 0.9)}
-    cfg = FallbackConfig(gate=GateConfig())
+    cfg = FallbackConfig(gate=GateConfig(), policy=PolicyConfig(no_memory="verdict"))
     det = Detector(CBGate(closed, replies), FIRST, cfg, gate_threshold=0.5, memory="closed_book")
     assert det.gate_scores(["q-declined", "q-known"]) == [None, pytest.approx(0.02)]
     (a,) = AdvancedRAGSystem(None, det, cfg).answer_with_context(["q-declined"], [((), (_src("9"),))])
@@ -385,3 +388,51 @@ def test_fields_mode_reads_the_verdict_of_a_model_that_cannot_keep_the_format():
     assert det.invalid == 0
     with pytest.raises(ValueError):
         Detector(gen, FIRST, cfg, 0.3, memory="fields")  # no gate on a base model's memory
+
+
+class Reader:
+    """The wrapped RAGSystem's reading (rag/system.py answer_with_context); records every call."""
+
+    def __init__(self):
+        self.calls = []
+
+    def answer_with_context(self, questions, contexts, adapter=None, *, candidates=None, max_new_tokens=None):
+        self.calls.append((list(questions), [[r.chunk.text for r in c] for c in contexts], adapter, max_new_tokens))
+        return [Answer(question=q, text=f"read {c[0].chunk.text} [S1]", cited=("S1",), sources=("doc.md",))
+                for q, c in zip(questions, contexts)]
+
+
+def test_without_a_memory_the_base_model_reads_the_sources_whatever_the_verdict():
+    """no_memory: read (the default). The gate rejects '5' and the closed-book answer of another
+    question is `unknown`: both are answered by one reading of their own sources by the base model
+    (adapter None, the system's budget), though the verdicts said conflicting and irrelevant (which
+    would have answered the source field and abstained). The known memory still routes by its verdict;
+    an unreadable reply still follows on_invalid."""
+    conflict = ["source", ":", " 9", " |", " verdict", ":", " conflicting", " |", " answer", ":", " 7"]
+    empty = ["source", ":", " unknown", " |", " verdict", ":", " irrelevant", " |", " answer", ":", " unknown"]
+    closed = {"q-known": ("7", (-0.01, -0.03)), "q-unseen": ("5", (-1.2, -0.6)),
+              "q-declined": ("unknown", (-0.001,)), "q-bad": ("4", (-1.0,))}
+    replies = {("q-known", "memory: 7 |"): _reply([" "] + conflict, 0.5, "conflicting", 0.9),
+               ("q-unseen", "memory: unknown |"): _reply([" "] + conflict, 0.5, "conflicting", 0.9),
+               ("q-declined", "memory: unknown |"): _reply([" "] + empty, 0.5, "irrelevant", 0.9),
+               ("q-bad", "memory: unknown |"): G(" 4 4 4", (" 4", " 4", " 4"), (((" 4", -0.1),),) * 3)}
+    cfg = FallbackConfig(gate=GateConfig())
+    assert cfg.policy.no_memory == "read"
+    reader = Reader()
+    det = Detector(CBGate(closed, replies), FIRST, cfg, gate_threshold=0.5, memory="closed_book")
+    qs = ["q-known", "q-unseen", "q-declined", "q-bad"]
+    ctxs = [((_src("cand", "c0"),), (_src(f"passage {q}"),)) for q in qs]
+    known, unseen, declined, bad = AdvancedRAGSystem(reader, det, cfg, read_max_new_tokens=48).answer_with_context(
+        qs, ctxs)
+    assert reader.calls == [(["q-unseen", "q-declined"], [["passage q-unseen"], ["passage q-declined"]], None, 48)]
+    assert (known.text, known.trace.route) == ("7", "fallback")
+    for a, q in ((unseen, "q-unseen"), (declined, "q-declined")):
+        assert a.text == f"read passage {q} [S1]" and a.cited == ("S1",) and not a.abstained
+        assert a.trace.route == "context" and a.trace.memory_answer is None and READ_NOTE in a.trace.notes
+        assert a.trace.verdict in ("conflicting", "irrelevant")  # the detector's reading stays on record
+    assert bad.trace.verdict == "invalid" and bad.trace.route == "abstain" and READ_NOTE not in bad.trace.notes
+    # the same questions routed by the verdict: the source field, and an abstention
+    cfg_v = cfg.model_copy(update={"policy": PolicyConfig(no_memory="verdict")})
+    det_v = Detector(CBGate(closed, replies), FIRST, cfg_v, gate_threshold=0.5, memory="closed_book")
+    _, u, d, _ = AdvancedRAGSystem(Reader(), det_v, cfg_v).answer_with_context(qs, ctxs)
+    assert (u.text, u.trace.route, d.trace.route, d.abstained) == ("9", "context", "abstain", True)

@@ -201,3 +201,13 @@ def test_logistic_rule_does_not_move_with_the_dev_split_proportions():
     g = GateConfig(enabled=True, rule="logistic")
     assert gate_mismatch(same, g, gen) == []
     assert gate_mismatch(GateCalibration(**{**same.__dict__, "fit": ""}), g, gen) == ["fit '' (config: 'balanced')"]
+
+
+def test_the_base_model_reads_exactly_where_a_valid_reply_has_no_memory():
+    from lorarag.fallback.policy import reads_sources
+
+    read, verdict = PolicyConfig(), PolicyConfig(no_memory="verdict")
+    assert read.no_memory == "read"
+    assert [reads_sources(valid, known, read) for valid, known in
+            [(True, False), (True, True), (False, False), (False, True)]] == [True, False, False, False]
+    assert not any(reads_sources(v, k, verdict) for v in (True, False) for k in (True, False))

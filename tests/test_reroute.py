@@ -26,7 +26,10 @@ def _lora(qid: str, verdict: str, doubt: float | None, memory: str | None, sourc
                      answer=answer, abstained=route == "abstain", **over)
 
 
-# (qid, verdict, doubt, memory after the gate, source value, route under the default policy)
+# records routed by the verdict where the gate rejected the memory (the replays below route the same way)
+VERDICT = PolicyConfig(no_memory="verdict")
+
+# (qid, verdict, doubt, memory after the gate, source value, route under the verdict policy)
 ITEMS = [
     ("doubt-no-memory", "conflicting", 0.9, None, "90 km/h", "context"),  # unknown_conflict: context
     ("doubt-memory", "outdated", 0.8, "50 km/h", "70 km/h", "fallback"),
@@ -39,14 +42,14 @@ ITEMS = [
 
 def test_a_replay_under_the_default_policy_gives_back_the_recorded_routes_and_answers():
     items = [_lora(*x) for x in ITEMS]
-    again = reroute(items, PolicyConfig(), "lora_rag")
+    again = reroute(items, VERDICT, "lora_rag")
     assert [(r.route, r.answer, r.abstained) for r in again] == [(r.route, r.answer, r.abstained) for r in items]
 
 
 def test_abstaining_on_doubt_without_memory_changes_only_those_items():
     """unknown_conflict: abstain moves the one item with doubt >= 0.5 and a gated-out memory."""
     items = [_lora(*x) for x in ITEMS]
-    out = reroute(items, PolicyConfig(unknown_conflict="abstain"), "lora_rag_abstain")
+    out = reroute(items, PolicyConfig(no_memory="verdict", unknown_conflict="abstain"), "lora_rag_abstain")
     assert [r.route for r in out] == ["abstain", "fallback", "context", "context", "abstain", "abstain"]
     assert (out[0].answer, out[0].abstained) == ("", True)
     assert [r.answer for r in out[1:4]] == ["50 km/h", "90 km/h", "50 km/h"]
@@ -54,7 +57,8 @@ def test_abstaining_on_doubt_without_memory_changes_only_those_items():
     assert out[0].notes[-1] == "route replayed from lora_rag: context -> abstain"
     # a lower doubt threshold acts on the weak doubt too; an unreadable reply read as the context
     # gives its empty source value (the reply had none), as the model path would
-    low = reroute(items, PolicyConfig(flag_threshold=0.2, unknown_conflict="abstain", on_invalid="context"), "v")
+    low = reroute(items, PolicyConfig(no_memory="verdict", flag_threshold=0.2, unknown_conflict="abstain",
+                                      on_invalid="context"), "v")
     assert [r.route for r in low] == ["abstain", "fallback", "abstain", "context", "abstain", "context"]
     assert (low[5].answer, low[5].abstained) == ("", False)
 
@@ -83,7 +87,7 @@ def test_policy_belongs_to_lora_rag_and_leaves_other_stamps_as_they_were():
 
 
 def test_replayed_results_are_written_under_their_stamp_and_read_back(tmp_path):
-    items = reroute([_lora(*x) for x in ITEMS], PolicyConfig(unknown_conflict="abstain"), "v")
+    items = reroute([_lora(*x) for x in ITEMS], PolicyConfig(no_memory="verdict", unknown_conflict="abstain"), "v")
     out = tmp_path / "v"
     write_results(items, out, stamp={"policy": "abstain"})
     assert [r.route for r in load_results(out)] == [r.route for r in items]
@@ -91,7 +95,7 @@ def test_replayed_results_are_written_under_their_stamp_and_read_back(tmp_path):
     # the same stamp reads them back; another clears and rewrites them
     again = write_results(items, out, stamp={"policy": "abstain"})
     assert [r.qid for r in again] == [r.qid for r in items]
-    other = reroute([_lora(*x) for x in ITEMS], PolicyConfig(), "v")
+    other = reroute([_lora(*x) for x in ITEMS], VERDICT, "v")
     write_results(other, out, stamp={"policy": "context"})
     assert [r.route for r in load_results(out)] == [x[5] for x in ITEMS]
 
@@ -104,7 +108,7 @@ def test_variant_table_gives_the_paired_difference_and_the_moved_routes():
             _lora("q2", "outdated", 0.8, "50 km/h", "90 km/h", "fallback", **fe),
             _lora("q3", "conflicting", 0.9, None, "50 km/h", "context", **fe),  # doubt, memory gated out
             _lora("q4", "supported", 0.1, "50 km/h", "90 km/h", "context", **fe)]
-    variant = reroute(lora, PolicyConfig(unknown_conflict="abstain"), "abstain")
+    variant = reroute(lora, PolicyConfig(no_memory="verdict", unknown_conflict="abstain"), "abstain")
     cfg = SimpleNamespace(eval=SimpleNamespace(bootstrap=1000, seed=0), fallback=FallbackConfig(), systems=[
         SystemConfig(name="lora_rag", kind="lora_rag", context="presented"),
         SystemConfig(name="abstain", kind="lora_rag", context="presented",
@@ -157,3 +161,26 @@ def test_the_replys_own_answer_field_replaces_the_routes_where_it_holds_a_value(
     item = _lora("nz", "supported", 0.02, "New Zealand", "French Polynesia", "context", raw_output=raw)
     (out,) = reroute([item], reply, "reply")
     assert (out.route, out.answer) == ("context", "New Zealand") and item.answer == "French Polynesia"
+
+
+def test_read_records_replay_to_the_verdict_routing_and_back_never_from_verdict_records():
+    """Under `no_memory: read` the items with a valid verdict and no memory (doubt-no-memory,
+    weak-doubt, empty-no-memory) were answered by the base model's reading. Routed by the verdict,
+    they take the source field (90 km/h twice) and abstain on the irrelevant one, with the reading's
+    citations gone; the items with a memory and the invalid one keep their routes. A `read` replay
+    keeps the reading; it cannot be replayed from records that were routed by the verdict."""
+    from lorarag.fallback.policy import READ_NOTE
+
+    read_qids = {"doubt-no-memory", "weak-doubt", "empty-no-memory"}
+    items = [_lora(*x) for x in ITEMS]
+    items = [r if r.qid not in read_qids else
+             r.__class__(**{**r.__dict__, "answer": "read: 90 km/h [S1]", "abstained": False, "route": "context",
+                            "cited": ("S1",), "notes": (*r.notes, READ_NOTE)}) for r in items]
+    by_verdict = reroute(items, VERDICT, "lora_rag_verdict")
+    assert [(r.route, r.answer, r.abstained) for r in by_verdict] == [
+        (x[5], {"context": x[4] or "", "fallback": x[3] or "", "abstain": ""}[x[5]], x[5] == "abstain") for x in ITEMS]
+    assert all(r.cited == () and READ_NOTE not in r.notes for r in by_verdict if r.qid in read_qids)
+    same = reroute(items, PolicyConfig(), "lora_rag_again")
+    assert [(r.route, r.answer, r.cited) for r in same] == [(r.route, r.answer, r.cited) for r in items]
+    with pytest.raises(RecordError, match="doubt-no-memory: the variant reads the sources"):
+        reroute([_lora(*x) for x in ITEMS], PolicyConfig(), "v")

@@ -153,11 +153,11 @@ def test_reduced_demo_end_to_end(tmp_path):
     from lorarag.train.sft import read_sft
 
     cfg = _in_tmp(tmp_path)
-    # a routing ablation: abstain where the detector doubts (>= 0.3) and the gate rejects the memory,
-    # read the context of an unreadable reply, answer with the reply's own answer field; replayed from
-    # lora_rag's verdicts (eval/reroute.py)
+    # a routing ablation: route by the verdict where the gate rejects the memory (no base-model
+    # reading), abstaining where the detector doubts (>= 0.3), read the context of an unreadable reply,
+    # answer with the reply's own answer field; replayed from lora_rag's verdicts (eval/reroute.py)
     variant = SystemConfig(name="lora_rag_abstain", kind="lora_rag", policy=PolicyConfig(
-        flag_threshold=0.3, unknown_conflict="abstain", on_invalid="context", answer="reply"))
+        no_memory="verdict", flag_threshold=0.3, unknown_conflict="abstain", on_invalid="context", answer="reply"))
     cfg = cfg.model_copy(update={"systems": [*cfg.systems, variant], "extra_sets": [
         ExtraSet(kind="conflictnq", path=str(_conflictnq_folder(tmp_path)), max_per_cell=2)]})
     lines: list[str] = []
