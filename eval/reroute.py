@@ -11,41 +11,53 @@ of answering from the sources when the memory is gated out (`unknown_conflict`),
 the same verdicts, item for item. tests/test_run_e2e.py holds a replay against the same policy
 evaluated through the model.
 
-With `no_memory: read` a valid reply without a memory is answered by the base model's reading of
-the sources, a generation the verdict's fields do not hold: a `read` policy replays only records
-that were read (their READ_NOTE), and keeps their answer. A `verdict` policy replays from any.
+Where a valid reply has no memory, `no_memory: read` answers by the base model's reading of the
+sources, and `verdict_read` does where the verdict would abstain: a generation the reply's fields
+do not hold. A replay keeps the reading of a record that was read (its note) and routes the
+others; where the variant reads an item its record did not, the reading comes from `readings`, the
+base_rag system's records on the same context and budget (the same prompt, sources and model: the
+reading is base RAG's answer, tests/test_run_e2e.py), or the replay refuses.
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Sequence
+from typing import Mapping, Sequence
 
 from lorarag.core.errors import RecordError
 from lorarag.eval.records import ItemResult
 from lorarag.fallback.config import PolicyConfig
 from lorarag.fallback.format import parse_reply
-from lorarag.fallback.policy import READ_NOTE, decide_route, final_answer, reads_sources
+from lorarag.fallback.policy import READ_NOTES, decide_route, final_answer, read_note, reads_sources
 
 
-def reroute(items: Sequence[ItemResult], policy: PolicyConfig, system: str) -> list[ItemResult]:
+def reroute(items: Sequence[ItemResult], policy: PolicyConfig, system: str,
+            readings: Mapping[str, ItemResult] | None = None) -> list[ItemResult]:
     """`items` (one lora_rag system's results) routed by `policy`, renamed `system`; every other
-    field (verdict, passes, contexts, latency) is the replayed system's own."""
+    field (verdict, passes, contexts, latency) is the replayed system's own. `readings`: base RAG's
+    results by qid, the base model's reading where the variant reads and the record did not."""
     out = []
     for r in items:
         if r.route is None or r.verdict is None:
             raise RecordError(f"{r.system} {r.qid}: no verdict or route to replay (not a lora_rag result)")
-        was_read = READ_NOTE in r.notes
-        notes = tuple(n for n in r.notes if n != READ_NOTE)
-        if reads_sources(r.verdict != "invalid", r.memory_answer is not None, policy):
-            if not was_read:
-                raise RecordError(f"{r.system} {r.qid}: the variant reads the sources where the gate rejected the "
-                                  "memory, and this record was routed by its verdict: no reading to replay "
-                                  "(evaluate the variant through the model)")
-            out.append(replace(r, system=system, notes=(*r.notes, f"route replayed from {r.system}: read")))
-            continue
+        was_read = any(n in READ_NOTES for n in r.notes)
+        notes = tuple(n for n in r.notes if n not in READ_NOTES)
         doubt = r.flag_score if r.flag_score is not None else float("nan")
         route = decide_route(r.verdict, doubt, r.memory_answer is not None, policy)
+        if reads_sources(r.verdict != "invalid", r.memory_answer is not None, route, policy):
+            tag = (read_note(policy), f"route replayed from {r.system}: read")
+            if was_read:
+                out.append(replace(r, system=system, notes=(*notes, *tag)))
+            elif readings is not None and r.qid in readings:
+                b = readings[r.qid]
+                out.append(replace(r, system=system, route="context", answer=b.answer, abstained=b.abstained,
+                                   cited=b.cited, bad_citations=b.bad_citations,
+                                   notes=(*notes, *tag, f"reading: {b.system}'s answer")))
+            else:
+                raise RecordError(f"{r.system} {r.qid}: the variant reads the sources where this record was routed "
+                                  "by its verdict, and no base_rag reading of the item is given (evaluate base_rag "
+                                  "on the same context, or the variant through the model)")
+            continue
         reply = parse_reply(r.raw_output).answer if r.raw_output else ""
         answer = final_answer(route, r.memory_answer or "", r.context_answer_model or "", reply, policy)
         out.append(replace(r, system=system, route=route, answer=answer, abstained=route == "abstain",

@@ -17,16 +17,18 @@ class PolicyConfig(Strict):
         "the sources win"))
     on_invalid: Literal["context", "abstain"] = Field("abstain", description=(
         "route of a reply whose verdict cannot be read (`invalid`): abstain, or answer from the context"))
-    no_memory: Literal["read", "verdict"] = Field("read", description=(
-        "where the gate rejects the memory (or the closed-book answer is `unknown`) and the reply is valid: `read` "
-        "= the base model answers from the same sources with the plain RAG prompt, as base RAG does, so a "
-        "never-learned fact costs nothing against base RAG; `verdict` = the verdict routes as with a memory "
-        "(context, or abstain on an irrelevant/insufficient verdict). Without a memory the verdict follows "
-        "familiarity with the fact, not the passage: on ConflictNQ val it doubted 33 of 40 correct sources of "
-        "never-learned facts (docs/research-log.md E26.2)"))
+    no_memory: Literal["verdict_read", "read", "verdict"] = Field("verdict_read", description=(
+        "where the gate rejects the memory (or the closed-book answer is `unknown`) and the reply is valid: "
+        "`verdict_read` = the verdict routes as with a memory (the reply's source field where a source is judged "
+        "usable), and where it would abstain the base model answers from the same sources with the plain RAG "
+        "prompt, as base RAG does; `read` = the base model answers every such item; `verdict` = the verdict "
+        "routes and may abstain (on an irrelevant/insufficient verdict). Without a memory the verdict follows "
+        "familiarity with the fact, not the passage: on ConflictNQ val it called 33 of 40 correct sources of "
+        "never-learned facts irrelevant or insufficient (E26.2); where it judges a source usable the adapter's "
+        "reading beats the base model's on the research world (docs/research-log.md E27)"))
     unknown_conflict: Literal["context", "abstain"] = Field("context", description=(
         "route of a conflicting/outdated verdict when the gate says the memory is unknown (doubt but no memory): "
-        "the context's answer, or abstain. Only with no_memory: verdict"))
+        "the context's answer, or abstain (under verdict_read the abstention is the base model's reading)"))
     answer: Literal["route", "reply"] = Field("route", description=(
         "the text of a routed answer: `route` = the reply's field the route names (`source:` for context, `memory:` "
         "for fallback); `reply` = the reply's own `answer:` field where it holds a value (else the route's field). "

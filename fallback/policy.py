@@ -6,9 +6,11 @@ Routes:
 - `abstain`: no answer.
 
 Rules (thresholds come from `PolicyConfig`):
-0. a valid reply with no memory (the gate rejected it) and `no_memory: read` → the sources are read
-   by the base model (`reads_sources`), whatever the verdict: without a memory the verdict follows
-   familiarity with the fact, not what the passage says.
+0. a valid reply with no memory (the gate rejected it): under `no_memory: verdict_read` (the default)
+   the rules below route it, and where they abstain the sources are read by the base model instead
+   (`reads_sources`); under `no_memory: read` the base model reads them whatever the verdict. Without
+   a memory the verdict follows familiarity with the fact, not what the passage says, so its "nothing
+   usable here" is not trusted to withhold an answer that base RAG would give.
 1. invalid reply → `on_invalid` (default abstain): we cannot tell what the model meant.
 2. supported → context.
 3. conflicting / outdated: the detector score (1 − P(supported)) must reach `flag_threshold`,
@@ -27,6 +29,8 @@ from lorarag.fallback.format import is_unknown
 ROUTES = ("context", "fallback", "abstain")
 # the Trace note of an answer read by the base model (rule 0); eval/reroute.py keys its replay on it
 READ_NOTE = "no memory: the base model read the sources (policy.no_memory: read)"
+READ_NOTE_ROUTED = "no memory: the base model read the sources (policy.no_memory: verdict_read)"
+READ_NOTES = (READ_NOTE, READ_NOTE_ROUTED)
 _DOUBT = ("conflicting", "outdated")
 _EMPTY = ("irrelevant", "insufficient")
 
@@ -46,9 +50,16 @@ def decide_route(verdict: str, flag_score: float, memory_known: bool, cfg: Polic
     raise ValueError(f"unknown verdict {verdict!r}")
 
 
-def reads_sources(valid: bool, memory_known: bool, cfg: PolicyConfig) -> bool:
-    """True where the base model's reading of the sources replaces the routed answer (rule 0)."""
-    return cfg.no_memory == "read" and valid and not memory_known
+def reads_sources(valid: bool, memory_known: bool, route: str, cfg: PolicyConfig) -> bool:
+    """True where the base model's reading of the sources replaces the answer `route` gives (rule 0)."""
+    if not valid or memory_known:
+        return False
+    return cfg.no_memory == "read" or (cfg.no_memory == "verdict_read" and route == "abstain")
+
+
+def read_note(cfg: PolicyConfig) -> str:
+    """The Trace note of a reading under `cfg`'s no_memory rule."""
+    return READ_NOTE if cfg.no_memory == "read" else READ_NOTE_ROUTED
 
 
 def final_answer(route: str, memory: str, source: str, reply_answer: str, cfg: PolicyConfig) -> str:

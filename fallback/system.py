@@ -6,9 +6,9 @@ prefix `memory:`, or `memory: <closed-book answer> |`; top logprobs at every pos
 verdict distribution. If the calibrated gate (fallback/gate.py: the closed-book answer's NLL)
 says the memory is not real knowledge, the reply
 starts from `memory: unknown |` instead. The routing policy (a pure function) then picks the source
-value, the memory value or abstention; with no memory (policy `no_memory: read`) the wrapped
-RAGSystem's base model reads the same sources instead, as base RAG would. Every decision lands in
-the Trace.
+value, the memory value or abstention; with no memory, where the policy would abstain
+(`no_memory: verdict_read`, the default) or always (`read`), the wrapped RAGSystem's base model
+reads the same sources instead, as base RAG would. Every decision lands in the Trace.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from lorarag.fallback.format import (
     rag_user_turn,
 )
 from lorarag.fallback.gate import SIGNAL, answer_nll, gate_fires
-from lorarag.fallback.policy import READ_NOTE, decide_route, final_answer, reads_sources
+from lorarag.fallback.policy import decide_route, final_answer, read_note, reads_sources
 from lorarag.fallback.verdict import (
     Verdict,
     field_value,
@@ -223,8 +223,8 @@ class AdvancedRAGSystem:
         judged = self.detector.judge(questions, final)
         per = (time.perf_counter() - t0) / max(len(questions), 1)
         answers = [_answer(q, c, j, self.cfg, per) for q, c, j in zip(questions, contexts, judged)]
-        read = [i for i, j in enumerate(judged)
-                if reads_sources(j.verdict.valid, not is_unknown(j.verdict.memory), self.cfg.policy)]
+        read = [i for i, (j, a) in enumerate(zip(judged, answers))
+                if reads_sources(j.verdict.valid, not is_unknown(j.verdict.memory), a.trace.route, self.cfg.policy)]
         if read:
             self._read(questions, contexts, answers, read)
         return answers
@@ -240,7 +240,8 @@ class AdvancedRAGSystem:
         per = (time.perf_counter() - t0) / len(read)
         for i, a in zip(read, got):
             tr = answers[i].trace or Trace(question=questions[i])
-            tr = replace(tr, route="context", timings_s=(*tr.timings_s, ("read", per)), notes=(*tr.notes, READ_NOTE))
+            tr = replace(tr, route="context", timings_s=(*tr.timings_s, ("read", per)),
+                         notes=(*tr.notes, read_note(self.cfg.policy)))
             answers[i] = replace(a, trace=tr)
 
     def close(self) -> None:

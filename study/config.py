@@ -43,7 +43,7 @@ class SystemConfig(Strict):
         "memory is always fallback.detector's adapter"))
     max_new_tokens: int = Field(24, description=(
         "tokens of the base_rag / closed_book / astute_rag / memory_or_context / oracle answers; lora_rag: of the "
-        "base model's reading where the gate rejects the memory (fallback.policy.no_memory: read), base_rag's "
+        "base model's reading where the gate rejects the memory (fallback.policy.no_memory), base_rag's "
         "budget to read as base RAG does"))
     policy: PolicyConfig | None = Field(None, description=(
         "lora_rag only: this system's routing policy in place of fallback.policy, an ablation of the route on "

@@ -65,6 +65,13 @@ def replay_source(sc: SystemConfig, done: dict[str, Path], systems: list[SystemC
                  and s.name in done), None)
 
 
+def reading_source(source: SystemConfig, done: dict[str, Path], systems: list[SystemConfig]) -> SystemConfig | None:
+    """The evaluated base_rag system whose answers are `source`'s base-model readings: on the same
+    context with the same token budget (the same prompt, sources and model), or None."""
+    return next((s for s in systems if s.kind == "base_rag" and s.context == source.context
+                 and s.max_new_tokens == source.max_new_tokens and s.name in done), None)
+
+
 def evaluate(cfg: RunConfig, parts: Parts, test: list[Scenario], paths: Paths, adapter: Path | None,
              systems: list[SystemConfig] | None = None) -> dict[str, Path]:
     """Closed-book systems first (their answers feed the bias metrics), then the rest.
@@ -86,7 +93,12 @@ def evaluate(cfg: RunConfig, parts: Parts, test: list[Scenario], paths: Paths, a
         if source is not None and sc.policy is not None:  # the same verdicts, routed by another policy
             stamp["replayed_from"] = source.name
             by_qid = {r.qid: r for r in load_results(out[source.name])}
-            write_results(reroute([by_qid[s.qid] for s in test], sc.policy, sc.name), folder, stamp=stamp, config=cfg)
+            reader = reading_source(source, out, ordered)
+            readings = {r.qid: r for r in load_results(out[reader.name])} if reader is not None else None
+            if reader is not None:
+                stamp["readings_from"] = reader.name
+            write_results(reroute([by_qid[s.qid] for s in test], sc.policy, sc.name, readings), folder, stamp=stamp,
+                          config=cfg)
             out[sc.name] = folder
             continue
         # A changed stamp (model, adapter, gate or items) means this system is evaluated afresh.

@@ -16,7 +16,7 @@ from lorarag.fallback.format import VERDICTS
 from lorarag.fallback.system import AdvancedRAGSystem, Detector, conversation
 from lorarag.fallback.verdict import label_first_tokens, label_probs
 from lorarag.rag.config import GeneratorConfig
-from lorarag.fallback.policy import READ_NOTE
+from lorarag.fallback.policy import READ_NOTE, READ_NOTE_ROUTED
 from lorarag.rag.records import Answer, Chunk, Retrieved
 
 
@@ -403,7 +403,7 @@ class Reader:
 
 
 def test_without_a_memory_the_base_model_reads_the_sources_whatever_the_verdict():
-    """no_memory: read (the default). The gate rejects '5' and the closed-book answer of another
+    """no_memory: read. The gate rejects '5' and the closed-book answer of another
     question is `unknown`: both are answered by one reading of their own sources by the base model
     (adapter None, the system's budget), though the verdicts said conflicting and irrelevant (which
     would have answered the source field and abstained). The known memory still routes by its verdict;
@@ -416,8 +416,7 @@ def test_without_a_memory_the_base_model_reads_the_sources_whatever_the_verdict(
                ("q-unseen", "memory: unknown |"): _reply([" "] + conflict, 0.5, "conflicting", 0.9),
                ("q-declined", "memory: unknown |"): _reply([" "] + empty, 0.5, "irrelevant", 0.9),
                ("q-bad", "memory: unknown |"): G(" 4 4 4", (" 4", " 4", " 4"), (((" 4", -0.1),),) * 3)}
-    cfg = FallbackConfig(gate=GateConfig())
-    assert cfg.policy.no_memory == "read"
+    cfg = FallbackConfig(gate=GateConfig(), policy=PolicyConfig(no_memory="read"))
     reader = Reader()
     det = Detector(CBGate(closed, replies), FIRST, cfg, gate_threshold=0.5, memory="closed_book")
     qs = ["q-known", "q-unseen", "q-declined", "q-bad"]
@@ -436,3 +435,14 @@ def test_without_a_memory_the_base_model_reads_the_sources_whatever_the_verdict(
     det_v = Detector(CBGate(closed, replies), FIRST, cfg_v, gate_threshold=0.5, memory="closed_book")
     _, u, d, _ = AdvancedRAGSystem(Reader(), det_v, cfg_v).answer_with_context(qs, ctxs)
     assert (u.text, u.trace.route, d.trace.route, d.abstained) == ("9", "context", "abstain", True)
+    # verdict_read (the default): the verdict routes, and the base model reads only where it abstains
+    cfg_r = FallbackConfig(gate=GateConfig())
+    assert cfg_r.policy.no_memory == "verdict_read"
+    reader_r = Reader()
+    det_r = Detector(CBGate(closed, replies), FIRST, cfg_r, gate_threshold=0.5, memory="closed_book")
+    k, u, d, b = AdvancedRAGSystem(reader_r, det_r, cfg_r, read_max_new_tokens=48).answer_with_context(qs, ctxs)
+    assert reader_r.calls == [(["q-declined"], [["passage q-declined"]], None, 48)]
+    assert (k.text, u.text, u.trace.route, READ_NOTE_ROUTED in u.trace.notes) == ("7", "9", "context", False)
+    assert (d.text, d.trace.route, d.abstained, d.trace.verdict) == ("read passage q-declined [S1]", "context", False,
+                                                                    "irrelevant")
+    assert READ_NOTE_ROUTED in d.trace.notes and b.trace.route == "abstain"

@@ -203,11 +203,14 @@ def test_logistic_rule_does_not_move_with_the_dev_split_proportions():
     assert gate_mismatch(GateCalibration(**{**same.__dict__, "fit": ""}), g, gen) == ["fit '' (config: 'balanced')"]
 
 
-def test_the_base_model_reads_exactly_where_a_valid_reply_has_no_memory():
+def test_the_base_model_reads_where_a_valid_reply_has_no_memory_and_the_rule_says_so():
+    """verdict_read (the default): only where the verdict's route is abstain; read: whatever the route;
+    verdict: never. A known memory or an invalid reply is never read."""
     from lorarag.fallback.policy import reads_sources
 
-    read, verdict = PolicyConfig(), PolicyConfig(no_memory="verdict")
-    assert read.no_memory == "read"
-    assert [reads_sources(valid, known, read) for valid, known in
-            [(True, False), (True, True), (False, False), (False, True)]] == [True, False, False, False]
-    assert not any(reads_sources(v, k, verdict) for v in (True, False) for k in (True, False))
+    routed, read, verdict = PolicyConfig(), PolicyConfig(no_memory="read"), PolicyConfig(no_memory="verdict")
+    assert routed.no_memory == "verdict_read"
+    cases = [(True, False, "abstain"), (True, False, "context"), (True, True, "abstain"), (False, False, "abstain")]
+    assert [reads_sources(v, k, route, routed) for v, k, route in cases] == [True, False, False, False]
+    assert [reads_sources(v, k, route, read) for v, k, route in cases] == [True, True, False, False]
+    assert not any(reads_sources(v, k, route, verdict) for v, k, route in cases)

@@ -180,7 +180,35 @@ def test_read_records_replay_to_the_verdict_routing_and_back_never_from_verdict_
     assert [(r.route, r.answer, r.abstained) for r in by_verdict] == [
         (x[5], {"context": x[4] or "", "fallback": x[3] or "", "abstain": ""}[x[5]], x[5] == "abstain") for x in ITEMS]
     assert all(r.cited == () and READ_NOTE not in r.notes for r in by_verdict if r.qid in read_qids)
-    same = reroute(items, PolicyConfig(), "lora_rag_again")
+    read = PolicyConfig(no_memory="read")
+    same = reroute(items, read, "lora_rag_again")
     assert [(r.route, r.answer, r.cited) for r in same] == [(r.route, r.answer, r.cited) for r in items]
     with pytest.raises(RecordError, match="doubt-no-memory: the variant reads the sources"):
-        reroute([_lora(*x) for x in ITEMS], PolicyConfig(), "v")
+        reroute([_lora(*x) for x in ITEMS], read, "v")
+    # verdict_read (the default) keeps the reading only where the verdict abstains without a memory
+    routed = reroute(items, PolicyConfig(), "lora_rag_routed")
+    assert [(r.qid, r.route, r.answer) for r in routed if r.qid in read_qids] == [
+        ("doubt-no-memory", "context", "90 km/h"), ("weak-doubt", "context", "90 km/h"),
+        ("empty-no-memory", "context", "read: 90 km/h [S1]")]
+
+
+def test_a_reading_variant_takes_base_rags_answer_where_the_record_holds_no_reading():
+    """Records routed by the verdict, replayed under `read`: the three valid items without a memory
+    take base RAG's answer on the same item (its citations too), under `verdict_read` only the one
+    the verdict abstained on; the items with a memory and the invalid one keep their routes. An item
+    to read with no base RAG answer given refuses."""
+    items = [_lora(*x) for x in ITEMS]
+    base = {x[0]: make_item(system="base_rag", qid=x[0], fact_id=x[0], answer=f"base {x[0]} [S2]", cited=("S2",))
+            for x in ITEMS}
+    read = reroute(items, PolicyConfig(no_memory="read"), "lora_rag_read", base)
+    want = {"doubt-no-memory": "base doubt-no-memory [S2]", "weak-doubt": "base weak-doubt [S2]",
+            "empty-no-memory": "base empty-no-memory [S2]"}
+    assert [(r.route, r.answer, r.abstained) for r in read] == [
+        ("context", want[x[0]], False) if x[0] in want else (x[5], r0.answer, x[5] == "abstain")
+        for x, r0 in zip(ITEMS, items)]
+    assert all(r.cited == ("S2",) for r in read if r.qid in want)
+    routed = reroute(items, PolicyConfig(), "lora_rag_routed", base)
+    assert [r.answer for r in routed] == [
+        "base empty-no-memory [S2]" if r0.qid == "empty-no-memory" else r0.answer for r0 in items]
+    with pytest.raises(RecordError, match="empty-no-memory: the variant reads the sources"):
+        reroute(items, PolicyConfig(), "v", {k: v for k, v in base.items() if k != "empty-no-memory"})

@@ -158,7 +158,11 @@ def test_reduced_demo_end_to_end(tmp_path):
     # answer with the reply's own answer field; replayed from lora_rag's verdicts (eval/reroute.py)
     variant = SystemConfig(name="lora_rag_abstain", kind="lora_rag", policy=PolicyConfig(
         no_memory="verdict", flag_threshold=0.3, unknown_conflict="abstain", on_invalid="context", answer="reply"))
-    cfg = cfg.model_copy(update={"systems": [*cfg.systems, variant], "extra_sets": [
+    # and the base model reading every item without a memory: replayed from lora_rag's records (which read
+    # only where the verdict abstained), the other readings taken from base_rag's answers
+    read_variant = SystemConfig(name="lora_rag_read", kind="lora_rag", max_new_tokens=8,
+                                policy=PolicyConfig(no_memory="read"))
+    cfg = cfg.model_copy(update={"systems": [*cfg.systems, variant, read_variant], "extra_sets": [
         ExtraSet(kind="conflictnq", path=str(_conflictnq_folder(tmp_path)), max_per_cell=2)]})
     lines: list[str] = []
     table = run(cfg, echo=lines.append)
@@ -309,6 +313,12 @@ def test_reduced_demo_end_to_end(tmp_path):
     assert [(r.qid, r.verdict, r.route, r.answer, r.abstained) for r in real] == \
         [(r.qid, replayed[r.qid].verdict, replayed[r.qid].route, replayed[r.qid].answer, replayed[r.qid].abstained)
          for r in real]
+    replayed = {r.qid: r for r in load_results(root / "eval/lora_rag_read")}
+    assert json.loads((root / "eval/lora_rag_read/stamp.json").read_text())["readings_from"] == "base_rag"
+    rcfg = ecfg.model_copy(update={"system": read_variant.model_dump(), "out_dir": str(tmp_path / "read")})
+    real = run_eval(build_eval_system(rcfg), load_scenarios(rcfg.scenarios), rcfg.out_dir, batch_size=32)
+    assert [(r.qid, r.route, r.answer, r.abstained) for r in real] == \
+        [(r.qid, replayed[r.qid].route, replayed[r.qid].answer, replayed[r.qid].abstained) for r in real]
     assert "### Routing ablations of lora_rag (retrieved context)" in table
     # ... and refuses the saved gate when the config now asks for another rule (no silent reuse)
     stale = yaml.safe_load(run_yaml.read_text())
