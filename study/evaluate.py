@@ -93,10 +93,11 @@ def evaluate(cfg: RunConfig, parts: Parts, test: list[Scenario], paths: Paths, a
         if source is not None and sc.policy is not None:  # the same verdicts, routed by another policy
             stamp["replayed_from"] = source.name
             by_qid = {r.qid: r for r in load_results(out[source.name])}
+            readings = None
             reader = reading_source(source, out, ordered)
-            readings = {r.qid: r for r in load_results(out[reader.name])} if reader is not None else None
-            if reader is not None:
+            if reader is not None:  # base RAG's answers stand in for readings the records do not hold
                 stamp["readings_from"] = reader.name
+                readings = {r.qid: r for r in load_results(out[reader.name])}
             write_results(reroute([by_qid[s.qid] for s in test], sc.policy, sc.name, readings), folder, stamp=stamp,
                           config=cfg)
             out[sc.name] = folder
