@@ -130,7 +130,7 @@ class RunConfig(Strict):
     data: DataConfig = Field(description="the knowledge base: a user's corpus and labelled questions, or data.world")
     prepare_base: Literal["smollm2_gguf", "tiny_qwen3"] | None = Field(None, description=(
         "build the base model folder first: `smollm2_gguf` (SmolLM2-135M-Instruct converted from its GGUF, "
-        "train/smollm2.py) or `tiny_qwen3` (a random tiny Qwen3, lorarag/testing/tiny.py); null: the folder must "
+        "train/smollm2.py) or `tiny_qwen3` (a random tiny Qwen3, testing/tiny.py); null: the folder must "
         "exist"))
     fallback: FallbackConfig = FallbackConfig()
     calibration: CalibrationConfig = CalibrationConfig()
@@ -139,7 +139,7 @@ class RunConfig(Strict):
     extra_sets: list[ExtraSet] = Field([], description=(
         "real conflict sets evaluated beside the demo world by every system"))
     numerics: NumericsConfig = Field(NumericsConfig(), description=(
-        "CPU kernel paths and threads (lorarag/core/numerics.py)"))
+        "CPU kernel paths and threads (core/numerics.py)"))
 
     @model_validator(mode="before")
     @classmethod

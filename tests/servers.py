@@ -1,7 +1,7 @@
 """Start real local servers for tests (127.0.0.1 only): model servers as processes stopped by process
 group, and our own FastAPI app in a uvicorn thread.
 
-The process launcher lives in lorarag/testing/servers.py so that benchmarks run through the
+The process launcher lives in testing/servers.py so that benchmarks run through the
 installed `lorarag` script can use it too; this module keeps the tests' import path.
 """
 

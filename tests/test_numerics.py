@@ -1,4 +1,4 @@
-"""Pinned CPU numerics (lorarag/core/numerics.py): the kernel path a CPU picks changes the trained
+"""Pinned CPU numerics (core/numerics.py): the kernel path a CPU picks changes the trained
 adapter; with `numerics: {cpu_isa: avx2}` two different kernel choices train the same bits."""
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """A training run's folder: where it is, what it was trained from, and which adapter it left.
 
 `runs/train/<run_name>/` (`run_dir`) holds the resolved `config.yaml` and `run.json` (git SHA,
-versions, seeds, data hashes: lorarag/core/runinfo.py), the checkpoints under
+versions, seeds, data hashes: core/runinfo.py), the checkpoints under
 `output/checkpoint-N/` (`last_checkpoint`: the highest complete one), and `adapter.json`: the
 pointer to the final adapter that later commands resolve with `find_adapter(run name or path)`,
 with `trained_on`, the sha256 of the SFT rows and of the base model's files it was trained from

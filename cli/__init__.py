@@ -1,7 +1,7 @@
 """The `lorarag` console script: one typer app; each package registers its own subcommands, and
-`lorarag/cli/bench.py` every `lorarag bench` command (its `BENCHMARKS` registry).
+`cli/bench.py` every `lorarag bench` command (its `BENCHMARKS` registry).
 
-Sub-command modules (`lorarag/cli/rag.py`, `generate.py`, `train.py`, `eval.py`, `study.py`,
+Sub-command modules (`cli/rag.py`, `generate.py`, `train.py`, `eval.py`, `study.py`,
 `serve.py`, `bench.py`) must import only light modules at top level so `lorarag --help` stays fast.
 """
 
@@ -18,6 +18,11 @@ import typer
 
 from lorarag.core.config import load_config
 from lorarag.core.errors import ConfigError, UserError
+
+# Installed as lorarag.cli (pyproject's package-dir): a bare `import cli` from the checkout root
+# would load a second copy of every module, with its own registries and records.
+if __name__ != "lorarag.cli":
+    raise ImportError(f"import lorarag.cli, not {__name__}: the folder cli/ is installed as lorarag.cli")
 
 # Offline by design: no hub downloads, here or in CI. The vLLM defaults are the Makefile's, so
 # `.venv/bin/lorarag bench rag` works outside make too: no vLLM plugins (the torchvision one
@@ -71,7 +76,7 @@ def schema_for(path: Path) -> type:
 
 def explain_key(key: str) -> str:
     """What a dotted config key means: its first part names the config kind (the configs/ folder:
-    rag, train, eval, run, check), the rest a key of that schema (lorarag/core/explain.py)."""
+    rag, train, eval, run, check), the rest a key of that schema (core/explain.py)."""
     from lorarag.core.explain import explain
 
     kind, _, rest = key.strip().partition(".")

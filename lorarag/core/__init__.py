@@ -1,1 +1,0 @@
-"""Shared core below every layer: config base and loading, errors, run provenance."""
