@@ -54,6 +54,19 @@ def comparable(cfg: Any, results: Mapping[str, Sequence[ItemResult]], ctx: str, 
             and (s.kind == "closed_book" or s.context == ctx or s.kind == "oracle")]
 
 
+def captured(mean: float, router: float, pure: Sequence[float]) -> str:
+    """The `captured` column: (LoRA-RAG − best pure) / (router − best pure), `> router (+d)` where
+    LoRA-RAG scores above the router, `–` without both pure strategies or where the router gains
+    under MIN_ROUTER_GAIN over the better of them. Accuracies in [0, 1]."""
+    if not pure:
+        return "–"
+    if mean > router + 1e-9:
+        return f"> router ({mean - router:+.2f})"
+    if router - max(pure) >= MIN_ROUTER_GAIN - 1e-9:
+        return _n((mean - max(pure)) / (router - max(pure)))
+    return "–"
+
+
 def router_scores(memory: Mapping[str, ItemResult], context: Mapping[str, ItemResult], qids: Sequence[str],
                   score: Score) -> np.ndarray:
     """Per item: the better of the memory's and the context's score (the oracle router)."""
@@ -104,14 +117,10 @@ def baseline_table(cfg: Any, results: Mapping[str, Sequence[ItemResult]], ctx: s
                                      clusters=[mine[q].unit for q in qids])
                 ci = "" if math.isnan(d.lo) else f" [{d.lo:+.2f}, {d.hi:+.2f}]"
                 diff = f"{d.diff:+.2f}{ci} vs {rival}"
-            captured, mean = "–", float(own.mean())
-            if pure and mean > router + 1e-9:
-                captured = f"> router ({mean - router:+.2f})"
-            elif pure and router - max(pure) >= MIN_ROUTER_GAIN - 1e-9:
-                captured = _n((mean - max(pure)) / (router - max(pure)))
             cell = label(k, [mine[q] for q in qids]) if label else k
             lines.append("| " + " | ".join([s, cell, str(len(qids)), _n(float(own.mean())), *(_n(sc[n]) for n in names),
-                                            _n(router), best, diff, captured]) + " |")
+                                            _n(router), best, diff, captured(float(own.mean()), router, pure)])
+                         + " |")
     return lines + [""]
 
 

@@ -10,7 +10,8 @@ clusters together (eval.stats.crossed_bootstrap; the cluster is the organisation
 study/pooled.py, whose resampling this one draws identically). The oracle router (closed-book LoRA's
 answer where it is right, else base RAG's) is a column of its own, and "best" names the deployable
 system with the highest pooled accuracy (the `oracle` kind, which reads the gold chunk, and the
-router are not deployable).
+router are not deployable). `captured` is study/baselines.py's column on the pooled means: the share
+of the router's gain over the better of closed-book LoRA and base RAG that LoRA-RAG realises.
 
 Counts are held as arrays (seed x system x cell x cluster), so a resample costs index sums rather
 than a pass over the items: 1,000 resamples of 5 seeds x 8 systems x 960 items take about a second.
@@ -27,6 +28,7 @@ import numpy as np
 from lorarag.eval.records import ItemResult
 from lorarag.eval.stats import crossed_bootstrap
 from lorarag.scenarios.records import SCENARIO_TYPES
+from lorarag.study.baselines import MIN_ROUTER_GAIN, captured
 from lorarag.study.pooled import PooledRow, ci_text
 
 ROUTER = "oracle router"
@@ -42,6 +44,7 @@ class BaselineCell:
     lora: PooledRow
     others: tuple[tuple[str, PooledRow, PooledRow], ...]  # (system, accuracy, LoRA-RAG − it)
     best: str
+    captured: str = "–"  # the share of the oracle router's gain LoRA-RAG realises (study/baselines.captured)
 
 
 def _cells(items: Sequence[ItemResult]) -> list[tuple[str, str]]:
@@ -111,9 +114,10 @@ def pooled_baselines(per_seed: Sequence[Mapping[str, Sequence[ItemResult]]], lor
         ranked = {n: acc[n].value for n in [lora, *deployable] if n in acc}
         top = max(ranked.values())
         tied = [n for n, v in ranked.items() if v >= top - 1e-9]
+        share = captured(acc[lora].value, acc[ROUTER].value, [acc[n].value for n in router]) if router else "–"
         out.append(BaselineCell(f"{s} ({k})", len(qids[c]), int((count[c] > 0).sum()), acc[lora],
                                 tuple((n, acc[n], diffs[n]) for n in systems[1:]),
-                                tied[0] if len(tied) == 1 else "tie: " + ", ".join(tied)))
+                                tied[0] if len(tied) == 1 else "tie: " + ", ".join(tied), share))
     return out
 
 
@@ -126,14 +130,15 @@ def baselines_markdown(seeds: Sequence[int], lora: str, cells: Sequence[Baseline
     if not cells:
         return ""
     names = [n for n, _, _ in cells[0].others]
-    head = ["cell", "items a seed (clusters)", lora, *names, "best (deployable)"]
+    head = ["cell", "items a seed (clusters)", lora, *names, "best (deployable)", "captured"]
     lines = [f"## {lora} against every baseline, pooled over {len(seeds)} seed{'s' * (len(seeds) != 1)}", "",
              f"Each system: accuracy, mean over seeds (`{lora}` minus it [95% CI], {resamples} resamples of "
              "seeds and clusters, paired on the same items). The oracle router takes closed-book LoRA's answer "
-             "where it is right, else base RAG's.", "",
+             "where it is right, else base RAG's; `captured` is the share of its gain over the better of those "
+             f"two that `{lora}` realises (`–` where it gains under {MIN_ROUTER_GAIN:.2f}).", "",
              "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for c in cells:
         cols = [f"{_n(a.value)} ({ci_text(d, signed=True)})" for _, a, d in c.others]
         lines.append(f"| {c.cell} | {c.n_items} ({c.n_clusters}) | {ci_text(c.lora)} | " + " | ".join(cols)
-                     + f" | {c.best} |")
+                     + f" | {c.best} | {c.captured} |")
     return "\n".join(lines) + "\n"

@@ -39,10 +39,13 @@ def test_cells_hand_computed_with_the_router_and_the_best_system():
     want = {"cb": (0.75, 0.125), "base": (0.25, 0.625), ROUTER: (0.875, 0.0)}
     assert got.keys() == want.keys() and all(got[n] == pytest.approx(want[n]) for n in want)
     assert c.best == "lora"  # the router is not deployable
+    # router 0.875 gains 0.125 over the better pure strategy (closed-book 0.75); LoRA-RAG realises all of it
+    assert c.captured == "1.00"
     for _, a, d in c.others:
         assert a.lo <= a.value <= a.hi and d.lo <= d.value <= d.hi
     md = baselines_markdown([1, 2], "lora", [c], 300)
     assert "| factual_error (known) | 8 (4) | 0.88 [" in md
+    assert md.rstrip().endswith("| lora | 1.00 |")
     assert "| 0.25 (+0.62 [" in md or "| 0.25 (+0.63 [" in md
 
 
@@ -83,3 +86,17 @@ def test_a_seed_without_the_items_is_refused():
     short = {"lora": _items("lora", right), "cb": _items("cb", {"f0": True})}
     with pytest.raises(ValueError, match="seed 2 lacks items"):
         pooled_baselines([one, short], "lora", ["cb"], ["cb"], is_correct, resamples=10)
+
+
+def test_captured_over_seeds_says_when_lora_rag_reads_past_the_router():
+    """4 facts, one seed: closed-book LoRA right on f0, base RAG on f1 (router 0.50); LoRA-RAG right on
+    every fact (1.00) is a better reader than base RAG, not a router: '> router (+0.50)'. Without
+    the router's two systems the column is '–'."""
+    facts = ["f0", "f1", "f2", "f3"]
+    seeds = [{"lora": _items("lora", dict.fromkeys(facts, True)), "cb": _items("cb", {f: f == "f0" for f in facts}),
+              "base": _items("base", {f: f == "f1" for f in facts})}]
+    (c,) = pooled_baselines(seeds, "lora", ["cb", "base"], ["cb", "base"], is_correct, router=("cb", "base"),
+                            resamples=50)
+    assert c.captured == "> router (+0.50)"
+    (c,) = pooled_baselines(seeds, "lora", ["cb", "base"], ["cb", "base"], is_correct, resamples=50)
+    assert c.captured == "–"
