@@ -56,11 +56,12 @@ def comparable(cfg: Any, results: Mapping[str, Sequence[ItemResult]], ctx: str, 
 
 def captured(mean: float, router: float, pure: Sequence[float]) -> str:
     """The `captured` column: (LoRA-RAG − best pure) / (router − best pure), `> router (+d)` where
-    LoRA-RAG scores above the router, `–` without both pure strategies or where the router gains
-    under MIN_ROUTER_GAIN over the better of them. Accuracies in [0, 1]."""
+    LoRA-RAG scores above the router by at least half the column's last digit (0.005: a lead that
+    prints as +0.00 is none), `–` without both pure strategies or where the router gains under
+    MIN_ROUTER_GAIN over the better of them. Accuracies in [0, 1]."""
     if not pure:
         return "–"
-    if mean > router + 1e-9:
+    if mean - router >= 0.005 - 1e-9:
         return f"> router ({mean - router:+.2f})"
     if router - max(pure) >= MIN_ROUTER_GAIN - 1e-9:
         return _n((mean - max(pure)) / (router - max(pure)))

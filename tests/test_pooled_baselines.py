@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from lorarag.eval.answer_metrics import is_correct
+from lorarag.study.baselines import captured
 from lorarag.study.pooled import pooled_differences
 from lorarag.study.pooled_baselines import ROUTER, baselines_markdown, pooled_baselines
 from tests.eval_fixtures import make_item
@@ -100,3 +101,14 @@ def test_captured_over_seeds_says_when_lora_rag_reads_past_the_router():
     assert c.captured == "> router (+0.50)"
     (c,) = pooled_baselines(seeds, "lora", ["cb", "base"], ["cb", "base"], is_correct, resamples=50)
     assert c.captured == "–"
+
+
+def test_captured_hand_computed_edges():
+    """study/baselines.captured on pooled means. LoRA-RAG 0.9917 against a router of 0.99 that gains
+    nothing over closed-book LoRA (0.99): a lead of 0.0017 prints as +0.00, so no '> router' and no
+    share ('–'). 0.55 against router 0.52 over base 0.50: '> router (+0.03)'. 0.60 against router
+    0.80 over pure 0.40: (0.60 − 0.40) / (0.80 − 0.40) = 0.50."""
+    assert captured(0.9917, 0.99, [0.99, 0.58]) == "–"
+    assert captured(0.55, 0.52, [0.04, 0.50]) == "> router (+0.03)"
+    assert captured(0.60, 0.80, [0.40, 0.30]) == "0.50"
+    assert captured(0.60, 0.80, []) == "–"
