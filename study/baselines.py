@@ -35,6 +35,8 @@ from lorarag.scenarios.records import SCENARIO_TYPES
 
 # the oracle router's gain over the better pure strategy below which `captured` is not reported
 MIN_ROUTER_GAIN = 0.05
+# LoRA-RAG's lead over the router from which `captured` says `> router`: half the column's last digit
+ROUTER_LEAD = 0.005
 
 Score = Callable[[ItemResult], float]
 Label = Callable[[str, Sequence[ItemResult]], str]  # (knowledge, a cell's items) -> the knowledge column
@@ -56,12 +58,12 @@ def comparable(cfg: Any, results: Mapping[str, Sequence[ItemResult]], ctx: str, 
 
 def captured(mean: float, router: float, pure: Sequence[float]) -> str:
     """The `captured` column: (LoRA-RAG − best pure) / (router − best pure), `> router (+d)` where
-    LoRA-RAG scores above the router by at least half the column's last digit (0.005: a lead that
-    prints as +0.00 is none), `–` without both pure strategies or where the router gains under
-    MIN_ROUTER_GAIN over the better of them. Accuracies in [0, 1]."""
+    LoRA-RAG scores above the router by at least ROUTER_LEAD (a lead that prints as +0.00 is none),
+    `–` without both pure strategies or where the router gains under MIN_ROUTER_GAIN over the better
+    of them. Accuracies in [0, 1]."""
     if not pure:
         return "–"
-    if mean - router >= 0.005 - 1e-9:
+    if mean - router >= ROUTER_LEAD - 1e-9:
         return f"> router ({mean - router:+.2f})"
     if router - max(pure) >= MIN_ROUTER_GAIN - 1e-9:
         return _n((mean - max(pure)) / (router - max(pure)))
@@ -99,12 +101,13 @@ def baseline_table(cfg: Any, results: Mapping[str, Sequence[ItemResult]], ctx: s
                 continue
             sc = {n: float(np.mean([score(cells[n][q]) for q in qids])) for n in names}
             own = np.array([score(mine[q]) for q in qids])
+            mean = float(own.mean())
             router = math.nan
             pure: list[float] = []
             if cb_lora and base in cells:
                 router = float(router_scores(cells[cb_lora], cells[base], qids, score).mean())
                 pure = [sc[cb_lora], sc[base]]
-            deployable = {lora: float(own.mean()), **{n: v for n, v in sc.items()
+            deployable = {lora: mean, **{n: v for n, v in sc.items()
                                                      if next(x for x in others if x.name == n).kind != "oracle"}}
             top = max(deployable.values())
             tied = [n for n, v in deployable.items() if v >= top - 1e-9]
@@ -119,9 +122,8 @@ def baseline_table(cfg: Any, results: Mapping[str, Sequence[ItemResult]], ctx: s
                 ci = "" if math.isnan(d.lo) else f" [{d.lo:+.2f}, {d.hi:+.2f}]"
                 diff = f"{d.diff:+.2f}{ci} vs {rival}"
             cell = label(k, [mine[q] for q in qids]) if label else k
-            lines.append("| " + " | ".join([s, cell, str(len(qids)), _n(float(own.mean())), *(_n(sc[n]) for n in names),
-                                            _n(router), best, diff, captured(float(own.mean()), router, pure)])
-                         + " |")
+            lines.append("| " + " | ".join([s, cell, str(len(qids)), _n(mean), *(_n(sc[n]) for n in names),
+                                            _n(router), best, diff, captured(mean, router, pure)]) + " |")
     return lines + [""]
 
 
