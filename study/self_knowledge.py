@@ -9,7 +9,11 @@ Three signals, each read on the same questions and higher = more likely never le
   use, against context-only facts (shown in RAG rows beside their source, never taught as a
   memory). Its layer and L2 strength are chosen by grouped 5-fold CV on those, never on dev;
 - `agreement`: 1 - the share of `samples` sampled closed-book answers (temperature `temperature`)
-  equal to the greedy one after SQuAD normalisation (a semantic-consistency signal).
+  equal to the greedy one after SQuAD normalisation (a semantic-consistency signal);
+- `peak`: the mean NLL of the greedy answer's PEAK_TOKENS least likely tokens (fallback/gate.py):
+  on sentence answers the mean NLL averages the one invented value with words any answer uses;
+- `agreement_f1`: 1 - the mean token F1 of the sampled answers against the greedy one: agreement
+  that credits a sampled sentence for the words it shares, where exact agreement needs all of them.
 
 The gate judges only memories the LoRA claims, so each AUROC is over dev items whose greedy answer
 is not "unknown"; the difference against `nll` has a 95 % CI from a stratified cluster bootstrap
@@ -29,7 +33,7 @@ from typing import Literal
 import numpy as np
 
 from lorarag.core.errors import ConfigError, UserError
-from lorarag.eval.answer_metrics import normalize_text
+from lorarag.eval.answer_metrics import normalize_text, token_f1
 from lorarag.eval.stats import paired_auroc
 from lorarag.fallback.format import is_unknown
 from lorarag.fallback.gate import adapter_sha256, generator_id
@@ -42,7 +46,7 @@ from lorarag.study.layout import Echo
 from lorarag.study.parts import build_parts, with_adapter_name
 from lorarag.study.pipeline import trained_run
 
-SIGNALS = ("nll", "probe", "agreement")
+SIGNALS = ("nll", "probe", "agreement", "peak", "agreement_f1")
 LAYER_FRACTIONS = (0.25, 0.5, 0.75, 1.0)  # of the model's depth: the probe's candidate layers
 PROBE_C = (0.01, 0.1, 1.0)  # candidate inverse L2 strengths (features standardised first)
 ADAPTER = "lora"  # the trained adapter's name in the generator (study/parts.py)
@@ -50,7 +54,7 @@ ADAPTER = "lora"  # the trained adapter's name in the generator (study/parts.py)
 
 @dataclass(frozen=True)
 class Reading:
-    """One question's three doubt readings."""
+    """One question's doubt readings (SIGNALS)."""
 
     question: str
     fact_id: str
@@ -61,6 +65,8 @@ class Reading:
     nll: float
     probe: float
     agreement: float  # 1 - share of sampled answers equal to the greedy one
+    peak: float  # mean NLL of the greedy answer's least likely tokens
+    agreement_f1: float  # 1 - mean token F1 of the sampled answers against the greedy one
 
 
 @dataclass(frozen=True)
@@ -138,7 +144,7 @@ def _items(split: str, test: list[Scenario], dev_known: list[Scenario],
 
 def compare_signals(cfg: RunConfig, *, split: Literal["dev", "test"] = "dev", samples: int = 8,
                     temperature: float = 1.0, echo: Echo = print) -> dict:
-    """Read the three signals on `split` of the run's trained adapter; write and return the summary."""
+    """Read the SIGNALS on `split` of the run's trained adapter; write and return the summary."""
     if cfg.rag.generator.kind != "transformers":
         raise ConfigError(f"the probe reads hidden states of a transformers generator; rag.generator.kind is "
                           f"{cfg.rag.generator.kind!r}")
@@ -178,10 +184,12 @@ def compare_signals(cfg: RunConfig, *, split: Literal["dev", "test"] = "dev", sa
     readings = []
     for i, ((s, learned), c) in enumerate(zip(items, cb)):
         greedy = normalize_text(c.answer, s.language)
-        same = sum(normalize_text(d.answer, s.language) == greedy for d in drawn[i * samples:(i + 1) * samples])
+        mine = drawn[i * samples:(i + 1) * samples]
+        same = sum(normalize_text(d.answer, s.language) == greedy for d in mine)
+        f1 = sum(token_f1(d.answer, [c.answer], s.language) for d in mine) / samples
         readings.append(Reading(s.question, s.fact_id, s.cluster or owners.get(s.question, (s.fact_id, s.fact_id))[1],
                                 learned, c.answer, is_unknown(c.answer), c.nll, float(p_never[i]),
-                                1 - same / samples))
+                                1 - same / samples, c.peak, 1 - f1))
     summary = summarise(readings, seed=cfg.eval.seed)
     summary.update(split=split, probe=asdict(fit), samples=samples, temperature=temperature,
                    adapter=adapter_sha256(adapter), generator=generator_id(cfg.rag.generator))
