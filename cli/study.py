@@ -60,8 +60,8 @@ def register(app: typer.Typer) -> None:
                            split: str = typer.Option("dev", help="dev (choose on it) or test (report once)"),
                            samples: int = typer.Option(8, help="sampled closed-book answers per question"),
                            temperature: float = typer.Option(1.0, help="their sampling temperature")) -> None:
-        """Compare the gate's doubt signals (closed-book NLL and its peak, a hidden-state probe, sample
-        agreement exact and by token F1) as detectors of never-learned facts on the run's dev split,
+        """Compare the gate's doubt signals (closed-book NLL, a hidden-state probe, sample agreement
+        exact and by token F1) as detectors of never-learned facts on the run's dev split,
         with cluster-bootstrap CIs."""
         from lorarag.core.config import load_config
         from lorarag.core.errors import UserError

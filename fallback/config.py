@@ -38,20 +38,15 @@ class PolicyConfig(Strict):
 class GateConfig(Strict):
     """The self-knowledge gate (fallback/gate.py): does the model's memory count?
 
-    It reads a negative log-likelihood (nats/token) of the adapter's own greedy closed-book answer,
-    by default its mean (higher = more likely never learned); above the threshold the memory counts
-    as unknown.
+    It reads the mean negative log-likelihood (nats/token) of the adapter's own greedy closed-book
+    answer (higher = more likely never learned); above the threshold the memory counts as unknown.
     """
 
-    signal: Literal["closed_book_nll", "closed_book_peak_nll"] = Field("closed_book_nll", description=(
-        "the doubt score: `closed_book_nll` the mean NLL per token of the closed-book answer, "
-        "`closed_book_peak_nll` the mean NLL of its 3 least likely tokens (a sentence answer's invented value "
-        "read without the words around it); each is calibrated into its own file next to the adapter"))
     enabled: bool = Field(True, description=(
         "use the self-knowledge gate; off: a memory counts as known unless the closed-book answer is itself "
         "`unknown`"))
     threshold: float | None = Field(None, description=(
-        "doubt (nats/token, `signal`) above which the memory counts as unknown; null: read gate.json next to the adapter "
+        "mean NLL (nats/token) above which the memory counts as unknown; null: read gate.json next to the adapter "
         "(calibrated)"))
     rule: Literal["youden", "unknown_recall", "logistic"] = Field("logistic", description=(
         "how `lorarag calibrate` picks the threshold from dev items (fallback/gate.calibrate): `youden` maximises "

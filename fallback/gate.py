@@ -30,8 +30,7 @@ from lorarag.rag.config import GeneratorConfig
 log = logging.getLogger(__name__)
 
 GATE_FILE = "gate.json"
-SIGNAL = "closed_book_nll"  # what the gate reads by default (see the module docstring)
-PEAK_SIGNAL = "closed_book_peak_nll"  # the mean NLL of the answer's PEAK_TOKENS least likely tokens
+SIGNAL = "closed_book_nll"  # what the gate reads (see the module docstring)
 # An empty closed-book answer is maximal doubt; finite so that gate.json stays valid JSON.
 NO_ANSWER_NLL = 100.0
 
@@ -58,16 +57,10 @@ class GateCalibration:
     fit: str = ""  # how the rule weighs the two kinds of dev reading (FIT); "": a file from before it was recorded
 
     def save(self, folder: str | Path) -> Path:
-        """Write `gate_file(signal)` into `folder` (normally the adapter's folder)."""
-        path = Path(folder) / gate_file(self.signal)
+        """Write `gate.json` into `folder` (normally the adapter's folder)."""
+        path = Path(folder) / GATE_FILE
         path.write_text(json.dumps(asdict(self), indent=2) + "\n", encoding="utf-8")
         return path
-
-
-def gate_file(signal: str = SIGNAL) -> str:
-    """The calibration's file name beside the adapter: `gate.json` for the default signal, one file
-    per other signal, so two systems gated on different signals never overwrite each other's."""
-    return GATE_FILE if signal == SIGNAL else f"gate-{signal}.json"
 
 
 def generator_id(cfg: GeneratorConfig) -> str:
@@ -114,9 +107,9 @@ def dev_sha256(known: Sequence[str], unseen: Sequence[str]) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
-def load_gate(folder: str | Path, signal: str = SIGNAL) -> GateCalibration:
-    """Read `gate_file(signal)` from `folder`; ConfigError when missing or malformed."""
-    path = Path(folder) / gate_file(signal)
+def load_gate(folder: str | Path) -> GateCalibration:
+    """Read `gate.json` from `folder`; ConfigError when missing or malformed."""
+    path = Path(folder) / GATE_FILE
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
         return GateCalibration(**data)
@@ -137,18 +130,6 @@ def answer_nll(logprobs: Sequence[float]) -> float:
         return NO_ANSWER_NLL
     return -sum(logprobs) / len(logprobs)
 
-
-PEAK_TOKENS = 3  # the answer's least likely tokens the peak NLL averages
-
-
-def answer_peak_nll(logprobs: Sequence[float], k: int = PEAK_TOKENS) -> float:
-    """Mean NLL (nats) of the `k` least likely tokens of a generated answer (all of them when it has
-    fewer); no tokens: NO_ANSWER_NLL. A sentence answer is mostly words any answer would use, so
-    its mean NLL dilutes the one invented value; the peak reads that value's tokens alone."""
-    if not logprobs:
-        return NO_ANSWER_NLL
-    worst = sorted((-x for x in logprobs), reverse=True)[:k]
-    return sum(worst) / len(worst)
 
 
 def _auroc(neg: Sequence[float], pos: Sequence[float]) -> float:
@@ -269,7 +250,7 @@ def gate_mismatch(cal: GateCalibration, g: GateConfig, gen_cfg: GeneratorConfig,
     """What a saved calibration was made with that the config no longer asks for: rule, signal,
     generator (a bf16 model reads other NLLs than an fp32 one) and, given its `adapter_sha256`,
     the adapter (a retrained one reads other scores; a file without the record counts as another)."""
-    pairs = {"rule": (cal.rule, g.rule), "signal": (cal.signal, g.signal),
+    pairs = {"rule": (cal.rule, g.rule), "signal": (cal.signal, SIGNAL),
              "generator": (cal.generator, generator_id(gen_cfg)), "fit": (cal.fit, FIT)}
     out = [f"{k} {saved!r} (config: {want!r})" for k, (saved, want) in pairs.items() if saved != want]
     if adapter is not None and cal.adapter != adapter:

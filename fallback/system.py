@@ -27,7 +27,7 @@ from lorarag.fallback.format import (
     is_unknown,
     rag_user_turn,
 )
-from lorarag.fallback.gate import NO_ANSWER_NLL, PEAK_SIGNAL, SIGNAL, answer_nll, answer_peak_nll, gate_fires
+from lorarag.fallback.gate import SIGNAL, answer_nll, gate_fires
 from lorarag.fallback.policy import decide_route, final_answer, read_note, reads_sources
 from lorarag.fallback.verdict import (
     Verdict,
@@ -53,21 +53,15 @@ class Judgement:
     gated: bool  # True when the gate forced `memory: unknown`
     first_memory: str  # the memory before the gate (the closed-book answer, or the reply's own)
     prompt: str
-    doubt: float | None = None  # the gate's reading (GateConfig.signal); None: not read
+    doubt: float | None = None  # the gate's reading (closed-book NLL); None: not read
 
 
 @dataclass(frozen=True)
 class ClosedBookAnswer:
-    """The adapter's greedy closed-book answer, its mean NLL per token (nats) and the mean NLL of
-    its PEAK_TOKENS least likely tokens (a screened signal: `lorarag self-knowledge`)."""
+    """The adapter's greedy closed-book answer and its mean NLL per token (nats)."""
 
     answer: str
     nll: float
-    peak: float = NO_ANSWER_NLL
-
-    def doubt(self, signal: str = SIGNAL) -> float:
-        """The gate's doubt score under `signal` (GateConfig.signal)."""
-        return self.peak if signal == PEAK_SIGNAL else self.nll
 
 
 def conversation(question: str, sources: Sequence[Retrieved], system: str = SYSTEM_RAG) -> list[Message]:
@@ -115,7 +109,7 @@ class Detector:
         """The gate's doubt score per question, for calibration on dev; None where the closed-book
         answer itself is "unknown" (no memory for the gate to judge)."""
         cb = closed_book(self.generator, self.cfg.detector.adapter, questions)
-        return [None if is_unknown(c.answer) else c.doubt(self.cfg.gate.signal) for c in cb]
+        return [None if is_unknown(c.answer) else c.nll for c in cb]
 
     def judge(self, questions: Sequence[str], sources: Sequence[Sequence[Retrieved]]) -> list[Judgement]:
         """One scored pass for every question, its memory from the closed-book pass (or the reply)."""
@@ -127,7 +121,7 @@ class Detector:
             self.invalid += sum(not v.valid for v, _ in first)
             return [Judgement(v, False, v.memory, prompt) for v, prompt in first]
         cb = closed_book(self.generator, self.cfg.detector.adapter, questions)
-        doubts = [c.doubt(self.cfg.gate.signal) for c in cb]
+        doubts = [c.nll for c in cb]
         gated = [self._fires(x) or is_unknown(c.answer) for x, c in zip(doubts, cb)]
         prefixes = [forced_unknown_prefix() if g else f"{memory_prefix()} {c.answer} |" for g, c in zip(gated, cb)]
         out = []
@@ -164,8 +158,8 @@ def closed_book(generator: Generator, adapter: str | None, questions: Sequence[s
     convs = [closed_book_conversation(q) for q in questions]
     # top_logprobs=1 asks every backend (openai kind included) for the chosen tokens' logprobs
     gens = generator.generate(convs, adapter=adapter, max_new_tokens=24, top_logprobs=1)
-    return [ClosedBookAnswer(" ".join(g.text.replace("|", " ").split()) or "unknown", answer_nll(g.logprobs),
-                             answer_peak_nll(g.logprobs)) for g in gens]
+    return [ClosedBookAnswer(" ".join(g.text.replace("|", " ").split()) or "unknown", answer_nll(g.logprobs))
+            for g in gens]
 
 
 def _answer(question: str, ctx: Context, j: Judgement, cfg: FallbackConfig, seconds: float) -> Answer:
@@ -177,7 +171,7 @@ def _answer(question: str, ctx: Context, j: Judgement, cfg: FallbackConfig, seco
     text = final_answer(route, v.memory, source_value, v.answer, cfg.policy)
     notes = [f"p_unknown={v.p_unknown:.4f}" if v.p_unknown is not None else "p_unknown=none"]
     if j.doubt is not None:
-        notes.append(f"gate doubt ({cfg.gate.signal})={j.doubt:.4f}")
+        notes.append(f"gate doubt ({SIGNAL})={j.doubt:.4f}")
     if j.gated:
         notes.append(f"gate: memory {j.first_memory!r} -> unknown")
     if not v.valid:

@@ -1,8 +1,8 @@
 """Stage 5 of a run: the self-knowledge gate's threshold, tuned on the DEV split only.
 
-`calibrate_gate` reads the gate's doubt score (`gate.signal` of the closed-book answer) on dev known
-facts (asked in wordings training left out) and never-learned facts, and saves the threshold as
-gate.json (`gate_file(signal)`) next to the adapter, so test items never tune it.
+`calibrate_gate` reads the gate's doubt score (the closed-book answer's NLL) on dev known facts
+(asked in wordings training left out) and never-learned facts, and saves the threshold as
+gate.json next to the adapter, so test items never tune it.
 """
 
 from __future__ import annotations
@@ -15,12 +15,12 @@ from typing import Sequence
 
 from lorarag.core.errors import ConfigError
 from lorarag.fallback.gate import (
+    GATE_FILE,
     GateCalibration,
     adapter_sha256,
     calibrate_claimed,
     dev_sha256,
     fixed_threshold,
-    gate_file,
     generator_id,
     load_gate,
     reusable_gate,
@@ -63,16 +63,15 @@ def calibrate_gate(cfg: RunConfig, parts: Parts, adapter: Path, dev_known: list[
         return GateReading(fixed_threshold(g), None)
     adapter_id = adapter_sha256(adapter)
     dev_id = dev_sha256([x.question for x in dev_known], [x.question for x in dev_unseen])
-    path = adapter / gate_file(g.signal)
-    if path.is_file() and not force:
+    if (adapter / GATE_FILE).is_file() and not force:
         try:
-            cal = load_gate(adapter, g.signal)
+            cal = load_gate(adapter)
         except ConfigError as exc:  # our own cache file, from an older format: read the dev split again
             log.warning("%s; calibrating afresh", exc)
         else:
             if reusable_gate(cal, g, cfg.rag.generator, len(dev_known), len(dev_unseen),
                              adapter=adapter_id, dev=dev_id):
-                echo(f"          reusing gate calibration from {path}")
+                echo(f"          reusing gate calibration from {adapter / GATE_FILE}")
                 return GateReading(threshold_in_use(cal, g), cal)
     det = Detector(parts.generator, parts.first_tokens, cfg.fallback, None)
     readings: list[list[float | None]] = []  # None: the closed-book answer declined
@@ -82,7 +81,7 @@ def calibrate_gate(cfg: RunConfig, parts: Parts, adapter: Path, dev_known: list[
             vals.extend(det.gate_scores([x.question for x in items[s:s + 32]]))
             echo(f"          dev {label}: {min(s + 32, len(items))}/{len(items)}")
         readings.append(vals)
-    cal = replace(calibrate_claimed(readings[0], readings[1], rule=g.rule, target=g.target, signal=g.signal),
+    cal = replace(calibrate_claimed(readings[0], readings[1], rule=g.rule, target=g.target),
                   generator=generator_id(cfg.rag.generator), adapter=adapter_id, dev=dev_id)
     if cal.known_declined or cal.unseen_declined:
         echo(f"          declined closed-book (\"unknown\", left out of the fit): known "

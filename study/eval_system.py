@@ -20,9 +20,9 @@ from lorarag.core.errors import ConfigError
 from lorarag.core.runinfo import hash_paths
 from lorarag.eval.config import EvalConfig
 from lorarag.fallback.gate import (
+    GATE_FILE,
     adapter_sha256,
     fixed_threshold,
-    gate_file,
     gate_mismatch,
     load_gate,
     threshold_in_use,
@@ -62,10 +62,10 @@ def _threshold(run_cfg: RunConfig, adapter: Path | None, components: str) -> flo
     gate = run_cfg.fallback.gate
     if gate.threshold is not None:
         return fixed_threshold(gate)
-    if adapter is not None and (adapter / gate_file(gate.signal)).is_file():
-        cal = load_gate(adapter, gate.signal)
+    if adapter is not None and (adapter / GATE_FILE).is_file():
+        cal = load_gate(adapter)
         if gate.enabled and (stale := gate_mismatch(cal, gate, run_cfg.rag.generator, adapter_sha256(adapter))):
-            raise ConfigError(f"{adapter / gate_file(gate.signal)}: calibrated with {'; '.join(stale)}: "
+            raise ConfigError(f"{adapter / GATE_FILE}: calibrated with {'; '.join(stale)}: "
                               f"run `lorarag calibrate {components}` first")
         return threshold_in_use(cal, gate)
     return None

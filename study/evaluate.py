@@ -11,7 +11,7 @@ from lorarag.eval.records import closed_book_map, load_results
 from lorarag.eval.report import write_report
 from lorarag.eval.reroute import reroute
 from lorarag.eval.runner import run_eval, write_results
-from lorarag.fallback.gate import SIGNAL, adapter_sha256, gate_file
+from lorarag.fallback.gate import GATE_FILE, adapter_sha256
 from lorarag.scenarios.records import Scenario
 from lorarag.study.config import RunConfig, SystemConfig
 from lorarag.study.headline import headline_markdown
@@ -45,8 +45,6 @@ def system_stamp(cfg: RunConfig, sc: SystemConfig, test: list[Scenario], adapter
         stamp["rag_sft"] = adapter_sha256(rag_sft) if rag_sft is not None else None
     if sc.kind in ("lora_rag", "memory_or_context", "date_rule"):  # they route on the gate's threshold
         stamp["gate"] = gate
-        if cfg.fallback.gate.signal != SIGNAL:  # at its default the field leaves older stamps as they were
-            stamp["gate_signal"] = cfg.fallback.gate.signal
     if sc.kind == "date_rule":  # sources are read or dropped by their year against it
         stamp["snapshot"] = cfg.data.snapshot
     if sc.kind in ("lora_rag", "prompted_detection"):  # prompted detection runs without a gate
@@ -54,8 +52,6 @@ def system_stamp(cfg: RunConfig, sc: SystemConfig, test: list[Scenario], adapter
         exclude: dict = {"gate": True} if sc.kind == "prompted_detection" else {}
         if fb.policy.answer == "route":  # at its default the field leaves the stamps made before it as they were
             exclude["policy"] = {"answer"}
-        if fb.gate.signal == SIGNAL and sc.kind == "lora_rag":  # likewise (it stands in `gate_signal` otherwise)
-            exclude["gate"] = {"signal"}
         stamp["fallback"] = fb.model_dump(exclude=exclude or None)
     return stamp
 
@@ -125,8 +121,7 @@ def report(cfg: RunConfig, paths: Paths, runs: dict[str, Path], echo: Echo, adap
     if overlap:
         table = table.rstrip() + "\n\n" + "\n".join(overlap_markdown(overlap)).rstrip() + "\n"
     pair = pair_names(cfg, results)
-    gate_json = adapter / gate_file(cfg.fallback.gate.signal) if adapter is not None else None
-    gate = gate_json if gate_json is not None and gate_json.is_file() else None
+    gate = adapter / GATE_FILE if adapter is not None and (adapter / GATE_FILE).is_file() else None
     write_report(results, paths.report, resamples=cfg.eval.bootstrap, seed=cfg.eval.seed, title=title,
                  headline=table, gate=gate, pair=pair)
     if pair is not None:

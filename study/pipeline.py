@@ -26,7 +26,7 @@ from pathlib import Path
 from lorarag.core import numerics
 from lorarag.core.errors import UserError
 from lorarag.core.runinfo import start_run
-from lorarag.fallback.gate import GateCalibration, gate_file
+from lorarag.fallback.gate import SIGNAL, GateCalibration
 from lorarag.rag.retrieve import Retriever
 from lorarag.scenarios.records import Scenario
 from lorarag.study.calibration import calibrate_gate, languages_without_dev_known
@@ -57,8 +57,7 @@ def plan(cfg: RunConfig, fresh: bool) -> list[tuple[str, str]]:
     r = cfg.rag.retrieval
     systems = ", ".join(f"{s.name} ({s.kind}, {s.context})" for s in cfg.systems)
     base = f"prepare base model ({cfg.prepare_base}) -> {cfg.train.model}; " if cfg.prepare_base else ""
-    gate = (f"{cfg.fallback.gate.signal} on dev, rule={cfg.fallback.gate.rule} -> "
-            f"<adapter>/{gate_file(cfg.fallback.gate.signal)}"
+    gate = (f"{SIGNAL} on dev, rule={cfg.fallback.gate.rule} -> <adapter>/gate.json"
             if cfg.fallback.gate.threshold is None else f"fixed threshold {cfg.fallback.gate.threshold}")
     return [
         _plan_source(cfg, root),

@@ -36,7 +36,7 @@ from lorarag.core.errors import ConfigError
 from lorarag.core.runinfo import start_run
 from lorarag.eval.records import ItemResult, load_results
 from lorarag.eval.stats import nan_to_none
-from lorarag.fallback.gate import gate_file
+from lorarag.fallback.gate import GATE_FILE
 from lorarag.study.calibration import Echo
 from lorarag.study.config import RunConfig
 from lorarag.study.headline import correct_fn, kb_targets, target_values
@@ -195,7 +195,7 @@ def run_seeds(cfg: RunConfig, seeds: Sequence[int], *, fresh: bool = False, dry_
         every.append(results)
         per_seed.append(target_fn(pairs[-1][0], pairs[-1][1]))
         adapter = find_adapter(c)
-        gate = adapter / gate_file(c.fallback.gate.signal) if adapter is not None else None
+        gate = adapter / GATE_FILE if adapter is not None else None
         gates[s] = json.loads(gate.read_text(encoding="utf-8")) if gate is not None and gate.is_file() else None
     rows = seed_rows(per_seed)
     echo(f"          pooling {len(seeds)} seeds: {cfg.eval.bootstrap} resamples of seeds and facts")

@@ -10,8 +10,6 @@ Three signals, each read on the same questions and higher = more likely never le
   memory). Its layer and L2 strength are chosen by grouped 5-fold CV on those, never on dev;
 - `agreement`: 1 - the share of `samples` sampled closed-book answers (temperature `temperature`)
   equal to the greedy one after SQuAD normalisation (a semantic-consistency signal);
-- `peak`: the mean NLL of the greedy answer's PEAK_TOKENS least likely tokens (fallback/gate.py):
-  on sentence answers the mean NLL averages the one invented value with words any answer uses;
 - `agreement_f1`: 1 - the mean token F1 of the sampled answers against the greedy one: agreement
   that credits a sampled sentence for the words it shares, where exact agreement needs all of them.
 
@@ -46,7 +44,7 @@ from lorarag.study.layout import Echo
 from lorarag.study.parts import build_parts, with_adapter_name
 from lorarag.study.pipeline import trained_run
 
-SIGNALS = ("nll", "probe", "agreement", "peak", "agreement_f1")
+SIGNALS = ("nll", "probe", "agreement", "agreement_f1")
 LAYER_FRACTIONS = (0.25, 0.5, 0.75, 1.0)  # of the model's depth: the probe's candidate layers
 PROBE_C = (0.01, 0.1, 1.0)  # candidate inverse L2 strengths (features standardised first)
 ADAPTER = "lora"  # the trained adapter's name in the generator (study/parts.py)
@@ -65,7 +63,6 @@ class Reading:
     nll: float
     probe: float
     agreement: float  # 1 - share of sampled answers equal to the greedy one
-    peak: float  # mean NLL of the greedy answer's least likely tokens
     agreement_f1: float  # 1 - mean token F1 of the sampled answers against the greedy one
 
 
@@ -183,13 +180,9 @@ def compare_signals(cfg: RunConfig, *, split: Literal["dev", "test"] = "dev", sa
     sampler.close()
     readings = []
     for i, ((s, learned), c) in enumerate(zip(items, cb)):
-        greedy = normalize_text(c.answer, s.language)
-        mine = drawn[i * samples:(i + 1) * samples]
-        same = sum(normalize_text(d.answer, s.language) == greedy for d in mine)
-        f1 = sum(token_f1(d.answer, [c.answer], s.language) for d in mine) / samples
+        exact, f1 = disagreement(c.answer, [d.answer for d in drawn[i * samples:(i + 1) * samples]], s.language)
         readings.append(Reading(s.question, s.fact_id, s.cluster or owners.get(s.question, (s.fact_id, s.fact_id))[1],
-                                learned, c.answer, is_unknown(c.answer), c.nll, float(p_never[i]),
-                                1 - same / samples, c.peak, 1 - f1))
+                                learned, c.answer, is_unknown(c.answer), c.nll, float(p_never[i]), exact, f1))
     summary = summarise(readings, seed=cfg.eval.seed)
     summary.update(split=split, probe=asdict(fit), samples=samples, temperature=temperature,
                    adapter=adapter_sha256(adapter), generator=generator_id(cfg.rag.generator))
@@ -201,6 +194,15 @@ def compare_signals(cfg: RunConfig, *, split: Literal["dev", "test"] = "dev", sa
     echo(table(summary))
     echo(f"written: {out / split}.jsonl, .json")
     return summary
+
+
+def disagreement(greedy: str, sampled: list[str], language: str) -> tuple[float, float]:
+    """(1 - share of `sampled` equal to `greedy` after SQuAD normalisation, 1 - their mean token F1
+    against `greedy`): the `agreement` and `agreement_f1` readings of one question."""
+    g = normalize_text(greedy, language)
+    same = sum(normalize_text(a, language) == g for a in sampled)
+    f1 = sum(token_f1(a, [greedy], language) for a in sampled)
+    return 1 - same / len(sampled), 1 - f1 / len(sampled)
 
 
 def summarise(readings: list[Reading], *, seed: int = 0) -> dict:

@@ -26,7 +26,7 @@ from typing import Callable, Protocol
 
 from lorarag.core.errors import ConfigError
 from lorarag.fallback.format import SYSTEM_RAG, SourceText, is_unknown, rag_user_turn
-from lorarag.fallback.gate import SIGNAL, gate_fires
+from lorarag.fallback.gate import gate_fires
 from lorarag.fallback.system import AdvancedRAGSystem, Context, Detector, closed_book, closed_book_conversation
 from lorarag.rag.generate import Generator, Message
 from lorarag.rag.prompt import neutralise
@@ -147,7 +147,7 @@ class ClosedBook:
 
 class MemoryOrContext:
     """The simple rule beside LoRA-RAG: the LoRA's greedy closed-book answer where the gate keeps
-    it (a memory, its doubt (`gate.signal`) at or under the calibrated threshold), else the plain RAG prompt's
+    it (a memory, its mean NLL at or under the calibrated threshold), else the plain RAG prompt's
     answer from the context, read by `reader` (None: the base model; or an adapter's name: the
     LoRA itself, or the RAG-SFT adapter). It knows what the LoRA knows but never compares the
     source with its memory, so LoRA-RAG beats it only where reading the source against memory
@@ -155,10 +155,10 @@ class MemoryOrContext:
 
     def __init__(self, name: str, rag: RAGSystem, generator: Generator, adapter: str | None,
                  threshold: float | None, ctx: ScenarioContexts, mode: str, max_new_tokens: int,
-                 reader: str | None = None, signal: str = SIGNAL) -> None:
+                 reader: str | None = None) -> None:
         self.name, self.rag, self.generator, self.adapter = name, rag, generator, adapter
         self.threshold, self.ctx, self.mode, self.max_new = threshold, ctx, mode, max_new_tokens
-        self.reader, self.signal = reader, signal
+        self.reader = reader
 
     def answer_scenarios(self, items: list[Scenario]) -> list[Answer]:
         """One closed-book pass for all (a memo hit after closed_book_lora), one RAG pass for the rest."""
@@ -170,7 +170,7 @@ class MemoryOrContext:
         """Memory where the gate keeps it, else the reader over `read` (a subset of each `shown`
         context; none left: abstain). Traces record `shown`, with `notes` per question."""
         cb = closed_book(self.generator, self.adapter, questions)
-        keep = [not is_unknown(c.answer) and (self.threshold is None or not gate_fires(c.doubt(self.signal), self.threshold))
+        keep = [not is_unknown(c.answer) and (self.threshold is None or not gate_fires(c.nll, self.threshold))
                 for c in cb]
         rest = [i for i, k in enumerate(keep) if not k]
         answered = self.rag.answer_with_context([questions[i] for i in rest], [read[i] for i in rest], self.reader,
@@ -179,7 +179,7 @@ class MemoryOrContext:
         from_context = dict(zip(rest, answered))
         out = []
         for i, (q, c, m) in enumerate(zip(questions, shown, cb)):
-            note = (f"gate doubt={m.doubt(self.signal):.4f} memory {m.answer!r} " + ("kept" if keep[i] else "rejected"),
+            note = (f"gate doubt={m.nll:.4f} memory {m.answer!r} " + ("kept" if keep[i] else "rejected"),
                     *(notes[i] if notes else ()))
             if keep[i]:
                 out.append(Answer(question=q, text=m.answer, trace=Trace(
@@ -280,7 +280,7 @@ def _memory_or_context(cfg: SystemConfig, parts: Parts) -> MemoryOrContext:
                           "config lists the system")
     return MemoryOrContext(cfg.name, parts.rag, parts.generator, parts.fallback.detector.adapter,
                            parts.gate_threshold if parts.fallback.gate.enabled else None, parts.contexts,
-                           cfg.context, cfg.max_new_tokens, reader=cfg.adapter, signal=parts.fallback.gate.signal)
+                           cfg.context, cfg.max_new_tokens, reader=cfg.adapter)
 
 
 def _date_rule(cfg: SystemConfig, parts: Parts) -> DateRule:

@@ -27,9 +27,9 @@ from lorarag.core import numerics
 from lorarag.core.config import load_config
 from lorarag.core.errors import ConfigError
 from lorarag.fallback.gate import (
+    GATE_FILE,
     adapter_sha256,
     fixed_threshold,
-    gate_file,
     gate_mismatch,
     load_gate,
     threshold_in_use,
@@ -74,13 +74,12 @@ def read_run(run_dir: str | Path) -> TrainedRun:
     elif not gate.enabled:
         threshold = None
     else:
-        path = adapter / gate_file(gate.signal)
-        if not path.is_file():
-            raise ConfigError(f"{path}: no gate calibration: run `lorarag calibrate` first")
-        cal = load_gate(adapter, gate.signal)
+        if not (adapter / GATE_FILE).is_file():
+            raise ConfigError(f"{adapter / GATE_FILE}: no gate calibration: run `lorarag calibrate` first")
+        cal = load_gate(adapter)
         stale = gate_mismatch(cal, gate, cfg.rag.generator, adapter_sha256(adapter))
         if stale:
-            raise ConfigError(f"{path}: calibrated with {'; '.join(stale)}: "
+            raise ConfigError(f"{adapter / GATE_FILE}: calibrated with {'; '.join(stale)}: "
                               f"run `lorarag calibrate` first")
         threshold = threshold_in_use(cal, gate)
     return TrainedRun(run_dir, cfg, adapter, threshold)

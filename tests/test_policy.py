@@ -12,7 +12,6 @@ from lorarag.fallback.config import PolicyConfig
 from lorarag.fallback.gate import (
     NO_ANSWER_NLL,
     answer_nll,
-    answer_peak_nll,
     calibrate,
     calibrate_claimed,
     gate_fires,
@@ -105,16 +104,6 @@ def test_answer_nll_hand_computed():
     assert answer_nll([-0.5, -1.5]) == pytest.approx(1.0)  # (0.5 + 1.5) / 2 nats per token
     assert answer_nll([-0.1]) == pytest.approx(0.1)
     assert answer_nll([]) == NO_ANSWER_NLL  # no answer tokens: maximal doubt, finite for JSON
-
-
-def test_answer_peak_nll_reads_the_least_likely_tokens():
-    # a six-token sentence whose one invented value costs 3.0 and 2.0 nats: mean 1.0, peak (3 + 2 + 0.5) / 3
-    lps = [-0.1, -3.0, -0.1, -2.0, -0.3, -0.5]
-    assert answer_nll(lps) == pytest.approx(1.0)
-    assert answer_peak_nll(lps) == pytest.approx(5.5 / 3)
-    assert answer_peak_nll([-0.2, -0.4]) == pytest.approx(0.3)  # fewer tokens than k: their mean
-    assert answer_peak_nll(lps, k=1) == pytest.approx(3.0)
-    assert answer_peak_nll([]) == NO_ANSWER_NLL
 
 
 def test_gate_json_round_trips_and_records_its_signal(tmp_path):
@@ -225,22 +214,3 @@ def test_the_base_model_reads_where_a_valid_reply_has_no_memory_and_the_rule_say
     assert [reads_sources(v, k, route, routed) for v, k, route in cases] == [True, False, False, False]
     assert [reads_sources(v, k, route, read) for v, k, route in cases] == [True, True, False, False]
     assert not any(reads_sources(v, k, route, verdict) for v, k, route in cases)
-
-
-def test_each_gate_signal_is_calibrated_into_its_own_file(tmp_path):
-    """A peak-NLL gate beside the default one: its own file, the default's untouched, and a
-    calibration read with one signal is stale for a config that asks for the other."""
-    from lorarag.fallback.config import GateConfig
-    from lorarag.fallback.gate import PEAK_SIGNAL, gate_file, gate_mismatch
-    from lorarag.rag.config import GeneratorConfig
-
-    nll = calibrate([0.02, 0.05], [0.9, 1.4])
-    peak = calibrate([0.3, 0.5], [2.0, 3.0], signal=PEAK_SIGNAL)
-    nll.save(tmp_path)
-    peak.save(tmp_path)
-    assert gate_file() == "gate.json" and gate_file(PEAK_SIGNAL) == "gate-closed_book_peak_nll.json"
-    assert load_gate(tmp_path) == nll and load_gate(tmp_path, PEAK_SIGNAL) == peak
-    gen = GeneratorConfig(kind="transformers", model="m")
-    assert gate_mismatch(nll, GateConfig(signal=PEAK_SIGNAL, rule="youden"), gen) == [
-        "signal 'closed_book_nll' (config: 'closed_book_peak_nll')", "generator '' (config: 'transformers m float32')"]
-    assert not any(m.startswith("signal") for m in gate_mismatch(peak, GateConfig(signal=PEAK_SIGNAL), gen))

@@ -124,21 +124,6 @@ def test_stamps_change_only_for_systems_a_gate_setting_can_affect(demo):
         assert same == (s.kind != "lora_rag"), s.name
 
 
-def test_the_gate_signal_redoes_only_gated_systems_and_leaves_default_stamps_as_before(demo):
-    """The peak-NLL gate redoes LoRA-RAG and memory_or_context; at the default signal no stamp
-    names the field, so records stamped before it existed still resume."""
-    from lorarag.study.evaluate import system_stamp
-
-    fb = demo.fallback.model_copy(update={"gate": demo.fallback.gate.model_copy(
-        update={"signal": "closed_book_peak_nll"})})
-    peak = demo.model_copy(update={"fallback": fb})
-    for s in demo.systems:
-        default = system_stamp(demo, s, [], None, 0.05)
-        assert "gate_signal" not in default and "signal" not in default.get("fallback", {}).get("gate", {}), s.name
-        same = default == system_stamp(peak, s, [], None, 0.05)
-        assert same == (s.kind not in ("lora_rag", "memory_or_context", "date_rule")), s.name
-
-
 def test_a_config_without_the_base_vs_lora_pair_fails_before_any_run(demo, tmp_path):
     from lorarag.core.errors import ConfigError
     from lorarag.study.seeds import run_seeds

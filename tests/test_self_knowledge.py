@@ -130,46 +130,35 @@ def test_self_knowledge_refuses_other_generators_and_missing_adapters(cli, tmp_p
     assert code != 0 and "--split is dev or test" in err
 
 
-def test_closed_book_peak_reads_the_least_likely_tokens_of_the_same_generation(tiny_models, lora):
-    """Both doubt scores come from one greedy closed-book generation: the mean NLL over its tokens
-    and the mean of its PEAK_TOKENS largest NLLs (hand-computed here from the generation's logprobs)."""
-    from lorarag.fallback.gate import PEAK_SIGNAL, PEAK_TOKENS, SIGNAL
-    from lorarag.fallback.system import closed_book, closed_book_conversation
-    from lorarag.rag.config import GeneratorConfig
-    from lorarag.rag.generators import build_generator
+def test_disagreement_exact_and_by_token_f1_hand_computed():
+    from lorarag.study.self_knowledge import disagreement
 
-    gen = build_generator(GeneratorConfig(kind="transformers", model=str(tiny_models["lm"]),
-                                          adapters={"sft": str(lora)}, max_model_len=512, batch_size=4))
-    qs = ["Who leads Kestuna?", "In which city does Kestuna Robotics have its headquarters?"]
-    cb = closed_book(gen, "sft", qs)
-    raw = gen.generate([closed_book_conversation(q) for q in qs], adapter="sft", max_new_tokens=24, top_logprobs=1)
-    gen.close()
-    for c, g in zip(cb, raw):
-        nlls = sorted((-x for x in g.logprobs), reverse=True)
-        assert len(nlls) > PEAK_TOKENS  # an untrained tiny model rambles: the peak is a strict subset
-        assert c.nll == pytest.approx(sum(nlls) / len(nlls))
-        assert c.peak == pytest.approx(sum(nlls[:PEAK_TOKENS]) / PEAK_TOKENS)
-        assert c.peak >= c.nll
-        assert (c.doubt(SIGNAL), c.doubt(PEAK_SIGNAL)) == (c.nll, c.peak)
+    greedy = "The Vice President"
+    # "the vice president." normalises equal (F1 1); "the president" F1 = 2*1*(1/2)/(1+1/2) = 2/3
+    # (articles dropped: {president} vs {vice, president}); "Ron Paul" F1 0
+    exact, f1 = disagreement(greedy, ["the vice president.", "the president", "Ron Paul", "The Vice President"], "en")
+    assert exact == pytest.approx(1 - 2 / 4)
+    assert f1 == pytest.approx(1 - (1 + 2 / 3 + 0 + 1) / 4)
+    assert disagreement(greedy, [greedy] * 3, "en") == (0.0, 0.0)
 
 
 def test_summarise_reads_every_signal_on_claimed_memories_only():
     from lorarag.study.self_knowledge import SIGNALS, Reading, summarise
 
     def r(i: int, learned: bool, **s: float) -> Reading:
-        base = dict(nll=0.0, probe=0.0, agreement=0.0, peak=0.0, agreement_f1=0.0)
+        base = dict(nll=0.0, probe=0.0, agreement=0.0, agreement_f1=0.0)
         base.update(s)
         return Reading(f"q{i}", f"f{i}", f"c{i}", learned, "a", False, **base)
 
-    # peak: learned 0.1, 0.4; never 0.3, 0.9 -> pairs (never > learned): 0.3>0.1, 0.9>0.1, 0.9>0.4 = 3 of 4
+    # agreement: learned 0.1, 0.4; never 0.3, 0.9 -> pairs (never > learned): 0.3>0.1, 0.9>0.1, 0.9>0.4 = 3 of 4
     # agreement_f1: learned 0.5, 0.2; never 0.6, 0.1 -> 0.6>0.5, 0.6>0.2 = 2 of 4
-    rs = [r(0, True, nll=0.1, peak=0.1, agreement_f1=0.5), r(1, True, nll=0.2, peak=0.4, agreement_f1=0.2),
-          r(2, False, nll=0.3, peak=0.3, agreement_f1=0.6), r(3, False, nll=0.4, peak=0.9, agreement_f1=0.1)]
-    declined = Reading("q4", "f4", "c4", True, "unknown", True, 9.0, 0.0, 0.0, 9.0, 0.0)  # left out
+    rs = [r(0, True, nll=0.1, agreement=0.1, agreement_f1=0.5), r(1, True, nll=0.2, agreement=0.4, agreement_f1=0.2),
+          r(2, False, nll=0.3, agreement=0.3, agreement_f1=0.6), r(3, False, nll=0.4, agreement=0.9, agreement_f1=0.1)]
+    declined = Reading("q4", "f4", "c4", True, "unknown", True, 9.0, 0.0, 9.0, 0.0)  # left out
     s = summarise(rs + [declined], seed=0)
     assert set(s["signals"]) == set(SIGNALS)
     assert s["signals"]["nll"]["auroc"] == pytest.approx(1.0)
-    assert s["signals"]["peak"]["auroc"] == pytest.approx(0.75)
+    assert s["signals"]["agreement"]["auroc"] == pytest.approx(0.75)
     assert s["signals"]["agreement_f1"]["auroc"] == pytest.approx(0.5)
-    assert s["signals"]["peak"]["diff_vs_nll"] == pytest.approx(-0.25)
+    assert s["signals"]["agreement"]["diff_vs_nll"] == pytest.approx(-0.25)
     assert (s["n_learned"], s["n_never"], s["declined_learned"]) == (2, 2, 1)
