@@ -1,7 +1,7 @@
 """`lorarag self-knowledge RUN_CONFIG`: which doubt signal tells a fact the LoRA learned from one it
 never learned, read on the gate's dev split of a trained run.
 
-Three signals, each read on the same questions and higher = more likely never learned:
+Four signals (SIGNALS), each read on the same questions and higher = more likely never learned:
 - `nll`: the gate's own (fallback/gate.py), the mean NLL (nats/token) of the greedy closed-book answer;
 - `probe`: P(never learned) from a logistic probe on the LoRA's hidden state at the closed-book
   prompt's last token (a P(IK)-style probe: read before any answer token). It is trained on
