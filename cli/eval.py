@@ -52,13 +52,14 @@ def _eval(config: Path = typer.Argument(..., help="configs/eval/*.yaml"),
     from lorarag.eval.report import write_report
     from lorarag.eval.runner import claim_run_dir, clear_run_dir, run_eval
     from lorarag.scenarios.records import load_scenarios
-    from lorarag.study.eval_system import build_eval_system, eval_stamp
+    from lorarag.study.eval_system import build_eval_system, eval_stamp, pin_numerics
 
     cfg = load_config(config, EvalConfig)
     flags = {k: v for k, v in (("limit", limit), ("out_dir", str(out) if out else None)) if v is not None}
     if flags:  # options are validated like the YAML keys they override
         cfg = validate_data({**cfg.model_dump(), **flags}, EvalConfig,
                             f"{config} with --{' --'.join(k.replace('out_dir', 'out') for k in flags)}")
+    pin_numerics(cfg)  # the run's kernels and threads, before anything loads torch
     everything = load_scenarios(cfg.scenarios)
     scenarios = everything[:cfg.limit] if cfg.limit else everything
     cb = closed_book_map(load_results(cfg.closed_book_run)) if cfg.closed_book_run else None

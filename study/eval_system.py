@@ -2,8 +2,9 @@
 
 Nothing is rebuilt: the world is regenerated in memory from its seed (it is deterministic and the
 scenarios name its chunk ids) or a KB run's chunks are read from `<run>/data/chunks.jsonl`, the index
-is opened as `lorarag run` wrote it, and the gate's
-threshold is read from the adapter's gate.json; a missing or stale piece is a one-line error.
+is opened as `lorarag run` wrote it, the run's `numerics:` pins (kernels, threads) are set before any
+model loads as `lorarag run` sets them, and the gate's threshold is read from the adapter's gate.json;
+a missing or stale piece is a one-line error.
 Scenarios given with the config are checked against that index: a chunk id it does not hold is
 an error before any model is loaded (it would silently score as a retrieval miss).
 `eval_stamp` is what the results depend on, checked by the runner before it resumes a run.
@@ -15,6 +16,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Sequence
 
+from lorarag.core import numerics
 from lorarag.core.config import load_config, validate_data
 from lorarag.core.errors import ConfigError
 from lorarag.core.runinfo import hash_paths
@@ -55,6 +57,16 @@ def _components(cfg: EvalConfig) -> tuple[RunConfig, SystemConfig, Path | None, 
             raise ConfigError(f"system {sc.name!r} needs the trained adapter of run "
                               f"'{trained_by.train.run_name}': run `lorarag run {cfg.components}` first")
     return run_cfg, sc, adapter, rag_sft
+
+
+def pin_numerics(cfg: EvalConfig, environ: dict[str, str] | None = None) -> dict[str, str]:
+    """Set the `numerics:` pins of the run config in `components` (os.environ, or `environ`) before
+    torch loads; returns what was set. Without them an adapter trained and evaluated pinned to AVX2
+    answers here with the machine's own kernels (AMX/AVX512 on a Xeon), and its items differ from the
+    run's at the same seed; ConfigError when torch is already loaded with other settings."""
+    if cfg.components is None:
+        return {}
+    return numerics.apply(load_config(cfg.components, RunConfig).numerics, environ)
 
 
 def _threshold(run_cfg: RunConfig, adapter: Path | None, components: str) -> float | None:
