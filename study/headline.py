@@ -82,6 +82,15 @@ def correct_fn(metric: str) -> Callable[[ItemResult], bool]:
                                                        or (r.scenario == "update" and r.superseded) else F1_CORRECT)
 
 
+def right_text(metric: str) -> str:
+    """What `correct_fn(metric)` counts as right, for the captions of tables that share items right."""
+    if metric == "contains":
+        return ("a gold answer in the reply and not the source's wrong value; on an unanswerable item, an "
+                "abstention")
+    return (f"token F1 >= {F1_CORRECT} to the true answer; on a wrong source, closer to the truth than to its "
+            "value; never an abstention on an answerable item")
+
+
 def metric_name(metric: str, scenario: str) -> str:
     if metric == "contains":
         return "accuracy"

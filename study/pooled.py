@@ -136,14 +136,17 @@ def ci_text(r: PooledRow, signed: bool = False) -> str:
 
 
 def pooled_markdown(seeds: Sequence[int], targets: Sequence[PooledRow], diffs: Sequence[PooledDiff],
-                    resamples: int) -> str:
-    """Markdown: the pooled targets, then the pooled differences with McNemar p per seed."""
+                    resamples: int, right: str = "") -> str:
+    """Markdown: the pooled targets, then the pooled differences with McNemar p per seed; `right` says
+    what the differences count as right (study.headline.right_text)."""
     lines = [f"## Pooled over {len(seeds)} seeds and the facts asked", "",
              f"Mean over seeds; 95 % CI from {resamples} resamples of seeds and clusters together "
              "(organisations or documents: items that share one count once).", "",
              "| target | mean over seeds [95% CI] |", "|---|---|"]
     lines += [f"| {r.name} | {ci_text(r)} |" for r in targets]
     if diffs:
+        if right:
+            lines += ["", f"Share of items right ({right}), the unit McNemar's test needs."]
         lines += ["", "| cell | items a seed (clusters) | base RAG | LoRA-RAG | LoRA − base [95% CI] | "
                   "McNemar p per seed (items) | McNemar p per seed (one item a cluster) |",
                   "|---|---|---|---|---|---|---|"]

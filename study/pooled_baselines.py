@@ -125,14 +125,18 @@ def _n(x: float) -> str:
     return "–" if math.isnan(x) else f"{x:.2f}"
 
 
-def baselines_markdown(seeds: Sequence[int], lora: str, cells: Sequence[BaselineCell], resamples: int) -> str:
-    """Markdown: per cell, LoRA-RAG and each system as `accuracy (LoRA-RAG − it [95% CI])`."""
+def baselines_markdown(seeds: Sequence[int], lora: str, cells: Sequence[BaselineCell], resamples: int,
+                       right: str = "") -> str:
+    """Markdown: per cell, LoRA-RAG and each system as `accuracy (LoRA-RAG − it [95% CI])`; `right`
+    says what counts as right (study.headline.right_text), which for sentence answers is a threshold
+    on token F1, not the mean F1 of the run's headline."""
     if not cells:
         return ""
     names = [n for n, _, _ in cells[0].others]
     head = ["cell", "items a seed (clusters)", lora, *names, "best (deployable)", "captured"]
     lines = [f"## {lora} against every baseline, pooled over {len(seeds)} seed{'s' * (len(seeds) != 1)}", "",
-             f"Each system: accuracy, mean over seeds (`{lora}` minus it [95% CI], {resamples} resamples of "
+             f"Each system: accuracy{f' (right: {right})' if right else ''}, mean over seeds "
+             f"(`{lora}` minus it [95% CI], {resamples} resamples of "
              "seeds and clusters, paired on the same items). The oracle router takes closed-book LoRA's answer "
              "where it is right, else base RAG's; `captured` is the share of its gain over the better of those "
              f"two that `{lora}` realises (`–` where it gains under {MIN_ROUTER_GAIN:.2f}).", "",

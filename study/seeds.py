@@ -39,7 +39,7 @@ from lorarag.eval.stats import nan_to_none
 from lorarag.fallback.gate import GATE_FILE
 from lorarag.study.calibration import Echo
 from lorarag.study.config import RunConfig
-from lorarag.study.headline import correct_fn, kb_targets, target_values
+from lorarag.study.headline import correct_fn, kb_targets, right_text, target_values
 from lorarag.study.targets import BASE_TARGET, pair_names
 from lorarag.study.pipeline import Paths, find_adapter, run
 from lorarag.study.baselines import comparable
@@ -203,8 +203,9 @@ def run_seeds(cfg: RunConfig, seeds: Sequence[int], *, fresh: bool = False, dry_
     diffs = pooled_differences(pairs, resamples=cfg.eval.bootstrap, seed=cfg.eval.seed,
                                correct=correct_fn(cfg.data.answer_metric))
     cells = seeds_baselines(cfg, every, correct_fn(cfg.data.answer_metric))
-    md = (seeds_markdown(seeds, rows, gates) + "\n" + pooled_markdown(seeds, pooled, diffs, cfg.eval.bootstrap)
-          + "\n" + baselines_markdown(seeds, pair_names(cfg, every[0])[1], cells, cfg.eval.bootstrap))
+    right = right_text(cfg.data.answer_metric)
+    md = (seeds_markdown(seeds, rows, gates) + "\n" + pooled_markdown(seeds, pooled, diffs, cfg.eval.bootstrap, right)
+          + "\n" + baselines_markdown(seeds, pair_names(cfg, every[0])[1], cells, cfg.eval.bootstrap, right))
     (out / "seeds.md").write_text(f"# lorarag seeds {cfg.name}\n\n" + md, encoding="utf-8")
     (out / "seeds.json").write_text(json.dumps(nan_to_none(
         {"seeds": list(seeds), "runs": [c.name for c in cfgs], "gates": {str(k): v for k, v in gates.items()},

@@ -95,3 +95,7 @@ def test_a_sentence_answer_kb_pools_by_its_own_rule_and_its_documents():
     assert (d.n_items, d.n_clusters) == (8, 4)
     assert (d.base.value, d.lora.value, d.diff.value) == (0.0, 1.0, 1.0)
     assert d.mcnemar_p == pytest.approx((2 * 0.5 ** 8,)) and d.mcnemar_p_cluster == pytest.approx((0.125,))
+    from lorarag.study.headline import right_text
+
+    md = pooled_markdown([1], [], [d], 200, right_text("token_f1"))
+    assert "Share of items right (token F1 >= 0.5" in md

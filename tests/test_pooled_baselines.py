@@ -112,3 +112,28 @@ def test_captured_hand_computed_edges():
     assert captured(0.55, 0.52, [0.04, 0.50]) == "> router (+0.03)"
     assert captured(0.60, 0.80, [0.40, 0.30]) == "0.50"
     assert captured(0.60, 0.80, []) == "–"
+
+
+def test_the_caption_states_the_threshold_the_sentence_scorer_applies():
+    """Sentence answers count as right at token F1 >= 0.5 (study.headline.correct_fn), and the seeds'
+    tables say so, since their shares differ from the headline's mean F1. Gold 'red fort delhi':
+    'red' has P 1, R 1/3, F1 2(1/3)/(4/3) = 0.5 (right); 'red gate' has P 1/2, R 1/3, F1 0.4 (not);
+    the full answer given while abstaining is not right either."""
+    from lorarag.study.headline import correct_fn, right_text
+
+    correct = correct_fn("token_f1")
+
+    def item(answer: str, abstained: bool = False):
+        return make_item(system="lora", gold_answers=("red fort delhi",), context_answer=None, answer=answer,
+                         abstained=abstained)
+
+    assert [correct(item("red")), correct(item("red gate")), correct(item("red fort delhi", True))] == [
+        True, False, False]
+    right = right_text("token_f1")
+    assert "token F1 >= 0.5" in right and "abstention" in right
+    (c,) = pooled_baselines([{"lora": [item("red")], "cb": [item("red gate")]}], "lora", ["cb"], ["cb"], correct,
+                            resamples=20)
+    md = baselines_markdown([1], "lora", [c], 20, right)
+    assert f"accuracy (right: {right})" in md
+    assert "| consistent (known) | 1 (1) | 1.00 [1.00, 1.00] | 0.00 (+1.00 [+1.00, +1.00]) |" in md
+    assert "right:" not in baselines_markdown([1], "lora", [c], 20)
