@@ -127,6 +127,35 @@ def baseline_table(cfg: Any, results: Mapping[str, Sequence[ItemResult]], ctx: s
     return lines + [""]
 
 
+def abstention_table(cfg: Any, results: Mapping[str, Sequence[ItemResult]], ctx: str, lora: str,
+                     label: Label | None = None) -> list[str]:
+    """Markdown lines: per cell, how many answerable items each deployable system of the baseline
+    table declined (abstained on), out of that cell's items. The scores above count an abstention
+    as a miss; this says which misses were declines, since a reader taught to decline sources
+    without the answer (RAG-SFT) can decline right ones too. Declining an irrelevant source is
+    defensible; declining a consistent one is over-fallback. [] when no system declines any item."""
+    names = [lora, *(s.name for s in comparable(cfg, results, ctx, lora) if s.kind != "oracle")]
+    rows, anyone = [], False
+    for s in SCENARIO_TYPES:
+        for k in ("known", "unknown"):
+            cells = {n: _cell(results[n], s, k) for n in names}
+            qids = [q for q in sorted(cells[lora]) if all(q in c for c in cells.values())
+                    and cells[lora][q].gold_answers]
+            if not qids:
+                continue
+            declined = [sum(cells[n][q].abstained for q in qids) for n in names]
+            anyone = anyone or any(declined)
+            cell = label(k, [cells[lora][q] for q in qids]) if label else k
+            rows.append("| " + " | ".join([s, cell, str(len(qids)), *map(str, declined)]) + " |")
+    if not anyone:
+        return []
+    return [f"### Declined answerable items ({ctx} context)", "",
+            "Abstentions on items that have an answer, each counted as a miss above: declining an irrelevant "
+            "source is defensible, declining a consistent one is over-fallback.", "",
+            "| scenario | knowledge | n | " + " | ".join(names) + " |", "|" + "---|" * (3 + len(names)),
+            *rows, ""]
+
+
 def variant_table(cfg: Any, results: Mapping[str, Sequence[ItemResult]], ctx: str, lora: str, score: Score,
                   label: Label | None = None) -> list[str]:
     """Markdown lines: each policy variant of `lora` (a lora_rag system with its own `policy`, on the

@@ -35,7 +35,7 @@ from lorarag.eval.shortcut import SHORTCUT_AUROC
 from lorarag.eval.stats import (cluster_permutation_test, cluster_rate, mcnemar_exact, noninferior, paired_bootstrap,
                                 wilson_ci)
 from lorarag.scenarios.records import SCENARIO_TYPES
-from lorarag.study.baselines import Label, baseline_table, variant_table
+from lorarag.study.baselines import Label, abstention_table, baseline_table, variant_table
 from lorarag.study.targets import targets
 
 Score = Callable[[ItemResult], float]
@@ -363,6 +363,7 @@ def headline_markdown(cfg: Any, results: Mapping[str, Sequence[ItemResult]], sum
         lines += detection_table(results[pairs[0][2]], label)
     for ctx, b, lo in pairs:
         lines += baseline_table(cfg, results, ctx, b, lo, score, label)
+        lines += abstention_table(cfg, results, ctx, lo, label)
         lines += variant_table(cfg, results, ctx, lo, score, label)
     for sc in cfg.systems:
         if sc.context == "retrieved" and sc.kind in ("base_rag", "lora_rag") and sc.name in results:

@@ -230,3 +230,34 @@ def test_captured_says_when_lora_rag_scores_above_the_router():
     """4 items: closed-book LoRA right on 1, base RAG on 2: router 0.50. LoRA-RAG right on 1, 2, 3
     (0.75) reads the context better than base RAG: '> router (+0.25)', not a share of 2.0."""
     assert _captured({"closed_book_lora": {1}, "base_rag": {2}, "lora_rag": {1, 2, 3}}, 4) == "> router (+0.25)"
+
+
+def test_declined_answerable_items_are_counted_per_system_and_cell():
+    """3 consistent never-learned items and 2 irrelevant ones, all answerable. RAG-SFT declines
+    items 1 and 2 of the consistent cell and both irrelevant ones; LoRA-RAG declines none, base RAG
+    irrelevant item 1. Counts: consistent 0 / 0 / 2, irrelevant 0 / 1 / 2 (LoRA-RAG, base RAG,
+    RAG-SFT). An unanswerable item's abstention (no gold answer) is right, not a decline."""
+    from lorarag.study.baselines import abstention_table
+
+    declines = {"lora_rag": set(), "base_rag": {"i1"}, "rag_sft": {"c1", "c2", "i1", "i2"}}
+
+    def items(name: str) -> list:
+        cons = [make_item(system=name, qid=f"c{i}", fact_id=f"c{i}", knowledge="unknown",
+                          abstained=f"c{i}" in declines[name]) for i in range(1, 4)]
+        irr = [make_item(system=name, qid=f"i{i}", fact_id=f"i{i}", scenario="irrelevant", knowledge="unknown",
+                         abstained=f"i{i}" in declines[name]) for i in range(1, 3)]
+        unanswerable = make_item(system=name, qid="u1", fact_id="u1", scenario="irrelevant", knowledge="unknown",
+                                 gold_answers=(), abstained=True)
+        return cons + irr + [unanswerable]
+
+    cfg = SimpleNamespace(systems=[SystemConfig(name="base_rag", kind="base_rag", context="presented"),
+                                   SystemConfig(name="lora_rag", kind="lora_rag", context="presented"),
+                                   SystemConfig(name="rag_sft", kind="rag_sft", context="presented")])
+    results = {n: items(n) for n in declines}
+    lines = abstention_table(cfg, results, "presented", "lora_rag")
+    assert "| scenario | knowledge | n | lora_rag | base_rag | rag_sft |" in lines
+    assert "| consistent | unknown | 3 | 0 | 0 | 2 |" in lines
+    assert "| irrelevant | unknown | 2 | 0 | 1 | 2 |" in lines
+    # a run where no system declines an answerable item gets no table
+    none = {n: [r for r in items(n) if r.qid == "u1" or not r.abstained] for n in declines}
+    assert abstention_table(cfg, none, "presented", "lora_rag") == []
