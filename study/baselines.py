@@ -129,27 +129,37 @@ def baseline_table(cfg: Any, results: Mapping[str, Sequence[ItemResult]], ctx: s
 
 def abstention_table(cfg: Any, results: Mapping[str, Sequence[ItemResult]], ctx: str, lora: str,
                      label: Label | None = None) -> list[str]:
-    """Markdown lines: per cell, how many answerable items each deployable system of the baseline
-    table declined (abstained on), out of that cell's items. The scores above count an abstention
-    as a miss; this says which misses were declines, since a reader taught to decline sources
-    without the answer (RAG-SFT) can decline right ones too. Declining an irrelevant source is
-    defensible; declining a consistent one is over-fallback. [] when no system declines any item."""
+    """`declined_table` for one run: `lora` and every deployable system of its baseline table."""
     names = [lora, *(s.name for s in comparable(cfg, results, ctx, lora) if s.kind != "oracle")]
+    return declined_table([results], names, ctx, label)
+
+
+def declined_table(per_seed: Sequence[Mapping[str, Sequence[ItemResult]]], names: Sequence[str], ctx: str,
+                   label: Label | None = None) -> list[str]:
+    """Markdown lines: per cell, how many answerable items each system declined (abstained on),
+    summed over the seeds, out of the cell's items over the seeds. The scores count an abstention as
+    a miss; this says which misses were declines, since a reader taught to decline sources without
+    the answer (RAG-SFT) can decline right ones too. Declining an irrelevant source is defensible;
+    declining a consistent one is over-fallback. A cell keeps the items every system answered at
+    that seed; `names[0]` is the system whose items define the cells. [] when nothing is declined."""
     rows, anyone = [], False
     for s in SCENARIO_TYPES:
         for k in ("known", "unknown"):
-            cells = {n: _cell(results[n], s, k) for n in names}
-            qids = [q for q in sorted(cells[lora]) if all(q in c for c in cells.values())
-                    and cells[lora][q].gold_answers]
-            if not qids:
+            n, declined, first = 0, [0] * len(names), None
+            for results in per_seed:
+                cells = [_cell(results[m], s, k) for m in names]
+                qids = [q for q in sorted(cells[0]) if all(q in c for c in cells) and cells[0][q].gold_answers]
+                n += len(qids)
+                declined = [d + sum(c[q].abstained for q in qids) for d, c in zip(declined, cells)]
+                first = first or [cells[0][q] for q in qids]
+            if not n:
                 continue
-            declined = [sum(cells[n][q].abstained for q in qids) for n in names]
             anyone = anyone or any(declined)
-            cell = label(k, [cells[lora][q] for q in qids]) if label else k
-            rows.append("| " + " | ".join([s, cell, str(len(qids)), *map(str, declined)]) + " |")
+            rows.append("| " + " | ".join([s, label(k, first) if label else k, str(n), *map(str, declined)]) + " |")
     if not anyone:
         return []
-    return [f"### Declined answerable items ({ctx} context)", "",
+    over = f", summed over {len(per_seed)} seeds" if len(per_seed) > 1 else ""
+    return [f"### Declined answerable items ({ctx} context{over})", "",
             "Abstentions on items that have an answer, each counted as a miss above: declining an irrelevant "
             "source is defensible, declining a consistent one is over-fallback.", "",
             "| scenario | knowledge | n | " + " | ".join(names) + " |", "|" + "---|" * (3 + len(names)),

@@ -42,7 +42,7 @@ from lorarag.study.config import RunConfig
 from lorarag.study.headline import correct_fn, kb_targets, right_text, target_values
 from lorarag.study.targets import BASE_TARGET, pair_names
 from lorarag.study.pipeline import Paths, find_adapter, run
-from lorarag.study.baselines import comparable
+from lorarag.study.baselines import comparable, declined_table
 from lorarag.study.pooled import pooled_differences, pooled_markdown, pooled_rows
 from lorarag.study.pooled_baselines import BaselineCell, baselines_markdown, pooled_baselines
 
@@ -157,6 +157,14 @@ def seeds_baselines(cfg: RunConfig, every: Sequence[Mapping[str, Sequence[ItemRe
                             resamples=cfg.eval.bootstrap, seed=cfg.eval.seed)
 
 
+def seeds_declined(cfg: RunConfig, every: Sequence[Mapping[str, Sequence[ItemResult]]]) -> list[str]:
+    """Each deployable system's declined answerable items per cell, summed over the seeds."""
+    lora = pair_names(cfg, every[0])[1]
+    ctx = next(s.context for s in cfg.systems if s.name == lora)
+    return declined_table(every, [lora, *(s.name for s in comparable(cfg, every[0], ctx, lora) if s.kind != "oracle")],
+                          ctx)
+
+
 def run_seeds(cfg: RunConfig, seeds: Sequence[int], *, fresh: bool = False, dry_run: bool = False,
               echo: Echo = print) -> str | None:
     """Run `cfg` once per seed (see module docstring) and write the summary; returns its Markdown."""
@@ -205,7 +213,8 @@ def run_seeds(cfg: RunConfig, seeds: Sequence[int], *, fresh: bool = False, dry_
     cells = seeds_baselines(cfg, every, correct_fn(cfg.data.answer_metric))
     right = right_text(cfg.data.answer_metric)
     md = (seeds_markdown(seeds, rows, gates) + "\n" + pooled_markdown(seeds, pooled, diffs, cfg.eval.bootstrap, right)
-          + "\n" + baselines_markdown(seeds, pair_names(cfg, every[0])[1], cells, cfg.eval.bootstrap, right))
+          + "\n" + baselines_markdown(seeds, pair_names(cfg, every[0])[1], cells, cfg.eval.bootstrap, right)
+          + "\n" + "\n".join(seeds_declined(cfg, every)))
     (out / "seeds.md").write_text(f"# lorarag seeds {cfg.name}\n\n" + md, encoding="utf-8")
     (out / "seeds.json").write_text(json.dumps(nan_to_none(
         {"seeds": list(seeds), "runs": [c.name for c in cfgs], "gates": {str(k): v for k, v in gates.items()},

@@ -261,3 +261,18 @@ def test_declined_answerable_items_are_counted_per_system_and_cell():
     # a run where no system declines an answerable item gets no table
     none = {n: [r for r in items(n) if r.qid == "u1" or not r.abstained] for n in declines}
     assert abstention_table(cfg, none, "presented", "lora_rag") == []
+
+
+def test_declines_sum_over_seeds():
+    """Three consistent never-learned items a seed: RAG-SFT declines 2 at seed 1 and 1 at seed 2
+    (3 of 6), LoRA-RAG none (0 of 6)."""
+    from lorarag.study.baselines import declined_table
+
+    def seed(declines: set[str]) -> dict:
+        return {n: [make_item(system=n, qid=f"c{i}", fact_id=f"c{i}", knowledge="unknown",
+                              abstained=n == "rag_sft" and f"c{i}" in declines) for i in range(1, 4)]
+                for n in ("lora_rag", "rag_sft")}
+
+    lines = declined_table([seed({"c1", "c2"}), seed({"c3"})], ["lora_rag", "rag_sft"], "presented")
+    assert lines[0] == "### Declined answerable items (presented context, summed over 2 seeds)"
+    assert "| consistent | unknown | 6 | 0 | 3 |" in lines
