@@ -127,11 +127,12 @@ def baseline_table(cfg: Any, results: Mapping[str, Sequence[ItemResult]], ctx: s
     return lines + [""]
 
 
-def abstention_table(cfg: Any, results: Mapping[str, Sequence[ItemResult]], ctx: str, lora: str,
+def abstention_table(cfg: Any, per_seed: Sequence[Mapping[str, Sequence[ItemResult]]], ctx: str, lora: str,
                      label: Label | None = None) -> list[str]:
-    """`declined_table` for one run: `lora` and every deployable system of its baseline table."""
-    names = [lora, *(s.name for s in comparable(cfg, results, ctx, lora) if s.kind != "oracle")]
-    return declined_table([results], names, ctx, label)
+    """`declined_table` for `lora` and every deployable system of its baseline table, over one
+    run's results (`[results]`) or several seeds' (`lorarag seeds`)."""
+    names = [lora, *(s.name for s in comparable(cfg, per_seed[0], ctx, lora) if s.kind != "oracle")]
+    return declined_table(per_seed, names, ctx, label)
 
 
 def declined_table(per_seed: Sequence[Mapping[str, Sequence[ItemResult]]], names: Sequence[str], ctx: str,

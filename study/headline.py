@@ -363,13 +363,11 @@ def headline_markdown(cfg: Any, results: Mapping[str, Sequence[ItemResult]], sum
         lines += detection_table(results[pairs[0][2]], label)
     for ctx, b, lo in pairs:
         lines += baseline_table(cfg, results, ctx, b, lo, score, label)
-        lines += abstention_table(cfg, results, ctx, lo, label)
+        lines += abstention_table(cfg, [results], ctx, lo, label)
         lines += variant_table(cfg, results, ctx, lo, score, label)
     for sc in cfg.systems:
         if sc.context == "retrieved" and sc.kind in ("base_rag", "lora_rag") and sc.name in results:
-            rule = ("contains a gold answer" if metric == "contains" else
-                    f"sides with the truth on a wrong source, token F1 >= {F1_CORRECT} elsewhere")
             lines += [f"### Error attribution by labelled chunk id: {sc.name} (retrieved + poisoned context)", "",
-                      f"`correct`: {rule}.", "",
+                      f"`correct`: {right_text(metric)}.", "",
                       table_markdown(attribution_table(results[sc.name], correct_fn(metric)))]
     return "\n".join(lines).rstrip() + "\n"

@@ -42,7 +42,7 @@ from lorarag.study.config import RunConfig
 from lorarag.study.headline import correct_fn, kb_targets, right_text, target_values
 from lorarag.study.targets import BASE_TARGET, pair_names
 from lorarag.study.pipeline import Paths, find_adapter, run
-from lorarag.study.baselines import comparable, declined_table
+from lorarag.study.baselines import abstention_table, comparable
 from lorarag.study.pooled import pooled_differences, pooled_markdown, pooled_rows
 from lorarag.study.pooled_baselines import BaselineCell, baselines_markdown, pooled_baselines
 
@@ -149,7 +149,7 @@ def seeds_baselines(cfg: RunConfig, every: Sequence[Mapping[str, Sequence[ItemRe
     """LoRA-RAG against every system read on its context mode (study/baselines.comparable), pooled
     over the seeds' results; the oracle router where closed-book LoRA and base RAG both ran."""
     base, lora = pair_names(cfg, every[0])
-    ctx = next(s.context for s in cfg.systems if s.name == lora)
+    ctx = _context(cfg, lora)
     others = comparable(cfg, every[0], ctx, lora)
     cb = next((s.name for s in others if s.kind == "closed_book" and s.adapter is not None), None)
     return pooled_baselines(every, lora, [s.name for s in others], [s.name for s in others if s.kind != "oracle"],
@@ -160,9 +160,12 @@ def seeds_baselines(cfg: RunConfig, every: Sequence[Mapping[str, Sequence[ItemRe
 def seeds_declined(cfg: RunConfig, every: Sequence[Mapping[str, Sequence[ItemResult]]]) -> list[str]:
     """Each deployable system's declined answerable items per cell, summed over the seeds."""
     lora = pair_names(cfg, every[0])[1]
-    ctx = next(s.context for s in cfg.systems if s.name == lora)
-    return declined_table(every, [lora, *(s.name for s in comparable(cfg, every[0], ctx, lora) if s.kind != "oracle")],
-                          ctx)
+    return abstention_table(cfg, every, _context(cfg, lora), lora)
+
+
+def _context(cfg: RunConfig, system: str) -> str:
+    """The context mode `system` reads (`presented` or `retrieved`)."""
+    return next(s.context for s in cfg.systems if s.name == system)
 
 
 def run_seeds(cfg: RunConfig, seeds: Sequence[int], *, fresh: bool = False, dry_run: bool = False,

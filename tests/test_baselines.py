@@ -254,13 +254,13 @@ def test_declined_answerable_items_are_counted_per_system_and_cell():
                                    SystemConfig(name="lora_rag", kind="lora_rag", context="presented"),
                                    SystemConfig(name="rag_sft", kind="rag_sft", context="presented")])
     results = {n: items(n) for n in declines}
-    lines = abstention_table(cfg, results, "presented", "lora_rag")
+    lines = abstention_table(cfg, [results], "presented", "lora_rag")
     assert "| scenario | knowledge | n | lora_rag | base_rag | rag_sft |" in lines
     assert "| consistent | unknown | 3 | 0 | 0 | 2 |" in lines
     assert "| irrelevant | unknown | 2 | 0 | 1 | 2 |" in lines
     # a run where no system declines an answerable item gets no table
     none = {n: [r for r in items(n) if r.qid == "u1" or not r.abstained] for n in declines}
-    assert abstention_table(cfg, none, "presented", "lora_rag") == []
+    assert abstention_table(cfg, [none], "presented", "lora_rag") == []
 
 
 def test_declines_sum_over_seeds():

@@ -292,3 +292,23 @@ def _stop_at_train(lines: list[str]):
         if line.startswith("[4/7]"):  # the train step: everything this test needs is said by now
             raise _StopBeforeTraining
     return echo
+
+
+def test_seeds_declined_sums_each_deployable_systems_declines_over_seeds():
+    """ci-tiny, two seeds of three consistent never-learned items. RAG-SFT declines 2 at seed 1 and 1 at
+    seed 2 (3 of 6); closed-book LoRA declines 1 at seed 2; LoRA-RAG and base RAG none. The columns are
+    LoRA-RAG, then the run's deployable systems in config order; the oracle router is not one."""
+    from lorarag.study.seeds import seeds_declined
+    from tests.eval_fixtures import make_item
+
+    cfg = load_config(REPO / "configs/run/ci-tiny.yaml", RunConfig)
+    names = ("closed_book_lora", "base_rag", "lora_rag", "rag_sft", "oracle")
+
+    def seed(declines: dict[str, set[str]]) -> dict:
+        return {n: [make_item(system=n, qid=f"c{i}", fact_id=f"c{i}", knowledge="unknown",
+                              abstained=f"c{i}" in declines.get(n, set())) for i in range(1, 4)] for n in names}
+
+    lines = seeds_declined(cfg, [seed({"rag_sft": {"c1", "c2"}}), seed({"rag_sft": {"c3"}, "closed_book_lora": {"c1"}})])
+    assert lines[0] == "### Declined answerable items (retrieved context, summed over 2 seeds)"
+    assert "| scenario | knowledge | n | lora_rag | closed_book_lora | base_rag | rag_sft |" in lines
+    assert "| consistent | unknown | 6 | 0 | 1 | 0 | 3 |" in lines
