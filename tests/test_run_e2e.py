@@ -253,6 +253,9 @@ def test_reduced_demo_end_to_end(tmp_path):
     assert f"Knowledge updates: {upd['taught_older']} taught fact(s) learned in their older version" in table
     assert any(json.loads(x)["scenario"] == "update" and json.loads(x)["superseded"] for x in test)
     assert "### Error attribution by labelled chunk id: base_rag (retrieved + poisoned context)" in table
+    # its caption states the whole rule of a right answer, as every other table does
+    assert "`correct`: a gold answer in the reply and not the source's wrong value; on an unanswerable " \
+           "item, an abstention." in table
     assert "### lora_rag against every baseline (retrieved context)" in table
     assert "Knowledge-sharing baselines (know what the LoRA knows): closed_book_lora, astute_rag_lora, " \
            "memory_or_context, rag_sft." in table
