@@ -34,6 +34,7 @@ from lorarag.eval.records import WRONG_VALUE_SCENARIOS, ItemResult
 from lorarag.eval.shortcut import SHORTCUT_AUROC
 from lorarag.eval.stats import (cluster_permutation_test, cluster_rate, mcnemar_exact, noninferior, paired_bootstrap,
                                 wilson_ci)
+from lorarag.fallback.format import VERDICTS
 from lorarag.scenarios.records import SCENARIO_TYPES
 from lorarag.study.baselines import Label, abstention_table, baseline_table, variant_table
 from lorarag.study.targets import targets
@@ -298,6 +299,27 @@ def detection_table(lora: Sequence[ItemResult], label: Label = plain) -> list[st
     if not rows:
         return []
     return ["### Does detection rest on memory? The detector's doubt (verdict not `supported`), 95 % Wilson CI",
+            "", "| scenario | known facts | never-learned facts |", "|---|---|---|", *rows, "",
+            *doubt_kinds_table(lora)]
+
+
+def doubt_kinds_table(lora: Sequence[ItemResult]) -> list[str]:
+    """Markdown: which verdict each doubt is, per scenario and knowledge. `conflicting` and
+    `outdated` say the source is wrong; `insufficient` and `irrelevant` say it does not settle the
+    question, what a reader with no memory of the fact says of a right source it cannot read. A doubt
+    gap made of the second kind is a reading gap, not an accusation of right sources."""
+    kinds = [v for v in (*VERDICTS, "invalid") if v != "supported"]
+    rows = []
+    for s in SCENARIO_TYPES:
+        cells = []
+        for k in ("known", "unknown"):
+            rs = [r for r in lora if r.scenario == s and r.knowledge == k and r.verdict is not None]
+            counts = [(v, sum(r.verdict == v for r in rs)) for v in kinds]
+            cells.append(" · ".join(f"{v} {n}" for v, n in counts if n) or ("none" if rs else "–"))
+        if any(c != "–" for c in cells):
+            rows.append(f"| {s} | {cells[0]} | {cells[1]} |")
+    return ["What the doubt says: the verdicts other than `supported`, counted. `conflicting` and `outdated` "
+            "call the source wrong; `insufficient` and `irrelevant` say it does not settle the question.",
             "", "| scenario | known facts | never-learned facts |", "|---|---|---|", *rows, ""]
 
 

@@ -290,6 +290,23 @@ def test_kb_headline_gives_mcnemar_p_the_shortcut_probe_and_detection_by_knowled
     # doubt 15/20 known (Wilson 0.531-0.888), 13/20 never-learned (0.433-0.819)
     det = next(ln for ln in md.splitlines() if ln.startswith("| factual_error | 15/20"))
     assert det == "| factual_error | 15/20 = 0.75 [0.53, 0.89] | 13/20 = 0.65 [0.43, 0.82] |"
+    # every doubt here is `conflicting`: 15 known, 13 never learned, in the table of what the doubt says
+    kinds = md[md.index("What the doubt says"):]
+    assert "| factual_error | conflicting 15 | conflicting 13 |" in kinds.splitlines()
+
+
+def test_what_the_doubt_says_counts_each_verdict_per_cell():
+    from lorarag.study.headline import doubt_kinds_table
+    from tests.eval_fixtures import make_item
+
+    verdicts = {"known": ["supported"] * 3 + ["conflicting", "irrelevant", "irrelevant"],
+                "unknown": ["supported", "insufficient", "insufficient", "insufficient", "outdated", "invalid"]}
+    lora = [make_item(qid=f"{k}{i}", fact_id=f"{k}{i}", scenario="consistent", knowledge=k, verdict=v)
+            for k, vs in verdicts.items() for i, v in enumerate(vs)]
+    lora.append(make_item(qid="f0", fact_id="f0", scenario="factual_error", knowledge="known", verdict="supported"))
+    rows = [ln for ln in doubt_kinds_table(lora) if ln.startswith("| ")]
+    assert rows[1:] == ["| consistent | conflicting 1 · irrelevant 2 | outdated 1 · insufficient 3 · invalid 1 |",
+                        "| factual_error | none | – |"]
 
 
 def test_attribution_of_a_token_f1_kb_counts_right_sentence_answers_as_correct():
