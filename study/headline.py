@@ -281,26 +281,37 @@ def _notes(summary: Mapping[str, Any]) -> list[str]:
     return out
 
 
-def detection_table(lora: Sequence[ItemResult], label: Label = plain) -> list[str]:
-    """Markdown: how often the detector doubts its source (a verdict other than `supported`) per
-    scenario, on known and on never-learned facts. Memory can only help on known facts: a detector
-    that flags wrong passages of never-learned facts as often as of known ones reads their form."""
+KNOWLEDGE_HEADER = ["| scenario | known facts | never-learned facts |", "|---|---|---|"]
+
+
+def _rows_by_knowledge(lora: Sequence[ItemResult], cell: Callable[[str, list[ItemResult]], str]) -> list[str]:
+    """Markdown rows, one a scenario, of `cell(knowledge, items)` over the items with a verdict on
+    known and on never-learned facts; `–` where a cell has none, no row where both have none."""
     rows = []
     for s in SCENARIO_TYPES:
         cells = []
         for k in ("known", "unknown"):
             rs = [r for r in lora if r.scenario == s and r.knowledge == k and r.verdict is not None]
-            f = sum(r.verdict != "supported" for r in rs)
-            lo, hi = wilson_ci(f, len(rs)) if rs else (math.nan, math.nan)
-            mark = label(k, rs).removeprefix(k)
-            cells.append(f"{f}/{len(rs)} = {f / len(rs):.2f} [{lo:.2f}, {hi:.2f}]{mark}" if rs else "–")
+            cells.append(cell(k, rs) if rs else "–")
         if any(c != "–" for c in cells):
             rows.append(f"| {s} | {cells[0]} | {cells[1]} |")
+    return rows
+
+
+def detection_table(lora: Sequence[ItemResult], label: Label = plain) -> list[str]:
+    """Markdown: how often the detector doubts its source (a verdict other than `supported`) per
+    scenario, on known and on never-learned facts. Memory can only help on known facts: a detector
+    that flags wrong passages of never-learned facts as often as of known ones reads their form."""
+    def doubt(k: str, rs: list[ItemResult]) -> str:
+        f = sum(r.verdict != "supported" for r in rs)
+        lo, hi = wilson_ci(f, len(rs))
+        return f"{f}/{len(rs)} = {f / len(rs):.2f} [{lo:.2f}, {hi:.2f}]{label(k, rs).removeprefix(k)}"
+
+    rows = _rows_by_knowledge(lora, doubt)
     if not rows:
         return []
     return ["### Does detection rest on memory? The detector's doubt (verdict not `supported`), 95 % Wilson CI",
-            "", "| scenario | known facts | never-learned facts |", "|---|---|---|", *rows, "",
-            *doubt_kinds_table(lora)]
+            "", *KNOWLEDGE_HEADER, *rows, "", *doubt_kinds_table(lora)]
 
 
 def doubt_kinds_table(lora: Sequence[ItemResult]) -> list[str]:
@@ -309,18 +320,13 @@ def doubt_kinds_table(lora: Sequence[ItemResult]) -> list[str]:
     question, what a reader with no memory of the fact says of a right source it cannot read. A doubt
     gap made of the second kind is a reading gap, not an accusation of right sources."""
     kinds = [v for v in (*VERDICTS, "invalid") if v != "supported"]
-    rows = []
-    for s in SCENARIO_TYPES:
-        cells = []
-        for k in ("known", "unknown"):
-            rs = [r for r in lora if r.scenario == s and r.knowledge == k and r.verdict is not None]
-            counts = [(v, sum(r.verdict == v for r in rs)) for v in kinds]
-            cells.append(" · ".join(f"{v} {n}" for v, n in counts if n) or ("none" if rs else "–"))
-        if any(c != "–" for c in cells):
-            rows.append(f"| {s} | {cells[0]} | {cells[1]} |")
+
+    def counts(_: str, rs: list[ItemResult]) -> str:
+        return " · ".join(f"{v} {n}" for v in kinds if (n := sum(r.verdict == v for r in rs))) or "none"
+
     return ["What the doubt says: the verdicts other than `supported`, counted. `conflicting` and `outdated` "
             "call the source wrong; `insufficient` and `irrelevant` say it does not settle the question.",
-            "", "| scenario | known facts | never-learned facts |", "|---|---|---|", *rows, ""]
+            "", *KNOWLEDGE_HEADER, *_rows_by_knowledge(lora, counts), ""]
 
 
 def kb_name(cfg: Any) -> str:
