@@ -315,10 +315,9 @@ def detection_table(lora: Sequence[ItemResult], label: Label = plain) -> list[st
 
 
 def doubt_kinds_table(lora: Sequence[ItemResult]) -> list[str]:
-    """Markdown: which verdict each doubt is, per scenario and knowledge. `conflicting` and
-    `outdated` say the source is wrong; `insufficient` and `irrelevant` say it does not settle the
-    question, what a reader with no memory of the fact says of a right source it cannot read. A doubt
-    gap made of the second kind is a reading gap, not an accusation of right sources."""
+    """Markdown: which verdict each doubt is, per scenario and knowledge. A doubt gap made of
+    `insufficient` / `irrelevant` (no memory to read a right source by) is a reading gap, not an
+    accusation of right sources (`conflicting` / `outdated`)."""
     kinds = [v for v in (*VERDICTS, "invalid") if v != "supported"]
 
     def counts(_: str, rs: list[ItemResult]) -> str:
