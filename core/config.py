@@ -20,9 +20,10 @@ M = TypeVar("M", bound=BaseModel)
 
 
 class Strict(BaseModel):
-    """Base for all config models: unknown keys are errors, instances are immutable."""
+    """Base for all config models: unknown keys are errors, instances are immutable, and a number
+    is finite (NaN or infinity in a config is a typo no stage could use)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, protected_namespaces=())
+    model_config = ConfigDict(extra="forbid", frozen=True, protected_namespaces=(), allow_inf_nan=False)
 
 
 def _describe(err: dict[str, Any]) -> str:
@@ -133,6 +134,24 @@ def read_config_data(path: str | Path, _chain: tuple[Path, ...] = ()) -> dict[st
             raise ConfigError(f"{path}: base: {base} is part of its own base chain")
         data = deep_merge(read_config_data(base_path, (*_chain, path.resolve())), data)
     return data
+
+
+def config_files(path: str | Path) -> list[Path]:
+    """`path` and every config its `base:` chain names (each an input of the command that reads
+    it, never one of its outputs); the files that cannot be read are left out."""
+    out = [Path(path)]
+    while True:
+        try:
+            data = read_yaml(out[-1])
+        except ConfigError:
+            return out
+        base = data.get("base") if isinstance(data, dict) else None
+        if not isinstance(base, str):
+            return out
+        nxt = (out[-1].parent / base).resolve()
+        if any(nxt == p.resolve() for p in out):
+            return out
+        out.append(nxt)
 
 
 def load_config(path: str | Path, model: type[M]) -> M:

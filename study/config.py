@@ -8,10 +8,11 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from lorarag.core.config import Strict
 from lorarag.core.numerics import NumericsConfig
+from lorarag.core.paths import check_name
 from lorarag.fallback.config import FallbackConfig, PolicyConfig
 from lorarag.rag.config import RAGConfig
 from lorarag.scenarios.config import DataConfig
@@ -50,6 +51,11 @@ class SystemConfig(Strict):
         "the same verdicts. A run replays it from the first lora_rag system on the same context without its own "
         "policy (eval/reroute.py: no model call); `lorarag eval` evaluates it through the model"))
 
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        return check_name(v, "system name")  # its results folder under the run's eval/
+
     @model_validator(mode="after")
     def _adapter_kind(self) -> "SystemConfig":
         if self.adapter is not None and self.kind not in ADAPTER_KINDS:
@@ -81,7 +87,7 @@ class CalibrationConfig(Strict):
     scenarios: list[ScenarioName] = Field(
         ["consistent", "factual_error", "outdated", "irrelevant"],
         description="scenario types of the dev items the gate is calibrated on")
-    max_items: int = Field(200, description="dev items per group (known / never-learned), seeded sample")
+    max_items: int = Field(200, ge=1, description="dev items per group (known / never-learned), seeded sample")
 
 
 class EvalSection(Strict):
@@ -92,7 +98,7 @@ class EvalSection(Strict):
         "context is right) is asked for by name, with `data.update_fraction` > 0"))
     knowledge: list[KnowledgeName] = Field(["known", "unknown"], description=(
         "knowledge groups evaluated: `known` facts and `unknown` (never-learned) ones"))
-    max_per_cell: int | None = Field(40, description="items per (scenario, knowledge) cell, seeded sample; null = all")
+    max_per_cell: int | None = Field(40, ge=1, description="items per (scenario, knowledge) cell, seeded sample; null = all")
     bootstrap: int = Field(1000, ge=1000, description="paired-bootstrap resamples (eval.compare's minimum)")
     seed: int = Field(0, description="seed of the paired bootstrap of the report")
 
@@ -109,7 +115,7 @@ class ExtraSet(Strict):
     path: str = Field(description=(
         "the set's folder (ConflictNQ: `<split>.jsonl`; ConflictQA: `strategyqa-chatgpt.jsonl`)"))
     split: Literal["test", "val"] = Field("test", description="conflictnq only: the file `<split>.jsonl`")
-    max_per_cell: int | None = Field(None, description="null: eval.max_per_cell")
+    max_per_cell: int | None = Field(None, ge=1, description="null: eval.max_per_cell")
     required: bool = Field(True, description=(
         "false: a missing data folder skips the set with a note (shared data a machine may not have); true: the "
         "run stops before training"))
@@ -140,6 +146,11 @@ class RunConfig(Strict):
         "real conflict sets evaluated beside the demo world by every system"))
     numerics: NumericsConfig = Field(NumericsConfig(), description=(
         "CPU kernel paths and threads (core/numerics.py)"))
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        return check_name(v, "name")  # the run's folder under runs_dir
 
     @model_validator(mode="before")
     @classmethod

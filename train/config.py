@@ -9,10 +9,13 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field, model_validator
+import math
+
+from pydantic import Field, field_validator, model_validator
 
 from lorarag.core.config import Strict
 from lorarag.core.errors import ConfigError
+from lorarag.core.paths import check_name
 
 # The peft kind's loop (train/peft_trainer.py): its defaults, and the ms-swift arguments it accepts
 # without implementing.
@@ -33,6 +36,57 @@ def unsupported_args(args: dict[str, Any]) -> list[str]:
     """ms-swift arguments in `args` that this loop would silently not honour (bf16 is honoured)."""
     return sorted(k for k in args if k not in DEFAULTS and k not in NOT_TRAINING and k != "bf16")
 
+
+TORCH_DTYPES = ("bfloat16", "float16", "float32")  # ms-swift's `torch_dtype` choices (null: the model's own)
+_POSITIVE = ("learning_rate", "num_train_epochs", "per_device_train_batch_size", "max_length", "lora_rank",
+             "lora_alpha", "save_steps", "gradient_accumulation_steps")
+
+
+def _check_steps(v: int) -> int:
+    if v == 0 or v < -1:
+        raise ValueError(f"max_steps {v}: give a step count > 0, or -1 to train by epochs")
+    return v
+
+
+def _number(key: str, v: Any) -> float | None:
+    """`v` as a number (YAML reads `1e-3` as text: ms-swift parses it, so it is one), ValueError
+    unless it is a finite one; None for null."""
+    if v is None:
+        return None
+    try:
+        x = float(v) if not isinstance(v, bool) else math.nan
+    except (TypeError, ValueError):
+        raise ValueError(f"swift.{key}: {v!r} is not a number") from None
+    if not math.isfinite(x):
+        raise ValueError(f"swift.{key}: {v!r} is not a finite number")
+    return x
+
+
+def check_swift_values(swift: dict[str, Any]) -> None:
+    """ValueError (one line) for a training argument no run could use: NaN or infinite numbers,
+    zero or negative sizes and rates, a `max_steps` other than -1 or > 0, an unknown `torch_dtype`."""
+    for key, v in swift.items():
+        if isinstance(v, float) and not math.isfinite(v):
+            raise ValueError(f"swift.{key}: {v} is not a finite number")
+    for key in _POSITIVE:
+        x = _number(key, swift.get(key))
+        if x is not None and x <= 0:
+            raise ValueError(f"swift.{key}: {swift[key]!r} must be > 0")
+    for key in ("lora_dropout", "warmup_ratio", "weight_decay"):
+        x = _number(key, swift.get(key))
+        if x is not None and x < 0:
+            raise ValueError(f"swift.{key}: {swift[key]!r} must be >= 0")
+    if swift.get("max_steps") is not None:
+        x = _number("max_steps", swift["max_steps"])
+        if x != int(x):
+            raise ValueError(f"swift.max_steps: {swift['max_steps']!r} must be a whole number (-1: by epochs)")
+        try:
+            _check_steps(int(x))
+        except ValueError as exc:
+            raise ValueError(f"swift.{exc}") from None
+    dtype = swift.get("torch_dtype")
+    if dtype is not None and dtype not in TORCH_DTYPES:
+        raise ValueError(f"swift.torch_dtype: {dtype!r} is not one of {', '.join(TORCH_DTYPES)}")
 
 
 class SFTConfig(Strict):
@@ -66,7 +120,7 @@ class PreferenceConfig(Strict):
     beta: float = Field(default=0.1, gt=0, description="DPO's beta (ORPO: the odds-ratio weight, lambda)")
     learning_rate: float = Field(default=5e-5, gt=0, description="learning rate of the preference stage")
     num_train_epochs: float = Field(default=1.0, gt=0, description="epochs over the pairs")
-    max_steps: int = Field(-1, description="> 0: stop after this many steps (overrides epochs)")
+    max_steps: int = Field(-1, description="> 0: stop after this many steps (overrides epochs); -1: by epochs")
     per_device_train_batch_size: int = Field(default=4, ge=1, description="pairs per step")
     pairs_per_fact: int = Field(default=1, ge=1, le=3, description=(
         "Rejected variants per (fact, context) row: wrong-source rows have 2 (memory taken from the passage; memory "
@@ -80,6 +134,11 @@ class PreferenceConfig(Strict):
         default=["wrong_source", "untaught_right_source", "taught_right_source"], min_length=1, description=(
             "which pairs to build (train/preference.py): a wrong source of a taught fact, a right source of an "
             "untaught one, a right source of a taught one (rejected: the source doubted)"))
+
+    @field_validator("max_steps")
+    @classmethod
+    def _steps(cls, v: int) -> int:
+        return _check_steps(v)
 
 
 class TrainConfig(Strict):
@@ -108,8 +167,14 @@ class TrainConfig(Strict):
         "nodes for ms-swift's torchrun launch, exported as NNODES; null: leave it to the environment"))
     slurm: dict[str, str] = Field(default_factory=dict, description="sbatch options, e.g. {\"gres\": \"gpu:8\"}")
 
+    @field_validator("run_name")
+    @classmethod
+    def _run_name(cls, v: str) -> str:
+        return check_name(v, "run_name")
+
     @model_validator(mode="after")
     def _check(self) -> "TrainConfig":
+        check_swift_values(self.swift)
         reserved = {"model", "dataset", "val_dataset", "output_dir", "seed", "tuner_type", "train_type"}
         clash = sorted(reserved & set(self.swift))
         if clash:
