@@ -21,7 +21,7 @@ A known-fact cell whose items are asked in a wording training used (a single-wor
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import astuple, dataclass
 from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
@@ -29,15 +29,14 @@ import numpy as np
 from lorarag.eval.answer_metrics import is_correct, token_f1
 from lorarag.eval.attribution import attribution_table, table_markdown
 from lorarag.eval.compare import pair
-from lorarag.eval.conflict_metrics import consistent_abstention, left_context, routed_consistent
 from lorarag.eval.records import WRONG_VALUE_SCENARIOS, ItemResult
 from lorarag.eval.shortcut import SHORTCUT_AUROC
-from lorarag.eval.stats import (cluster_permutation_test, cluster_rate, mcnemar_exact, noninferior, paired_bootstrap,
-                                wilson_ci)
+from lorarag.eval.stats import cluster_permutation_test, mcnemar_exact, noninferior, paired_bootstrap, wilson_ci
 from lorarag.fallback.format import VERDICTS
 from lorarag.scenarios.records import SCENARIO_TYPES
 from lorarag.study.baselines import Label, abstention_table, baseline_table, variant_table
-from lorarag.study.targets import targets
+from lorarag.study.targets import Target, judge, over_fallback_cell, target_rows
+from lorarag.study.targets import target_values as absolute_values
 
 Score = Callable[[ItemResult], float]
 FE_GAIN = 0.40  # LoRA-RAG over base RAG, known facts with a wrong source
@@ -161,21 +160,25 @@ def diff_target_names(metric: str) -> tuple[str, str]:
             f"CI bound > −{UNSEEN_REL_MARGIN:.2f} × base")
 
 
-def kb_targets(cfg: Any, base: Sequence[ItemResult], lora: Sequence[ItemResult]) -> list[tuple[str, float, bool]]:
-    """(target, measured, met) of the run: LoRA-RAG − base RAG on factual errors of known facts and
-    non-inferiority on consistent sources of never-learned ones; with `contains` scoring, also the
-    product's absolute targets per cell (study/targets.py)."""
+def kb_target_rows(cfg: Any, base: Sequence[ItemResult], lora: Sequence[ItemResult]) -> list[Target]:
+    """The run's targets, each met only past its 95 % CI (study/targets.judge): LoRA-RAG − base RAG on
+    factual errors of known facts (the paired CI's lower bound at the gain) and non-inferiority on
+    consistent sources of never-learned ones; with `contains` scoring, also the product's absolute
+    targets per cell (study/targets.py)."""
     metric = cfg.data.answer_metric
-    absolute = targets(base, lora, updates=_updates(cfg)) if metric == "contains" else []
-    score = score_fn(metric)
-    fe = cell_diff(cfg, base, lora, "factual_error", "known", score)
-    cons = cell_diff(cfg, base, lora, "consistent", "unknown", score)
-    nan = math.nan
-    ok = noninferior(cons.lo, cons.base, UNSEEN_REL_MARGIN)[1] if cons else False
-    fe_name, cons_name = diff_target_names(metric)
-    return [(fe_name, fe.diff if fe else nan, bool(fe) and fe.diff >= FE_GAIN and fe.lo > 0),
-            (cons_name, cons.diff if cons else nan, ok),
-            *absolute]
+    absolute = target_rows(base, lora, updates=_updates(cfg)) if metric == "contains" else []
+    fe, cons = (cell_diff(cfg, base, lora, s, k, score_fn(metric)) for s, k in (("factual_error", "known"),
+                                                                                ("consistent", "unknown")))
+    (fe_name, cons_name), nan, how = diff_target_names(metric), math.nan, "paired cluster bootstrap"
+    margin, ok = noninferior(cons.lo, cons.base, UNSEEN_REL_MARGIN) if cons else (nan, False)
+    return [judge(fe_name, fe.diff if fe else nan, fe.lo if fe else nan, nan, FE_GAIN, how),
+            Target(cons_name, cons.diff if cons else nan, ok, f"lower {_n(cons.lo if cons else nan)} against "
+                   f"−{_n(margin)} ({how})"), *absolute]
+
+
+def kb_targets(cfg: Any, base: Sequence[ItemResult], lora: Sequence[ItemResult]) -> list[tuple[str, float, bool]]:
+    """(target, measured, met) of `kb_target_rows`."""
+    return [(t.name, t.value, t.met) for t in kb_target_rows(cfg, base, lora)]
 
 
 def target_values(cfg: Any, base: Sequence[ItemResult], lora: Sequence[ItemResult]) -> list[tuple[str, float]]:
@@ -190,10 +193,9 @@ def target_values(cfg: Any, base: Sequence[ItemResult], lora: Sequence[ItemResul
         b = [score(r) for r in lora if r.scenario == scenario and r.knowledge == knowledge]
         return float(np.mean(b) - np.mean(a)) if a and b else math.nan
 
-    absolute = targets(base, lora, updates=_updates(cfg)) if metric == "contains" else []
+    absolute = absolute_values(base, lora, updates=_updates(cfg)) if metric == "contains" else []
     fe_name, cons_name = diff_target_names(metric)
-    return [(fe_name, diff("factual_error", "known")), (cons_name, diff("consistent", "unknown")),
-            *[(n, v) for n, v, _ in absolute]]
+    return [(fe_name, diff("factual_error", "known")), (cons_name, diff("consistent", "unknown")), *absolute]
 
 
 def wording_label(summary: Mapping[str, Any]) -> Label:
@@ -335,18 +337,6 @@ def kb_name(cfg: Any) -> str:
             else str(cfg.data.questions.path))
 
 
-def over_fallback_cell(cfg: Any, items: Sequence[ItemResult]) -> str:
-    """Over-fallback on a cell's consistent items with a 95 % CI that resamples clusters (a met
-    target needs its upper bound, not its mean, under the bar), then the abstention part."""
-    sel = [r for r in items if routed_consistent(r)]
-    if not sel:
-        return "–"
-    rate, lo, hi = cluster_rate(np.array([float(left_context(r)) for r in sel]), [r.unit for r in sel],
-                                resamples=cfg.eval.bootstrap, seed=cfg.eval.seed)
-    ci = "" if math.isnan(lo) else f" [{lo:.2f}, {hi:.2f}]"
-    return f"{_n(rate)}{ci} ({_n(consistent_abstention(sel).value)})"
-
-
 def headline_markdown(cfg: Any, results: Mapping[str, Sequence[ItemResult]], summary: Mapping[str, Any]) -> str:
     """Markdown: notes on the data, base vs LoRA per cell with paired CIs, targets, attribution."""
     metric = cfg.data.answer_metric
@@ -376,15 +366,13 @@ def headline_markdown(cfg: Any, results: Mapping[str, Sequence[ItemResult]], sum
         lines.append("")
     if pairs:
         ctx, b, lo = pairs[0]
-        lines += [f"### Targets ({ctx} context)", "", "| target | measured | met |", "|---|---|---|"]
+        lines += [f"### Targets ({ctx} context)", "", "| target | measured | bound used (95 % CI) | met |",
+                  "|---|---|---|---|"]
         fe_mark = label("known", [r for r in results[lo] if r.scenario == "factual_error" and r.knowledge == "known"])
-        cons = cell_diff(cfg, results[b], results[lo], "consistent", "unknown", score)
-        for name, v, ok in kb_targets(cfg, results[b], results[lo]):
+        for name, v, ok, bound in (astuple(t) for t in kb_target_rows(cfg, results[b], results[lo])):
             if "(known)" in name and fe_mark != "known":
                 name += " — " + fe_mark.removeprefix("known ")
-            if name == diff_target_names(metric)[1] and cons is not None:  # the margin and bound measured
-                name += f" = −{noninferior(cons.lo, cons.base, UNSEEN_REL_MARGIN)[0]:.2f} (bound {cons.lo:+.2f})"
-            lines.append(f"| {name} | {_n(v)} | {'yes' if ok else '**MISSED**'} |")
+            lines.append(f"| {name} | {_n(v)} | {bound} | {'yes' if ok else '**MISSED**'} |")
         lines.append("")
     if pairs:
         lines += detection_table(results[pairs[0][2]], label)

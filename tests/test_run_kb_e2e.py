@@ -211,8 +211,11 @@ def test_kb_targets_side_with_the_truth_by_token_f1_and_compare_paired_items():
                                 gold_answers=(gold,), context_answer=gold, answer=gold if i < right_cons else "")
                       for i in range(20)]
 
-    (fe, fe_v, fe_ok), (cons, cons_v, cons_ok) = kb_targets(cfg, items("b", 2, 18), items("l", 14, 17))
-    assert fe_v == pytest.approx(0.6) and fe_ok and cons_v == pytest.approx(-0.05) and cons_ok
+    (fe, fe_v, fe_ok), (cons, cons_v, cons_ok) = kb_targets(cfg, items("b", 2, 18), items("l", 16, 17))
+    assert fe_v == pytest.approx(0.7) and fe_ok and cons_v == pytest.approx(-0.05) and cons_ok
+    # +0.60 over 20 facts is past the bar on the mean, not on its CI's lower bound (about +0.40 − 0.05)
+    (_, v, ok), _ = kb_targets(cfg, items("b", 2, 18), items("l", 14, 17))
+    assert v == pytest.approx(0.6) and not ok
     (_, v, ok), (_, w, ok2) = kb_targets(cfg, items("b", 2, 18), items("l", 9, 14))
     assert v == pytest.approx(0.35) and not ok and w == pytest.approx(-0.2) and not ok2
 
@@ -245,9 +248,11 @@ def test_a_contains_kb_gets_the_absolute_targets_beside_the_paired_differences()
     assert got[1][0].startswith("LoRA-RAG − base RAG, accuracy, consistent (never-learned)")
     assert got[1][1] == pytest.approx(0.0) and got[1][2]
     assert [n for n, _, _ in got[2:]] == [n for n, _, _ in targets(base, lora, updates=True)]
-    assert by["base RAG, factual error (known) ~ 0 (<= 0.2)"] == (pytest.approx(0.10), True)
-    assert by["LoRA-RAG, factual error (known) >= 0.8"] == (pytest.approx(0.85), True)
-    assert by["base RAG, consistent (known) >= 0.9"] == (pytest.approx(0.95), True)
+    # met only past the Wilson bound (hand-computed): 2/20 has upper bound 0.30 > 0.2; 17/20 lower 0.64 < 0.8;
+    # 19/20 lower 0.76 < 0.9
+    assert by["base RAG, factual error (known) ~ 0 (<= 0.2)"] == (pytest.approx(0.10), False)
+    assert by["LoRA-RAG, factual error (known) >= 0.8"] == (pytest.approx(0.85), False)
+    assert by["base RAG, consistent (known) >= 0.9"] == (pytest.approx(0.95), False)
     v, ok = by["LoRA-RAG, update (known) >= 0.85"]  # asked for, no item: undefined, never met
     assert v != v and not ok
     no_update = demo.model_copy(update={"eval": demo.eval.model_copy(update={
