@@ -23,7 +23,7 @@ import json
 import math
 from importlib import resources
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 from lorarag.eval.answer_metrics import is_correct
 from lorarag.eval.attribution import CLASSES, attribute
@@ -46,10 +46,11 @@ def _num(x: float | None, nd: int = 4) -> float | None:
     return round(float(x), nd)
 
 
-def pair_marks(base: Sequence[ItemResult], lora: Sequence[ItemResult]) -> dict[str, int]:
+def pair_marks(base: Sequence[ItemResult], lora: Sequence[ItemResult],
+               correct: Callable[[ItemResult], bool] = is_correct) -> dict[str, int]:
     """qid -> 1 when `lora` fixed it (base wrong, LoRA right), -1 when it broke it, 0 otherwise."""
-    right = {r.qid: is_correct(r) for r in base}
-    return {r.qid: (int(is_correct(r)) - int(right[r.qid])) for r in lora if r.qid in right}
+    right = {r.qid: correct(r) for r in base}
+    return {r.qid: (int(correct(r)) - int(right[r.qid])) for r in lora if r.qid in right}
 
 
 class _Tables:
@@ -83,16 +84,18 @@ class _Tables:
 
 
 def explorer_data(systems: Mapping[str, Sequence[ItemResult]], *, pair: tuple[str, str] | None = None,
-                  gate: Mapping | None = None, report_href: str | None = None) -> dict:
+                  gate: Mapping | None = None, report_href: str | None = None,
+                  correct: Callable[[ItemResult], bool] = is_correct) -> dict:
     """The page's JSON: systems, question and chunk tables, one row per (system, item) (see module doc).
 
     `pair` = (base, LoRA) system names: their items get a fixed/broken mark and the page shows them
     side by side. `gate` = the adapter's gate.json (threshold, signal, rule, auroc), or None.
+    `correct` decides an item right (its `ok` mark, attribution class and fixed/broken mark).
     """
     names = list(systems)
     if pair is not None and not all(p in systems for p in pair):
         pair = None
-    marks = pair_marks(systems[pair[0]], systems[pair[1]]) if pair else {}
+    marks = pair_marks(systems[pair[0]], systems[pair[1]], correct) if pair else {}
     t = _Tables()
     items: list[list] = []
     for s, name in enumerate(names):
@@ -101,8 +104,8 @@ def explorer_data(systems: Mapping[str, Sequence[ItemResult]], *, pair: tuple[st
             final = [t.chunk(c, x) for c, x in zip(r.final_ids, r.final_texts)]
             final += [t.chunk(c, None) for c in r.final_ids[len(r.final_texts):]]
             g = gate_doubt(r.notes)
-            row = {"s": s, "q": t.question(r), "cls": CLASSES.index(attribute(r)), "route": r.route,
-                   "verdict": r.verdict, "ok": int(is_correct(r)), "abst": int(r.abstained), "answer": r.answer,
+            row = {"s": s, "q": t.question(r), "cls": CLASSES.index(attribute(r, correct)), "route": r.route,
+                   "verdict": r.verdict, "ok": int(correct(r)), "abst": int(r.abstained), "answer": r.answer,
                    "raw": r.raw_output if r.raw_output and r.raw_output != r.answer else None,
                    "flag": _num(r.flag_score), "vscore": _num(r.verdict_score),
                    "probs": [[lab, _num(p)] for lab, p in r.verdict_probs], "final": final,
@@ -146,10 +149,10 @@ def plots_html(plots: Mapping[str, bytes | str]) -> str:
 def write_explorer(systems: Mapping[str, Sequence[ItemResult]], path: str | Path, *,
                    pair: tuple[str, str] | None = None, gate: Mapping | None = None,
                    plots: Mapping[str, bytes | str] | None = None, title: str = "lorarag run explorer",
-                   report_href: str | None = "report.html") -> Path:
+                   report_href: str | None = "report.html", correct: Callable[[ItemResult], bool] = is_correct) -> Path:
     """Write the explorer page for `systems` to `path` (see the module docstring); returns the path."""
     page = resources.files("lorarag.eval").joinpath(TEMPLATE).read_text(encoding="utf-8")
-    data = _script_json(explorer_data(systems, pair=pair, gate=gate, report_href=report_href))
+    data = _script_json(explorer_data(systems, pair=pair, gate=gate, report_href=report_href, correct=correct))
     page = (page.replace("__TITLE__", html.escape(title)).replace("__PLOTS__", plots_html(plots or {}))
             .replace("__DATA__", data))
     path = Path(path)

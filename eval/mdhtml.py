@@ -1,70 +1,81 @@
-"""Just enough Markdown to HTML for the report's headline: headings, pipe tables, paragraphs, bold.
+"""The report's Markdown as HTML (markdown-it-py, CommonMark plus tables), and the targets banner.
 
 The headline comes as Markdown from the caller (study/headline.py writes it for the terminal and
-headline.md); the HTML report shows the same text first. A table row whose cells say `**MISSED**`
+headline.md); the HTML report shows the same text first. A table row with a cell saying `**MISSED**`
 is marked `missed` and one saying `yes` in its last cell `met`, so the verdict reads by colour too.
+The banner ("k of n targets met, m missed") counts the rows of the tables under a `Targets` heading,
+and only those: the tables that follow it (detection, baselines, attribution) are no targets.
 """
 
 from __future__ import annotations
 
-import html
-import re
+from functools import lru_cache
+from typing import Any
 
-_BOLD = re.compile(r"\*\*(.+?)\*\*")
-
-
-def _inline(text: str) -> str:
-    return _BOLD.sub(r"<strong>\1</strong>", html.escape(text.strip()))
+MISSED, MET = "**MISSED**", "yes"
 
 
-def _cells(line: str) -> list[str]:
-    return [c.strip() for c in line.strip().strip("|").split("|")]
+@lru_cache(maxsize=1)
+def _parser() -> Any:
+    from markdown_it import MarkdownIt
+
+    # raw HTML in the Markdown is shown as text, never passed through
+    return MarkdownIt("commonmark", {"html": False}).enable("table")
 
 
-def _table(lines: list[str]) -> str:
-    head, body = _cells(lines[0]), [_cells(ln) for ln in lines[2:]] if len(lines) > 1 else []
-    out = ["<table class='headline'><thead><tr>" + "".join(f"<th>{_inline(c)}</th>" for c in head) + "</tr></thead><tbody>"]
-    for row in body:
-        cls = " class='missed'" if any("**MISSED**" in c for c in row) else (" class='met'" if row[-1:] == ["yes"] else "")
-        out.append(f"<tr{cls}>" + "".join(f"<td>{_inline(c)}</td>" for c in row) + "</tr>")
-    return "".join(out) + "</tbody></table>"
+def _rows(tokens: list, start: int) -> list[tuple[int, list[str]]]:
+    """(index of tr_open, the cells' Markdown) of every body row of the table opening at `start`."""
+    out: list[tuple[int, list[str]]] = []
+    body, i = False, start
+    while i < len(tokens) and tokens[i].type != "table_close":
+        t = tokens[i]
+        if t.type == "tbody_open":
+            body = True
+        elif t.type == "tr_open" and body:
+            out.append((i, []))
+        elif t.type == "inline" and body and out:
+            out[-1][1].append(t.content.strip())
+        i += 1
+    return out
 
 
 def markdown_html(md: str) -> str:
-    """HTML for headline Markdown: `#`-headings (one level down), pipe tables, paragraphs."""
-    out, table, para = [], [], []
-
-    def flush() -> None:
-        if table:
-            out.append(_table(table))
-            table.clear()
-        if para:
-            out.append("<p>" + " ".join(_inline(p) for p in para) + "</p>")
-            para.clear()
-
-    for line in md.splitlines():
-        s = line.strip()
-        if s.startswith("|"):
-            if para:
-                flush()
-            table.append(s)
+    """HTML of Markdown (headings, lists, tables, emphasis, code); tables get the class `headline`
+    and their rows `missed` / `met` by the verdict they hold."""
+    p = _parser()
+    tokens = p.parse(md)
+    for i, t in enumerate(tokens):
+        if t.type != "table_open":
             continue
-        flush()
-        m = re.match(r"^(#{1,5})\s+(.*)$", s)
-        if m:
-            level = min(6, len(m.group(1)))
-            out.append(f"<h{level}>{_inline(m.group(2))}</h{level}>")
-        elif s:
-            para.append(s)
-    flush()
-    return "\n".join(out)
+        t.attrSet("class", "headline")
+        for j, cells in _rows(tokens, i):
+            if any(MISSED in c for c in cells):
+                tokens[j].attrSet("class", "missed")
+            elif cells[-1:] == [MET]:
+                tokens[j].attrSet("class", "met")
+    return p.renderer.render(tokens, p.options, {})
+
+
+def targets_counts(md: str) -> tuple[int, int, int] | None:
+    """(met, rows, missed) of the tables under the Markdown's `Targets` headings (None when it has none)."""
+    tokens = _parser().parse(md)
+    under, found, met, n, missed = False, False, 0, 0, 0
+    for i, t in enumerate(tokens):
+        if t.type == "heading_open":
+            under = tokens[i + 1].content.strip().startswith("Targets")
+        elif t.type == "table_open" and under:
+            found = True
+            for _, cells in _rows(tokens, i):
+                n += 1
+                met += cells[-1:] == [MET]
+                missed += cells[-1:] == [MISSED]
+    return (met, n, missed) if found else None
 
 
 def targets_verdict(md: str) -> str | None:
-    """'k of n targets met' from the Markdown's `### Targets` table (None when it has none)."""
-    if "### Targets" not in md:
+    """'k of n targets met, m missed' from the Markdown's `Targets` table (None when it has none)."""
+    counts = targets_counts(md)
+    if counts is None:
         return None
-    rows = [_cells(ln) for ln in md.split("### Targets", 1)[1].splitlines() if ln.strip().startswith("|")][2:]
-    met = sum(1 for r in rows if r[-1:] == ["yes"])
-    missed = sum(1 for r in rows if r[-1:] == ["**MISSED**"])
-    return f"{met} of {len(rows)} targets met" + (f", {missed} missed (the red rows of the targets table)" if missed else "")
+    met, n, missed = counts
+    return f"{met} of {n} targets met, {missed} missed" + (" (the red rows of the targets table)" if missed else "")

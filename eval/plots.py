@@ -1,9 +1,12 @@
 """The report's plots (matplotlib, Agg), each returned as PNG bytes, drawn to be read at a glance.
 
-Colours are the Okabe-Ito palette (distinguishable with every common colour-vision deficiency),
-every axis says what it counts and in which unit, and legends sit outside the plotting area so
-they never cover a bar. Each function returns None when its data is absent (e.g. no system has a
-verdict score), so the report can say why a plot is missing instead of drawing an empty one.
+Colours: up to 8 systems take the Okabe-Ito palette (distinguishable with every common colour-vision
+deficiency); more take matplotlib's tab20, its ten hues dark then light, so 20 systems still get 20
+distinct colours. Every axis says what it counts and in which unit, and legends sit outside the
+plotting area so they never cover a bar. Each function returns None when its data is absent (e.g. no
+system has a verdict score), so the report can say why a plot is missing instead of drawing an empty one.
+The report saves each plot under the name of what it shows (`PLOT_FILES`), never a number that
+moves when another plot is skipped.
 """
 
 from __future__ import annotations
@@ -11,9 +14,10 @@ from __future__ import annotations
 import io
 import math
 import re
-from typing import Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 from lorarag.eval import conflict_metrics as cm
+from lorarag.eval.answer_metrics import is_correct
 from lorarag.eval.attribution import CLASSES, attribute
 from lorarag.eval.records import ItemResult
 from lorarag.scenarios.records import SCENARIO_TYPES, SOUND_CONTEXTS
@@ -28,9 +32,30 @@ CLASS_COLOURS = {"correct": "#009E73", "retrieval_miss": "#56B4E9", "rerank_drop
 _DOUBT = re.compile(r"^gate doubt \(([^)]*)\)=(\S+)$")
 
 
-def colour(i: int) -> str:
-    """The i-th system's colour."""
-    return OKABE_ITO[i % len(OKABE_ITO)]
+# matplotlib's tab20, its ten dark hues first, then their light twins.
+TAB20 = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22",
+         "#17becf", "#aec7e8", "#ffbb78", "#98df8a", "#ff9896", "#c5b0d5", "#c49c94", "#f7b6d2", "#c7c7c7",
+         "#dbdb8d", "#9edae5")
+# Report title -> file name, by what the plot shows; the forest plot of the headline comes first.
+PLOT_FILES = {"forest": "headline-forest.png", "accuracy": "accuracy-by-cell.png",
+              "attribution": "attribution-by-system.png", "roc": "detector-roc.png",
+              "reliability": "verdict-reliability.png", "gate": "gate-doubt.png"}
+
+
+def palette(n: int) -> tuple[str, ...]:
+    """The colours of `n` systems: Okabe-Ito up to 8, tab20 up to 20 (distinct), repeating beyond."""
+    return OKABE_ITO if n <= len(OKABE_ITO) else TAB20
+
+
+def colour(i: int, n: int = 0) -> str:
+    """The i-th of `n` systems' colour."""
+    pal = palette(n)
+    return pal[i % len(pal)]
+
+
+def system_colours(names: Sequence[str]) -> dict[str, str]:
+    """Each system's colour, the same in every plot of one report."""
+    return {name: colour(i, len(names)) for i, name in enumerate(names)}
 
 
 def gate_doubt(notes: Sequence[str]) -> tuple[str, float] | None:
@@ -88,7 +113,7 @@ def plot_accuracy(systems: Mapping[str, Sequence[ItemResult]]) -> bytes:
                 # max(0, .): at p = 0 or 1 the Wilson bound equals p up to rounding.
                 err[0].append(max(0.0, r["accuracy"] - r["acc_lo"]))
                 err[1].append(max(0.0, r["acc_hi"] - r["accuracy"]))
-        ax.bar(xs, ys, width, yerr=err, capsize=2, label=name, color=colour(j), edgecolor="white", lw=0.5,
+        ax.bar(xs, ys, width, yerr=err, capsize=2, label=name, color=colour(j, len(tables)), edgecolor="white", lw=0.5,
                error_kw={"elinewidth": 0.8, "ecolor": "#333333"})
     for i in range(1, len(cells)):
         ax.axvline(i - 0.5, color="#dddddd", lw=0.6, zorder=0)
@@ -101,8 +126,10 @@ def plot_accuracy(systems: Mapping[str, Sequence[ItemResult]]) -> bytes:
     return _png(fig)
 
 
-def plot_attribution(systems: Mapping[str, Sequence[ItemResult]]) -> bytes:
-    """One horizontal stacked bar per system: the share of its items in each attribution class."""
+def plot_attribution(systems: Mapping[str, Sequence[ItemResult]], correct: Callable[[ItemResult], bool] = is_correct
+                     ) -> bytes:
+    """One horizontal stacked bar per system: the share of its items in each attribution class
+    (`correct` decides the `correct` class, as in eval/attribution.py)."""
     plt = _plt()
     names = list(systems)
     fig, ax = plt.subplots(figsize=(7.5, 0.5 * len(names) + 1.4))
@@ -110,7 +137,7 @@ def plot_attribution(systems: Mapping[str, Sequence[ItemResult]]) -> bytes:
     shares = {c: [] for c in CLASSES}
     for name in names:
         items = systems[name]
-        labels = [attribute(r) for r in items]
+        labels = [attribute(r, correct) for r in items]
         for c in CLASSES:
             shares[c].append(100.0 * labels.count(c) / max(1, len(items)))
     for c in CLASSES:
@@ -141,7 +168,7 @@ def plot_roc(systems: Mapping[str, Sequence[ItemResult]]) -> bytes | None:
     fig, ax = plt.subplots(figsize=(4.2, 3.8))
     for name, (fpr, tpr) in curves.items():
         auc = cm.detector(systems[name]).auroc
-        ax.plot(fpr, tpr, label=f"{name} (AUROC {auc:.2f})", color=colour(names.index(name)), lw=1.6,
+        ax.plot(fpr, tpr, label=f"{name} (AUROC {auc:.2f})", color=colour(names.index(name), len(names)), lw=1.6,
                 drawstyle="steps-post")
     ax.plot([0, 1], [0, 1], ls="--", color="grey", lw=0.8, label="chance")
     ax.set_xlim(0, 1)
@@ -185,7 +212,7 @@ def plot_reliability(systems: Mapping[str, Sequence[ItemResult]]) -> bytes | Non
     width = 0.1 / max(1, len(scored))
     for j, (name, items) in enumerate(scored.items()):
         pts = reliability(items)
-        c = colour(names.index(name))
+        c = colour(names.index(name), len(names))
         ax.plot([p for p, _, _ in pts], [o for _, o, _ in pts], marker="o", ms=4, color=c, lw=1.4,
                 label=f"{name} (ECE {expected_calibration_error(pts):.2f})")
         hx.bar([min(9, int(p * 10)) / 10 + (j + 0.5) * width for p, _, _ in pts], [k for _, _, k in pts], width,
@@ -230,4 +257,34 @@ def plot_gate(systems: Mapping[str, Sequence[ItemResult]], threshold: float) -> 
     ax.set_xlabel(f"gate doubt: {signal or 'score'} (nats per token)")
     ax.set_ylabel("test items")
     _legend_right(ax, title="fact")
+    return _png(fig)
+
+
+def plot_forest(rows: Sequence[Mapping], base: str, lora: str, metric: str = "score") -> bytes | None:
+    """The headline as a picture: one row per cell (scenario, knowledge), the paired difference
+    `lora` − `base` as a dot with its 95 % CI as a bar, a line at 0. A CI wholly above 0 is drawn
+    green, wholly below vermillion, one across 0 grey; a cell of one cluster has a dot and says
+    "no CI". `rows` carry label, n, clusters, diff, lo, hi (eval/tables.cell_differences); None
+    without a row that has a difference."""
+    rows = [r for r in rows if r["diff"] is not None and math.isfinite(r["diff"])]
+    if not rows:
+        return None
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(7.5, 0.42 * len(rows) + 1.3))
+    for y, r in enumerate(rows):
+        lo, hi, d = r["lo"], r["hi"], r["diff"]
+        has_ci = lo is not None and hi is not None and math.isfinite(lo) and math.isfinite(hi)
+        c = ("#009E73" if lo > 0 else "#D55E00" if hi < 0 else "#777777") if has_ci else "#777777"
+        if has_ci:
+            ax.plot([lo, hi], [y, y], color=c, lw=2.2, solid_capstyle="butt")
+        ax.plot([d], [y], "o", color=c, ms=6)
+        note = f"{d:+.2f} [{lo:+.2f}, {hi:+.2f}]" if has_ci else f"{d:+.2f} (one cluster: no CI)"
+        ax.annotate(f"  {note}", (1.0, y), xycoords=("axes fraction", "data"), va="center", fontsize=8, color=c)
+    ax.axvline(0, color="black", lw=0.9)
+    ax.set_yticks(range(len(rows)), [f"{r['label']}  n={r['n']} ({r['clusters']} clusters)" for r in rows],
+                  fontsize=8)
+    ax.invert_yaxis()
+    ax.set_xlim(-1.05, 1.05)
+    ax.set_xlabel(f"{lora} − {base}: {metric}, paired, 95% CI resampling clusters")
+    ax.grid(axis="x", color="#eeeeee", lw=0.6)
     return _png(fig)

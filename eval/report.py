@@ -3,12 +3,18 @@
 `write_report(runs, out_dir)` takes run directories (or {name: [ItemResult]}) and writes
 - metrics.json: per system answer, retrieval, conflict, detector and attribution numbers (and the
   paired comparison when there are exactly two systems: the first is A, the baseline);
-- report.md and report.html, reading top-down: the caller's headline (with its targets) first,
-  then the plots (eval/plots.py, embedded as base64 PNG: accuracy per scenario x knowledge with
-  95 % CIs, attribution classes per system, detector ROC and reliability, the gate's doubt
-  histograms with its threshold), then the detail tables;
+- report.md and report.html, reading top-down: the banner counted from the headline's targets
+  table, the forest plot of the paired LoRA-RAG − baseline differences per cell, the caller's
+  headline, then the other plots (eval/plots.py: accuracy per scenario x knowledge with 95 % CIs,
+  attribution classes per system, detector ROC and reliability, the gate's doubt histograms with
+  its threshold; each also a PNG named by what it shows, `PLOT_FILES`), then the detail tables;
 - explorer.html: every item of every system in one filterable page (eval/explorer.py);
-- attribution.jsonl (every item labelled) and ragas-<system>.jsonl (RAGAS dataset columns).
+- items.jsonl (one tidy row per system and item, with `correct` and its attribution class:
+  eval/tables.py, `lorarag.load_results`), attribution.jsonl (every item labelled) and
+  ragas-<system>.jsonl (RAGAS's dataset columns: user_input, response, retrieved_contexts, reference).
+`correct` (a rule per item, default: a gold answer in the reply) and `score` (the per-item score the
+forest plot differences, default: `correct` as 0/1) come from the caller, so the report counts an
+item right by the same rule as the caller's headline.
 """
 
 from __future__ import annotations
@@ -18,12 +24,12 @@ import json
 import math
 from dataclasses import asdict
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 from lorarag.core import outputs
 from lorarag.eval import conflict_metrics as cm
 from lorarag.eval import retrieval_metrics as rm
-from lorarag.eval.answer_metrics import answer_summary
+from lorarag.eval.answer_metrics import answer_summary, is_correct
 from lorarag.eval.attribution import CLASSES, attribute, attribution_table
 from lorarag.eval.compare import (
     compare_items,
@@ -34,12 +40,15 @@ from lorarag.eval.compare import (
 from lorarag.eval.explorer import EXPLORER_FILE, plots_html, write_explorer
 from lorarag.eval.judge import JUDGED_FILE, judge_summary, load_judged
 from lorarag.eval.mdhtml import markdown_html, targets_verdict
-from lorarag.eval.plots import plot_accuracy, plot_attribution, plot_gate, plot_reliability, plot_roc
+from lorarag.eval.plots import (PLOT_FILES, plot_accuracy, plot_attribution, plot_forest, plot_gate, plot_reliability,
+                                plot_roc)
 from lorarag.eval.records import EvalError, ItemResult, check_unique, load_results, output_dir
+from lorarag.eval.tables import ITEMS_FILE, cell_differences, write_items
 from lorarag.eval.stats import nan_to_none
 from lorarag.fallback.gate import GATE_FILE
 
 Runs = Sequence[str | Path] | Mapping[str, Sequence[ItemResult]]
+Correct = Callable[[ItemResult], bool]
 
 
 def _load(runs: Runs) -> tuple[dict[str, list[ItemResult]], dict[str, dict]]:
@@ -82,13 +91,17 @@ def system_metrics(items: Sequence[ItemResult]) -> dict:
 
 
 def export_ragas(items: Sequence[ItemResult], path: str | Path) -> int:
-    """Write RAGAS dataset rows (question, answer, contexts, ground_truth, ground_truths) as JSONL."""
+    """Write RAGAS dataset rows as JSONL, in the column names of RAGAS's SingleTurnSample
+    (`EvaluationDataset.from_list` reads them): user_input (the question), response (the reply),
+    retrieved_contexts (the passages given to the model), reference (the first gold answer; "" for
+    an unanswerable item), plus `references` (every gold answer) and `qid` to join back to items.jsonl."""
     path = Path(path)
     with path.open("w", encoding="utf-8") as fh:
         for r in items:
-            fh.write(json.dumps({"question": r.question, "answer": r.answer, "contexts": list(r.final_texts),
-                                 "ground_truth": r.gold_answers[0] if r.gold_answers else "",
-                                 "ground_truths": list(r.gold_answers)}, ensure_ascii=False) + "\n")
+            fh.write(json.dumps({"user_input": r.question, "response": r.answer,
+                                 "retrieved_contexts": list(r.final_texts),
+                                 "reference": r.gold_answers[0] if r.gold_answers else "",
+                                 "references": list(r.gold_answers), "qid": r.qid}, ensure_ascii=False) + "\n")
     return len(items)
 
 
@@ -164,20 +177,32 @@ def _gate(gate: Mapping | str | Path | None) -> tuple[dict | None, str]:
         return None, f"skipped: {path} could not be read ({exc.__class__.__name__})"
 
 
-def report_plots(systems: Mapping[str, Sequence[ItemResult]], gate: Mapping | None,
-                 gate_note: str = "") -> dict[str, bytes | str]:
-    """Title -> PNG bytes, or a note saying why that plot is not there."""
-    plots: dict[str, bytes | str] = {
-        "Accuracy by scenario x knowledge (95% CI)": plot_accuracy(systems),
-        "Error attribution by system": plot_attribution(systems),
-        "Detector ROC (flawed vs consistent contexts)": plot_roc(systems) or "skipped: no system has a verdict score",
-        "Reliability of the verdict score": plot_reliability(systems) or "skipped: no system has a verdict score"}
+def report_plots(systems: Mapping[str, Sequence[ItemResult]], gate: Mapping | None, gate_note: str = "", *,
+                 pair: tuple[str, str] | None = None, correct: Correct = is_correct,
+                 score: Callable[[ItemResult], float] | None = None, resamples: int = 2000,
+                 seed: int = 0) -> dict[str, tuple[str, bytes | str]]:
+    """Title -> (PLOT_FILES key, PNG bytes or a note saying why that plot is not there), the forest
+    plot of `pair` = (baseline, LoRA-RAG) first: `score` per item (default: `correct` as 0/1)."""
+    if pair is not None and all(p in systems for p in pair):
+        rows = cell_differences(systems[pair[0]], systems[pair[1]], score or (lambda r: float(correct(r))),
+                                resamples=resamples, seed=seed)
+        forest = plot_forest(rows, *pair) or "skipped: no cell has a paired difference"
+        forest_title = f"Headline: {pair[1]} − {pair[0]} per cell (paired, 95% CI)"
+    else:
+        forest, forest_title = "skipped: no (baseline, LoRA-RAG) pair of systems", "Headline: paired differences per cell"
+    no_score = "skipped: no system has a verdict score"
+    plots: dict[str, tuple[str, bytes | str]] = {
+        forest_title: ("forest", forest),
+        "Accuracy by scenario x knowledge (95% CI)": ("accuracy", plot_accuracy(systems)),
+        "Error attribution by system": ("attribution", plot_attribution(systems, correct)),
+        "Detector ROC (flawed vs consistent contexts)": ("roc", plot_roc(systems) or no_score),
+        "Reliability of the verdict score": ("reliability", plot_reliability(systems) or no_score)}
     thr = gate.get("threshold") if gate else None
     if isinstance(thr, (int, float)) and math.isfinite(thr):
-        plots["Gate doubt: known vs never-learned facts"] = (
-            plot_gate(systems, float(thr)) or "skipped: no item carries a gate reading in its trace notes")
+        gate_plot = plot_gate(systems, float(thr)) or "skipped: no item carries a gate reading in its trace notes"
     else:
-        plots["Gate doubt: known vs never-learned facts"] = gate_note or "skipped: gate.json holds no threshold"
+        gate_plot = gate_note or "skipped: gate.json holds no threshold"
+    plots["Gate doubt: known vs never-learned facts"] = ("gate", gate_plot)
     return plots
 
 
@@ -194,26 +219,34 @@ CSS = ("body{font:14px/1.45 system-ui,sans-serif;max-width:1180px;margin:auto;pa
 def write_report(runs: Runs, out_dir: str | Path, *, resamples: int = 2000, seed: int = 0,
                  title: str = "lorarag evaluation report", headline: str | None = None,
                  gate: Mapping | str | Path | None = None, pair: tuple[str, str] | None = None,
-                 explorer: bool = True, force: bool = False) -> Path:
-    """Write metrics.json, report.md, report.html, exports and (`explorer`) explorer.html for `runs`;
-    returns the HTML path.
+                 explorer: bool = True, force: bool = False, correct: Correct = is_correct,
+                 score: Callable[[ItemResult], float] | None = None) -> Path:
+    """Write metrics.json, report.md, report.html, items.jsonl, exports and (`explorer`) explorer.html
+    for `runs`; returns the HTML path.
 
-    The pages read top-down: `headline` (Markdown from the caller, e.g. the run's base-vs-LoRA
-    table with its targets) first, then the plots, then the detail tables. `gate` is the adapter's
-    gate.json (a dict, the file or its folder): its threshold is drawn over the gate's doubt
-    histograms (without it that plot is skipped with a note). `pair` = (base, LoRA) names for the
-    explorer's side-by-side view and fixed/broken marks (default: the two systems, when two).
-    Files already in `out_dir` are replaced only when this code wrote them (core/outputs.py) or with
-    `force`; the runs' own results are never replaced.
+    The pages read top-down: the banner (targets met, counted from the `Targets` table of
+    `headline`), the forest plot of `pair`'s paired differences per cell, `headline` (Markdown from
+    the caller, e.g. the run's base-vs-LoRA table with its targets), then the other plots, then the
+    detail tables. `gate` is the adapter's gate.json (a dict, the file or its folder): its threshold
+    is drawn over the gate's doubt histograms (without it that plot is skipped with a note). `pair` =
+    (base, LoRA) names for the forest plot, the explorer's side-by-side view and fixed/broken marks
+    (default: the two systems, when two). `correct` decides an item right (items.jsonl, attribution,
+    explorer) and `score` is what the forest plot differences (default: `correct` as 0/1): pass the
+    headline's own rules. Files already in `out_dir` are replaced only when this code wrote them
+    (core/outputs.py) or with `force`; the runs' own results are never replaced.
     """
     systems, judged = _load(runs)
     out = output_dir(out_dir)
     gate_info, gate_note = _gate(gate)
-    plots = report_plots(systems, gate_info, gate_note)
-    pngs = {k: v for k, v in plots.items() if isinstance(v, bytes)}
     names = list(systems)
-    files = [out / f for f in ("metrics.json", "attribution.jsonl", "report.md", "report.html")]
-    files += [out / f"ragas-{_safe(n)}.jsonl" for n in names] + [out / f"plot{i}.png" for i in range(1, len(pngs) + 1)]
+    if pair is None and len(names) == 2:
+        pair = (names[0], names[1])
+    drawn = report_plots(systems, gate_info, gate_note, pair=pair, correct=correct,
+                         score=score or (lambda r: float(correct(r))), resamples=resamples, seed=seed)
+    plots = {t: v for t, (_, v) in drawn.items()}  # title -> PNG or note (the pages' and explorer's form)
+    pngs = {t: (PLOT_FILES[k], v) for t, (k, v) in drawn.items() if isinstance(v, bytes)}  # title -> (file, PNG)
+    files = [out / f for f in ("metrics.json", "attribution.jsonl", ITEMS_FILE, "report.md", "report.html")]
+    files += [out / f"ragas-{_safe(n)}.jsonl" for n in names] + [out / f for f, _ in pngs.values()]
     files += [out / EXPLORER_FILE] if explorer else []
     outputs.claim(files, force=force, inputs=_inputs(runs))
     metrics: dict = {"systems": {n: system_metrics(items) for n, items in systems.items()}}
@@ -234,30 +267,32 @@ def write_report(runs: Runs, out_dir: str | Path, *, resamples: int = 2000, seed
         for items in systems.values():
             for r in items:
                 fh.write(json.dumps({"system": r.system, "qid": r.qid, "scenario": r.scenario,
-                                     "knowledge": r.knowledge, "label": attribute(r)}, ensure_ascii=False) + "\n")
+                                     "knowledge": r.knowledge, "label": attribute(r, correct)}, ensure_ascii=False) + "\n")
+    write_items(systems, out / ITEMS_FILE, correct)
     for n, items in systems.items():
         export_ragas(items, out / f"ragas-{_safe(n)}.jsonl")
-
-    for i, (k, png) in enumerate(pngs.items(), 1):
-        (out / f"plot{i}.png").write_bytes(png)
+    for fname, png in pngs.values():
+        (out / fname).write_bytes(png)
     sections = _sections(metrics)
-    if pair is None and len(names) == 2:
-        pair = (names[0], names[1])
     if explorer:
         write_explorer(systems, out / EXPLORER_FILE, pair=pair, gate=gate_info, plots=plots,
-                       title=f"{title}: explorer")
+                       title=f"{title}: explorer", correct=correct)
     verdict = targets_verdict(headline) if headline else None
+    first = next(iter(plots))  # the forest plot: the headline's picture, shown before its table
+    rest = {t: v for t, v in plots.items() if t != first}
 
     md = [f"# {title}\n", f"Systems: {', '.join(names)}\n"]
     if explorer:
         md.append("Every item, filterable, with its sources, reply, verdict and route: "
                   f"[{EXPLORER_FILE}]({EXPLORER_FILE})\n")
+    md += [f"**{verdict}**\n"] if verdict else []
+    md += [f"![{first}]({pngs[first][0]})\n" if first in pngs else f"{first}: {plots[first]}\n"]
     if headline:
-        md += [f"**{verdict}**\n" if verdict else "", headline]
+        md.append(headline)
     elif head_md:
         md += [f"## Headline: {names[1]} vs {names[0]}\n", head_md]
-    md += [f"![{k}](plot{i}.png)\n" for i, k in enumerate(pngs, 1)]
-    md += [f"{k}: {v}\n" for k, v in plots.items() if isinstance(v, str)]
+    md += [f"![{t}]({pngs[t][0]})\n" for t in rest if t in pngs]
+    md += [f"{t}: {v}\n" for t, v in rest.items() if isinstance(v, str)]
     if headline and head_md:
         md += [f"## Paired metrics: {names[1]} vs {names[0]}\n", head_md]
     for t, rows, cols in sections:
@@ -270,14 +305,16 @@ def write_report(runs: Runs, out_dir: str | Path, *, resamples: int = 2000, seed
          f"<style>{CSS}</style></head><body>", f"<h1>{html.escape(title)}</h1>",
          f"<p>Systems: {html.escape(', '.join(names))}</p>",
          "<nav><a href='#headline'>headline</a><a href='#plots'>plots</a><a href='#detail'>detail</a>"
-         + (f"<a href='{EXPLORER_FILE}'><b>run explorer: every item</b></a>" if explorer else "") + "</nav>"]
+         + (f"<a href='{EXPLORER_FILE}'><b>run explorer: every item</b></a>" if explorer else "") + "</nav>",
+         "<section id='headline'>", f"<p class='verdict'>{html.escape(verdict)}</p>" if verdict else "",
+         f"<div class='plots'>{plots_html({first: plots[first]})}</div>"]
     if headline:
-        h += ["<section id='headline'>", f"<p class='verdict'>{html.escape(verdict)}</p>" if verdict else "",
-              markdown_html(headline), "</section>"]
+        h.append(markdown_html(headline))
     elif metrics.get("headline"):
-        h += [f"<section id='headline'><h2>Headline: {html.escape(names[1])} vs {html.escape(names[0])}</h2>",
-              _html_table(metrics["headline"], list(metrics["headline"][0])), "</section>"]
-    h.append(f"<section id='plots'><h2>Plots</h2><div class='plots'>{plots_html(plots)}</div></section>")
+        h += [f"<h2>Headline: {html.escape(names[1])} vs {html.escape(names[0])}</h2>",
+              _html_table(metrics["headline"], list(metrics["headline"][0]))]
+    h.append("</section>")
+    h.append(f"<section id='plots'><h2>Plots</h2><div class='plots'>{plots_html(rest)}</div></section>")
     h.append("<section id='detail'><h2>Detail</h2>")
     if headline and metrics.get("headline"):
         h += [f"<h3>Paired metrics: {html.escape(names[1])} vs {html.escape(names[0])}</h3>",

@@ -244,3 +244,23 @@ def nan_to_none(x):
     if isinstance(x, (list, tuple)):
         return [nan_to_none(v) for v in x]
     return x
+
+
+def ci_text(diff: float, lo: float, hi: float, *, none: str = "one cluster: no CI") -> str:
+    """A signed difference with its CI as the tables print it, `+0.12 [+0.03, +0.21]`; without a CI
+    (one cluster: every resample is the sample) `+0.12 (one cluster: no CI)`; no difference `–`."""
+    if diff is None or math.isnan(diff):
+        return "–"
+    if lo is None or hi is None or math.isnan(lo) or math.isnan(hi):
+        return f"{diff:+.2f} ({none})"
+    return f"{diff:+.2f} [{lo:+.2f}, {hi:+.2f}]"
+
+
+def counts_text(counts, fmt: str = "{k} {v}") -> str:
+    """A mapping as words, `answer 40, title 3` (each pair by `fmt`), for the notes of a table (a dict's
+    repr is no sentence); anything else as it is, "" for None or an empty mapping."""
+    if counts is None or (isinstance(counts, dict) and not counts):
+        return ""
+    if isinstance(counts, dict):
+        return ", ".join(fmt.format(k=k, v=v) for k, v in counts.items())
+    return str(counts)

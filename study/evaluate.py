@@ -6,6 +6,7 @@ import hashlib
 import logging
 from pathlib import Path
 
+from lorarag.core.paths import child
 from lorarag.eval.explorer import EXPLORER_FILE
 from lorarag.eval.records import closed_book_map, load_results
 from lorarag.eval.report import write_report
@@ -14,12 +15,13 @@ from lorarag.eval.runner import run_eval, write_results
 from lorarag.fallback.gate import GATE_FILE, adapter_sha256
 from lorarag.scenarios.records import Scenario
 from lorarag.study.config import RunConfig, SystemConfig
-from lorarag.study.headline import headline_markdown
+from lorarag.study.headline import correct_fn, headline_markdown, score_fn
 from lorarag.study.targets import pair_names
 from lorarag.study.kb import read_summary
 from lorarag.study.layout import Echo, Paths
 from lorarag.study.leaks import read_overlap
 from lorarag.study.parts import Parts
+from lorarag.study.provenance import row_parts
 from lorarag.study.systems import build_system
 from lorarag.train.overlap import overlap_markdown
 
@@ -85,7 +87,7 @@ def evaluate(cfg: RunConfig, parts: Parts, test: list[Scenario], paths: Paths, a
     # closed-book systems first (their answers feed the others' bias metrics), policy variants last
     ordered = sorted(systems or cfg.systems, key=lambda s: (s.kind != "closed_book", s.is_variant))
     for sc in ordered:
-        folder = paths.eval / sc.name
+        folder = child(paths.eval, sc.name, "system name")  # never outside the run's eval/
         stamp = system_stamp(cfg, sc, test, parts.rag_sft if sc.kind == "rag_sft" else adapter, parts.gate_threshold,
                              parts.rag_sft)
         model = sc.adapter if sc.kind == "closed_book" else (lora if sc.kind == "lora_rag" else None)
@@ -103,8 +105,12 @@ def evaluate(cfg: RunConfig, parts: Parts, test: list[Scenario], paths: Paths, a
             out[sc.name] = folder
             continue
         # A changed stamp (model, adapter, gate or items) means this system is evaluated afresh.
+        # each row records its item, index, prompt and model (eval/stamps.py): a resume redoes the changed ones
+        ctx = parts.contexts
+        made_by = row_parts(cfg, sc, ctx.retriever.chunks if ctx.retriever is not None else ctx.kb.values(),
+                            parts.rag_sft if sc.kind == "rag_sft" else adapter, parts.rag_sft)
         results = run_eval(build_system(sc, parts), test, folder, closed_book=closed.get(model), config=cfg,
-                           batch_size=32, stamp=stamp, on_change="restart")
+                           batch_size=32, stamp=stamp, on_change="restart", made_by=made_by)
         if sc.kind == "closed_book":
             closed[sc.adapter] = closed_book_map(results)
         out[sc.name] = folder
@@ -122,12 +128,14 @@ def report(cfg: RunConfig, paths: Paths, runs: dict[str, Path], echo: Echo, adap
         table = table.rstrip() + "\n\n" + "\n".join(overlap_markdown(overlap)).rstrip() + "\n"
     pair = pair_names(cfg, results)
     gate = adapter / GATE_FILE if adapter is not None and (adapter / GATE_FILE).is_file() else None
+    # the headline's own rules: items.jsonl, attribution and the forest plot count as its table does
+    rules = {"correct": correct_fn(cfg.data.answer_metric), "score": score_fn(cfg.data.answer_metric)}
     write_report(results, paths.report, resamples=cfg.eval.bootstrap, seed=cfg.eval.seed, title=title,
-                 headline=table, gate=gate, pair=pair)
+                 headline=table, gate=gate, pair=pair, **rules)
     if pair is not None:
         write_report({n: results[n] for n in pair}, paths.report / "base-vs-lora", resamples=cfg.eval.bootstrap,
                      seed=cfg.eval.seed, title=f"{title}: {pair[1]} vs {pair[0]}", headline=table, gate=gate,
-                     explorer=False)
+                     explorer=False, **rules)
     (paths.report / "headline.md").write_text(table, encoding="utf-8")
     echo(table)
     echo(f"report: {paths.report / 'report.html'}"

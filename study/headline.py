@@ -31,7 +31,8 @@ from lorarag.eval.attribution import attribution_table, table_markdown
 from lorarag.eval.compare import pair
 from lorarag.eval.records import WRONG_VALUE_SCENARIOS, ItemResult
 from lorarag.eval.shortcut import SHORTCUT_AUROC
-from lorarag.eval.stats import cluster_permutation_test, mcnemar_exact, noninferior, paired_bootstrap, wilson_ci
+from lorarag.eval.stats import (ci_text, cluster_permutation_test, counts_text, mcnemar_exact, noninferior,
+                                paired_bootstrap, wilson_ci)
 from lorarag.fallback.format import VERDICTS
 from lorarag.scenarios.records import SCENARIO_TYPES
 from lorarag.study.baselines import Label, abstention_table, baseline_table, variant_table
@@ -245,10 +246,10 @@ def _notes(summary: Mapping[str, Any]) -> list[str]:
     out = []
     if summary:
         out.append(f"Knowledge base: {summary.get('documents')} documents, {summary.get('chunks')} chunks, "
-                   f"{summary.get('questions')} labelled questions; labels mapped to chunks by rule "
-                   f"{summary.get('label_rules')} (`data/labels.jsonl`); facts split {summary.get('splits')}.")
+                   f"{summary.get('questions')} labelled questions; labels mapped to chunks (`data/labels.jsonl`) by rule "
+                   f"{counts_text(summary.get('label_rules'))}; facts split {counts_text(summary.get('splits'))}.")
     sft = summary.get("sft") or {}
-    wordings = {int(k): v for k, v in (sft.get("wordings") or {}).items()}
+    wordings = counts_text({int(k): v for k, v in (sft.get("wordings") or {}).items()}, "{v} with {k}")
     tw = summary.get("test_wordings")
     if tw:
         by = tw["by"]
@@ -275,8 +276,8 @@ def _notes(summary: Mapping[str, Any]) -> list[str]:
     if para:
         out.append(f"data.paraphrase: the generator reworded {para['questions']} single-wording taught question(s); "
                    f"{para['kept']} of {para['replies']} replies kept as training wordings for "
-                   f"{para['questions_with_one']} of them (rejected: {para['rejected'] or 'none'}); a known one with a "
-                   "kept paraphrase is tested in the set's own wording, which no SFT row asks.")
+                   f"{para['questions_with_one']} of them (rejected: {counts_text(para['rejected']) or 'none'}); a "
+                   "known one with a kept paraphrase is tested in the set's own wording, which no SFT row asks.")
     if sft.get("no_factual_error"):
         out.append(f"{sft['no_factual_error']} taught question(s) got no factual-error training row (no conflict "
                    "passage left and the answer is not a span of its chunk).")
@@ -361,7 +362,7 @@ def headline_markdown(cfg: Any, results: Mapping[str, Sequence[ItemResult]], sum
                 ofb = over_fallback_cell(cfg, mine) if s == "consistent" else "–"
                 cell = label(k, [r for r in mine if r.scenario == s])
                 lines.append(f"| {s} | {cell} | {metric_name(metric, s)} | {c.n} ({c.clusters}) | {_n(c.base)} | "
-                             f"{_n(c.lora)} | {c.diff:+.2f} [{c.lo:+.2f}, {c.hi:+.2f}] | {_p(c.p_mcnemar)} | "
+                             f"{_n(c.lora)} | {ci_text(c.diff, c.lo, c.hi)} | {_p(c.p_mcnemar)} | "
                              f"{_p(c.p_cluster)} | {ofb} |")
         lines.append("")
     if pairs:

@@ -134,8 +134,8 @@ HEADLINE = """## Headline: base_rag vs lora_rag
 def test_headline_markdown_renders_with_its_verdict():
     assert targets_verdict(HEADLINE).startswith("1 of 2 targets met, 1 missed")
     h = markdown_html(HEADLINE)
-    assert "<h2>Headline: base_rag vs lora_rag</h2>" in h and "<tr class='missed'>" in h and "<strong>MISSED</strong>" in h
-    assert "<tr class='met'>" in h and targets_verdict("no table") is None
+    assert "<h2>Headline: base_rag vs lora_rag</h2>" in h and '<tr class="missed">' in h and "<strong>MISSED</strong>" in h
+    assert '<tr class="met">' in h and targets_verdict("no table") is None
 
 
 def test_report_reads_top_down_headline_plots_detail(tmp_path):
@@ -146,8 +146,10 @@ def test_report_reads_top_down_headline_plots_detail(tmp_path):
     html = path.read_text()
     p.feed(html)
     assert p.external == []
-    assert p.order[0] == "headline" and p.order[1] == "plots" and p.order[-1] == "detail"
-    assert p.imgs == ["Accuracy by scenario x knowledge (95% CI)", "Error attribution by system",
+    # the forest plot of the headline's differences inside the headline, before its table
+    assert p.order[:3] == ["headline", "img", "plots"] and p.order[-1] == "detail"
+    assert p.imgs == ["Headline: lora_rag − base_rag per cell (paired, 95% CI)",
+                      "Accuracy by scenario x knowledge (95% CI)", "Error attribution by system",
                       "Detector ROC (flawed vs consistent contexts)", "Reliability of the verdict score",
                       "Gate doubt: known vs never-learned facts"]
     assert html.index("1 of 2 targets met") < html.index("<img")
@@ -161,5 +163,5 @@ def test_report_reads_top_down_headline_plots_detail(tmp_path):
     path = write_report(pair, tmp_path / "pair", resamples=1000, explorer=False)
     p = _Page()
     p.feed(path.read_text())
-    assert len(p.imgs) == 4 and "skipped: no gate.json was passed" in path.read_text()
+    assert len(p.imgs) == 5 and "skipped: no gate.json was passed" in path.read_text()
     assert not (tmp_path / "pair/explorer.html").exists()
