@@ -6,7 +6,6 @@ import hashlib
 import logging
 from pathlib import Path
 
-from lorarag.core.paths import child
 from lorarag.eval.explorer import EXPLORER_FILE
 from lorarag.eval.records import closed_book_map, load_results
 from lorarag.eval.report import write_report
@@ -21,7 +20,6 @@ from lorarag.study.kb import read_summary
 from lorarag.study.layout import Echo, Paths
 from lorarag.study.leaks import read_overlap
 from lorarag.study.parts import Parts
-from lorarag.study.provenance import row_parts
 from lorarag.study.systems import build_system
 from lorarag.train.overlap import overlap_markdown
 
@@ -87,7 +85,7 @@ def evaluate(cfg: RunConfig, parts: Parts, test: list[Scenario], paths: Paths, a
     # closed-book systems first (their answers feed the others' bias metrics), policy variants last
     ordered = sorted(systems or cfg.systems, key=lambda s: (s.kind != "closed_book", s.is_variant))
     for sc in ordered:
-        folder = child(paths.eval, sc.name, "system name")  # never outside the run's eval/
+        folder = paths.eval / sc.name
         stamp = system_stamp(cfg, sc, test, parts.rag_sft if sc.kind == "rag_sft" else adapter, parts.gate_threshold,
                              parts.rag_sft)
         model = sc.adapter if sc.kind == "closed_book" else (lora if sc.kind == "lora_rag" else None)
@@ -105,12 +103,8 @@ def evaluate(cfg: RunConfig, parts: Parts, test: list[Scenario], paths: Paths, a
             out[sc.name] = folder
             continue
         # A changed stamp (model, adapter, gate or items) means this system is evaluated afresh.
-        # each row records its item, index, prompt and model (eval/stamps.py): a resume redoes the changed ones
-        ctx = parts.contexts
-        made_by = row_parts(cfg, sc, ctx.retriever.chunks if ctx.retriever is not None else ctx.kb.values(),
-                            parts.rag_sft if sc.kind == "rag_sft" else adapter, parts.rag_sft)
         results = run_eval(build_system(sc, parts), test, folder, closed_book=closed.get(model), config=cfg,
-                           batch_size=32, stamp=stamp, on_change="restart", made_by=made_by)
+                           batch_size=32, stamp=stamp, on_change="restart")
         if sc.kind == "closed_book":
             closed[sc.adapter] = closed_book_map(results)
         out[sc.name] = folder
