@@ -1,7 +1,8 @@
 """`lorarag` subcommands of the eval package (heavy imports stay inside the commands).
 
 - `lorarag eval CONFIG`: run a system over a scenario set (resumable), optional judge, report.
-- `lorarag compare RUN_A RUN_B`: paired comparison (bootstrap CIs, McNemar), fixed/broken items.
+- `lorarag compare RUN_A RUN_B`: paired comparison (cluster bootstrap CIs and a cluster-level paired test;
+  `--unit item`: item bootstrap and McNemar), fixed/broken items.
 - `lorarag report RUN...`: metrics.json + report.md + report.html (+ RAGAS export).
 """
 
@@ -96,26 +97,33 @@ def _eval(config: Path = typer.Argument(..., help="configs/eval/*.yaml"),
     typer.echo(f"{len(items)} items -> {run_dir / 'results.jsonl'}; report: {html}")
 
 
-def _compare(run_a: Path = typer.Argument(..., help="baseline run dir (or results.jsonl)"),
-             run_b: Path = typer.Argument(..., help="candidate run dir (or results.jsonl)"),
+def _compare(run_a: str = typer.Argument(..., help="baseline run dir (or results.jsonl); several seeds' runs: "
+                                          "comma-separated, in the order of RUN_B's"),
+             run_b: str = typer.Argument(..., help="candidate run dir (or results.jsonl); comma-separated as RUN_A"),
              out: Path = typer.Option(None, help="where compare.md/json go (default: RUN_B/compare)"),
              resamples: int = typer.Option(2000, help="bootstrap resamples (>= 1000)"),
              seed: int = typer.Option(0, help="bootstrap seed"),
+             unit: str = typer.Option("cluster", "--unit", help="what the CI and the test resample: cluster "
+                                      "(organisation or document, and seed: the default) or item (McNemar)"),
              force: bool = typer.Option(False, "--force", help="replace compare.md/json lorarag did not write")
              ) -> None:
-    """Compare two runs item by item: differences with 95% CIs, McNemar p, fixed/broken items."""
+    """Compare two runs item by item: differences with 95% CIs and a paired test (resampling whole
+    clusters by default), fixed/broken items."""
     from rich.console import Console
     from rich.table import Table
 
-    from lorarag.eval.compare import compare_items, write_comparison
+    from lorarag.eval.compare import TESTS, compare_seeds, write_comparison
     from lorarag.eval.records import load_results
 
-    c = compare_items(load_results(run_a), load_results(run_b), resamples=resamples, seed=seed)
-    dest = out or (run_b if run_b.is_dir() else run_b.parent) / "compare"
-    inputs = [p / "results.jsonl" if p.is_dir() else p for p in (run_a, run_b)]
+    runs_a, runs_b = ([Path(x) for x in r.split(",") if x.strip()] for r in (run_a, run_b))
+    c = compare_seeds([load_results(p) for p in runs_a], [load_results(p) for p in runs_b], resamples=resamples,
+                      seed=seed, unit=unit)
+    last = runs_b[-1]
+    dest = out or (last if last.is_dir() else last.parent) / "compare"
+    inputs = [p / "results.jsonl" if p.is_dir() else p for p in (*runs_a, *runs_b)]
     md = write_comparison(c, dest, force=force, inputs=inputs)
     t = Table(title=f"{c.name_b} vs {c.name_a}")
-    for col in ("metric", "scenario", "knowledge", "n", c.name_a, c.name_b, "diff [95% CI]", "McNemar p"):
+    for col in ("metric", "scenario", "knowledge", "n (clusters)", c.name_a, c.name_b, "diff [95% CI]", TESTS[unit]):
         t.add_column(col)
 
     def f(x):
@@ -123,7 +131,7 @@ def _compare(run_a: Path = typer.Argument(..., help="baseline run dir (or result
 
     for r in c.rows:
         if r.knowledge == "all" or r.metric == "accuracy":
-            t.add_row(r.metric, r.scenario, r.knowledge, str(r.n), f(r.a), f(r.b),
+            t.add_row(r.metric, r.scenario, r.knowledge, f"{r.n} ({r.clusters})", f(r.a), f(r.b),
                       f"{f(r.diff)} [{f(r.lo)}, {f(r.hi)}]", f(r.p_mcnemar))
     Console().print(t)
     typer.echo(f"fixed by {c.name_b}: {len(c.fixed)}; broken: {len(c.broken)}; details: {md}")

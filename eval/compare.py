@@ -2,7 +2,16 @@
 
 Items are paired by qid. For each metric and each (scenario, knowledge) cell: both values, the
 difference B - A with a seeded paired-bootstrap 95 % CI (conditional rates resample numerator
-and denominator together, see `stats.paired_bootstrap`), and for accuracy the exact McNemar p.
+and denominator together, see `stats.paired_bootstrap`), and for accuracy a paired test's p.
+
+Items are not independent: the facts of one organisation (the demo world) or one document (a KB)
+share a name, a language and a passage, so a model that misreads one misreads them all. By
+default (`unit="cluster"`) the bootstrap draws whole clusters (the results' `cluster` field, else
+the fact) and the test is the sign-flip permutation test over cluster-summed differences
+(`stats.cluster_permutation_test`, exact up to 16 clusters); given several seeds' runs
+(`compare_seeds`), a cluster is one organisation or document at one seed, so the CI and the test
+count seeds too. `unit="item"` treats every item as independent: the item bootstrap and the exact
+McNemar test, as a check against the cluster-level numbers.
 Also the items B fixed (A wrong, B right) and broke (A right, B wrong). Also the headline table
 `lorarag run` prints for a base-vs-LoRA pair.
 """
@@ -29,7 +38,7 @@ from lorarag.eval.records import (
     check_unique,
     output_dir,
 )
-from lorarag.eval.stats import mcnemar_exact, nan_to_none, paired_bootstrap, wilson_ci
+from lorarag.eval.stats import cluster_permutation_test, mcnemar_exact, nan_to_none, paired_bootstrap, wilson_ci
 
 log = logging.getLogger(__name__)
 
@@ -60,9 +69,15 @@ METRICS: dict[str, Frac] = {
 }
 
 
+UNITS = ("cluster", "item")  # what a bootstrap draw and a paired test's exchangeable unit is
+TESTS = {"cluster": "permutation p (clusters)", "item": "McNemar p (items)"}
+
+
 @dataclass(frozen=True)
 class DiffRow:
-    """One metric in one cell: A, B, B - A with its CI, and McNemar's p for accuracy."""
+    """One metric in one cell: A, B, B - A with its CI, and for accuracy the paired test's p
+    (`p_mcnemar`: McNemar's over items with unit "item", the cluster permutation test's with
+    "cluster"); `clusters`: how many units the CI and the test resample."""
 
     metric: str
     scenario: str
@@ -76,6 +91,7 @@ class DiffRow:
     p_mcnemar: float | None = None
     den_a: int = 0  # items in A's denominator (= n for plain rates; fewer for conditional ones)
     den_b: int = 0
+    clusters: int = 0
 
 
 @dataclass(frozen=True)
@@ -87,6 +103,8 @@ class Comparison:
     rows: tuple[DiffRow, ...]
     fixed: tuple[dict, ...]  # items A got wrong and B right
     broken: tuple[dict, ...]  # items A got right and B wrong
+    unit: str = "cluster"  # what the CIs and tests resample (UNITS)
+    seeds: int = 1  # how many seeds' runs are pooled
 
 
 def pair(a: Sequence[ItemResult], b: Sequence[ItemResult], *, warn: bool = True
@@ -114,11 +132,29 @@ def _fracs(items: Sequence[ItemResult], f: Frac) -> tuple[np.ndarray, np.ndarray
 
 
 def compare_items(a: Sequence[ItemResult], b: Sequence[ItemResult], *, resamples: int = 2000,
-                  seed: int = 0) -> Comparison:
+                  seed: int = 0, unit: str = "cluster") -> Comparison:
     """Compare two runs item by item (see the module docstring)."""
+    return compare_seeds([a], [b], resamples=resamples, seed=seed, unit=unit)
+
+
+def compare_seeds(a_runs: Sequence[Sequence[ItemResult]], b_runs: Sequence[Sequence[ItemResult]], *,
+                  resamples: int = 2000, seed: int = 0, unit: str = "cluster") -> Comparison:
+    """Compare A with B over one or several seeds (the i-th run of A with the i-th of B): every seed's
+    paired items pooled, a cluster being (seed, organisation or document) with unit "cluster", an
+    item being (seed, qid) with unit "item" (see the module docstring)."""
     if resamples < 1000:
         raise EvalError(f"use at least 1000 bootstrap resamples, not {resamples}")
-    pa, pb = pair(a, b)
+    if unit not in UNITS:
+        raise EvalError(f"unit is one of {', '.join(UNITS)}, not {unit!r}")
+    if not a_runs or len(a_runs) != len(b_runs):
+        raise EvalError(f"one run of B per run of A needed: {len(a_runs)} and {len(b_runs)} given")
+    pa, pb, labels = [], [], []
+    for i, (a, b) in enumerate(zip(a_runs, b_runs)):
+        x, y = pair(a, b)
+        pa += x
+        pb += y
+        labels += [f"{i}/{r.unit if unit == 'cluster' else r.qid}" for r in x]
+    units = np.array(labels)
     idx_cells = [(s, k, [i for i, r in enumerate(pa) if (s == "all" or r.scenario == s)
                          and (k == "all" or r.knowledge == k)]) for s, k, _ in cm.groups(pa)]
     rows: list[DiffRow] = []
@@ -129,10 +165,14 @@ def compare_items(a: Sequence[ItemResult], b: Sequence[ItemResult], *, resamples
             ix = np.array(idx, dtype=np.int64)
             if da[ix].sum() == 0 and db[ix].sum() == 0:
                 continue
-            d = paired_bootstrap(na[ix], nb[ix], den_a=da[ix], den_b=db[ix], resamples=resamples, seed=seed)
-            p = mcnemar_exact(na[ix] > 0, nb[ix] > 0)[2] if name == "accuracy" else None
+            d = paired_bootstrap(na[ix], nb[ix], den_a=da[ix], den_b=db[ix], resamples=resamples, seed=seed,
+                                 clusters=units[ix])
+            p = None
+            if name == "accuracy":
+                p = (mcnemar_exact(na[ix] > 0, nb[ix] > 0)[2] if unit == "item" else
+                     cluster_permutation_test(na[ix], nb[ix], units[ix], seed=seed)[1])
             rows.append(DiffRow(name, s, k, len(ix), d.a, d.b, d.diff, d.lo, d.hi, p,
-                                int(da[ix].sum()), int(db[ix].sum())))
+                                int(da[ix].sum()), int(db[ix].sum()), len(set(units[ix]))))
     ca = [is_correct(r) for r in pa]
     cb = [is_correct(r) for r in pb]
 
@@ -143,7 +183,7 @@ def compare_items(a: Sequence[ItemResult], b: Sequence[ItemResult], *, resamples
 
     fixed = tuple(brief(x, y) for x, y, u, v in zip(pa, pb, ca, cb) if v and not u)
     broken = tuple(brief(x, y) for x, y, u, v in zip(pa, pb, ca, cb) if u and not v)
-    return Comparison(pa[0].system, pb[0].system, tuple(rows), fixed, broken)
+    return Comparison(pa[0].system, pb[0].system, tuple(rows), fixed, broken, unit, len(a_runs))
 
 
 def _fmt(x: float | None, digits: int = 3) -> str:
@@ -152,16 +192,19 @@ def _fmt(x: float | None, digits: int = 3) -> str:
 
 def comparison_markdown(c: Comparison) -> str:
     """The comparison as Markdown: metric table, then fixed and broken items."""
+    what = ("whole clusters (organisation or document" + (", at each seed" if c.seeds > 1 else "") + ")"
+            if c.unit == "cluster" else "items, each as if independent")
     out = [f"# {c.name_b} vs {c.name_a}\n",
-           "n: items in the cell; a rate's own denominator is in parentheses when smaller.\n",
-           f"| metric | scenario | knowledge | n | {c.name_a} | {c.name_b} | diff | 95% CI | McNemar p |",
+           "n: items in the cell (clusters resampled); a rate's own denominator is in parentheses when smaller. "
+           f"The 95 % CI and the test resample {what}" + (f", over {c.seeds} seeds" if c.seeds > 1 else "") + ".\n",
+           f"| metric | scenario | knowledge | n | {c.name_a} | {c.name_b} | diff | 95% CI | {TESTS[c.unit]} |",
            "|---|---|---|---|---|---|---|---|---|"]
 
     def val(x: float, den: int, n: int) -> str:
         return _fmt(x) + (f" ({den})" if den != n else "")
 
     for r in c.rows:
-        out.append(f"| {r.metric} | {r.scenario} | {r.knowledge} | {r.n} | {val(r.a, r.den_a, r.n)} | "
+        out.append(f"| {r.metric} | {r.scenario} | {r.knowledge} | {r.n} ({r.clusters}) | {val(r.a, r.den_a, r.n)} | "
                    f"{val(r.b, r.den_b, r.n)} | {_fmt(r.diff)} | [{_fmt(r.lo)}, {_fmt(r.hi)}] | "
                    f"{_fmt(r.p_mcnemar, 4)} |")
     for title, items in (("Fixed by", c.fixed), ("Broken by", c.broken)):
@@ -179,7 +222,8 @@ def write_comparison(c: Comparison, out_dir: str | Path, *, force: bool = False,
     out = output_dir(out_dir)
     files = [out / "compare.json", out / "compare.md"]
     outputs.claim(files, force=force, inputs=inputs)
-    data = {"a": c.name_a, "b": c.name_b, "rows": [asdict(r) for r in c.rows],
+    data = {"a": c.name_a, "b": c.name_b, "unit": c.unit, "test": TESTS[c.unit], "seeds": c.seeds,
+            "rows": [asdict(r) for r in c.rows],
             "fixed": list(c.fixed), "broken": list(c.broken)}
     text = json.dumps(nan_to_none(data), indent=1, ensure_ascii=False, allow_nan=False)
     (out / "compare.json").write_text(text, encoding="utf-8")
@@ -197,7 +241,8 @@ def write_comparison(c: Comparison, out_dir: str | Path, *, force: bool = False,
 @dataclass(frozen=True)
 class HeadlineRow:
     """One headline line: a metric for base and LoRA with 95 % CIs (accuracy: Wilson per system,
-    bootstrap on the difference; other rates: the bootstrap of the difference only)."""
+    bootstrap on the difference; other rates: the bootstrap of the difference only); `p_mcnemar` is
+    the paired test of `compare_items` (by default over clusters)."""
 
     metric: str
     scenario: str
@@ -255,7 +300,7 @@ def headline_markdown(rows: Sequence[HeadlineRow], base_name: str = "base", lora
     def v(x: float, lo: float, hi: float) -> str:
         return _fmt(x) + ("" if math.isnan(lo) else f" [{_fmt(lo, 2)}, {_fmt(hi, 2)}]")
 
-    out = [f"| metric | scenario | knowledge | n | {base_name} | {lora_name} | diff [95% CI] | McNemar p |",
+    out = [f"| metric | scenario | knowledge | n | {base_name} | {lora_name} | diff [95% CI] | paired test p |",
            "|---|---|---|---|---|---|---|---|"]
     for r in rows:
         fmt = (lambda x: str(int(x))) if r.metric.startswith("attribution:") else _fmt

@@ -59,7 +59,7 @@ def _runs():
         right_a = i % 2 == 0  # A: 20/40
         right_b = i % 4 != 3  # B: 30/40
         sc = "consistent" if i < 20 else "factual_error"
-        common = dict(qid=f"q{i}", scenario=sc, context_answer=gold if sc == "consistent" else "70 km/h",
+        common = dict(qid=f"q{i}", fact_id=f"f{i}", scenario=sc, context_answer=gold if sc == "consistent" else "70 km/h",
                       closed_book_answer=gold)
         a.append(make_item(system="base", answer=gold if right_a else "70 km/h", **common))
         b.append(make_item(system="lora", answer=gold if right_b else "70 km/h", route="context",
@@ -70,7 +70,7 @@ def _runs():
 
 def test_compare_runs_fixed_broken_and_files(tmp_path):
     a, b = _runs()
-    c = compare_items(a, b, resamples=1000, seed=0)
+    c = compare_items(a, b, resamples=1000, seed=0, unit="item")
     acc = next(r for r in c.rows if r.metric == "accuracy" and r.scenario == "all" and r.knowledge == "all")
     assert (acc.a, acc.b, acc.n) == (0.5, 0.75, 40)
     ca = np.array([i % 2 == 0 for i in range(40)])
@@ -82,7 +82,7 @@ def test_compare_runs_fixed_broken_and_files(tmp_path):
     assert {r.qid for r in a} >= {x["qid"] for x in c.fixed}
     md = write_comparison(c, tmp_path)
     text = md.read_text()
-    assert "| accuracy | all | all | 40 | 0.500 | 0.750 | 0.250 |" in text
+    assert "| accuracy | all | all | 40 (40) | 0.500 | 0.750 | 0.250 |" in text and "McNemar p (items)" in text
     assert f"## Fixed by lora ({only_b})" in text
     with pytest.raises(ValueError):
         compare_items(a, b, resamples=100)
@@ -120,3 +120,62 @@ def test_a_repeated_qid_is_an_error_on_either_side():
         compare_items(a, b + b[:1], resamples=1000)
     with pytest.raises(RecordError, match=r"run B: results of several systems in one list \(base, lora\)"):
         compare_items(a, b + [make_item(system="base", qid="zz")], resamples=1000)
+
+
+def _clustered():
+    """Four clusters (organisations) of 3, 2, 4 and 2 items. B − A per item, by hand:
+    c1 (+1, +1, 0), c2 (+1, 0), c3 (+1, +1, +1, −1), c4 (−1, 0): cluster sums 2, 1, 2, −1, cluster-mean
+    differences 2/3, 1/2, 1/2, −1/2; over all 11 items B − A = 4/11."""
+    diffs = {"c1": (1, 1, 0), "c2": (1, 0), "c3": (1, 1, 1, -1), "c4": (-1, 0)}
+    a, b, gold, wrong = [], [], "50 km/h", "70 km/h"
+    for c, ds in diffs.items():
+        for j, d in enumerate(ds):
+            right_a, right_b = (d == -1) or (d == 0 and j % 2 == 0), d == 1 or (d == 0 and j % 2 == 0)
+            common = dict(qid=f"{c}-{j}", fact_id=f"{c}-{j}", cluster=c, scenario="factual_error",
+                          context_answer=wrong)
+            a.append(make_item(system="base", answer=gold if right_a else wrong, **common))
+            b.append(make_item(system="lora", answer=gold if right_b else wrong, **common))
+    return a, b
+
+
+def test_compare_resamples_clusters_by_default_checked_by_hand():
+    """The sign-flip test over the 4 cluster sums (2, 1, 2, −1; observed |sum| 4): of the 16 sign
+    patterns, |±2 ±1 ±2 ±1| >= 4 holds for 6 (the two 2s alike, with the 1s alike or opposite:
+    2 × (1 + 2)), so p = 6/16. Over items, McNemar sees 6 pairs B-only and 2 A-only:
+    p = 2 · P(X <= 2), X ~ Bin(8, 1/2) = 2 · 37/256 = 74/256. The cluster bootstrap draws 4 clusters
+    with replacement: its 256 equally likely draws, enumerated here, give the reference interval."""
+    import itertools
+
+    a, b = _clustered()
+    c = compare_items(a, b, resamples=20000, seed=0)
+    acc = next(r for r in c.rows if r.metric == "accuracy" and r.scenario == "all")
+    assert (c.unit, acc.n, acc.clusters) == ("cluster", 11, 4)
+    assert acc.diff == pytest.approx(4 / 11)
+    assert acc.p_mcnemar == pytest.approx(6 / 16)
+    sums, sizes = [2, 1, 2, -1], [3, 2, 4, 2]
+    draws = [sum(sums[i] for i in d) / sum(sizes[i] for i in d) for d in itertools.product(range(4), repeat=4)]
+    lo, hi = np.quantile(draws, [0.025, 0.975])  # the exact bootstrap distribution's percentiles
+    assert acc.lo == pytest.approx(lo, abs=0.03) and acc.hi == pytest.approx(hi, abs=0.03)
+    items = compare_items(a, b, resamples=20000, seed=0, unit="item")
+    acc_i = next(r for r in items.rows if r.metric == "accuracy" and r.scenario == "all")
+    assert acc_i.p_mcnemar == pytest.approx(74 / 256) and acc_i.clusters == 11
+    with pytest.raises(ValueError, match="unit is one of cluster, item"):
+        compare_items(a, b, unit="fact")
+
+
+def test_several_seeds_make_each_seeds_cluster_its_own_unit():
+    """Two seeds of the same runs: 8 (seed, cluster) units with sums 2, 1, 2, −1 at each seed, observed
+    sum 8; p is the share of the 2^8 sign patterns reaching |sum| >= 8, enumerated here."""
+    import itertools
+
+    from lorarag.eval.compare import compare_seeds
+
+    a, b = _clustered()
+    c = compare_seeds([a, a], [b, b], resamples=1000)
+    acc = next(r for r in c.rows if r.metric == "accuracy" and r.scenario == "all")
+    d = [2, 1, 2, -1] * 2
+    want = np.mean([abs(np.dot(s, d)) >= 8 - 1e-9 for s in itertools.product((1, -1), repeat=8)])
+    assert (acc.n, acc.clusters, c.seeds) == (22, 8, 2) and acc.p_mcnemar == pytest.approx(want)
+    assert acc.diff == pytest.approx(4 / 11)
+    with pytest.raises(ValueError, match="one run of B per run of A"):
+        compare_seeds([a, a], [b], resamples=1000)
