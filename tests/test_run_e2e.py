@@ -81,14 +81,16 @@ def test_gpu_config_validates_and_dry_runs():
     assert len(lines) == 7 and "swift sft --model Qwen/Qwen3-4B --tuner_type lora" in lines[3]
 
 
-@pytest.mark.parametrize("name", ["cpu-demo", "cpu-demo-fp32", "cpu-demo-sdpa", "cpu-demo-full", "cpu-demo-stratified",
-                                  "cpu-demo-updates", "cpu-demo-dpo", "ci-tiny"])
+@pytest.mark.parametrize("name", ["run/cpu-demo", "run/cpu-demo-fp32", "experiments/cpu-demo-sdpa", "run/cpu-demo-full",
+                                  "experiments/cpu-demo-stratified", "run/cpu-demo-updates", "experiments/cpu-demo-dpo",
+                                  "run/ci-tiny"])
 def test_shipped_cpu_configs_validate_and_dry_run(name):
     """Every shipped demo config parses (unknown keys are errors) and plans all seven steps, its
     first writing the world's knowledge base under the run's own folder."""
     from lorarag.study.pipeline import run
 
-    cfg = load_config(REPO / f"configs/run/{name}.yaml", RunConfig)
+    cfg = load_config(REPO / f"configs/{name}.yaml", RunConfig)
+    name = name.split("/")[1]
     assert cfg.data.world is not None and cfg.data.corpus is None and cfg.rag.corpus.paths == []
     lines: list[str] = []
     run(cfg, dry_run=True, echo=lines.append)
@@ -260,6 +262,21 @@ def test_reduced_demo_end_to_end(tmp_path):
     assert "Knowledge-sharing baselines (know what the LoRA knows): closed_book_lora, astute_rag_lora, " \
            "memory_or_context, rag_sft." in table
     assert (root / "report/headline.md").read_text() == table
+    # the banner counts the targets table's rows; the forest plot comes first; plots are named by what
+    # they show; no nan; the items load into pandas with the headline's own rule of a right answer
+    import re
+
+    import lorarag
+    from lorarag.eval.plots import PLOT_FILES
+
+    rows = table.split("### Targets", 1)[1].split("\n\n")[1].splitlines()[2:]
+    assert f"**{sum(r.endswith('| yes |') for r in rows)} of {len(rows)} targets met, " in md
+    assert re.findall(r"!\[[^]]*\]\(([^)]+)\)", md)[0] == "headline-forest.png"
+    pngs = {p.name for p in (root / "report").glob("*.png")}
+    assert {"headline-forest.png", "accuracy-by-cell.png"} <= pngs <= set(PLOT_FILES.values())
+    assert not re.search(r"\bnan\b", md + table, re.I)
+    df = lorarag.load_results(root)
+    assert len(df) == len(cfg.systems) * len(test) and df.correct.dtype == bool
 
     # the extra set: every system answered its sampled items (2 per cell) from its own index, where
     # a retrieved factual-error context holds the fabricated passage in place of the true one
