@@ -53,7 +53,8 @@ def _eval(config: Path = typer.Argument(..., help="configs/eval/*.yaml"),
     from lorarag.eval.report import write_report
     from lorarag.eval.runner import claim_run_dir, clear_run_dir, run_eval
     from lorarag.scenarios.records import load_scenarios
-    from lorarag.study.eval_system import build_eval_system, eval_stamp, pin_numerics
+    from lorarag.eval.stamps import expected_stamps
+    from lorarag.study.eval_system import build_eval_system, eval_made_by, eval_stamp, pin_numerics
 
     cfg = load_config(config, EvalConfig)
     flags = {k: v for k, v in (("limit", limit), ("out_dir", str(out) if out else None)) if v is not None}
@@ -65,9 +66,11 @@ def _eval(config: Path = typer.Argument(..., help="configs/eval/*.yaml"),
     scenarios = everything[:cfg.limit] if cfg.limit else everything
     cb = closed_book_map(load_results(cfg.closed_book_run)) if cfg.closed_book_run else None
     stamp = eval_stamp(cfg, everything)
+    made_by = eval_made_by(cfg)  # each row's index, prompt and model hashes (an adapter on another base: refused)
     run_dir = Path(cfg.out_dir)
     if merge is not None:
-        merged = merge_shards(run_dir, merge, [x.qid for x in scenarios], stamp=stamp)  # this config's shards only
+        merged = merge_shards(run_dir, merge, [x.qid for x in scenarios], stamp=stamp,  # this config's shards only
+                              made_by=expected_stamps(scenarios, made_by))
         html = write_report([cfg.out_dir], run_dir / "report", resamples=cfg.bootstrap_resamples, seed=cfg.seed)
         typer.echo(f"merged {merge} shards: {len(merged)} items -> {run_dir / 'results.jsonl'}; report: {html}")
         return
@@ -83,7 +86,7 @@ def _eval(config: Path = typer.Argument(..., help="configs/eval/*.yaml"),
     claim_run_dir(run_dir, stamp)  # before any model loads: a changed config is refused at once
     system = build_eval_system(cfg, scenarios)
     items = run_eval(system, scenarios, cfg.out_dir, batch_size=cfg.batch_size, closed_book=cb,
-                     config=cfg, data=[cfg.scenarios], stamp=stamp)
+                     config=cfg, data=[cfg.scenarios], stamp=stamp, made_by=made_by)
     if cfg.judge.enabled:
         from lorarag.eval.judge import judge_items, judge_summary
 

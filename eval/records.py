@@ -67,6 +67,8 @@ class ItemResult:
     verdict_probs: tuple[tuple[str, float], ...] = ()  # (label, probability) at the verdict token
     cluster: str = ""  # the scenario's cluster (organisation or document); "" in older results: the fact
     superseded: tuple[str, ...] = ()  # `update`: the values the newer context replaces (a stale answer)
+    # (part, hash) of what produced the row: item, index, prompt, model (eval/stamps.py); () in older results
+    made_by: tuple[tuple[str, str], ...] = ()
 
     @property
     def unit(self) -> str:
@@ -86,10 +88,11 @@ def _flag_score(probs: tuple[tuple[str, float], ...]) -> float | None:
 
 
 def item_result(system: str, scenario, answer: Answer, closed_book_answer: str | None = None,
-                *, latency_s: float | None = None) -> ItemResult:
+                *, latency_s: float | None = None, made_by: tuple[tuple[str, str], ...] = ()) -> ItemResult:
     """Build the ItemResult of one (Scenario, Answer, closed-book answer) triple.
 
-    `latency_s` defaults to the sum of the trace's stage timings.
+    `latency_s` defaults to the sum of the trace's stage timings; `made_by`: the row's stamp
+    (eval/stamps.py), given by the runner.
     """
     tr = answer.trace
     retrieved = tuple(r.chunk.chunk_id for r in tr.retrieved) if tr else ()
@@ -122,6 +125,7 @@ def item_result(system: str, scenario, answer: Answer, closed_book_answer: str |
         notes=tuple(tr.notes) if tr else (),
         raw_output=tr.raw_output if tr else "", verdict_probs=tuple(tr.verdict_probs) if tr else (),
         cluster=scenario.cluster or scenario.fact_id, superseded=tuple(scenario.superseded),
+        made_by=tuple(made_by),
     )
 
 

@@ -3,7 +3,10 @@
 `results.jsonl` in the run directory is append-only: each batch's rows are written in one
 write, flushed and fsync'ed. On start, rows already there are read back (a torn last line from a
 SIGKILL is cut off the file first), their qids are skipped, and the rest is answered — so a run
-killed at any point and restarted ends with every qid exactly once.
+killed at any point and restarted ends with every qid exactly once. With `made_by` (the hashes of
+the index, prompt settings and model: eval/stamps.py) every row records what produced it, and a
+resume keeps exactly the rows whose stamp matches what the item would get now; the others (an
+edited item, another index, prompt or model, an older row without a stamp) are answered again.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ import json
 import logging
 import os
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Protocol, Sequence, runtime_checkable
 
@@ -19,6 +23,7 @@ from pydantic import BaseModel
 
 from lorarag.core.errors import RecordError, UserError
 from lorarag.core.runinfo import git_sha, start_run
+from lorarag.eval import stamps
 from lorarag.eval.records import (
     RESULTS_FILE,
     ItemResult,
@@ -79,6 +84,32 @@ def _append_batch(path: Path, rows: Sequence[ItemResult]) -> None:
         fh.write(data)
         fh.flush()
         os.fsync(fh.fileno())
+
+
+def _rewrite(path: Path, rows: Sequence[ItemResult]) -> None:
+    """Replace `path` with `rows` through a temporary sibling (the rows dropped are never half gone)."""
+    tmp = path.with_name(path.name + ".tmp")
+    with tmp.open("w", encoding="utf-8") as fh:
+        fh.write("".join(json.dumps(to_dict(r), ensure_ascii=False) + "\n" for r in rows))
+        fh.flush()
+        os.fsync(fh.fileno())
+    tmp.replace(path)
+
+
+def _keep_matching(done: list[ItemResult], want: Mapping[str, stamps.Stamp], path: Path
+                   ) -> tuple[list[ItemResult], Counter]:
+    """The rows whose stamp is the one their item gets now, and why the others go (by part); the
+    file is rewritten without those others, so they are answered again."""
+    keep, why = [], Counter()
+    for r in done:
+        part = stamps.changed_part(r.made_by, want[r.qid])
+        if part is None:
+            keep.append(r)
+        else:
+            why[part] += 1
+    if why:
+        _rewrite(path, keep)
+    return keep, why
 
 
 def _check_existing(done: list[ItemResult], wanted: set[str], path: Path) -> None:
@@ -168,14 +199,16 @@ def claim_run_dir(out: Path, stamp: Mapping[str, Any], *, on_change: str = "refu
 def run_eval(system: ScenarioSystem, scenarios: Sequence, out_dir: str | Path, *, batch_size: int = 16,
              closed_book: Mapping[str, str] | None = None, config: BaseModel | None = None,
              data: Iterable[str | Path] = (), progress: bool = True, stamp: Mapping[str, Any] | None = None,
-             on_change: str = "refuse") -> list[ItemResult]:
+             on_change: str = "refuse", made_by: Mapping[str, str] | None = None) -> list[ItemResult]:
     """Answer every scenario not yet in `out_dir/results.jsonl`; return all results in scenario order.
 
     `closed_book` maps qid (or "q:" + question, see `records.closed_book_map`) to the same model's
     closed-book answer. The run manifest (`run.json`, `config.yaml`) is written on a fresh start;
     a resume appends a line to `resumes.jsonl` instead. `stamp`: what the results depend on
     (model, generation settings, items...); results of another stamp are never resumed onto
-    (`claim_run_dir`: refused, or cleared with `on_change="restart"`).
+    (`claim_run_dir`: refused, or cleared with `on_change="restart"`). `made_by`: the parts of each
+    row's stamp shared by every item (index, prompt, model: eval/stamps.py); rows are then reused
+    only where their stamp matches (module docstring) and the resume says how many were recomputed.
     """
     if batch_size < 1:
         raise ValueError("batch_size must be >= 1")
@@ -196,12 +229,16 @@ def run_eval(system: ScenarioSystem, scenarios: Sequence, out_dir: str | Path, *
     _cut_torn_tail(path)
     done = load_results(path, system=system.name) if path.exists() else []
     _check_existing(done, set(qids), path)
+    want = stamps.expected_stamps(scenarios, made_by) if made_by is not None else None
+    why: Counter = Counter()
+    if want is not None and done:
+        done, why = _keep_matching(done, want, path)
 
-    if done or (out / "run.json").exists():
+    if done or why or (out / "run.json").exists():
         with (out / "resumes.jsonl").open("a", encoding="utf-8") as fh:
             fh.write(json.dumps({"resumed": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "git_sha": git_sha(),
-                                 "already_done": len(done)}) + "\n")
-        log.info("%s: resuming, %d of %d items already done", path, len(done), len(qids))
+                                 "already_done": len(done), "recomputed": dict(why)}) + "\n")
+        log.info("%s", resume_message(path, len(done), len(qids), why))
     else:
         start_run(out, config, data=data)
     finished = {r.qid for r in done}
@@ -221,7 +258,8 @@ def run_eval(system: ScenarioSystem, scenarios: Sequence, out_dir: str | Path, *
             if len(answers) != len(batch):
                 raise RuntimeError(f"{system.name}: answered {len(answers)} of {len(batch)} scenarios")
             rows = [item_result(system.name, s, a, lookup_closed_book(closed_book, s.qid, s.question),
-                                latency_s=None if (a.trace and a.trace.timings_s) else wall)
+                                latency_s=None if (a.trace and a.trace.timings_s) else wall,
+                                made_by=want[s.qid] if want is not None else ())
                     for s, a in zip(batch, answers)]
             _append_batch(path, rows)
             by_qid.update((r.qid, r) for r in rows)
@@ -233,10 +271,22 @@ def run_eval(system: ScenarioSystem, scenarios: Sequence, out_dir: str | Path, *
     return [by_qid[q] for q in qids]
 
 
+def resume_message(path: Path, reused: int, total: int, why: Counter) -> str:
+    """`…: resuming: 12 of 15 items reused, 3 recomputed (their item, index, prompt or model changed:
+    item 1, index 2)`; rows never answered before are counted as still to do."""
+    redo = sum(why.values())
+    text = f"{path}: resuming: {reused} of {total} items reused"
+    if redo:
+        text += (f", {redo} recomputed (their item, index, prompt or model changed: {stamps.describe(why)})")
+    rest = total - reused - redo
+    return text + (f", {rest} not done yet" if rest else "")
+
+
 def write_results(items: Sequence[ItemResult], out_dir: str | Path, *, stamp: Mapping[str, Any],
                   config: BaseModel | None = None) -> list[ItemResult]:
     """Results made without a model call (eval.reroute), written whole under `stamp` with the run
-    manifest; a folder holding them under the same stamp is read back, one under another is cleared."""
+    manifest; a folder holding them under the same stamp (and each row made by what made its
+    counterpart in `items`) is read back, one under another is cleared."""
     out = Path(out_dir)
     claim_run_dir(out, stamp, on_change="restart")
     path = results_path(out)
@@ -244,7 +294,7 @@ def write_results(items: Sequence[ItemResult], out_dir: str | Path, *, stamp: Ma
     wanted = [r.qid for r in items]
     if path.exists() and path.stat().st_size:
         done = {r.qid: r for r in load_results(path)}
-        if set(done) == set(wanted):
+        if set(done) == set(wanted) and all(done[r.qid].made_by == r.made_by for r in items):
             return [done[q] for q in wanted]
         path.unlink()  # one write makes them all: anything else there is a torn earlier write
     start_run(out, config)

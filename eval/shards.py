@@ -4,7 +4,9 @@
 `<out_dir>/shards/I-of-N/`, resumable as one-process evaluation is; any machine, any order. The
 merge (`lorarag eval CONFIG --merge N`) refuses unless every shard is there, every item of the
 set is present exactly once, no row belongs to another shard, and every shard was produced under
-the same stamp (config, system, adapter, gate, items); it then writes `<out_dir>/results.jsonl`
+the same stamp (config, system, adapter, gate, items) and every row by the same index, prompt
+settings and model (their `made_by`, eval/stamps.py: a base model swapped between two shards'
+runs is refused), each matching the merging config's when given; it then writes `<out_dir>/results.jsonl`
 in the scenario set's order — the same rows one process writes. `slurm_array` writes an sbatch
 array script that runs one shard per task.
 
@@ -23,6 +25,7 @@ from typing import Any, Mapping, Sequence, TypeVar
 
 from lorarag.core import outputs
 from lorarag.core.errors import ConfigError, UserError
+from lorarag.eval import stamps
 from lorarag.eval.records import ItemResult, load_results, save_results
 from lorarag.eval.runner import STAMP_FILE, plain_stamp, stamp_differences  # each shard dir holds a stamp
 
@@ -89,13 +92,43 @@ def _check_stamp(folder: Path, name: str, text: str, want: dict) -> None:
                          f"({shown} differ): re-run `--shard {name}` under this config")
 
 
+_PLURAL = {"index": "indexes", "prompt": "prompt settings", "model": "models"}
+
+
+def _check_rows(rows: Mapping[str, ItemResult], shard_of_row: Mapping[str, str],
+                made_by: Mapping[str, stamps.Stamp] | None) -> None:
+    """ShardError when rows were made by different models, indexes or prompt settings (a base model
+    swapped between two shards' runs), or, with `made_by` (qid -> the stamp the merging config
+    gives it), by another item, index, prompt or model than the merging config's."""
+    first: tuple[str, stamps.Stamp] | None = None
+    for qid, r in rows.items():
+        name = shard_of_row[qid]
+        if made_by is not None and qid in made_by:
+            part = stamps.changed_part(r.made_by, made_by[qid])
+            if part is not None:
+                what = "no stamp (an older lorarag)" if part == "no stamp" else f"another {part}"
+                raise ShardError(f"shard {name}: item {qid} was evaluated with {what} than the config merging "
+                                 f"now: re-run `--shard {name}` under this config")
+        shared = stamps.shared_parts(r.made_by)
+        if first is None:
+            first = (name, shared)
+        elif shared != first[1]:
+            part = stamps.changed_part(first[1], shared) if first[1] and shared else None
+            what = _PLURAL.get(part or "", "lorarag versions (one wrote no row stamps)")
+            raise ShardError(f"shards {first[0]} and {name} were evaluated with different {what} "
+                             f"(item {qid}): re-run one of them")
+
+
 def merge_shards(out_dir: str | Path, count: int, qids: Sequence[str],
-                 stamp: Mapping[str, Any] | None = None) -> list[ItemResult]:
+                 stamp: Mapping[str, Any] | None = None,
+                 made_by: Mapping[str, stamps.Stamp] | None = None) -> list[ItemResult]:
     """Every shard's rows, checked (module docstring), in the order of `qids`; written to
     `<out_dir>/results.jsonl` (which must not exist yet: a merge never overwrites results).
     `stamp`: the stamp of the config merging; every shard must have been run under exactly it
     (ShardError naming the shard and the differing keys), so one config's results are never
-    written as another's."""
+    written as another's. `made_by`: qid -> the row stamp the merging config gives that item
+    (`stamps.expected_stamps`); rows made otherwise, or rows of one shard made by another model
+    than another shard's, are refused (`_check_rows`)."""
     out = Path(out_dir)
     final = out / "results.jsonl"
     if final.exists():
@@ -104,6 +137,7 @@ def merge_shards(out_dir: str | Path, count: int, qids: Sequence[str],
         raise ShardError("the scenario set repeats a qid: shards cannot be checked against it")
     stamps: dict[str, str] = {}
     rows: dict[str, ItemResult] = {}
+    where: dict[str, str] = {}
     for i in range(count):
         folder = shard_dir(out, Shard(i, count))
         if not (folder / "results.jsonl").is_file() or not (folder / STAMP_FILE).is_file():
@@ -117,6 +151,7 @@ def merge_shards(out_dir: str | Path, count: int, qids: Sequence[str],
             if r.qid in rows:
                 raise ShardError(f"item {r.qid} appears twice across the shards")
             rows[r.qid] = r
+            where[r.qid] = f"{i}/{count}"
     if len(set(stamps.values())) > 1:
         first = next(iter(stamps))
         other = next(k for k, v in stamps.items() if v != stamps[first])
@@ -128,6 +163,7 @@ def merge_shards(out_dir: str | Path, count: int, qids: Sequence[str],
         what = f"{len(missing)} item(s) missing (first {missing[0]})" if missing else \
             f"{len(extra)} item(s) not in the scenario set (first {extra[0]})"
         raise ShardError(f"shards do not cover the scenario set: {what}")
+    _check_rows(rows, where, made_by)
     merged = [rows[q] for q in qids]
     save_results(final, merged)
     kept = json.dumps(plain_stamp(dict(stamp)), indent=1, sort_keys=True) if stamp is not None \

@@ -7,7 +7,10 @@ model loads as `lorarag run` sets them, and the gate's threshold is read from th
 a missing or stale piece is a one-line error.
 Scenarios given with the config are checked against that index: a chunk id it does not hold is
 an error before any model is loaded (it would silently score as a retrieval miss).
-`eval_stamp` is what the results depend on, checked by the runner before it resumes a run.
+`eval_stamp` is what the results depend on, checked by the runner before it resumes a run;
+`eval_made_by` the parts of each row's own stamp (index, prompt settings, model by content), so a
+resume redoes exactly the rows made otherwise. An adapter trained on another base model than the
+one now at its path is refused before anything loads (study/provenance.py).
 """
 
 from __future__ import annotations
@@ -29,13 +32,14 @@ from lorarag.fallback.gate import (
     load_gate,
     threshold_in_use,
 )
-from lorarag.rag.index import IndexMismatch
+from lorarag.rag.index import IndexMismatch, index_path
 from lorarag.rag.records import Chunk, read_jsonl
 from lorarag.rag.retrieve import load_retriever
 from lorarag.scenarios.records import Scenario, validate_against_kb
 from lorarag.study.config import RunConfig, SystemConfig
 from lorarag.study.evaluate import system_stamp
 from lorarag.study.parts import build_parts
+from lorarag.study.provenance import check_base, reads_index, row_parts
 from lorarag.study.systems import ScenarioSystem, build_system
 from lorarag.study.training import find_adapter, find_rag_sft, rag_sft_config
 
@@ -56,6 +60,8 @@ def _components(cfg: EvalConfig) -> tuple[RunConfig, SystemConfig, Path | None, 
         if sc.uses_adapter and found is None:
             raise ConfigError(f"system {sc.name!r} needs the trained adapter of run "
                               f"'{trained_by.train.run_name}': run `lorarag run {cfg.components}` first")
+        if sc.uses_adapter and found is not None:  # made on the base now at its path, or refused
+            check_base(trained_by.train, found, run_cfg.rag.generator.model)
     return run_cfg, sc, adapter, rag_sft
 
 
@@ -116,3 +122,18 @@ def eval_stamp(cfg: EvalConfig, scenarios: Sequence[Scenario]) -> dict:
     stamp["scenarios_sha256"] = hash_paths([cfg.scenarios]).get(str(Path(cfg.scenarios)))
     stamp["closed_book_run"] = cfg.closed_book_run
     return stamp
+
+
+def eval_made_by(cfg: EvalConfig) -> dict[str, str]:
+    """The parts of every result row's stamp shared by all items (eval/stamps.py): the chunks the
+    run's index holds (its oracle's, without an index), the prompt settings, and the base model and
+    adapters by content."""
+    run_cfg, sc, adapter, rag_sft = _components(cfg)
+    chunks: list[Chunk] = []
+    if reads_index(sc):
+        for f in (index_path(run_cfg.rag.index.dir) / "chunks.jsonl",
+                  Path(run_cfg.runs_dir) / run_cfg.name / "data" / "chunks.jsonl"):
+            if f.is_file():
+                chunks = read_jsonl(f, Chunk)
+                break
+    return row_parts(run_cfg, sc, chunks, rag_sft if sc.kind == "rag_sft" else adapter, rag_sft)

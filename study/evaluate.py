@@ -20,6 +20,7 @@ from lorarag.study.kb import read_summary
 from lorarag.study.layout import Echo, Paths
 from lorarag.study.leaks import read_overlap
 from lorarag.study.parts import Parts
+from lorarag.study.provenance import row_parts
 from lorarag.study.systems import build_system
 from lorarag.train.overlap import overlap_markdown
 
@@ -103,8 +104,12 @@ def evaluate(cfg: RunConfig, parts: Parts, test: list[Scenario], paths: Paths, a
             out[sc.name] = folder
             continue
         # A changed stamp (model, adapter, gate or items) means this system is evaluated afresh.
+        # each row records its item, index, prompt and model (eval/stamps.py): a resume redoes the changed ones
+        ctx = parts.contexts
+        made_by = row_parts(cfg, sc, ctx.retriever.chunks if ctx.retriever is not None else ctx.kb.values(),
+                            parts.rag_sft if sc.kind == "rag_sft" else adapter, parts.rag_sft)
         results = run_eval(build_system(sc, parts), test, folder, closed_book=closed.get(model), config=cfg,
-                           batch_size=32, stamp=stamp, on_change="restart")
+                           batch_size=32, stamp=stamp, on_change="restart", made_by=made_by)
         if sc.kind == "closed_book":
             closed[sc.adapter] = closed_book_map(results)
         out[sc.name] = folder

@@ -12,7 +12,8 @@ same system `lorarag run` evaluated as `lora_rag`, answering retrieved context:
 
 Anything missing or unreadable (no run dir, a garbled config.yaml or adapter.json, no trained
 adapter, a truncated adapter_model.safetensors, a garbled gate.json, no index, a gate calibrated by
-another generator or for another adapter) is a one-line ConfigError naming the file or what to run first.
+another generator or for another adapter, an adapter trained on another base model than the one now at
+its path) is a one-line ConfigError naming the file or what to run first.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from lorarag.rag.index import IndexMismatch
 from lorarag.rag.retrieve import load_retriever
 from lorarag.study.config import RunConfig
 from lorarag.study.parts import build_parts
+from lorarag.study.provenance import check_base
 from lorarag.study.training import find_adapter
 from lorarag.train.runs import check_adapter
 
@@ -68,6 +70,7 @@ def read_run(run_dir: str | Path) -> TrainedRun:
         raise ConfigError(f"{run_dir}: no trained adapter for run '{cfg.train.run_name}' under "
                           f"{cfg.train.runs_dir}: run `lorarag run` on its config first")
     check_adapter(adapter)  # before any model loads: a truncated file would fail deep inside peft
+    check_base(cfg.train, adapter, cfg.rag.generator.model)  # a base swapped at the same path: refused
     gate = cfg.fallback.gate
     if gate.threshold is not None:
         threshold = fixed_threshold(gate)
