@@ -260,7 +260,7 @@ def plot_gate(systems: Mapping[str, Sequence[ItemResult]], threshold: float) -> 
     return _png(fig)
 
 
-def plot_forest(rows: Sequence[Mapping], base: str, lora: str, metric: str = "score") -> bytes | None:
+def plot_forest(rows: Sequence[Mapping], base: str, lora: str, metric: str = "mean per-item score") -> bytes | None:
     """The headline as a picture: one row per cell (scenario, knowledge), the paired difference
     `lora` − `base` as a dot with its 95 % CI as a bar, a line at 0. A CI wholly above 0 is drawn
     green, wholly below vermillion, one across 0 grey; a cell of one cluster has a dot and says
@@ -285,6 +285,6 @@ def plot_forest(rows: Sequence[Mapping], base: str, lora: str, metric: str = "sc
                   fontsize=8)
     ax.invert_yaxis()
     ax.set_xlim(-1.05, 1.05)
-    ax.set_xlabel(f"{lora} − {base}: {metric}, paired, 95% CI resampling clusters")
+    ax.set_xlabel(f"{lora} − {base}: {metric} on the same items (95% CI resampling clusters)")
     ax.grid(axis="x", color="#eeeeee", lw=0.6)
     return _png(fig)
