@@ -18,6 +18,8 @@ import typer
 
 from lorarag.core.config import load_config
 from lorarag.core.errors import ConfigError, UserError
+from lorarag.core.overrides import HELP as OVERRIDES_HELP
+from lorarag.core.overrides import parse_sets
 
 # Installed as lorarag.cli (pyproject's package-dir): a bare `import cli` from the checkout root
 # would load a second copy of every module, with its own registries and records.
@@ -47,6 +49,21 @@ app = typer.Typer(
     add_completion=False,
 )
 
+
+def _print_version(value: bool) -> None:
+    if value:
+        from importlib.metadata import version
+
+        typer.echo(f"lorarag {version('lorarag')}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True,
+                                          help="print lorarag's version and exit")) -> None:
+    """RAG with a LoRA-fine-tuned fallback: index, ask, train, evaluate, compare."""
+
+
 # Which schema validates which folder of configs/ ("module:Class", imported lazily).
 CONFIG_SCHEMAS: dict[str, str] = {
     "rag": "lorarag.rag.config:RAGConfig",
@@ -65,9 +82,13 @@ def _schema(name: str) -> type:
     return getattr(importlib.import_module(module), cls)
 
 
+# Folders of run configs beside configs/run: the study's experiments (configs/experiments/).
+RUN_FOLDERS = ("experiments",)
+
+
 def schema_for(path: Path) -> type:
     """The config model for a YAML file, chosen by its folder under configs/."""
-    folder = path.parent.name
+    folder = "run" if path.parent.name in RUN_FOLDERS else path.parent.name
     if folder not in CONFIG_SCHEMAS:
         raise ConfigError(f"{path}: no schema for configs folder '{folder}' "
                           f"(known: {', '.join(sorted(CONFIG_SCHEMAS))})")
@@ -75,13 +96,27 @@ def schema_for(path: Path) -> type:
 
 
 def explain_key(key: str) -> str:
-    """What a dotted config key means: its first part names the config kind (the configs/ folder:
-    rag, train, eval, run, check), the rest a key of that schema (core/explain.py)."""
+    """What a dotted config key means (core/explain.py), read as a run config writes it
+    (`eval.max_per_cell`, `train.swift`, `rag.retrieval.top_k`), or with the config kind first
+    (the configs/ folder: `run.`, `check.`; `eval.` and `train.` also find the keys of their own
+    configs/eval and configs/train files)."""
     from lorarag.core.explain import explain
 
-    kind, _, rest = key.strip().partition(".")
+    key = key.strip()
+    kind, _, rest = key.partition(".")
+    run_model = _schema("run")
+    if kind == "run":
+        return explain(run_model, rest, kind)
+    if kind in run_model.model_fields:
+        try:
+            return explain(run_model, key)
+        except ConfigError:
+            if kind not in CONFIG_SCHEMAS:
+                raise
+        return explain(_schema(kind), rest, kind)
     if kind not in CONFIG_SCHEMAS:
-        raise ConfigError(f"{key}: unknown config kind '{kind}' (known: {', '.join(sorted(CONFIG_SCHEMAS))})")
+        raise ConfigError(f"{key}: unknown config kind '{kind}' (known: {', '.join(sorted(CONFIG_SCHEMAS))}; "
+                          f"or a run config's key: {', '.join(run_model.model_fields)})")
     return explain(_schema(kind), rest, kind)
 
 
@@ -90,11 +125,14 @@ def validate(paths: list[Path] = typer.Argument(None, help="YAML files or folder
              explain: Optional[str] = typer.Option(None, "--explain", metavar="KEY",
                                                    help="print what a config key means instead (type, default, "
                                                    "description), e.g. rag.retrieval.top_k; a section lists "
-                                                   "its keys")) -> None:
+                                                   "its keys"),
+             sets: Optional[list[str]] = typer.Option(None, "--set", metavar="KEY=VALUE", help=OVERRIDES_HELP)
+             ) -> None:
     """Validate every YAML config (unknown keys are errors), or explain one key."""
     if explain is not None:
         typer.echo(explain_key(explain))
         return
+    overrides = parse_sets(sets)
     targets = paths or [Path("configs")]
     files: list[Path] = []
     for t in targets:
@@ -104,7 +142,7 @@ def validate(paths: list[Path] = typer.Argument(None, help="YAML files or folder
     bad = 0
     for f in files:
         try:
-            load_config(f, schema_for(f))
+            load_config(f, schema_for(f), overrides)
             typer.echo(f"ok    {f}")
         except ConfigError as exc:
             bad += 1

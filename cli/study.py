@@ -4,8 +4,11 @@ inside the commands)."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Optional
 
 import typer
+
+from lorarag.core.overrides import HELP as OVERRIDES_HELP
 
 
 def register(app: typer.Typer) -> None:
@@ -14,14 +17,18 @@ def register(app: typer.Typer) -> None:
     @app.command("run")
     def run_cmd(config: Path = typer.Argument(..., help="configs/run/*.yaml"),
                 fresh: bool = typer.Option(False, "--fresh", help="retrain the LoRA and redo the evaluation"),
-                dry_run: bool = typer.Option(False, "--dry-run", help="print every step and command, run nothing")
+                dry_run: bool = typer.Option(False, "--dry-run", help="print every step and command, run nothing"),
+                sets: Optional[list[str]] = typer.Option(None, "--set", metavar="KEY=VALUE", help=OVERRIDES_HELP)
                 ) -> None:
         """End to end: demo world → index → train/reuse LoRA → calibrate → evaluate → report."""
+        from lorarag.core import precision
         from lorarag.core.config import load_config
+        from lorarag.core.overrides import parse_sets
         from lorarag.study.config import RunConfig
         from lorarag.study.pipeline import run
 
-        cfg = load_config(config, RunConfig)
+        cfg = load_config(config, RunConfig, parse_sets(sets))
+        typer.echo(precision.line(cfg.model_dump(mode="json")))  # `auto` resolved for this CPU, and why
         run(cfg, fresh=fresh, dry_run=dry_run, echo=typer.echo)
 
     @app.command("seeds")

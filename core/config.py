@@ -154,9 +154,13 @@ def config_files(path: str | Path) -> list[Path]:
         out.append(nxt)
 
 
-def load_config(path: str | Path, model: type[M]) -> M:
-    """Read and validate a YAML config file into `model` (`base:` chain merged, `${key}` filled)."""
-    data = read_config_data(path)
+def load_config(path: str | Path, model: type[M], overrides: dict[str, Any] | None = None) -> M:
+    """Read and validate a YAML config file into `model` (`base:` chain merged, `overrides` (the
+    CLI's `--set`, core/overrides.py) laid over it, `auto` precisions resolved for this machine
+    (core/precision.py), `${key}` filled)."""
+    from lorarag.core.precision import resolve  # reads the CPU's features
+
+    data = resolve(deep_merge(read_config_data(path), overrides or {}))
     return validate_data(_substitute(data, data, Path(path)), model, str(path))
 
 

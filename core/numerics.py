@@ -5,14 +5,14 @@ their kernels from the CPU they find: ATen's vectorised kernels (softmax, norms,
 `ATEN_CPU_CAPABILITY` (AVX2, AVX-512, ...), MKL's GEMM by its code path (AVX2, AVX-512), oneDNN's
 bf16 matmuls by the widest ISA (AMX-BF16, AVX512-BF16, or AVX2 emulation). Each path sums in
 another order, so the bits differ, the rounding compounds over hundreds of steps, and a gate
-threshold or a borderline item moves (docs/research-log.md, E12.3: on one machine, ATen's default
-kernels and MKL's compatible path each change the product of the same matrices).
+threshold or a borderline item moves (docs/research-log.md: on one machine, ATen's default kernels
+and MKL's compatible path each change the product of the same matrices).
 
 `numerics: {cpu_isa: avx2, threads: N}` pins all three to their AVX2 paths and the thread count,
 which every x86-64 CPU of the last decade runs (AVX-512 and AMX machines included), so a pinned
 run takes the same code path everywhere. It costs speed on wider CPUs; above all bf16 autocast,
-emulated on AVX2, is ~100x slower than on AMX, so pinning suits the fp32 recipes
-(configs/run/cpu-demo-fp32.yaml). The variables must be set before torch loads: `lorarag` sets
+emulated on AVX2, is far slower than native, so pinning suits the fp32 recipes
+(configs/run/cpu-demo-fp32.yaml, cpu-demo-pinned.yaml). The variables must be set before torch loads: `lorarag` sets
 them at the start of a command, and the training child inherits them.
 """
 
@@ -20,19 +20,18 @@ from __future__ import annotations
 
 import os
 import sys
-from pathlib import Path
 from typing import Literal, Mapping
 
 from pydantic import Field
 
 from lorarag.core.config import Strict
 from lorarag.core.errors import ConfigError
+from lorarag.core.precision import REPORTED_FLAGS, cpu_flags  # noqa: F401 - this module's public names too
 
 PINS: dict[str, dict[str, str]] = {
     "avx2": {"ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "AVX2,STRICT", "ONEDNN_MAX_CPU_ISA": "AVX2"},
 }
 THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
-REPORTED_FLAGS = ("avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile")
 
 
 class NumericsConfig(Strict):
@@ -67,17 +66,6 @@ def apply(cfg: NumericsConfig, environ: dict[str, str] | None = None) -> dict[st
                           "before it loads (the lorarag command does) or remove numerics: from the config")
     env.update(want)
     return want
-
-
-def cpu_flags(cpuinfo: str | Path = "/proc/cpuinfo") -> list[str]:
-    """The CPU features that decide the kernels (REPORTED_FLAGS present on this machine)."""
-    try:
-        text = Path(cpuinfo).read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        return []
-    line = next((x for x in text.splitlines() if x.startswith(("flags", "Features"))), "")
-    have = set(line.partition(":")[2].split())
-    return [f for f in REPORTED_FLAGS if f in have]
 
 
 def describe(environ: Mapping[str, str] | None = None) -> dict[str, object]:

@@ -23,9 +23,8 @@ class PolicyConfig(Strict):
         "usable), and where it would abstain the base model answers from the same sources with the plain RAG "
         "prompt, as base RAG does; `read` = the base model answers every such item; `verdict` = the verdict "
         "routes and may abstain (on an irrelevant/insufficient verdict). Without a memory the verdict follows "
-        "familiarity with the fact, not the passage: on ConflictNQ val it called 33 of 40 correct sources of "
-        "never-learned facts irrelevant or insufficient (E26.2); where it judges a source usable the adapter's "
-        "reading beats the base model's on the research world (docs/research-log.md E27)"))
+        "familiarity with the fact more than the passage, so `verdict_read` lets the base model read where the "
+        "verdict would abstain"))
     unknown_conflict: Literal["context", "abstain"] = Field("context", description=(
         "route of a conflicting/outdated verdict when the gate says the memory is unknown (doubt but no memory): "
         "the context's answer, or abstain (under verdict_read the abstention is the base model's reading)"))

@@ -22,9 +22,8 @@ VERDICTS = ("supported", "conflicting", "outdated", "irrelevant", "insufficient"
 UNKNOWN = "unknown"
 NONE = "none"
 
-# 31 tokens, in every conflict-aware training row (17 % of the demo's training tokens). A 17-token
-# wording trained 7 % faster, but its adapter over-fell-back on 24 % of unknown facts (docs/research-log.md,
-# E4): the demo keeps this one.
+# In every conflict-aware training row; a shorter wording trained faster but its adapter fell back more
+# often on unknown facts (docs/research-log.md), so the demo keeps this one.
 SYSTEM_RAG = ("You answer questions using numbered sources and your own knowledge. First say what you "
               "remember, then what the sources say, then judge the sources, then answer.")
 SYSTEM_CLOSED_BOOK = "You answer questions from your own knowledge in a few words."

@@ -146,8 +146,8 @@ LOG_FLOOR = 1e-6  # doubt scores are NLLs >= 0; log(0) would be -inf
 
 # The logistic fit weighs each kind of dev reading by the inverse of its count, so the threshold is
 # where known and never-learned are equally likely whatever the dev split's proportions: unweighted,
-# 15 known against 60 never-learned readings put a prior of 4:1 on "never learned" into the intercept
-# and the gate rejected 20 % of the dev known memories (E16.2).
+# a dev split with more never-learned than known readings would put that ratio as a prior into the
+# intercept and reject known memories (docs/research-log.md).
 FIT = "balanced"
 
 

@@ -2,8 +2,8 @@
 its table moves between them.
 
 One training seed is one draw of the LoRA's initialisation and batch order. A table that meets
-every target at one seed need not at another (measured on the CPU demo: docs/research-log.md,
-E5.8), so a claim about a recipe needs several. Each seed is a full `lorarag run`: the
+every target at one seed need not at another (measured on the CPU demo: docs/research-log.md),
+so a claim about a recipe needs several. Each seed is a full `lorarag run`: the
 config's own `train.seed` keeps its run and training names (an existing run is reused); any other
 seed `k` runs as `<name>-seed<k>` with training run `<run_name>-seed<k>`. The world, SFT rows
 and index do not depend on the training seed and are shared. Systems that do not use the adapter

@@ -292,12 +292,14 @@ def test_a_run_config_with_both_the_demo_world_and_a_corpus_is_one_line(tmp_path
 
 
 def test_validate_accepts_every_shipped_run_config(cli):
-    """Every configs/run/*.yaml (the demo world's and the users' KBs alike) parses with no unknown key."""
-    files = sorted((REPO / "configs/run").glob("*.yaml"))
-    code, out, _ = cli("validate", REPO / "configs/run")
+    """Every configs/run/*.yaml (the demo world's and the users' KBs alike) and configs/experiments/*.yaml
+    (run configs of the study's experiments) parses with no unknown key."""
+    folders = [REPO / "configs/run", REPO / "configs/experiments"]
+    files = [f for d in folders for f in sorted(d.glob("*.yaml"))]
+    code, out, _ = cli("validate", *folders)
     assert code == 0, out
     assert [ln.split(maxsplit=1) for ln in out.splitlines()[:-1]] == [["ok", str(f)] for f in files]
-    assert out.splitlines()[-1] == f"{len(files)} valid, 0 invalid" and len(files) >= 15
+    assert out.splitlines()[-1] == f"{len(files)} valid, 0 invalid" and len(files) >= 25
 
 
 def test_slurm_followed_by_an_option_writes_no_file(tmp_path, cli, monkeypatch):

@@ -25,6 +25,17 @@ def test_a_key_three_sections_down_in_a_run_config(cli):
     assert "gate.json" in out  # null means: the calibrated threshold saved next to the adapter
 
 
+@pytest.mark.parametrize("key, head", [
+    ("eval.max_per_cell", "eval.max_per_cell: int | null, default 40, >= 1"),  # a run config's eval: section
+    ("train.swift", "train.swift: dict[str, Any], default {}"),
+    ("eval.judge", "eval.judge: JudgeConfig, default the section's defaults"),  # configs/eval/*.yaml's key
+    ("numerics.cpu_isa", "numerics.cpu_isa: one of \"avx2\" | null, default null"),
+])
+def test_a_key_as_a_run_config_writes_it(cli, key, head):
+    code, out, _ = cli("validate", "--explain", key)
+    assert code == 0 and out.splitlines()[0] == head
+
+
 def test_a_section_lists_its_keys_with_their_defaults(cli):
     code, out, _ = cli("validate", "--explain", "rag.retrieval")
     assert code == 0

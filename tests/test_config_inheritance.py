@@ -41,8 +41,9 @@ def test_shipped_children_resolve_to_their_parent_plus_the_stated_deltas():
     # and prompt_lookup: single questions drafted from their prompt, agreeing with plain fp32 decoding)
     same["train"].update(run_name="cpu-demo-lora", dataset="runs/cpu-demo/sft/train.jsonl",
                          val_dataset="runs/cpu-demo/sft/val.jsonl")
-    same["train"]["swift"]["bf16"] = True
-    same["rag"]["generator"]["dtype"] = "bfloat16"
+    # cpu-demo.yaml's `auto` precision is this CPU's choice (core/precision.py), fp32's is fixed
+    same["train"]["swift"]["bf16"] = parent.train.swift["bf16"]
+    same["rag"]["generator"]["dtype"] = parent.rag.generator.dtype
     same["rag"]["generator"]["prompt_lookup"] = None
     same["rag"]["index"]["dir"] = "runs/cpu-demo/index"
     assert same == want

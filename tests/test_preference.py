@@ -184,7 +184,8 @@ def test_preference_config_is_off_by_default_and_strict():
     from lorarag.study.config import RunConfig
 
     # every shipped config is off but the `-dpo` variants, which name their own runs
-    runs = {p.stem: load_config(p, RunConfig).train for p in sorted((REPO / "configs/run").glob("*.yaml"))}
+    runs = {p.stem: load_config(p, RunConfig).train for p in sorted([*(REPO / "configs/run").glob("*.yaml"),
+                                                                       *(REPO / "configs/experiments").glob("*.yaml")])}
     trains = {p.stem: load_config(p, TrainConfig) for p in sorted((REPO / "configs/train").glob("*.yaml"))}
     for name, train in {**runs, **trains}.items():
         assert train.preference.enabled == name.endswith("-dpo"), name

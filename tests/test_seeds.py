@@ -136,7 +136,7 @@ def test_a_config_without_the_base_vs_lora_pair_fails_before_any_run(demo, tmp_p
 
 
 def test_research_config_has_120_items_in_every_headline_cell_and_plans_three_seeds(tmp_path):
-    """configs/run/research.yaml: 100 organisations of 5 facts, 30 taught (24 tested, 6 the gate's
+    """configs/experiments/research.yaml: 100 organisations of 5 facts, 30 taught (24 tested, 6 the gate's
     dev), 60 never learned (48 tested). A known cell holds 24 x 5 = 120 facts, each asked once in the
     wording its rows leave out (outdated: 24 x 4 = 96, a founding year has no older version); a
     never-learned cell a seeded 120 of 48 x 5 = 240. One of 25 items cannot separate 0.84 from 0.90.
@@ -147,7 +147,7 @@ def test_research_config_has_120_items_in_every_headline_cell_and_plans_three_se
     from lorarag.study.layout import Paths
     from lorarag.study.seeds import run_seeds
 
-    cfg = load_config(REPO / "configs/run/research.yaml", RunConfig)
+    cfg = load_config(REPO / "configs/experiments/research.yaml", RunConfig)
     paths = Paths(tmp_path / cfg.name)
     kb = prepare_kb(cfg.model_copy(update={"runs_dir": str(tmp_path)}), paths)
     test, dev_known, dev_unseen = kb_scenarios(cfg, kb, paths)
@@ -170,7 +170,7 @@ def test_research_config_has_120_items_in_every_headline_cell_and_plans_three_se
 
 
 def test_research_updates_has_an_update_cell_of_over_100_and_keeps_the_others(tmp_path):
-    """configs/run/research-updates.yaml: 110 organisations, 66 taught (53 tested, 13 the gate's dev).
+    """configs/experiments/research-updates.yaml: 110 organisations, 66 taught (53 tested, 13 the gate's dev).
     Half the taught facts with an older version (4 of 5 a fact set: not the founding year) are taught
     it; the test's are asked on `update` only, so it and `outdated` split the known test facts'
     212 eligible ones (103 and 109), and the 53 x 5 - 103 = 162 current facts leave 120 a cell."""
@@ -179,7 +179,7 @@ def test_research_updates_has_an_update_cell_of_over_100_and_keeps_the_others(tm
     from lorarag.study.kb import kb_scenarios, prepare_kb
     from lorarag.study.layout import Paths
 
-    cfg = load_config(REPO / "configs/run/research-updates.yaml", RunConfig)
+    cfg = load_config(REPO / "configs/experiments/research-updates.yaml", RunConfig)
     cfg = cfg.model_copy(update={"runs_dir": str(tmp_path)})
     paths = Paths(tmp_path / cfg.name)
     kb = prepare_kb(cfg, paths)
@@ -204,7 +204,7 @@ def test_research_stratified_gives_the_gates_dev_split_chinese_known_facts(tmp_p
 
     langs = {}
     for name in ("research", "research-stratified"):
-        cfg = load_config(REPO / f"configs/run/{name}.yaml", RunConfig)
+        cfg = load_config(REPO / f"configs/experiments/{name}.yaml", RunConfig)
         kb = prepare_kb(cfg.model_copy(update={"runs_dir": str(tmp_path)}), Paths(tmp_path / cfg.name))
         dev = {q.cluster: q.language for q in kb.groups["known_dev"]}
         test = {q.cluster for q in kb.groups["known"]}
@@ -273,7 +273,7 @@ def test_a_language_with_no_known_dev_fact_is_named_before_training(tmp_path):
     from lorarag.core.numerics import NumericsConfig
     from lorarag.study.pipeline import run
 
-    cfg = load_config(REPO / "configs/run/research.yaml", RunConfig).model_copy(
+    cfg = load_config(REPO / "configs/experiments/research.yaml", RunConfig).model_copy(
         # the base model is first needed by training; the kernel pins only by torch, which the suite has loaded
         update={"runs_dir": str(tmp_path), "prepare_base": None, "numerics": NumericsConfig()})
     lines: list[str] = []

@@ -9,7 +9,7 @@ token (labels as train/peft_trainer.tokenize_rows makes them):
   the policy's and r* the reference's log-probability of the chosen (c) and rejected (r) reply; at
   step 0 it is log 2 for every pair; with `rpo_alpha` set, plus rpo_alpha x the chosen reply's mean
   per-token NLL (RPO, Pang et al.: plain DPO can lower the chosen reply's likelihood with the
-  rejected one's, and on the demo it miscopied source values, E17.3);
+  rejected one's, and on the demo it miscopied source values: docs/research-log.md);
 - ORPO (Hong et al.): loss = NLL(chosen, mean per token) - beta * log sigmoid(log odds(chosen) -
   log odds(rejected)), odds from the mean per-token log-probability; no reference.
 Writes the adapter format of the SFT loop (`checkpoint-N/adapter_model.safetensors` + config, and

@@ -13,8 +13,8 @@ it), its taught reply as "chosen", and the tempting wrong reply as "rejected":
 - `taught_right_source`: a taught fact whose passage is right (chosen: memory and source agree,
   verdict supported). Rejected: the same memory with the right source doubted (verdict conflicting,
   then outdated). Without these, every pair that shows a taught fact teaches doubt: on the demo the
-  other two kinds (103 wrong-source against 30 untaught pairs) made the detector doubt 20 of 25
-  correct sources of known facts and 8 of 25 of never-learned ones (E17.2).
+  other two kinds made the detector doubt correct sources of known and never-learned facts alike
+  (docs/research-log.md).
 Rows of facts outside `facts` (held out: test, gate dev) are never paired, and only training rows
 are read. The prompts are SFT prompts, so the pairs show no passage the SFT rows do not; the leak
 and overlap checks run on the pairs all the same.
