@@ -39,8 +39,10 @@ from lorarag.rag.records import Chunk
 from lorarag.scenarios.perturb import (
     PerturbationError,
     Searcher,
+    answer_pool,
     answer_type,
     bm25_searcher,
+    same_class,
     substitute_value,
 )
 from lorarag.scenarios.kb_labels import answer_pattern, find_answer
@@ -164,11 +166,12 @@ def corpus_scenarios(items: Sequence[QAItem], chunks: Sequence[Chunk], *, name: 
                      types: Sequence[str] = SCENARIO_TYPES, conflicts: Literal["test", "train", "none"] = "test",
                      conflicts_per_item: int = 1, train_conflicts: int = 1, conflict_seed: int = 0,
                      outdated: Mapping[str, Versions] | None = None,
-                     pool: Sequence[str] | None = None,
+                     pool: Sequence[str] | Mapping[str, str | None] | None = None,
                      exclude: Mapping[str, Collection[str]] | None = None,
                      stale: Mapping[str, OlderValue] | None = None, snapshot: int | None = None) -> list[Scenario]:
     """Scenarios of `types` for each item (see the module docstring); `chunks` are the KB (or the
-    part of it a training split may show), `pool` the answers substitutes are drawn from.
+    part of it a training split may show), `pool` the answers substitutes are drawn from (answer ->
+    its question's class, `perturb.answer_pool`; a plain list names no class).
     `conflicts_per_item` conflict passages (drawn by `conflict_seed`, the same for test and training)
     are the test's; `"train"` takes up to `train_conflicts` of the others. `exclude`: fact id ->
     chunk ids never shown as its distractors (training rows keep out the test's irrelevant chunks).
@@ -177,7 +180,7 @@ def corpus_scenarios(items: Sequence[QAItem], chunks: Sequence[Chunk], *, name: 
     `snapshot` where one is given."""
     by_id = {c.chunk_id: c for c in chunks}
     search = search or bm25_searcher(chunks)
-    pool = list(pool if pool is not None else (a for it in items for a in it.answers[:1]))
+    pool = answer_pool(items) if pool is None else pool if isinstance(pool, Mapping) else dict.fromkeys(pool)
     outdated = outdated or {}
     out: list[Scenario] = []
     for it in items:
@@ -271,7 +274,7 @@ def _factual_errors(it, gold, span, conflicts, k, seed, rng, pool, mix, qid, bas
                             scenario="factual_error", presented=mix(pc), context_answer=c.answer, **base))
     if out or span is None:
         return out
-    same_script = [p for p in pool if (answer_type(p) == "cjk") == (answer_type(span) == "cjk")]
+    same_script = [p for p in same_class(pool, it.question) if (answer_type(p) == "cjk") == (answer_type(span) == "cjk")]
     # an item's own older answer is no fabricated error but an undated outdated context: drawn again
     try:
         for _ in range(20):

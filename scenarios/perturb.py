@@ -1,14 +1,16 @@
 """What the scenario builders share: the searchers distractors come from, and type-preserving
 substitution of an answer span (a factual error that looks exactly like a real chunk, in the
 manner of Longpre et al.'s entity substitution: numbers keep their format, years stay years,
-names and places come from other answers of the same type and language).
+names and places come from other answers of the same type and language, and of a question of the
+same class: a person for a "who" question, a place for a "where", so a fake cannot be told by its
+type).
 """
 
 from __future__ import annotations
 
 import random
 import re
-from typing import Callable, Collection, Sequence
+from typing import Callable, Collection, Iterable, Mapping, Sequence
 
 from lorarag.core.errors import RecordError
 from lorarag.rag.config import BM25Config
@@ -87,6 +89,37 @@ def _new_number(num: str, rng: random.Random) -> str:
         if new != num:
             return new
     raise PerturbationError(f"cannot find another number like {num!r}")
+
+
+_CLASSES = (  # (class, pattern on the question): the first that matches names what the answer is
+    ("person", re.compile(r"^\W*(who|whom|whose)\b|\b(which|what) (person|man|woman)\b|谁", re.I)),
+    ("place", re.compile(r"^\W*where\b|\b(which|what) (city|country|town|place|region|state|island|river)\b"
+                         r"|哪里|哪儿|何处|哪个(城市|国家|地方)|哪座城市|位于哪", re.I)),
+    ("time", re.compile(r"^\W*when\b|\b(which|what) (year|decade|century|month|day)\b|哪一?年|何时|什么时候", re.I)),
+)
+
+
+def question_class(question: str) -> str | None:
+    """What a question asks for: person, place or time (English and Chinese wh-words), else None."""
+    return next((name for name, pat in _CLASSES if pat.search(question)), None)
+
+
+def answer_pool(items: Iterable) -> dict[str, str | None]:
+    """Each item's first answer -> the class of its question (`question_class`): the values
+    `substitute_value` draws a fake from."""
+    out: dict[str, str | None] = {}
+    for it in items:
+        for a in it.answers[:1]:
+            out.setdefault(a, question_class(it.question))
+    return out
+
+
+def same_class(pool: Mapping[str, str | None], question: str) -> list[str]:
+    """The answers of `pool` asked by a question of `question`'s class, where there are two or more;
+    else every answer (a set whose questions name no class)."""
+    cls = question_class(question)
+    same = [a for a, c in pool.items() if cls is not None and c == cls]
+    return same if len(same) >= 2 else list(pool)
 
 
 def substitute_value(answer: str, rng: random.Random, pool: Sequence[str] = ()) -> str:

@@ -59,7 +59,7 @@ from lorarag.study.leaks import check_dev_wordings, check_written_wordings
 from lorarag.study.prepare import sample_cells
 from lorarag.study.training import write_rag_sft
 from lorarag.train.sft import summary, write_sft
-from lorarag.train.sft import build_rows, leak_check, tested_claims
+from lorarag.train.sft import build_rows, edited_chunks, leak_check, tested_claims
 
 SUMMARY = "summary.json"
 
@@ -225,7 +225,8 @@ def build_kb_sft(cfg: RunConfig, kb: KB, test: list[Scenario], echo: Echo,
                                      conflict_seed=d.splits.seed,
                                      conflicts_per_item=d.conflicts_per_item, outdated=kb.outdated,
                                      test_passages=passages, test_irrelevant=irrelevant, searcher=searcher,
-                                     stale=kb.stale, snapshot=d.snapshot, test_claims=tested_claims(test))
+                                     stale=kb.stale, snapshot=d.snapshot, test_claims=tested_claims(test),
+                                     tested_chunks=edited_chunks(test))
     held = [it for g in HELD_OUT for it in kb.groups[g]]
     by_id = {c.chunk_id: c for c in kb.chunks}
     leak_check(rows, held, by_id, passages, wordings)
@@ -237,6 +238,9 @@ def build_kb_sft(cfg: RunConfig, kb: KB, test: list[Scenario], echo: Echo,
     _write_summary(Paths(Path(cfg.runs_dir) / cfg.name), kb.summary)
     tw = kb.summary.get("test_wordings") or {}
     echo(f"          SFT: {len(rows)} rows {summary(rows)}; trained wordings per taught question {stats['wordings']}")
+    if stats["edited_twin_of_test"]:
+        echo(f"          {stats['edited_twin_of_test']} flawed context(s) left out of training: they edit a chunk a "
+             f"flawed test context edits (the other chunks' edits teach detection)")
     if stats["same_claim_as_test"]:
         echo(f"          {stats['same_claim_as_test']} flawed context(s) left out of training: they assert the wrong "
              f"value a test context of the same fact asserts")

@@ -6,10 +6,12 @@ The rows are read back from disk (train and val, as the adapter was or will be t
 the RAG-SFT adapter's too when the run trains one: the same passages, re-posed),
 every test item's context is looked up in them (train/overlap.py), and the table goes into
 run.json (`test_context_overlap`) and `data/overlap.json`, from where the headline prints it. A
-factual-error, outdated or irrelevant test context that training showed, verbatim or as a near
-copy, or whose wrong value a training row of the same fact labels flawed in another passage, stops
-the run with a one-line error naming the item: its cell would measure memory of a label, not
-detection.
+factual-error, outdated or irrelevant test context that training showed, verbatim or as an edited
+twin (an edit of the same knowledge-base chunk, at any length and in any script), or whose wrong
+value a training row of the same fact labels flawed in another passage, stops the run with a
+one-line error naming the item: its cell would measure memory of a label, not detection. The SFT
+rows are built so that this cannot happen (train/sft.build_rows leaves out every flawed row that
+edits a chunk a flawed test context edits); the check proves it on the rows as written.
 
 No known item's held-out test wording (scenarios/kb_wordings.py) may be asked by an SFT row as
 written (train and val, read back from disk) or by a question of the gate's dev split: the test
@@ -65,19 +67,21 @@ def check_test_contexts(cfg: RunConfig, paths: Paths, test: Sequence[Scenario],
         tmp.write_text(json.dumps(info, indent=1, sort_keys=True), encoding="utf-8")
         tmp.replace(run_json)
     bad = leaking(table)
-    shown = sum(c.near for c in table if c.scenario == "consistent")
+    shown = sum(c.edited for c in table if c.scenario == "consistent")
     echo(f"          test contexts in the SFT rows ({len(rows)} rows): consistent {shown} (the KB itself), "
-         f"flawed {sum(c.near for c in bad)}; flawed test values a training row labels: "
+         f"flawed: verbatim {sum(c.verbatim for c in table if c.scenario in FLAWED)}, edited twins "
+         f"{sum(c.edited for c in table if c.scenario in FLAWED)}; flawed test values a training row labels: "
          f"{sum(c.claim for c in table if c.scenario in FLAWED)}")
     if bad:
         c = bad[0]
-        if not c.near:
+        if not c.edited:
             raise ConfigError(f"test item {c.first}: the wrong value its {c.scenario} context asserts is one an SFT row "
                               f"of the same fact labels {'outdated' if c.scenario == 'outdated' else 'conflicting'} "
                               f"({c.claim} of {c.n} {c.scenario} ({c.knowledge}) items): the cell would measure a "
                               f"remembered label; see {paths.root / 'data' / OVERLAP_FILE}")
-        raise ConfigError(f"test item {c.first}: its {c.scenario} context is one the SFT rows show ({c.near} of "
-                          f"{c.n} {c.scenario} ({c.knowledge}) items; verbatim {c.verbatim}): the cell would "
+        raise ConfigError(f"test item {c.first}: its {c.scenario} context is one the SFT rows show, verbatim or as "
+                          f"an edited twin ({c.edited} of {c.n} {c.scenario} ({c.knowledge}) items; verbatim "
+                          f"{c.verbatim}): the cell would "
                           f"measure a remembered label; see {paths.root / 'data' / OVERLAP_FILE}")
     return table
 
@@ -106,4 +110,4 @@ def read_overlap(root: Path) -> list[CellOverlap]:
     f = root / "data" / OVERLAP_FILE
     if not f.is_file():
         return []
-    return [CellOverlap(**r) for r in json.loads(f.read_text(encoding="utf-8"))]
+    return [CellOverlap.from_record(r) for r in json.loads(f.read_text(encoding="utf-8"))]

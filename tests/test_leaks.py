@@ -52,7 +52,7 @@ def _setup(tmp_path, trained_texts):
 def test_a_flawed_test_context_in_a_training_row_stops_the_run(tmp_path):
     cfg, paths, test, owners = _setup(tmp_path, (OLD, GOLD))
     with pytest.raises(ConfigError, match=r"test item org1/hq/p3/outdated: its outdated context is one the SFT rows "
-                                          r"show \(1 of 1 outdated \(known\) items; verbatim 1\)"):
+                                          r"show, verbatim or as an edited twin \(1 of 1 outdated \(known\) items; verbatim 1\)"):
         check_test_contexts(cfg, paths, test, owners, {"gold": GOLD}, lambda _: None)
     # the table is on disk all the same, for the report and for the user
     assert [(c.scenario, c.verbatim) for c in read_overlap(paths.root)] == [("consistent", 1), ("outdated", 1)]
@@ -62,14 +62,14 @@ def test_a_clean_run_records_the_table_in_run_json_and_says_what_consistent_mean
     cfg, paths, test, owners = _setup(tmp_path, (GOLD,))
     lines: list[str] = []
     table = check_test_contexts(cfg, paths, test, owners, {"gold": GOLD}, lines.append)
-    assert {(c.scenario, c.near) for c in table} == {("consistent", 1), ("outdated", 0)}
+    assert {(c.scenario, c.edited) for c in table} == {("consistent", 1), ("outdated", 0)}
     info = json.loads((paths.root / "run.json").read_text())
     assert info["git_sha"] == "x" and [r["scenario"] for r in info["test_context_overlap"]] == ["consistent", "outdated"]
-    assert "consistent 1 (the KB itself), flawed 0" in lines[0]
+    assert "consistent 1 (the KB itself), flawed: verbatim 0, edited twins 0" in lines[0]
 
 
 def test_a_wrong_value_training_labelled_for_the_same_fact_stops_the_run_in_any_passage(tmp_path):
-    """Another passage (no 8-gram in common) stating the test's older value under an `outdated` verdict
+    """Another passage (no twin of the test's) stating the test's older value under an `outdated` verdict
     for the same fact is a leak of the label; the same value labelled for another fact is not."""
     cfg, paths, test, owners = _setup(tmp_path, (GOLD,))
     other = "Tallinn was where the firm kept its first offices, long ago."
@@ -84,9 +84,9 @@ def test_a_wrong_value_training_labelled_for_the_same_fact_stops_the_run_in_any_
 
     write("Where did Orbis Freight start?")
     table = check_test_contexts(cfg, paths, test, owners, {"gold": GOLD}, lambda _: None)
-    assert {(c.scenario, c.near, c.claim) for c in table} == {("consistent", 1, 0), ("outdated", 0, 0)}
+    assert {(c.scenario, c.edited, c.claim) for c in table} == {("consistent", 1, 0), ("outdated", 0, 0)}
     write("Where is Vesova Dynamics based?")
     with pytest.raises(ConfigError, match=r"test item org1/hq/p3/outdated: the wrong value its outdated context "
                                           r"asserts is one an SFT row of the same fact labels outdated \(1 of 1"):
         check_test_contexts(cfg, paths, test, owners, {"gold": GOLD}, lambda _: None)
-    assert [(c.scenario, c.near, c.claim) for c in read_overlap(paths.root)] == [("consistent", 1, 0), ("outdated", 0, 1)]
+    assert [(c.scenario, c.edited, c.claim) for c in read_overlap(paths.root)] == [("consistent", 1, 0), ("outdated", 0, 1)]

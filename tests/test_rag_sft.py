@@ -202,7 +202,7 @@ def test_the_overlap_check_reads_the_rag_sft_rows_too(tmp_path):
     paths = Paths(tmp_path / "run")
     test = [_scenario("factual_error", FACTUAL_ERROR.presented, "Tallinn", q="Which city is Vesova Dynamics in?")]
     owners = {Q: ("org1/hq", "org1"), test[0].question: ("org1/hq", "org1")}
-    with pytest.raises(ConfigError, match=r"its factual_error context is one the SFT rows show .*verbatim 1"):
+    with pytest.raises(ConfigError, match=r"its factual_error context is one the SFT rows show, .*verbatim 1"):
         check_test_contexts(cfg, paths, test, owners, {k: c.text for k, c in KB.items()}, lambda _: None)
     lone = cfg.model_copy(update={"systems": [s for s in cfg.systems if s.kind != "rag_sft"]})
     check_test_contexts(lone, paths, test, owners, {k: c.text for k, c in KB.items()}, lambda _: None)  # not read

@@ -7,28 +7,37 @@ up in the SFT rows as they are on disk (train and val), as the sources the rows 
   (the perturbed copy, the older or the newer version, the gold chunk);
 - irrelevant: each shown chunk *with its question's fact*: the (question, chunk) pair, since a
   chunk shown for another question teaches nothing about this one. Irrelevant contexts are KB
-  chunks as they are, so the pair is matched verbatim (a near copy is some other chunk).
-`verbatim`: the passage is a training source line exactly; `near`: at least NEAR of its word
-8-grams occur in one training source shown with a question of the item's cluster (organisation or
-document): a copy with a changed date or value is still a copy, but a templated sentence about
-another organisation is another passage. The item's own true chunk is left out of the near
-comparison of a flawed context: a perturbed or older copy of it is near it by construction, and
-showing the true chunk is what training on the knowledge base means. A sound context (consistent,
-update) is compared with every source: a KB update presents the true chunk itself, which no row of
-its fact may show.
+  chunks as they are, so the pair is matched verbatim.
+Passages are compared as token sequences (a word, a punctuation mark, or one CJK character is a
+token), so the rule is the same for a one-line fact, a 400-token paragraph and a Chinese sentence:
+- `verbatim`: the passage is a training source line exactly;
+- `edited` (an edited twin, verbatim included), for a source shown with a question of the item's
+  cluster (organisation or document) that is not itself a knowledge-base chunk:
+  - an edit of the item's own true chunk: the KB chunk the source is closest to is one of the
+    item's relevant chunks, and the source keeps at least EDIT of its tokens in order (a copy with
+    another span changed: another question's substitution in the same paragraph, another older
+    version, another fake value);
+  - or a near copy of the test passage itself: at least COPY of the longer one's tokens in order.
+  Knowledge-base chunks as they are (the item's own, a distractor) are deployment, not edits.
+A sound context (consistent, update) is compared with every source; its own chunk is no exception:
+a KB update presents the true chunk itself, which no row of its fact may show.
 `claim` (factual_error, outdated): a training row of the item's fact states the same wrong value
 as its source under a flawed verdict (`conflicting`, `outdated`), whatever passage carried it.
-ConflictNQ writes five fabricated passages per question, all for one fake answer: a passage the
-8-gram test calls new still repeats a claim training labelled, so the cell would measure the
-remembered label of a value.
+ConflictNQ writes five fabricated passages per question, all for one fake answer: a passage that is
+no twin still repeats a claim training labelled, so the cell would measure the remembered label of
+a value.
 Consistent contexts may well be KB chunks training showed: the LoRA is trained on the knowledge
 base it retrieves from, as in deployment. Flawed ones must not be.
 """
 
 from __future__ import annotations
 
+import math
+import re
 from collections import Counter, defaultdict
 from dataclasses import dataclass
+from difflib import SequenceMatcher
+from functools import lru_cache
 from typing import Callable, Iterable, Mapping, Sequence
 
 from lorarag.fallback.format import parse_reply
@@ -36,46 +45,102 @@ from lorarag.rag.prompt import prompt_passages, prompt_question
 from lorarag.scenarios.records import SOUND_CONTEXTS, Scenario
 from lorarag.train.sft import CLAIMED, claim_key, shown  # a source line as the SFT rows show it
 
-NGRAM = 8  # words
-NEAR = 0.8  # share of a passage's 8-grams in one training source that makes it a near copy
+EDIT = 0.6  # share of the true chunk's tokens (of the longer of the two) an edited copy keeps in order
+COPY = 0.8  # share of the longer passage's tokens a near copy of the test passage keeps in order
 # The cells whose test contexts training must never have shown: the flawed ones, and `update` (a newer
 # source is right; a remembered "this passage is supported" would score it without reading the date).
 FLAWED = ("factual_error", "outdated", "irrelevant", "update")
+_TOKEN = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff]|\w+|[^\w\s]")
 
-def _grams(text: str) -> set[tuple[str, ...]]:
-    words = text.casefold().split()
-    if len(words) < NGRAM:
-        return {tuple(words)} if words else set()
-    return {tuple(words[i:i + NGRAM]) for i in range(len(words) - NGRAM + 1)}
+
+@lru_cache(maxsize=65536)
+def tokens(text: str) -> tuple[str, ...]:
+    """`text` as compared: case-folded words, punctuation marks and single CJK characters."""
+    return tuple(_TOKEN.findall(text.casefold()))
+
+
+def kept(a: Sequence[str], b: Sequence[str]) -> float:
+    """Tokens the two sequences share in order (difflib's matching blocks), over the longer one."""
+    if not a or not b:
+        return 0.0
+    longer = max(len(a), len(b))
+    if min(len(a), len(b)) < EDIT * longer or sum((Counter(a) & Counter(b)).values()) < EDIT * longer:
+        return 0.0  # cannot reach either threshold: skip the alignment
+    blocks = SequenceMatcher(None, a, b, autojunk=False).get_matching_blocks()
+    return sum(m.size for m in blocks) / longer
+
+
+class Origins:
+    """The knowledge-base chunk a passage is an edit of: of the chunks sharing its rarer tokens, the
+    one whose tokens it keeps most of in order (`kept`)."""
+
+    def __init__(self, kb_texts: Mapping[str, str]) -> None:
+        self.ids = list(kb_texts)
+        self.toks = [tokens(shown(kb_texts[c])) for c in self.ids]
+        self.lines = {shown(kb_texts[c]) for c in self.ids}
+        self.posting: dict[str, list[int]] = defaultdict(list)
+        for i, ts in enumerate(self.toks):
+            for t in set(ts):
+                self.posting[t].append(i)
+        self.cap = max(8, len(self.ids) // 10)  # a token in over a tenth of the chunks says little
+        self._cache: dict[str, tuple[str | None, float]] = {}
+
+    def of(self, line: str, top: int = 5) -> tuple[str | None, float]:
+        """(the chunk id `line` is closest to, the share kept), (None, 0.0) when no chunk is close."""
+        if line not in self._cache:
+            ts = tokens(line)
+            score: Counter[int] = Counter()
+            for t in set(ts):
+                post = self.posting.get(t, ())
+                if 0 < len(post) <= self.cap:
+                    for i in post:
+                        score[i] += 1.0 / math.log(2 + len(post))
+            best: tuple[str | None, float] = (None, 0.0)
+            for i, _ in score.most_common(top):
+                r = kept(ts, self.toks[i])
+                if r > best[1]:
+                    best = (self.ids[i], r)
+            self._cache[line] = best
+        return self._cache[line]
 
 
 @dataclass(frozen=True)
 class CellOverlap:
-    """Test items of one cell whose context training showed, verbatim or as a near copy."""
+    """Test items of one cell whose context training showed: verbatim, as an edited twin, or as a
+    wrong value training labelled for the same fact."""
 
     scenario: str
     knowledge: str
     n: int
     verbatim: int
-    near: int  # includes verbatim
-    first: str | None  # the first item with a near copy, else with a claim (for the error message)
+    edited: int  # edited twins and near copies, verbatim included
+    first: str | None  # the first item with a twin, else with a claim (for the error message)
     claim: int = 0  # items whose wrong value a training row of their fact labels flawed
+
+    @classmethod
+    def from_record(cls, r: Mapping) -> "CellOverlap":
+        """A row of `data/overlap.json`; a run written before twins were told apart names them `near`."""
+        r = dict(r)
+        if "near" in r:
+            r["edited"] = r.pop("near")
+        return cls(**r)
 
 
 Owner = Callable[[str], tuple[str | None, str | None]]  # a training question -> (its fact, its cluster)
 
 
 class TrainingSources:
-    """Every source line of the SFT rows, indexed by word 8-gram, with the fact and cluster of the
-    question it was shown with; and the (fact, value) claims the rows' replies label flawed."""
+    """Every source line of the SFT rows, with the fact and cluster of the question it was shown
+    with; and the (fact, value) claims the rows' replies label flawed."""
 
     def __init__(self, rows: Iterable[Mapping], owner: Owner) -> None:
         self.texts: list[str] = []
         self.facts: list[str | None] = []
         self.clusters: list[str | None] = []
-        self.index: dict[tuple[str, ...], set[int]] = defaultdict(set)
         self.exact: dict[str, set[int]] = defaultdict(set)
         self.claims: set[tuple[str | None, str]] = set()
+        self.by_fact: dict[str | None, set[str]] = defaultdict(set)  # unique source lines per fact
+        self.by_cluster: dict[str | None, set[str]] = defaultdict(set)  # and per cluster
         for row in rows:
             for m in row["messages"]:
                 if m["role"] != "user" or "\n[S" not in "\n" + m["content"]:
@@ -90,27 +155,34 @@ class TrainingSources:
                     self.facts.append(fact)
                     self.clusters.append(cluster)
                     self.exact[line].add(i)
-                    for g in _grams(line):
-                        self.index[g].add(i)
+                    self.by_fact[fact].add(line)
+                    self.by_cluster[cluster].add(line)
 
     def seen(self, passage: str, *, fact: str | None = None, cluster: str | None = None,
-             besides: frozenset[str] = frozenset()) -> tuple[bool, bool]:
-        """(verbatim, near) for `passage`: verbatim among every source (of `fact` only, when
-        given); near among the sources of `fact`, else of `cluster`, else all, less those whose
-        text is in `besides` (shown form)."""
+             besides: frozenset[str] = frozenset(), own: frozenset[str] = frozenset(),
+             origins: Origins | None = None) -> tuple[bool, bool]:
+        """(verbatim, edited) for `passage` (see the module docstring): verbatim among every source
+        (of `fact` only, when given); edited among the sources of `fact`, else of `cluster`, else
+        all, less those whose text is in `besides` or is a KB chunk as it is (`origins`). `own`:
+        the item's relevant chunk ids, whose edits count as twins."""
         line = shown(passage)
-        facts, clusters, texts = self.facts, self.clusters, self.texts
-        verbatim = any(fact is None or facts[i] == fact for i in self.exact.get(line, ()))
-        grams = _grams(line)
-        if verbatim or not grams:
-            return verbatim, verbatim
-
-        def ok(i: int) -> bool:
-            mine = facts[i] == fact if fact is not None else cluster is None or clusters[i] == cluster
-            return mine and texts[i] not in besides
-
-        hits: Counter[int] = Counter(i for g in grams for i in self.index.get(g, ()) if ok(i))
-        return False, bool(hits) and max(hits.values()) >= NEAR * len(grams)
+        verbatim = any(fact is None or self.facts[i] == fact for i in self.exact.get(line, ()))
+        if verbatim:
+            return True, True
+        pool = (self.by_fact.get(fact, ()) if fact is not None else
+                self.by_cluster.get(cluster, ()) if cluster is not None else self.exact)
+        kb_lines = origins.lines if origins is not None else frozenset()
+        mine = tokens(line)
+        for text in pool:
+            if text in besides or text in kb_lines:
+                continue
+            if own and origins is not None:
+                origin, share = origins.of(text)
+                if origin in own and share >= EDIT:
+                    return False, True
+            if kept(mine, tokens(text)) >= COPY:
+                return False, True
+        return False, False
 
 
 def context_passages(s: Scenario) -> list[str]:
@@ -128,14 +200,18 @@ def context_passages(s: Scenario) -> list[str]:
 def overlap_table(test: Sequence[Scenario], sources: TrainingSources,
                   kb_texts: Mapping[str, str] | None = None) -> list[CellOverlap]:
     """Per (scenario, knowledge) cell: how many items' contexts training showed. `kb_texts`
-    (chunk id -> text) names each item's true chunks, left out of the near comparison."""
+    (chunk id -> text, the whole knowledge base) names each item's true chunks, whose edits are
+    twins, and the chunks as they are, which are no edit of anything."""
     kb_texts = kb_texts or {}
+    origins = Origins(kb_texts) if kb_texts else None
     cells: dict[tuple[str, str], list[tuple[str, bool, bool, bool]]] = defaultdict(list)
     for s in test:
         fact = s.fact_id if s.scenario == "irrelevant" else None
+        sound = s.scenario in SOUND_CONTEXTS
         own = frozenset(shown(kb_texts[c]) for c in s.relevant_ids if c in kb_texts)
-        marks = [sources.seen(p, fact=fact, cluster=s.cluster or s.fact_id,
-                              besides=own if s.scenario not in SOUND_CONTEXTS else frozenset())
+        marks = [sources.seen(p, fact=fact, cluster=s.cluster or s.fact_id, besides=frozenset() if sound else own,
+                              own=frozenset(s.relevant_ids) if s.scenario in CLAIMED else frozenset(),
+                              origins=origins)
                  for p in context_passages(s)]
         if s.scenario == "irrelevant":  # KB chunks as they are: the pair is matched verbatim
             marks = [(v, v) for v, _ in marks]
@@ -143,7 +219,7 @@ def overlap_table(test: Sequence[Scenario], sources: TrainingSources,
         cells[(s.scenario, s.knowledge)].append((s.qid, any(v for v, _ in marks), any(n for _, n in marks), claim))
     out = []
     for (sc, k), rows in sorted(cells.items()):
-        # the item the error names: a near copy first (the stronger leak), else a repeated wrong value
+        # the item the error names: a twin first (the stronger leak), else a repeated wrong value
         first = next((q for q, _, n, _ in rows if n), None) or next((q for q, *_, c in rows if c), None)
         out.append(CellOverlap(sc, k, len(rows), sum(r[1] for r in rows), sum(r[2] for r in rows), first,
                                sum(r[3] for r in rows)))
@@ -153,18 +229,20 @@ def overlap_table(test: Sequence[Scenario], sources: TrainingSources,
 def leaking(table: Sequence[CellOverlap]) -> list[CellOverlap]:
     """The flawed cells with a test context, or its wrong value, training showed (consistent ones are
     deployment)."""
-    return [c for c in table if c.scenario in FLAWED and (c.near or c.claim)]
+    return [c for c in table if c.scenario in FLAWED and (c.edited or c.claim)]
 
 
 def overlap_markdown(table: Sequence[CellOverlap]) -> list[str]:
-    """Markdown lines of the table, with what a consistent overlap means."""
+    """Markdown lines of the table, with what each column and a consistent overlap mean."""
     lines = ["### Test contexts that training showed (SFT train + val rows, as on disk)", "",
-             f"`near`: at least {NEAR:.0%} of the passage's word {NGRAM}-grams in one training source shown "
-             "for the item's organisation or document (verbatim included); for `irrelevant`, the chunk "
+             "Passages are compared token by token (a word, a punctuation mark or a CJK character). "
+             f"`edited twin` (verbatim included): a training source of the item's organisation or document, "
+             f"not a knowledge-base chunk as it is, that keeps at least {EDIT:.0%} of the item's own true chunk "
+             f"in order (an edit of that chunk), or {COPY:.0%} of the test passage; for `irrelevant`, the chunk "
              "itself shown with a question of the same fact. `same wrong value`: a training row of the "
              "item's fact labels the value its context asserts `conflicting` or `outdated`, in whatever passage. "
              "Consistent contexts may be knowledge-base chunks training showed: the LoRA is trained on the "
              "knowledge base it retrieves from. Flawed ones must not be.", "",
-             "| scenario | knowledge | n | verbatim | near copy | same wrong value |", "|---|---|---|---|---|---|"]
-    lines += [f"| {c.scenario} | {c.knowledge} | {c.n} | {c.verbatim} | {c.near} | {c.claim} |" for c in table]
+             "| scenario | knowledge | n | verbatim | edited twin | same wrong value |", "|---|---|---|---|---|---|"]
+    lines += [f"| {c.scenario} | {c.knowledge} | {c.n} | {c.verbatim} | {c.edited} | {c.claim} |" for c in table]
     return lines + [""]

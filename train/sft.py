@@ -48,7 +48,7 @@ from lorarag.scenarios.from_corpus import OlderValue, Versions, corpus_scenarios
 from lorarag.scenarios.kb_records import QAItem
 from lorarag.scenarios.kb_splits import HELD_OUT, TAUGHT
 from lorarag.scenarios.kb_updates import asked_updates, dated_twins
-from lorarag.scenarios.perturb import Searcher, bm25_searcher
+from lorarag.scenarios.perturb import Searcher, answer_pool, bm25_searcher
 from lorarag.scenarios.records import Scenario
 from lorarag.train.config import SFTConfig
 
@@ -118,6 +118,12 @@ def tested_claims(test: Iterable[Scenario]) -> dict[str, set[str]]:
     return out
 
 
+def edited_chunks(test: Iterable[Scenario]) -> set[str]:
+    """The KB chunk ids whose edited copy (a perturbed or older version in the chunk's place) a
+    factual-error or outdated test context shows: training shows no flawed edit of them."""
+    return {p.replaces for s in test if s.scenario in CLAIMED for p in s.presented if p.replaces}
+
+
 def shown(text: str) -> str:
     """A passage as a source line shows it (fallback/format.rag_user_turn): inert, one line."""
     return strip_dated(" ".join(neutralise(text).split()))
@@ -174,7 +180,8 @@ def build_rows(groups: dict[str, list[QAItem]], chunks: Sequence[Chunk], cfg: SF
                   test_passages: Iterable[str] = (), test_irrelevant: Mapping[str, Collection[str]] | None = None,
                   searcher: Callable[[Sequence[Chunk]], Searcher] = bm25_searcher,
                   stale: Mapping[str, OlderValue] | None = None, snapshot: int | None = None,
-                  test_claims: Mapping[str, Collection[str]] | None = None
+                  test_claims: Mapping[str, Collection[str]] | None = None,
+                  tested_chunks: Collection[str] = ()
                   ) -> tuple[list[SFTRow], list[SFTRow], dict]:
     """(train rows, val rows, stats) for the splits of scenarios/kb_splits.py; val rows are a seeded
     sample of the training rows (a known item's held-out wording is the test's, never val's). A
@@ -198,7 +205,7 @@ def build_rows(groups: dict[str, list[QAItem]], chunks: Sequence[Chunk], cfg: SF
     pool = [c for c in chunks if c.chunk_id not in held | update_chunks]
     search = searcher(pool)
     taught = [it for g in TAUGHT for it in groups[g]]
-    answers = [a for it in taught + groups["context_only"] for a in it.answers[:1]]
+    answers = answer_pool(taught + groups["context_only"])
     rows: list[SFTRow] = []
     for it in taught:
         for w in it.all_wordings if it.answers else ():
@@ -214,6 +221,9 @@ def build_rows(groups: dict[str, list[QAItem]], chunks: Sequence[Chunk], cfg: SF
     scenarios += corpus_scenarios([it for it in taught if it.qid in stale and it.qid not in tested], pool,
                                   name="kb", knowledge="known", types=("update",), stale=stale, snapshot=snapshot,
                                   **common)
+    edits = set(tested_chunks)
+    twin = [s.scenario in CLAIMED and any(p.replaces in edits for p in s.presented) for s in scenarios]
+    twins, scenarios = sum(twin), [s for s, t in zip(scenarios, twin) if not t]
     if cfg.update_twins > 0:  # a twin differs from its factual error in the date alone
         if snapshot is None:
             raise ConfigError("sft.update_twins needs data.snapshot: undated, a twin is its factual error verbatim")
@@ -234,6 +244,7 @@ def build_rows(groups: dict[str, list[QAItem]], chunks: Sequence[Chunk], cfg: SF
     rng.shuffle(rows)
     val = rng.sample(rows, max(1, round(len(rows) * cfg.val_fraction)))
     stats = {"same_as_test": len(scenarios) - len(kept) - claimed, "same_claim_as_test": claimed,
+             "edited_twin_of_test": twins,
              "wordings": dict(sorted(Counter(len(it.all_wordings) for it in taught).items())),
              "taught": len(taught), "context_only": len(groups["context_only"]),
              "taught_older": len(stale), "tested_updates": len(tested),

@@ -1,0 +1,139 @@
+"""Held out by construction: no SFT row shows an edited copy of a flawed test passage's chunk under a
+flawed verdict, on a SQuAD 2.0-shaped knowledge base (several questions a paragraph) through the
+shipped KB recipe, at passage lengths of 8 to 400 tokens, in English and Chinese; and the leak check
+refuses a twin planted by hand.
+
+The reference for "edited twin" here is the plain rule, written apart from train/overlap.py: a
+training source that is not the chunk itself and keeps at least 60 % of the chunk's tokens before
+and after one changed span."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from lorarag.core.config import load_config
+from lorarag.study.config import RunConfig
+from tests.squad_shaped import write_squad
+
+REPO = Path(__file__).resolve().parent.parent
+FLAWED_VERDICTS = ("conflicting", "outdated")
+
+
+def kb_recipe(tmp: Path, squad: Path, model: Path, name: str = "conflictnq-kb.yaml") -> RunConfig:
+    """The shipped KB recipe with `data:` on the SQuAD file, every path under `tmp`, the tiny model."""
+    cfg = load_config(REPO / "configs/run" / name, RunConfig)
+    root = tmp / "runs" / cfg.name
+    from lorarag.scenarios.config import CorpusSource, QuestionSource
+
+    data = cfg.data.model_copy(update={"corpus": CorpusSource(kind="squad", path=str(squad)),
+                                       "questions": QuestionSource(kind="squad", path=str(squad))})
+    train = cfg.train.model_copy(update={"model": str(model), "dataset": str(root / "sft/train.jsonl"),
+                                         "val_dataset": str(root / "sft/val.jsonl"), "runs_dir": str(tmp / "runs/train")})
+    rag = cfg.rag.model_copy(update={"index": cfg.rag.index.model_copy(update={"dir": str(root / "index")}),
+                                     "generator": cfg.rag.generator.model_copy(update={"model": str(model)})})
+    return cfg.model_copy(update={"runs_dir": str(tmp / "runs"), "prepare_base": None, "data": data, "train": train,
+                                  "rag": rag})
+
+
+def _tokens(text: str) -> list[str]:
+    import re
+
+    return re.findall(r"[\u4e00-\u9fff]|\w+|[^\w\s]", text.casefold())
+
+
+def one_span_edit(source: str, chunk: str) -> bool:
+    """`source` is `chunk` with one span changed, >= 60 % of the chunk's tokens kept around it."""
+    s, c = _tokens(source), _tokens(chunk)
+    if s == c:
+        return False
+    pre = next((i for i, (a, b) in enumerate(zip(s, c)) if a != b), min(len(s), len(c)))
+    suf = next((i for i, (a, b) in enumerate(zip(reversed(s), reversed(c))) if a != b), min(len(s), len(c)))
+    return min(pre + suf, len(c)) >= 0.6 * len(c)
+
+
+def flawed_sources(rows: list[dict]) -> list[str]:
+    from lorarag.fallback.format import parse_reply
+    from lorarag.rag.prompt import prompt_passages
+
+    out = []
+    for r in rows:
+        if parse_reply(r["messages"][-1]["content"]).verdict in FLAWED_VERDICTS:
+            out += [line for m in r["messages"] if m["role"] == "user" for line in prompt_passages(m["content"])]
+    return out
+
+
+def _prepared(tmp: Path, lang: str, tokens: int, model: Path):
+    from lorarag.rag.records import Chunk, read_jsonl
+    from lorarag.scenarios.records import load_scenarios
+    from lorarag.study.pipeline import prepare_rows
+    from lorarag.train.sft import read_sft
+
+    cfg = kb_recipe(tmp, write_squad(tmp / "data", lang=lang, tokens=tokens), model)
+    lines: list[str] = []
+    prepare_rows(cfg, echo=lines.append)  # refuses (ConfigError) on a twin, a leak or a labelled claim
+    root = Path(cfg.runs_dir) / cfg.name
+    chunks = {c.chunk_id: c.text for c in read_jsonl(root / "data/chunks.jsonl", Chunk)}
+    test = load_scenarios(root / "scenarios/test.jsonl")
+    rows = read_sft(cfg.train.dataset) + read_sft(cfg.train.val_dataset)
+    return cfg, root, chunks, test, rows, lines
+
+
+@pytest.mark.parametrize("lang,tokens", [("en", 8), ("en", 40), ("en", 400), ("zh", 8), ("zh", 40), ("zh", 400)])
+def test_no_flawed_test_passage_has_an_edited_twin_labelled_flawed(tmp_path, tiny_models, lang, tokens):
+    _, _, chunks, test, rows, lines = _prepared(tmp_path, lang, tokens, tiny_models["lm"])
+    flawed = [s for s in test if s.scenario in ("factual_error", "outdated") and s.knowledge == "known"]
+    assert flawed, "the recipe tests flawed known items"
+    sources = flawed_sources(rows)
+    assert sources, "detection is still taught, from the other chunks' edits"
+    for s in flawed:
+        for cid in s.relevant_ids:
+            twins = [t for t in sources if one_span_edit(t, chunks[cid])]
+            assert not twins, (s.qid, twins[:1])
+    assert any("edit a chunk a flawed test context edits" in ln for ln in lines), lines
+
+
+def test_fakes_keep_the_answers_type(tmp_path, tiny_models):
+    """A person is replaced by a person, a place by a place, a year by a nearby year."""
+    from tests.squad_shaped import PEOPLE_EN, PLACES_EN
+
+    _, _, _, test, _, _ = _prepared(tmp_path, "en", 40, tiny_models["lm"])
+    fakes = [(s.gold_answers[0], s.context_answer) for s in test if s.scenario == "factual_error"]
+    assert fakes
+    for gold, fake in fakes:
+        if gold in PEOPLE_EN:
+            assert fake in PEOPLE_EN, (gold, fake)
+        elif gold in PLACES_EN:
+            assert fake in PLACES_EN, (gold, fake)
+        else:
+            assert fake.isdigit() and 0 < abs(int(fake) - int(gold)) <= 30, (gold, fake)
+
+
+def test_the_leak_check_refuses_an_edited_twin_planted_by_hand(tmp_path, tiny_models):
+    """An edit of a tested chunk at another span than the test's, labelled conflicting for another
+    question of the same paragraph: the run stops before training and names the item."""
+    from lorarag.core.errors import ConfigError
+    from lorarag.fallback.format import SYSTEM_RAG, SourceText, rag_user_turn
+    from lorarag.study.layout import Paths
+    from lorarag.study.leaks import check_test_contexts
+
+    cfg, root, chunks, test, _, _ = _prepared(tmp_path, "en", 400, tiny_models["lm"])
+    item = next(s for s in test if s.scenario == "factual_error" and s.knowledge == "known")
+    chunk = chunks[item.relevant_ids[0]]
+    words = chunk.split(" ")
+    k = len(words) // 2 if words[len(words) // 2] not in item.gold_answers[0] else len(words) // 2 + 1
+    planted = " ".join(words[:k] + ["Zanzibar"] + words[k + 1:])
+    assert one_span_edit(planted, chunk)
+    user = rag_user_turn(item.question, [SourceText(planted)])
+    reply = f"memory: {item.gold_answers[0]} | source: Zanzibar | verdict: conflicting | answer: {item.gold_answers[0]}"
+    with open(cfg.train.dataset, "a", encoding="utf-8") as f:
+        f.write(json.dumps({"messages": [{"role": "system", "content": SYSTEM_RAG}, {"role": "user", "content": user},
+                                         {"role": "assistant", "content": reply}]}) + "\n")
+    owners = {s.question: (s.fact_id, s.cluster) for s in test}
+    with pytest.raises(ConfigError, match=rf"test item {item.qid}: its factual_error context is one the SFT rows "
+                                          r"show, verbatim or as an edited twin \(1 of \d+ factual_error \(known\)"):
+        check_test_contexts(cfg, Paths(root), test, owners, chunks, lambda _: None)
+    table = json.loads((root / "data/overlap.json").read_text())
+    assert {(r["scenario"], r["knowledge"]): r["edited"] for r in table}[("factual_error", "known")] == 1
