@@ -12,6 +12,9 @@ from pathlib import Path
 
 import typer
 
+REREAD_HELP = ("read a test split although it was first read under another recipe (the test ledger, "
+               "study/ledger.py)")
+
 
 def _eval(config: Path = typer.Argument(..., help="configs/eval/*.yaml"),
           limit: int = typer.Option(None, help="only the first N scenarios (overrides the config)"),
@@ -25,7 +28,8 @@ def _eval(config: Path = typer.Argument(..., help="configs/eval/*.yaml"),
                                      "shard tasks, and exit"),
           shards: int = typer.Option(None, "--shards", help="with --slurm: how many shards"),
           force: bool = typer.Option(False, "--force", help="replace output files lorarag did not write (the "
-                                     "--slurm script, the run's report files); never the config")) -> None:
+                                     "--slurm script, the run's report files); never the config"),
+          reread_test: bool = typer.Option(False, "--reread-test", help=REREAD_HELP)) -> None:
     """Run a system over a scenario set; results.jsonl is written incrementally and resumes
     (only onto results made with the same config: the run directory keeps a stamp of it).
     Beyond one machine: `--shard I/N` on each, then `--merge N`; `--slurm FILE --shards N` writes the
@@ -38,20 +42,24 @@ def _eval(config: Path = typer.Argument(..., help="configs/eval/*.yaml"),
     if slurm is not None:
         if shards is None or str(slurm).startswith("-"):
             raise UserError("--slurm FILE needs a file name and --shards N")
+        from lorarag.core import outputs
         from lorarag.core.config import load_config
         from lorarag.eval.config import EvalConfig
 
-        load_config(config, EvalConfig)  # a script for a config that is missing or invalid would only fail on the cluster
+        ecfg = load_config(config, EvalConfig)  # a script for a missing or invalid config would fail on the cluster
+        outputs.claim([slurm], force=force, inputs=_inputs(config, ecfg))
         script = slurm_array(config, shards, slurm, force=force)
         typer.echo(f"wrote {script}: sbatch it, then `lorarag eval {config} --merge {shards}`")
         return
     if shards is not None:
         raise UserError("--shards goes with --slurm (a shard run takes --shard I/N)")
     from lorarag.core.config import load_config, validate_data
+    from lorarag.core.lock import hold
     from lorarag.eval.config import EvalConfig
     from lorarag.eval.records import closed_book_map, load_results
     from lorarag.eval.report import write_report
-    from lorarag.eval.runner import claim_run_dir, clear_run_dir, run_eval
+    from lorarag.core import outputs
+    from lorarag.eval.runner import RUN_FILES, STAMP_FILE, claim_run_dir, run_eval
     from lorarag.scenarios.records import load_scenarios
     from lorarag.eval.stamps import expected_stamps
     from lorarag.study.eval_system import build_eval_system, eval_made_by, eval_stamp, pin_numerics
@@ -68,22 +76,38 @@ def _eval(config: Path = typer.Argument(..., help="configs/eval/*.yaml"),
     stamp = eval_stamp(cfg, everything)
     made_by = eval_made_by(cfg)  # each row's index, prompt and model hashes (an adapter on another base: refused)
     run_dir = Path(cfg.out_dir)
+    from lorarag.study.ledger import eval_ledger
+
+    ledger = eval_ledger(cfg)  # a test-named scenario file: its reads, recorded once per whole evaluation
+    if ledger is not None:
+        ledger.check(reread_test)
     if merge is not None:
+        hold(run_dir, "eval folder")  # one writer per folder (core/lock.py)
         merged = merge_shards(run_dir, merge, [x.qid for x in scenarios], stamp=stamp,  # this config's shards only
                               made_by=expected_stamps(scenarios, made_by))
         html = write_report([cfg.out_dir], run_dir / "report", resamples=cfg.bootstrap_resamples, seed=cfg.seed)
         typer.echo(f"merged {merge} shards: {len(merged)} items -> {run_dir / 'results.jsonl'}; report: {html}")
+        for r in ledger.record(run_dir) if ledger is not None else []:
+            typer.echo(r.text())
         return
     if shard is not None:
         part = Shard.parse(shard)
         scenarios = select(scenarios, part)
         run_dir = shard_dir(run_dir, part)
         cfg = cfg.model_copy(update={"out_dir": str(run_dir)})
+    hold(run_dir, "eval folder")  # one writer per folder (a shard writer: its shard's), before --fresh
     if fresh and run_dir.is_dir():
-        gone = clear_run_dir(run_dir)
+        gone = _clear(run_dir, RUN_FILES)
         if gone:
             typer.echo(f"--fresh: removed {', '.join(gone)} from {run_dir}", err=True)
+    for own in ("config.yaml", "run.json"):  # the resolved dump never replaces a file of the user's
+        mine = run_dir / own
+        if (mine.exists() or mine.is_symlink()) and not outputs.is_ours(mine):
+            raise outputs.OutputError(f"{mine}: exists and was not written by lorarag (or was edited since): a run "
+                                      f"directory's {own} is lorarag's record of the run; keep yours (a config "
+                                      "too) outside it, or give another --out")
     claim_run_dir(run_dir, stamp)  # before any model loads: a changed config is refused at once
+    outputs.own([run_dir / n for n in ("results.jsonl", "resumes.jsonl", STAMP_FILE)])  # --fresh may remove them
     system = build_eval_system(cfg, scenarios)
     items = run_eval(system, scenarios, cfg.out_dir, batch_size=cfg.batch_size, closed_book=cb,
                      config=cfg, data=[cfg.scenarios], stamp=stamp, made_by=made_by)
@@ -97,7 +121,31 @@ def _eval(config: Path = typer.Argument(..., help="configs/eval/*.yaml"),
         return
     html = write_report([cfg.out_dir], run_dir / "report", resamples=cfg.bootstrap_resamples,
                         seed=cfg.seed, force=force)
+    for r in ledger.record(run_dir) if ledger is not None else []:
+        typer.echo(r.text())
     typer.echo(f"{len(items)} items -> {run_dir / 'results.jsonl'}; report: {html}")
+
+
+def _inputs(config: Path, cfg) -> list:
+    """What `lorarag eval` reads: the config and its `base:` chain, the scenarios, the components."""
+    from lorarag.core.config import config_files
+
+    return [*config_files(config), cfg.scenarios, *([cfg.components] if cfg.components else [])]
+
+
+def _clear(run_dir: Path, names: tuple[str, ...]) -> list[str]:
+    """--fresh: remove the runner's files that the folder's manifest lists (core/outputs.py) and the
+    results and resume log of a run made before the manifest listed them; a file of the user's stays."""
+    from lorarag.core import outputs
+
+    gone, kept = outputs.remove_owned(run_dir, names)
+    for name in [n for n in kept if n in ("results.jsonl", "resumes.jsonl") and not (run_dir / n).is_symlink()]:
+        (run_dir / name).unlink()  # results.jsonl / resumes.jsonl: what --fresh discards
+        gone.append(name)
+    left = [n for n in kept if n not in gone]
+    if left:
+        typer.echo(f"--fresh: kept {', '.join(left)} in {run_dir} (not written by lorarag)", err=True)
+    return gone
 
 
 def _compare(run_a: str = typer.Argument(..., help="baseline run dir (or results.jsonl); several seeds' runs: "

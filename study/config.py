@@ -6,6 +6,7 @@ models; each stage receives only its own section.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
@@ -188,7 +189,26 @@ class RunConfig(Strict):
             raise ValueError("adapter name rag_sft: set by the run for the systems that read with the RAG-SFT adapter")
         return self
 
+    def _check_outputs(self) -> None:
+        """The SFT rows a run writes never land on what it reads: its knowledge base, its older
+        versions, an extra set (or inside a corpus folder, where they would be read as documents)."""
+        d = self.data
+        reads = [(f"data.{k}", p) for k, p in (("corpus.path", d.corpus and d.corpus.path),
+                                               ("questions.path", d.questions and d.questions.path),
+                                               ("outdated", d.outdated)) if p]
+        reads += [(f"extra_sets.{x.kind}.path", x.path) for x in self.extra_sets]
+        for key, out in (("train.dataset", self.train.dataset), ("train.val_dataset", self.train.val_dataset)):
+            if not out:
+                continue
+            mine = Path(out).resolve()
+            for what, src in reads:
+                real = Path(src).resolve()
+                if mine == real or real in mine.parents:
+                    raise ValueError(f"{key}: {out} is {'inside ' if mine != real else ''}{what} ({src}), which "
+                                     "the run reads; the SFT rows it writes go elsewhere")
+
     def _check_kb(self) -> None:
+        self._check_outputs()
         if "outdated" in self.eval.scenarios and not self.data.has_outdated:
             raise ValueError("eval.scenarios: outdated needs data.outdated (older versions of the answers); "
                              "give it or drop outdated from eval.scenarios")

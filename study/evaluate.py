@@ -6,6 +6,7 @@ import hashlib
 import logging
 from pathlib import Path
 
+from lorarag.core.paths import child
 from lorarag.eval.explorer import EXPLORER_FILE
 from lorarag.eval.records import closed_book_map, load_results
 from lorarag.eval.report import write_report
@@ -86,7 +87,7 @@ def evaluate(cfg: RunConfig, parts: Parts, test: list[Scenario], paths: Paths, a
     # closed-book systems first (their answers feed the others' bias metrics), policy variants last
     ordered = sorted(systems or cfg.systems, key=lambda s: (s.kind != "closed_book", s.is_variant))
     for sc in ordered:
-        folder = paths.eval / sc.name
+        folder = child(paths.eval, sc.name, "system name")  # never outside the run's eval/
         stamp = system_stamp(cfg, sc, test, parts.rag_sft if sc.kind == "rag_sft" else adapter, parts.gate_threshold,
                              parts.rag_sft)
         model = sc.adapter if sc.kind == "closed_book" else (lora if sc.kind == "lora_rag" else None)

@@ -18,13 +18,14 @@ from typing import Any
 
 from lorarag.core.config import load_config
 from lorarag.core.errors import ConfigError
+from lorarag.core.paths import child
 from lorarag.fallback.gate import ADAPTER_FILES, file_sha256
 from lorarag.train.config import TrainConfig
 
 
 def run_dir(cfg: TrainConfig) -> Path:
-    """runs/train/<run_name>."""
-    return Path(cfg.runs_dir) / cfg.run_name
+    """runs/train/<run_name>, refused unless it resolves inside runs_dir (core/paths.child)."""
+    return child(cfg.runs_dir, cfg.run_name, "train.run_name")
 
 
 # What says where or how a run is launched, not what it trains.
