@@ -21,6 +21,7 @@ from typing import Any
 
 from lorarag.core.config import load_config
 from lorarag.core.errors import ConfigError
+from lorarag.core.lock import hold, release
 from lorarag.core.runinfo import start_run
 from lorarag.train.config import TrainConfig, check_swift_args
 from lorarag.train.runs import config_changes, last_checkpoint, resume_changes, run_dir, training_record
@@ -113,10 +114,13 @@ def render(cmd: list[str], env: dict[str, str] | None = None) -> str:
 
 
 def _die_with_parent() -> None:
-    """In the child, before exec: ask Linux to send SIGTERM when the parent dies (even by SIGKILL)."""
+    """In the child, before exec: ask Linux to send SIGTERM when the parent dies (even by SIGKILL),
+    and ignore Ctrl-C: the terminal sends it to the whole group, the parent stops the child itself
+    (`run_child`), and a child interrupted while it imports torch would print a traceback."""
     import ctypes
     import signal
 
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # kept across exec; Python leaves an ignored SIGINT ignored
     try:
         ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
     except (OSError, AttributeError):  # not Linux: the parent's own handler below still stops it
@@ -147,6 +151,7 @@ def train(cfg: TrainConfig, *, dry_run: bool = False, config_path: str | None = 
     for p in (cfg.model, cfg.dataset):
         if not Path(p).exists():
             raise TrainError(f"{cfg.run_name}: {p} does not exist")
+    hold(run_dir(cfg), "training run folder")  # one trainer per run folder (core/lock.py)
     changed = config_changes(cfg)  # start_run below rewrites the saved config: compare first
     if changed:  # its checkpoints would be resumed under another recipe
         raise TrainError(f"{cfg.run_name}: {run_dir(cfg)} was trained with another config (differs in "
@@ -171,6 +176,7 @@ def train(cfg: TrainConfig, *, dry_run: bool = False, config_path: str | None = 
                "model_type": cfg.swift.get("model_type"), "template": cfg.swift.get("template"),
                "system": cfg.swift.get("system"), "config": config_path, "trained_on": record}
     (rd / "adapter.json").write_text(json.dumps(pointer, indent=2), encoding="utf-8")
+    release(run_dir(cfg))
     return final
 
 
