@@ -10,6 +10,9 @@ import typer
 
 from lorarag.core.overrides import HELP as OVERRIDES_HELP
 
+REREAD_HELP = ("read a test split although it was first read under another recipe (the test ledger, "
+               "study/ledger.py)")
+
 
 def register(app: typer.Typer) -> None:
     """Add `run`, `seeds`, `calibrate` and `self-knowledge`."""
@@ -18,6 +21,7 @@ def register(app: typer.Typer) -> None:
     def run_cmd(config: Path = typer.Argument(..., help="configs/run/*.yaml"),
                 fresh: bool = typer.Option(False, "--fresh", help="retrain the LoRA and redo the evaluation"),
                 dry_run: bool = typer.Option(False, "--dry-run", help="print every step and command, run nothing"),
+                reread_test: bool = typer.Option(False, "--reread-test", help=REREAD_HELP),
                 sets: Optional[list[str]] = typer.Option(None, "--set", metavar="KEY=VALUE", help=OVERRIDES_HELP)
                 ) -> None:
         """End to end: demo world → index → train/reuse LoRA → calibrate → evaluate → report."""
@@ -29,13 +33,14 @@ def register(app: typer.Typer) -> None:
 
         cfg = load_config(config, RunConfig, parse_sets(sets))
         typer.echo(precision.line(cfg.model_dump(mode="json")))  # `auto` resolved for this CPU, and why
-        run(cfg, fresh=fresh, dry_run=dry_run, echo=typer.echo)
+        run(cfg, fresh=fresh, dry_run=dry_run, echo=typer.echo, reread_test=reread_test)
 
     @app.command("seeds")
     def seeds_cmd(config: Path = typer.Argument(..., help="configs/run/*.yaml"),
                   seeds: str = typer.Option(..., "--seeds", help="training seeds, comma-separated: 42,43,44"),
                   fresh: bool = typer.Option(False, "--fresh", help="retrain every seed's LoRA"),
-                  dry_run: bool = typer.Option(False, "--dry-run", help="print every run's steps, run nothing")
+                  dry_run: bool = typer.Option(False, "--dry-run", help="print every run's steps, run nothing"),
+                  reread_test: bool = typer.Option(False, "--reread-test", help=REREAD_HELP)
                   ) -> None:
         """The same run at several training seeds: every target per seed, mean ± sd, seeds meeting it."""
         from lorarag.core.config import load_config
@@ -49,7 +54,8 @@ def register(app: typer.Typer) -> None:
             raise UserError(f"--seeds takes comma-separated integers, got {seeds!r}") from None
         if not values or len(set(values)) != len(values):
             raise UserError(f"--seeds needs distinct seeds, got {seeds!r}")
-        run_seeds(load_config(config, RunConfig), values, fresh=fresh, dry_run=dry_run, echo=typer.echo)
+        run_seeds(load_config(config, RunConfig), values, fresh=fresh, dry_run=dry_run, echo=typer.echo,
+                  reread_test=reread_test)
 
     @app.command("calibrate")
     def calibrate_cmd(config: Path = typer.Argument(..., help="configs/run/*.yaml")) -> None:

@@ -36,6 +36,7 @@ from lorarag.eval.stats import (ci_text, cluster_permutation_test, counts_text, 
 from lorarag.fallback.format import VERDICTS
 from lorarag.scenarios.records import SCENARIO_TYPES
 from lorarag.study.baselines import Label, abstention_table, baseline_table, variant_table
+from lorarag.study.ledger import reads_note
 from lorarag.study.targets import Target, judge, over_fallback_cell, target_rows
 from lorarag.study.targets import target_values as absolute_values
 
@@ -344,7 +345,7 @@ def headline_markdown(cfg: Any, results: Mapping[str, Sequence[ItemResult]], sum
     score = score_fn(metric)
     label = wording_label(summary)
     lines = [f"## Headline: base RAG vs LoRA-RAG on {kb_name(cfg)}", ""]
-    notes = _notes(summary) + ([update_note(summary)] if "update" in cfg.eval.scenarios else [])
+    notes = reads_note(summary) + _notes(summary) + ([update_note(summary)] if "update" in cfg.eval.scenarios else [])
     lines += [f"- {n}" for n in notes] + [""]
     pairs = system_pairs(cfg, results)
     for ctx, b, lo in pairs:

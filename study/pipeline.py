@@ -25,7 +25,6 @@ from pathlib import Path
 
 from lorarag.core import numerics
 from lorarag.core.errors import UserError
-from lorarag.core.lock import hold, release
 from lorarag.core.runinfo import start_run
 from lorarag.fallback.gate import SIGNAL, GateCalibration
 from lorarag.rag.retrieve import Retriever
@@ -33,9 +32,10 @@ from lorarag.scenarios.records import Scenario
 from lorarag.study.calibration import calibrate_gate, languages_without_dev_known
 from lorarag.study.config import RunConfig
 from lorarag.study.evaluate import evaluate, report
-from lorarag.study.extra import check_extra_sets, evaluate_extra_sets
+from lorarag.study.extra import check_extra_sets, evaluate_extra_sets, present_sets
 from lorarag.study.layout import STEPS, Echo, Paths, Progress
 from lorarag.study.leaks import check_test_contexts
+from lorarag.study.ledger import note_reads, run_ledger
 from lorarag.study.parts import build_parts
 from lorarag.study.preference import describe as describe_preference
 from lorarag.study.preference import prefer_or_reuse, write_preference_pairs
@@ -98,8 +98,11 @@ def _plan_scenarios(cfg: RunConfig, root: Path) -> tuple[str, str]:
                          f"SFT rows of the taught facts, leak-checked -> {cfg.train.dataset}")
 
 
-def run(cfg: RunConfig, *, fresh: bool = False, dry_run: bool = False, echo: Echo = print) -> str | None:
-    """The whole run (see module docstring); returns the headline table (None on --dry-run)."""
+def run(cfg: RunConfig, *, fresh: bool = False, dry_run: bool = False, echo: Echo = print,
+        reread_test: bool = False) -> str | None:
+    """The whole run (see module docstring); returns the headline table (None on --dry-run). The test
+    split's reads go in the test ledger (study/ledger.py); a read under a recipe other than its first
+    is refused before any training unless `reread_test`."""
     pins = numerics.pinned_env(cfg.numerics)
     if dry_run:
         if pins:
@@ -110,7 +113,6 @@ def run(cfg: RunConfig, *, fresh: bool = False, dry_run: bool = False, echo: Ech
     numerics.apply(cfg.numerics)  # before anything loads torch; the training child inherits it
     extra_files = check_extra_sets(cfg)  # a missing data set fails now, not after the training
     paths = Paths(Path(cfg.runs_dir) / cfg.name)
-    hold(paths.root, "run folder")  # one writer per run folder (core/lock.py), before --fresh removes anything
     if fresh:
         shutil.rmtree(paths.eval, ignore_errors=True)
         shutil.rmtree(paths.report, ignore_errors=True)
@@ -126,6 +128,9 @@ def run(cfg: RunConfig, *, fresh: bool = False, dry_run: bool = False, echo: Ech
         BASE_PREPARERS[cfg.prepare_base](cfg.train.model)
     test, dev_known, dev_unseen = src.scenarios(echo, retriever)
     echo(f"          {len(test)} test items; dev {len(dev_known)} known + {len(dev_unseen)} never-learned")
+    ledger = run_ledger(cfg, src.kb.groups, [(x.kind, f) for x, f in zip(present_sets(cfg), extra_files)
+                                             if x.split == "test"])
+    ledger.check(reread_test)  # before any training: a test split read under another recipe needs --reread-test
     if cfg.fallback.gate.enabled and cfg.fallback.gate.threshold is None:  # fitted on dev: which languages it never saw
         for lang, n in languages_without_dev_known(test, dev_known).items():
             echo(f"          warning: the gate's dev split holds no known fact in '{lang}' ({n} known test items "
@@ -147,13 +152,13 @@ def run(cfg: RunConfig, *, fresh: bool = False, dry_run: bool = False, echo: Ech
              + ("" if gate.threshold is not None else "; the gate stays OFF"))
     parts = replace(parts, gate_threshold=gate.threshold)
     p.step("evaluate", f"{len(cfg.systems)} systems x {len(test)} items")
+    note_reads(paths.root, ledger.record(paths.root))  # this read, counted in the headline
     runs = evaluate(cfg, parts, test, paths, adapter)
     p.step("report", str(paths.report))
     table = report(cfg, paths, runs, echo, adapter)
     evaluate_extra_sets(cfg, parts, paths.root / "extra", adapter, echo)
     parts.generator.close()
     echo(f"done in {time.perf_counter() - p.t0:.0f}s")
-    release(paths.root)
     return table
 
 

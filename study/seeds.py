@@ -169,8 +169,9 @@ def _context(cfg: RunConfig, system: str) -> str:
 
 
 def run_seeds(cfg: RunConfig, seeds: Sequence[int], *, fresh: bool = False, dry_run: bool = False,
-              echo: Echo = print) -> str | None:
-    """Run `cfg` once per seed (see module docstring) and write the summary; returns its Markdown."""
+              echo: Echo = print, reread_test: bool = False) -> str | None:
+    """Run `cfg` once per seed (see module docstring) and write the summary; returns its Markdown.
+    `reread_test`: as `lorarag run --reread-test` (the seeds are one recipe to the test ledger)."""
 
     if not seeds or len(set(seeds)) != len(seeds):
         raise ValueError(f"seeds must be distinct and non-empty, got {list(seeds)}")
@@ -199,7 +200,7 @@ def run_seeds(cfg: RunConfig, seeds: Sequence[int], *, fresh: bool = False, dry_
             shared = share_base_results(c, first.eval, paths.eval)
             if shared:
                 echo(f"          reusing the first seed's results of {', '.join(shared)} (no adapter)")
-        run(c, fresh=fresh, echo=echo)
+        run(c, fresh=fresh, echo=echo, reread_test=reread_test)
         results = {sc.name: load_results(paths.eval / sc.name) for sc in c.systems}
         pair = pair_names(c, results)
         pairs.append((results[pair[0]], results[pair[1]]))
