@@ -14,7 +14,8 @@ from typing import Any, TypeVar
 import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from lorarag.core.errors import ConfigError
+from lorarag.core.errors import ConfigError, RecordError
+from lorarag.core.inputs import MAX_CONFIG_BYTES, check_input_file
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -68,7 +69,11 @@ def read_yaml(path: str | Path) -> Any:
     """Parse a YAML file; ConfigError (one line) if it cannot be read or parsed, or repeats a key."""
     path = Path(path)
     try:
+        if path.exists():  # a FIFO, a device (`base: /dev/zero`) or a huge file: refused before any read
+            check_input_file(path, "config file", max_bytes=MAX_CONFIG_BYTES)
         text = path.read_text(encoding="utf-8")
+    except RecordError as exc:
+        raise ConfigError(str(exc)) from None
     except FileNotFoundError:
         raise ConfigError(f"{path}: no such config file") from None
     except UnicodeDecodeError:
@@ -82,6 +87,8 @@ def read_yaml(path: str | Path) -> Any:
         where = f" line {mark.line + 1}" if mark is not None else ""
         problem = getattr(exc, "problem", None) or "invalid YAML"
         raise ConfigError(f"{path}:{where}: {problem}") from None
+    except RecursionError:
+        raise ConfigError(f"{path}: nested too deeply (more levels than the YAML reader allows)") from None
 
 
 def deep_merge(base: dict[str, Any], delta: dict[str, Any]) -> dict[str, Any]:

@@ -3,7 +3,10 @@
 Only regular files are ever read. Everything else the walk meets is an `Entry` with a reason,
 listed in the ingest report: FIFOs, sockets and devices (opening a FIFO blocks for ever), folders
 that cannot be listed, dangling links, and symlinks that resolve outside every corpus path (a
-link to /etc/passwd is not part of a corpus) unless `corpus.follow_symlinks_outside` is true.
+link to /etc/passwd is not part of a corpus) unless `corpus.follow_symlinks_outside` is true, files
+over the one-document cap (core/inputs.py `MAX_DOCUMENT_BYTES`: refused by size, never read), and
+names that are not UTF-8 (a latin-1 byte: no id could be written or printed; the entry's id shows
+the byte escaped, e.g. `caf\xe9.md`).
 A symlinked folder inside the corpus is not followed (its files are read where they are), so no
 file is read twice under two ids. Hidden files and folders (a leading dot) are skipped silently.
 Entries come in sorted path order, the same on every machine.
@@ -16,6 +19,7 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 
+from lorarag.core import inputs
 from lorarag.rag.config import CorpusConfig
 
 _KINDS = ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
@@ -40,6 +44,28 @@ def _special(mode: int) -> str:
     return next((name for test, name in _KINDS if test(mode)), "not a regular file")
 
 
+def _bad_name(rel: str) -> str | None:
+    """The reason a relative path cannot be a document id (not UTF-8), else None."""
+    try:
+        rel.encode("utf-8")
+    except UnicodeEncodeError:
+        return "name is not UTF-8 (rename it): never opened"
+    return None
+
+
+def _printable(rel: str) -> str:
+    """`rel` with the bytes of a non-UTF-8 name escaped (`caf\\xe9.md`), safe to print and write."""
+    return os.fsencode(rel).decode("utf-8", "backslashreplace")
+
+
+def _too_big(size: int) -> str | None:
+    cap = inputs.MAX_DOCUMENT_BYTES
+    if size <= cap:
+        return None
+    return (f"{inputs.size_text(size)}, over the {inputs.size_text(cap)} limit for one corpus file: "
+            "never opened")
+
+
 def _inside(target: Path, roots: list[Path]) -> bool:
     return any(target == r or r in target.parents for r in roots)
 
@@ -51,9 +77,13 @@ def walk_root(root: Path, roots: list[Path], follow_outside: bool = False) -> li
     seen = {root.resolve()}
 
     def rel(p: Path) -> str:
-        return p.relative_to(base).as_posix()
+        return _printable(p.relative_to(base).as_posix())
 
     def one(p: Path) -> None:
+        bad = _bad_name(p.relative_to(base).as_posix())
+        if bad is not None:
+            out.append(Entry(p, rel(p), bad))
+            return
         if p.is_symlink():
             target = p.resolve()
             if not target.exists():
@@ -71,14 +101,15 @@ def walk_root(root: Path, roots: list[Path], follow_outside: bool = False) -> li
                     return
                 seen.add(target)
         try:
-            mode = p.stat().st_mode
+            st = p.stat()
         except OSError as exc:
             out.append(Entry(p, rel(p), f"unreadable ({exc.strerror or type(exc).__name__})"))
             return
+        mode = st.st_mode
         if stat.S_ISDIR(mode):
             visit(p)
         elif stat.S_ISREG(mode):
-            out.append(Entry(p, rel(p)))
+            out.append(Entry(p, rel(p), _too_big(st.st_size)))
         else:
             out.append(Entry(p, rel(p), f"not a regular file ({_special(mode)}): never opened"))
 
@@ -97,12 +128,14 @@ def walk_root(root: Path, roots: list[Path], follow_outside: bool = False) -> li
     if root.is_dir():  # a corpus path that is itself a link to a folder is the user's choice
         visit(root)
     else:
+        name = _printable(root.name)
         try:
-            mode = root.stat().st_mode
+            st = root.stat()
         except OSError as exc:
-            return [Entry(root, root.name, f"unreadable ({exc.strerror or type(exc).__name__})")]
-        reason = None if stat.S_ISREG(mode) else f"not a regular file ({_special(mode)}): never opened"
-        return [Entry(root, root.name, reason)]
+            return [Entry(root, name, f"unreadable ({exc.strerror or type(exc).__name__})")]
+        reason = _bad_name(root.name) or (_too_big(st.st_size) if stat.S_ISREG(st.st_mode) else
+                                          f"not a regular file ({_special(st.st_mode)}): never opened")
+        return [Entry(root, name, reason)]
     return sorted(out, key=lambda e: e.path)
 
 

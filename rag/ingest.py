@@ -23,7 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from lorarag.core.errors import ConfigError
+from lorarag.core import inputs
+from lorarag.core.errors import ConfigError, RecordError
 from lorarag.rag.config import CorpusConfig
 from lorarag.rag.corpus_walk import Entry, walk_corpus
 from lorarag.rag.records import Document
@@ -65,7 +66,18 @@ class IngestReport:
 # ---------------------------------------------------------------------------------------
 
 
+def _reason(exc: RecordError, path: Path) -> str:
+    """A RecordError of core/inputs.py as a BadFile reason (the report names the file already)."""
+    return str(exc).removeprefix(f"{path}: ")
+
+
 def _read_bytes(path: Path) -> bytes:
+    """The file's bytes, refused before any read when it is not a regular file or is over the
+    one-document cap (core/inputs.py: the walk checked it, but it may have grown since)."""
+    try:
+        inputs.check_input_file(path, "corpus file", max_bytes=inputs.MAX_DOCUMENT_BYTES)
+    except RecordError as exc:
+        raise BadFile(_reason(exc, path)) from None
     try:
         return path.read_bytes()
     except OSError as exc:
@@ -165,11 +177,17 @@ def _read_docx(path: Path) -> tuple[str, tuple[int, ...]]:
     from docx import Document as DocxDocument
     from docx.opc.exceptions import PackageNotFoundError
 
+    from lxml.etree import LxmlError
+
     if not _read_bytes(path).strip():
         raise BadFile("empty file")
     try:
+        inputs.check_zip_size(path, "DOCX")  # a zip bomb is refused before python-docx unpacks it
+    except RecordError as exc:
+        raise BadFile(_reason(exc, path)) from None
+    try:
         doc = DocxDocument(str(path))
-    except (zipfile.BadZipFile, KeyError, ValueError, PackageNotFoundError) as exc:
+    except (zipfile.BadZipFile, KeyError, ValueError, PackageNotFoundError, LxmlError) as exc:
         raise BadFile(f"corrupt DOCX ({type(exc).__name__})") from None
     paras: list[str] = []
     for p in doc.paragraphs:
@@ -235,7 +253,8 @@ def read_file(path: Path, doc_id: str, pdf_parser: str = "auto") -> Document:
 
 def _sha256(path: Path) -> str:
     try:
-        return hashlib.sha256(path.read_bytes()).hexdigest()
+        with path.open("rb") as fh:  # in blocks: the file is at most the one-document cap (the walk)
+            return hashlib.file_digest(fh, "sha256").hexdigest()
     except OSError as exc:
         return f"unreadable ({exc.strerror or type(exc).__name__})"
 

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Iterable, Iterator, TypeVar
 
 from lorarag.core.errors import RecordError
+from lorarag.core.inputs import loads_json
 
 log = logging.getLogger(__name__)
 
@@ -279,7 +280,7 @@ def iter_jsonl_lines(path: str | Path, *, tolerate_torn_tail: bool = False) -> I
         if not line.strip():
             continue
         try:
-            obj = json.loads(line)
+            obj = loads_json(line, f"{path}:{i}")  # nested too deeply: a RecordError too
         except json.JSONDecodeError as exc:
             is_tail = i == len(lines) and not text.endswith("\n")
             if tolerate_torn_tail and is_tail:

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from lorarag.core.errors import RecordError
-from lorarag.core.inputs import read_input_text
+from lorarag.core.inputs import loads_json, read_input_text
 from lorarag.rag.records import Chunk, Document
 
 
@@ -153,7 +153,7 @@ def jsonl_objects(path: str | Path, what: str = "JSONL file") -> Iterator[tuple[
             continue
         where = f"{path}:{i}"
         try:
-            obj = json.loads(line)
+            obj = loads_json(line, where)
         except json.JSONDecodeError as exc:
             raise RecordError(f"{where}: malformed JSON ({exc.msg})") from None
         if not isinstance(obj, dict):
@@ -165,7 +165,7 @@ def read_json(path: str | Path, what: str = "JSON file") -> Any:
     """A whole JSON file; RecordError with the line of a syntax error."""
     text = read_input_text(path, what)
     try:
-        return json.loads(text)
+        return loads_json(text, str(path))
     except json.JSONDecodeError as exc:
         raise RecordError(f"{path}:{exc.lineno}: malformed JSON ({exc.msg})") from None
 
