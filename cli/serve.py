@@ -16,6 +16,26 @@ def check_port(port: int, option: str = "--port") -> None:
         raise UserError(f"{option}: {port} is not a TCP port (1-65535)")
 
 
+def check_host(host: str) -> str | None:
+    """Refuse an empty `--host` (an unset variable: it binds every interface, IPv4 and IPv6); the
+    warning line for an address other machines can reach, None for loopback."""
+    import ipaddress
+
+    from lorarag.core.errors import UserError
+
+    if not host.strip():
+        raise UserError("--host: empty (an unset variable?) would listen on every interface; give an "
+                        "address: 127.0.0.1 for this machine only, 0.0.0.0 to be reachable from others")
+    try:
+        loopback = host == "localhost" or ipaddress.ip_address(host).is_loopback
+    except ValueError:  # a host name: it may resolve to any interface
+        loopback = False
+    if loopback:
+        return None
+    return (f"warning: --host {host}: the server is reachable from other machines, and it asks no one "
+            "for credentials")
+
+
 def register(app: typer.Typer) -> None:
     """Add `serve`."""
 
@@ -30,6 +50,9 @@ def register(app: typer.Typer) -> None:
                   max_body_bytes: int = typer.Option(65536, min=256, help="largest request body (bytes)")) -> None:
         """Serve the run's AdvancedRAGSystem at /v1/chat/completions, /v1/models and /health."""
         check_port(port)
+        warning = check_host(host)
+        if warning:
+            typer.echo(warning, err=True)
         from lorarag.serve.app import ServeSettings, serve
         from lorarag.study.trained import load_run
 

@@ -17,10 +17,13 @@ reaches the others of its batch. Statuses, each as OpenAI-style error JSON
          is never read (the 413 closes the connection), so at most the limit plus one received
          chunk is ever held
     429  more than `max_concurrency` requests in flight
+    431  a request head over `max_header_bytes` or `max_headers` fields, refused as it arrives
+         (serve/limits.py: what is past the limit is never buffered); the connection closes
     503  a generator that cannot be reached (a vLLM server that is down)
     500  anything else answering this one question raised (logged with its traceback)
 
-The server binds 127.0.0.1 unless told otherwise.
+The server binds 127.0.0.1 unless told otherwise; an empty host (which would bind every interface)
+is refused.
 """
 
 from __future__ import annotations
@@ -56,6 +59,8 @@ class ServeSettings:
     max_wait_ms: float = 10.0  # how long the first request of a batch waits for others
     max_concurrency: int = 128  # requests in flight before 429
     max_body_bytes: int = 64 * 1024
+    max_header_bytes: int = 16 * 1024  # request line and headers (h11's default): past it, 431
+    max_headers: int = 100  # header fields of one request: past it, 431
 
 
 class ContentPart(BaseModel):
@@ -206,11 +211,24 @@ def create_app(system: AnswerSystem, settings: ServeSettings = ServeSettings()) 
     return app
 
 
+def server_config(app: FastAPI, settings: ServeSettings, *, host: str = "127.0.0.1", port: int = 8000,
+                  log_level: str = "info"):  # noqa: ANN201 - uvicorn.Config, imported lazily
+    """The uvicorn config serving `app` with the request-head bounds of `settings` (serve/limits.py)."""
+    import uvicorn
+
+    from lorarag.serve.limits import bounded_protocol
+
+    if not host.strip():
+        raise ConfigError("host is empty: it would bind every interface; name one (127.0.0.1: this machine only)")
+    if not 1 <= port <= 65535:
+        raise ConfigError(f"port {port} is not a TCP port (1-65535)")
+    return uvicorn.Config(app, host=host, port=port, log_level=log_level,
+                          http=bounded_protocol(settings.max_header_bytes, settings.max_headers))
+
+
 def serve(system: AnswerSystem, settings: ServeSettings, *, host: str = "127.0.0.1", port: int = 8000) -> None:
     """Run the server until interrupted (uvicorn; SIGINT/SIGTERM shut it down and close the models)."""
     import uvicorn
 
-    if not 1 <= port <= 65535:
-        raise ConfigError(f"port {port} is not a TCP port (1-65535)")
-
-    uvicorn.run(create_app(system, settings), host=host, port=port, log_level="info")
+    config = server_config(create_app(system, settings), settings, host=host, port=port)
+    uvicorn.Server(config).run()
