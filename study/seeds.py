@@ -119,6 +119,8 @@ def seeds_markdown(seeds: Sequence[int], rows: Sequence[SeedRow], gates: Mapping
     """Markdown: every target per seed, mean ± sd, range, seeds meeting it; the gate per seed."""
     head = " | ".join(f"seed {s}" for s in seeds)
     lines = [f"## Targets across {len(seeds)} training seeds", "",
+             "A seed meets a target when the 95 % CI bound of its own reading clears the bar (the bound each "
+             "run's targets table shows), not on its value alone; ✗ marks a seed that does not.", "",
              f"| target | {head} | mean ± sd | 95% CI of the mean (t) | range | met |",
              "|---|" + "---|" * (len(seeds) + 4)]
     for r in rows:
