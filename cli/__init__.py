@@ -7,6 +7,7 @@ Sub-command modules (`cli/rag.py`, `generate.py`, `train.py`, `eval.py`, `study.
 
 from __future__ import annotations
 
+import errno
 import importlib
 import logging
 import os
@@ -18,6 +19,7 @@ import typer
 
 from lorarag.core.config import load_config
 from lorarag.core.errors import ConfigError, UserError
+from lorarag.core.lock import release_all
 from lorarag.core.overrides import HELP as OVERRIDES_HELP
 from lorarag.core.overrides import parse_sets
 
@@ -162,16 +164,47 @@ for _mod in _SUBCOMMAND_MODULES:
     _m.register(app)
 
 
+# What the user's machine can refuse a command (a folder without write permission, a read-only or
+# full disk, a path through a file, a missing file): one line naming the path, exit 2, like a
+# UserError. Any other OSError is a bug and keeps its traceback.
+USER_ERRNOS = frozenset({errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOSPC, errno.EDQUOT, errno.ENOENT,
+                         errno.ENOTDIR, errno.EISDIR, errno.EEXIST, errno.ENAMETOOLONG, errno.ELOOP})
+USER_OS_ERRORS = (FileNotFoundError, PermissionError, NotADirectoryError, IsADirectoryError, FileExistsError)
+INTERRUPTED = 130  # the shell's code for a command stopped by Ctrl-C (128 + SIGINT)
+
+
+def os_error_line(exc: OSError) -> str:
+    """`path: reason` of an OSError (`path -> other` for a rename), e.g. `out/report.html: Permission denied`."""
+    where = " -> ".join(os.fsdecode(f) for f in (exc.filename, exc.filename2) if f is not None)
+    what = exc.strerror or str(exc) or type(exc).__name__
+    return f"{where}: {what}" if where else what
+
+
 def main() -> None:
-    """Entry point: run the app, turning user errors into one-line messages and exit 2."""
+    """Entry point: run the app, turning user errors (and what the machine refuses, see
+    `USER_ERRNOS`) into one-line messages and exit 2; Ctrl-C anywhere is one line `interrupted`, exit 130."""
     logging.basicConfig(level=os.environ.get("LORARAG_LOG", "INFO"),
                         format="%(levelname)s %(name)s: %(message)s")
 
     try:
         app()
-    except (UserError, FileNotFoundError) as exc:
+    except UserError as exc:
         typer.echo(f"error: {exc}", err=True)
         sys.exit(2)
+    except OSError as exc:
+        if exc.errno not in USER_ERRNOS and not isinstance(exc, USER_OS_ERRORS):
+            raise
+        typer.echo(f"error: {os_error_line(exc)}", err=True)
+        sys.exit(2)
+    except KeyboardInterrupt:  # outside a command (typer turns one inside into exit 130)
+        typer.echo("interrupted", err=True)
+        sys.exit(INTERRUPTED)
+    except SystemExit as exc:
+        if exc.code == INTERRUPTED:  # typer's Ctrl-C: it says nothing
+            typer.echo("interrupted", err=True)
+        raise
+    finally:
+        release_all()  # the run and eval folders the command held (core/lock.py), its lock files removed
 
 
 if __name__ == "__main__":
