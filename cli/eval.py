@@ -12,9 +12,6 @@ from pathlib import Path
 
 import typer
 
-REREAD_HELP = ("read a test split although it was first read under another recipe (the test ledger, "
-               "study/ledger.py)")
-
 
 def _eval(config: Path = typer.Argument(..., help="configs/eval/*.yaml"),
           limit: int = typer.Option(None, help="only the first N scenarios (overrides the config)"),
@@ -28,8 +25,7 @@ def _eval(config: Path = typer.Argument(..., help="configs/eval/*.yaml"),
                                      "shard tasks, and exit"),
           shards: int = typer.Option(None, "--shards", help="with --slurm: how many shards"),
           force: bool = typer.Option(False, "--force", help="replace output files lorarag did not write (the "
-                                     "--slurm script, the run's report files); never the config"),
-          reread_test: bool = typer.Option(False, "--reread-test", help=REREAD_HELP)) -> None:
+                                     "--slurm script, the run's report files); never the config")) -> None:
     """Run a system over a scenario set; results.jsonl is written incrementally and resumes
     (only onto results made with the same config: the run directory keeps a stamp of it).
     Beyond one machine: `--shard I/N` on each, then `--merge N`; `--slurm FILE --shards N` writes the
@@ -54,7 +50,6 @@ def _eval(config: Path = typer.Argument(..., help="configs/eval/*.yaml"),
     if shards is not None:
         raise UserError("--shards goes with --slurm (a shard run takes --shard I/N)")
     from lorarag.core.config import load_config, validate_data
-    from lorarag.core.lock import hold
     from lorarag.eval.config import EvalConfig
     from lorarag.eval.records import closed_book_map, load_results
     from lorarag.eval.report import write_report
@@ -76,26 +71,17 @@ def _eval(config: Path = typer.Argument(..., help="configs/eval/*.yaml"),
     stamp = eval_stamp(cfg, everything)
     made_by = eval_made_by(cfg)  # each row's index, prompt and model hashes (an adapter on another base: refused)
     run_dir = Path(cfg.out_dir)
-    from lorarag.study.ledger import eval_ledger
-
-    ledger = eval_ledger(cfg)  # a test-named scenario file: its reads, recorded once per whole evaluation
-    if ledger is not None:
-        ledger.check(reread_test)
     if merge is not None:
-        hold(run_dir, "eval folder")  # one writer per folder (core/lock.py)
         merged = merge_shards(run_dir, merge, [x.qid for x in scenarios], stamp=stamp,  # this config's shards only
                               made_by=expected_stamps(scenarios, made_by))
         html = write_report([cfg.out_dir], run_dir / "report", resamples=cfg.bootstrap_resamples, seed=cfg.seed)
         typer.echo(f"merged {merge} shards: {len(merged)} items -> {run_dir / 'results.jsonl'}; report: {html}")
-        for r in ledger.record(run_dir) if ledger is not None else []:
-            typer.echo(r.text())
         return
     if shard is not None:
         part = Shard.parse(shard)
         scenarios = select(scenarios, part)
         run_dir = shard_dir(run_dir, part)
         cfg = cfg.model_copy(update={"out_dir": str(run_dir)})
-    hold(run_dir, "eval folder")  # one writer per folder (a shard writer: its shard's), before --fresh
     if fresh and run_dir.is_dir():
         gone = _clear(run_dir, RUN_FILES)
         if gone:
@@ -121,8 +107,6 @@ def _eval(config: Path = typer.Argument(..., help="configs/eval/*.yaml"),
         return
     html = write_report([cfg.out_dir], run_dir / "report", resamples=cfg.bootstrap_resamples,
                         seed=cfg.seed, force=force)
-    for r in ledger.record(run_dir) if ledger is not None else []:
-        typer.echo(r.text())
     typer.echo(f"{len(items)} items -> {run_dir / 'results.jsonl'}; report: {html}")
 
 
