@@ -25,6 +25,7 @@ from pathlib import Path
 
 from lorarag.core import numerics
 from lorarag.core.errors import UserError
+from lorarag.core.paths import child
 from lorarag.core.runinfo import start_run
 from lorarag.fallback.gate import SIGNAL, GateCalibration
 from lorarag.rag.retrieve import Retriever
@@ -112,7 +113,7 @@ def run(cfg: RunConfig, *, fresh: bool = False, dry_run: bool = False, echo: Ech
         return None
     numerics.apply(cfg.numerics)  # before anything loads torch; the training child inherits it
     extra_files = check_extra_sets(cfg)  # a missing data set fails now, not after the training
-    paths = Paths(Path(cfg.runs_dir) / cfg.name)
+    paths = Paths(child(cfg.runs_dir, cfg.name, "name"))  # inside runs_dir, or refused before anything is written
     if fresh:
         shutil.rmtree(paths.eval, ignore_errors=True)
         shutil.rmtree(paths.report, ignore_errors=True)
