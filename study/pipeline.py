@@ -41,6 +41,7 @@ from lorarag.study.parts import build_parts
 from lorarag.study.preference import describe as describe_preference
 from lorarag.study.preference import prefer_or_reuse, write_preference_pairs
 from lorarag.study.prepare import index_chunks
+from lorarag.study.reuse_check import refuse_before_writing
 from lorarag.study.sources import KBSource
 from lorarag.study.training import (
     BASE_PREPARERS,
@@ -117,6 +118,8 @@ def run(cfg: RunConfig, *, fresh: bool = False, dry_run: bool = False, echo: Ech
     if fresh:
         shutil.rmtree(paths.eval, ignore_errors=True)
         shutil.rmtree(paths.report, ignore_errors=True)
+    else:  # stage 4's refusal of a finished adapter (other recipe, base or rows) comes before any write
+        refuse_before_writing(cfg, paths.root, echo)
     p = Progress(echo, STEPS)
     p.step(KBSource.step, KBSource.what)
     src = KBSource(cfg, paths)

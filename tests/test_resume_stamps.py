@@ -241,3 +241,47 @@ def test_a_base_swapped_at_the_same_path_is_refused_by_load_run_and_eval(tmp_pat
         assert code == 2 and last.startswith("error: ") and "trained on another base model" in last, err
         assert "Traceback" not in err
     assert not (tmp_path / "eval-out").exists()  # nothing written
+
+
+# --- a run that will be refused is refused before it writes anything -------------------------------
+
+def _written(cfg) -> dict[str, bytes]:
+    """Every file stages 1-3 write for `cfg`: the run folder's manifest, data, scenarios, and the SFT rows."""
+    root = Path(cfg.runs_dir) / cfg.name
+    files = [root / "config.yaml", root / "run.json", Path(cfg.train.dataset), Path(cfg.train.val_dataset)]
+    files += [f for sub in ("data", "scenarios") for f in sorted((root / sub).rglob("*")) if f.is_file()]
+    return {str(f): f.read_bytes() for f in files}
+
+
+def test_a_new_split_seed_is_refused_before_the_run_folder_is_rewritten(tmp_path, lora):
+    from lorarag.core.runinfo import start_run
+    from lorarag.study.pipeline import prepare_rows, run
+    from lorarag.study.reuse_check import refuse_before_writing
+    from lorarag.train import runs
+
+    from .test_run_kb_e2e import _in_tmp
+
+    cfg = _in_tmp(tmp_path)
+    prepare_rows(cfg, echo=lambda _: None)  # stages 1-3 of the first run (the tiny base is built here)
+    root = Path(cfg.runs_dir) / cfg.name
+    start_run(root, cfg)
+    rd = start_run(runs.run_dir(cfg.train), cfg.train)  # ... and its finished training, recorded as swift.train does
+    shutil.copytree(lora, rd / "output/checkpoint-1")
+    (rd / "adapter.json").write_text(json.dumps({"adapter": str(rd / "output/checkpoint-1"), "base_model": cfg.train.model,
+                                                 "trained_on": runs.training_record(cfg.train)}))
+    before = _written(cfg)
+    said: list[str] = []
+    refuse_before_writing(cfg, root, said.append)  # the same config: its rows are the adapter's, no refusal
+    assert _written(cfg) == before
+    splits = cfg.data.splits.model_copy(update={"seed": cfg.data.splits.seed + 1})
+    moved = cfg.model_copy(update={"data": cfg.data.model_copy(update={"splits": splits})})
+    with pytest.raises(ConfigError, match=r"trained from other data \(differs in SFT rows \(train: sha .*"
+                                          r"\(nothing was written\)") as ei:
+        run(moved, echo=said.append)
+    assert "\n" not in str(ei.value)
+    assert _written(cfg) == before  # config.yaml, run.json, scenarios and SFT rows as the adapter's run left them
+    # another recipe is refused at once too
+    rank = cfg.train.model_copy(update={"swift": {**cfg.train.swift, "lora_rank": 8}})
+    with pytest.raises(ConfigError, match=r"trained with another config \(differs in swift\.lora_rank\)"):
+        run(cfg.model_copy(update={"train": rank}), echo=said.append)
+    assert _written(cfg) == before
