@@ -16,7 +16,9 @@ sources, and `verdict_read` does where the verdict would abstain: a generation t
 do not hold. A replay keeps the reading of a record that was read (its note) and routes the
 others; where the variant reads an item its record did not, the reading comes from `readings`, the
 base_rag system's records on the same context and budget (the same prompt, sources and model: the
-reading is base RAG's answer, tests/test_run_e2e.py), or the replay refuses.
+reading is base RAG's answer, tests/test_run_e2e.py), or the replay refuses. A reading the
+variant's `read_support` finds unsupported by the item's sources (`policy.supported`) becomes an
+abstention, as through the model.
 """
 
 from __future__ import annotations
@@ -28,7 +30,15 @@ from lorarag.core.errors import RecordError
 from lorarag.eval.records import ItemResult
 from lorarag.fallback.config import PolicyConfig
 from lorarag.fallback.format import parse_reply
-from lorarag.fallback.policy import READ_NOTES, decide_route, final_answer, read_note, reads_sources
+from lorarag.fallback.policy import (
+    READ_NOTES,
+    UNSUPPORTED_NOTE,
+    decide_route,
+    final_answer,
+    read_note,
+    reads_sources,
+    supported,
+)
 
 
 def reroute(items: Sequence[ItemResult], policy: PolicyConfig, system: str,
@@ -40,19 +50,20 @@ def reroute(items: Sequence[ItemResult], policy: PolicyConfig, system: str,
     for r in items:
         if r.route is None or r.verdict is None:
             raise RecordError(f"{r.system} {r.qid}: no verdict or route to replay (not a lora_rag result)")
-        was_read = any(n in READ_NOTES for n in r.notes)
-        notes = tuple(n for n in r.notes if n not in READ_NOTES)
+        # a reading the record's own policy withheld (unsupported) holds no answer to replay: read it again
+        was_read = any(n in READ_NOTES for n in r.notes) and UNSUPPORTED_NOTE not in r.notes
+        notes = tuple(n for n in r.notes if n not in READ_NOTES and n != UNSUPPORTED_NOTE)
         doubt = r.flag_score if r.flag_score is not None else float("nan")
         route = decide_route(r.verdict, doubt, r.memory_answer is not None, policy)
         if reads_sources(r.verdict != "invalid", r.memory_answer is not None, route, policy):
             tag = (read_note(policy), f"route replayed from {r.system}: read")
             if was_read:
-                out.append(replace(r, system=system, notes=(*notes, *tag)))
+                out.append(_supported(replace(r, system=system, notes=(*notes, *tag)), policy))
             elif readings is not None and r.qid in readings:
                 b = readings[r.qid]
-                out.append(replace(r, system=system, route="context", answer=b.answer, abstained=b.abstained,
-                                   cited=b.cited, bad_citations=b.bad_citations,
-                                   notes=(*notes, *tag, f"reading: {b.system}'s answer")))
+                out.append(_supported(replace(r, system=system, route="context", answer=b.answer,
+                                              abstained=b.abstained, cited=b.cited, bad_citations=b.bad_citations,
+                                              notes=(*notes, *tag, f"reading: {b.system}'s answer")), policy))
             else:
                 raise RecordError(f"{r.system} {r.qid}: the variant reads the sources where this record was routed "
                                   "by its verdict, and no base_rag reading of the item is given (evaluate base_rag "
@@ -64,3 +75,11 @@ def reroute(items: Sequence[ItemResult], policy: PolicyConfig, system: str,
                            cited=() if was_read else r.cited, bad_citations=() if was_read else r.bad_citations,
                            notes=(*notes, f"route replayed from {r.system}: {r.route} -> {route}")))
     return out
+
+
+def _supported(r: ItemResult, policy: PolicyConfig) -> ItemResult:
+    """`r` (a reading) as an abstention where `policy.read_support` finds its answer unsupported."""
+    if r.abstained or supported(r.question, r.answer, r.final_texts, policy.read_support):
+        return r
+    return replace(r, route="abstain", answer="", abstained=True, cited=(), bad_citations=(),
+                   notes=(*r.notes, UNSUPPORTED_NOTE))

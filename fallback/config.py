@@ -25,6 +25,10 @@ class PolicyConfig(Strict):
         "routes and may abstain (on an irrelevant/insufficient verdict). Without a memory the verdict follows "
         "familiarity with the fact more than the passage, so `verdict_read` lets the base model read where the "
         "verdict would abstain"))
+    read_support: float | None = Field(None, ge=0.0, le=1.0, description=(
+        "where the base model reads the sources (no trusted memory), the share of its answer's own words (not the "
+        "question's, not function words) that must occur in the sources for the answer to be kept; below it the "
+        "system abstains, as where nothing answers. null keeps every reading (fallback/policy.supported)"))
     unknown_conflict: Literal["context", "abstain"] = Field("context", description=(
         "route of a conflicting/outdated verdict when the gate says the memory is unknown (doubt but no memory): "
         "the context's answer, or abstain (under verdict_read the abstention is the base model's reading)"))

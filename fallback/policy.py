@@ -11,6 +11,9 @@ Rules (thresholds come from `PolicyConfig`):
    (`reads_sources`); under `no_memory: read` the base model reads them whatever the verdict. Without
    a memory the verdict follows familiarity with the fact, not what the passage says, so its "nothing
    usable here" is not trusted to withhold an answer that base RAG would give.
+   With `read_support`, a reading is kept only where the sources support it (`supported`: its own
+   words occur in them); otherwise the system abstains, so an unanswerable question still gets "I
+   cannot answer" though the base model, asked, answers something.
 1. invalid reply → `on_invalid` (default abstain): we cannot tell what the model meant.
 2. supported → context.
 3. conflicting / outdated: the detector score (1 − P(supported)) must reach `flag_threshold`,
@@ -22,6 +25,9 @@ Rules (thresholds come from `PolicyConfig`):
 """
 
 from __future__ import annotations
+
+import re
+from typing import Sequence
 
 from lorarag.fallback.config import PolicyConfig
 from lorarag.fallback.format import is_unknown
@@ -55,6 +61,29 @@ def reads_sources(valid: bool, memory_known: bool, route: str, cfg: PolicyConfig
     if not valid or memory_known:
         return False
     return cfg.no_memory == "read" or (cfg.no_memory == "verdict_read" and route == "abstain")
+
+
+_WORD = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af]|\w+")
+# English function words a reading may add without stating anything the sources must hold
+_FUNCTION = frozenset("""a an the is are was were be been being of in on at to for from by with as and or but
+it its this that these those there their they he she his her which who whom whose what when where how why
+has have had do does did not no yes so than then also about into over after before during since until""".split())
+UNSUPPORTED_NOTE = "reading not supported by the sources (policy.read_support): abstained"
+
+
+def supported(question: str, answer: str, passages: Sequence[str], share: float | None) -> bool:
+    """True where `answer` (the base model's reading) may stand: `share` is None, or at least that
+    share of the answer's own words (case-folded words and CJK characters, less the question's and
+    function words) occur in `passages`. An answer with no words of its own (it restates the
+    question, or is empty) is not supported."""
+    if share is None:
+        return True
+    asked = set(_WORD.findall(question.casefold()))
+    own = [w for w in _WORD.findall(answer.casefold()) if w not in asked and w not in _FUNCTION]
+    if not own:
+        return False
+    there = set(_WORD.findall(" ".join(passages).casefold()))
+    return sum(w in there for w in own) >= share * len(own)
 
 
 def read_note(cfg: PolicyConfig) -> str:

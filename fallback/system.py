@@ -28,7 +28,14 @@ from lorarag.fallback.format import (
     rag_user_turn,
 )
 from lorarag.fallback.gate import SIGNAL, answer_nll, gate_fires
-from lorarag.fallback.policy import decide_route, final_answer, read_note, reads_sources
+from lorarag.fallback.policy import (
+    UNSUPPORTED_NOTE,
+    decide_route,
+    final_answer,
+    read_note,
+    reads_sources,
+    supported,
+)
 from lorarag.fallback.verdict import (
     Verdict,
     field_value,
@@ -238,10 +245,14 @@ class AdvancedRAGSystem:
                                            None, candidates=[list(contexts[i][0] or contexts[i][1]) for i in read],
                                            max_new_tokens=self.read_max_new_tokens)
         per = (time.perf_counter() - t0) / len(read)
+        share = self.cfg.policy.read_support
         for i, a in zip(read, got):
             tr = answers[i].trace or Trace(question=questions[i])
             tr = replace(tr, route="context", timings_s=(*tr.timings_s, ("read", per)),
                          notes=(*tr.notes, read_note(self.cfg.policy)))
+            if not a.abstained and not supported(questions[i], a.text, [r.chunk.text for r in contexts[i][1]], share):
+                tr = replace(tr, route="abstain", notes=(*tr.notes, UNSUPPORTED_NOTE))
+                a = replace(a, text="", cited=(), bad_citations=(), abstained=True)
             answers[i] = replace(a, trace=tr)
 
     def close(self) -> None:

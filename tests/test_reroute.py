@@ -212,3 +212,42 @@ def test_a_reading_variant_takes_base_rags_answer_where_the_record_holds_no_read
         "base empty-no-memory [S2]" if r0.qid == "empty-no-memory" else r0.answer for r0 in items]
     with pytest.raises(RecordError, match="empty-no-memory: the variant reads the sources"):
         reroute(items, PolicyConfig(), "v", {k: v for k, v in base.items() if k != "empty-no-memory"})
+
+
+def test_a_reading_is_kept_only_where_its_own_words_are_in_the_sources():
+    """Hand-counted: the words of the answer less the question's and function words must occur in the
+    sources at `read_support`; an answer with no word of its own (a restatement) is unsupported."""
+    from lorarag.fallback.policy import supported
+
+    q, src = "When was the Kelso lighthouse first lit?", ["The Kelso lighthouse was first lit in 1901."]
+    assert supported(q, "It was first lit in 1901.", src, 1.0)  # own words: {1901}: in the sources
+    assert not supported(q, "The Kelso lighthouse has 40 keepers.", src, 1.0)  # {40, keepers}: 0 of 2
+    assert supported(q, "The Kelso lighthouse was lit in 1901 by keepers.", src, 0.5)  # {1901, keepers}: 1 of 2
+    assert not supported(q, "The Kelso lighthouse was lit in 1901 by keepers.", src, 0.6)
+    assert not supported(q, "The Kelso lighthouse was first lit.", src, 0.0)  # nothing of its own
+    assert supported(q, "anything", src, None)  # no check
+    assert supported("青石古塔建成于哪一年？", "1750年", ["青石古塔建成于1750年。"], 1.0)  # {1750}: CJK-aware
+    assert not supported("青石古塔每年接待多少游客？", "三万人", ["青石古塔建成于1750年。"], 1.0)
+
+
+def test_read_support_turns_an_unsupported_reading_into_an_abstention_in_a_replay():
+    """Records routed by the verdict; under verdict_read the irrelevant-verdict item is read from base
+    RAG. With read_support 1.0 a reading whose own words are not in the item's sources abstains, one
+    that the sources hold is kept; without read_support both readings stand."""
+    from lorarag.fallback.policy import UNSUPPORTED_NOTE
+
+    texts = ("The Kelso lighthouse was first lit in 1901.",)
+    items = [_lora(*x, question="When was the Kelso lighthouse first lit?", final_texts=texts) for x in ITEMS]
+    base = {x[0]: make_item(system="base_rag", qid=x[0], answer="In 1901.") for x in ITEMS}
+    invented = {**base, "empty-no-memory": make_item(system="base_rag", qid="empty-no-memory", answer="In 1887.")}
+    kept = reroute(items, PolicyConfig(read_support=1.0), "v", base)
+    (r,) = [x for x in kept if x.qid == "empty-no-memory"]
+    assert (r.route, r.answer, r.abstained) == ("context", "In 1901.", False)
+    withheld = reroute(items, PolicyConfig(read_support=1.0), "v", invented)
+    (r,) = [x for x in withheld if x.qid == "empty-no-memory"]
+    assert (r.route, r.answer, r.abstained) == ("abstain", "", True) and UNSUPPORTED_NOTE in r.notes
+    # the withheld record replayed without the check reads again (its own answer is gone)
+    (again,) = [x for x in reroute(withheld, PolicyConfig(), "w", invented) if x.qid == "empty-no-memory"]
+    assert (again.answer, again.abstained) == ("In 1887.", False) and UNSUPPORTED_NOTE not in again.notes
+    assert [x.answer for x in reroute(items, PolicyConfig(), "v", invented)] == [
+        "In 1887." if x.qid == "empty-no-memory" else x.answer for x in items]
