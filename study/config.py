@@ -197,6 +197,9 @@ class RunConfig(Strict):
                                                ("questions.path", d.questions and d.questions.path),
                                                ("outdated", d.outdated)) if p]
         reads += [(f"extra_sets.{x.kind}.path", x.path) for x in self.extra_sets]
+        t = self.train
+        if t.val_dataset and Path(t.val_dataset).resolve() == Path(t.dataset).resolve():
+            raise ValueError(f"train.val_dataset: {t.val_dataset} is train.dataset; the validation rows go elsewhere")
         for key, out in (("train.dataset", self.train.dataset), ("train.val_dataset", self.train.val_dataset)):
             if not out:
                 continue

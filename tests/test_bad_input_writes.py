@@ -145,6 +145,8 @@ def test_the_sft_rows_never_land_on_the_knowledge_base(tmp_path, cli, key):
     line = _validate(cli, tmp_path, "run", f"base: {KB_RUN}\ndata: {{corpus: {{kind: folder, path: {corpus_dir}}}}}\n"
                                            f"train: {{{key}: {corpus_dir / 'sft.jsonl'}}}\n")
     assert "inside data.corpus.path" in line
+    line = _validate(cli, tmp_path, "run", f"base: {KB_RUN}\ntrain: {{dataset: rows.jsonl, val_dataset: ./rows.jsonl}}\n")
+    assert "train.val_dataset" in line
 
 
 def test_train_slurm_never_writes_onto_the_configs_base_even_with_force(tmp_path, cli):
@@ -182,6 +184,19 @@ def test_search_trace_never_writes_onto_its_config_and_asks_before_replacing_a_u
     assert json.loads(trace.read_text(encoding="utf-8"))["question"] == "speed limit"
     code, _, err = cli("search", "parking", "-c", cfg, "--trace", trace)  # ours: replaced without --force
     assert code == 0 and json.loads(trace.read_text(encoding="utf-8"))["question"] == "parking", err
+
+
+def test_ask_trace_never_appends_to_its_config_nor_to_a_users_file(tmp_path, cli):
+    cfg = rag_config(tmp_path, kb(tmp_path), tmp_path / "idx")
+    assert cli("index", cfg)[0] == 0
+    before = cfg.read_bytes()
+    for extra in ((), ("--force",)):
+        one_line_error(*cli("ask", "speed limit?", "--config", cfg, "--trace", cfg, *extra)[::2], "is an input")
+    assert cfg.read_bytes() == before
+    notes = tmp_path / "notes.jsonl"
+    notes.write_bytes(MINE)
+    one_line_error(*cli("ask", "speed limit?", "--config", cfg, "--trace", notes)[::2], "not written by lorarag")
+    assert notes.read_bytes() == MINE
 
 
 def test_report_never_writes_through_a_link_out_of_its_folder_even_with_force(tmp_path, cli):
