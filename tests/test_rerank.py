@@ -9,7 +9,7 @@ import pytest
 from lorarag.rag.config import RerankerConfig
 from lorarag.rag.records import Chunk, Retrieved
 from lorarag.rag.rerank import VLLM_OVERRIDES, build_reranker, rerank
-from tests.servers import free_port, launched, vllm_server_cmd
+from tests.servers import free_port, launched, needs_vllm, vllm_server_cmd
 
 QUERIES = ["capital of France", "capital of France", "机动车 注册登记", "founded when"]
 DOCS = ["Paris is the capital of France.", "The quick brown fox jumps.",
@@ -111,6 +111,7 @@ def test_cross_encoder_kind_matches_a_manual_forward(tiny_models, tmp_path):
 
 
 @pytest.mark.slow
+@needs_vllm
 def test_vllm_offline_and_score_server_match_the_model_card(tiny_models, reference, tmp_path):
     r = build_reranker(_cfg(tiny_models, "vllm"))
     try:
