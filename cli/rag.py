@@ -92,7 +92,12 @@ def search_cmd(
               "corpus_hash": manifest.corpus_hash,
               "results": [to_dict(h) for h in hits], "scores": [h.score for h in hits],
               "sources": sources}
-    outputs.write_text(path, json.dumps(record, ensure_ascii=False, indent=1), force=True)  # claimed above
+    text = json.dumps(record, ensure_ascii=False, indent=1)
+    if trace is None:  # the index folder's own file (rag/index_dir.OUR_FILES): no manifest there
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+    else:
+        outputs.write_text(path, text, force=True)  # claimed above
     if as_json:
         typer.echo(json.dumps(record, ensure_ascii=False, indent=1))
         return
