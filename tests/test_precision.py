@@ -115,3 +115,18 @@ def test_set_on_validate(cli):
 def test_version(cli):
     code, out, _ = cli("--version")
     assert code == 0 and out.strip() == f"lorarag {version('lorarag')}"
+
+
+def test_run_json_says_which_precision_and_why(tmp_path):
+    import json
+
+    from lorarag.core.config import load_config
+    from lorarag.core.runinfo import start_run
+    from lorarag.study.config import RunConfig
+
+    cfg = load_config(REPO / "configs/run/cpu-demo.yaml", RunConfig, parse_sets(["train.swift.bf16=false"]))
+    info = json.loads((start_run(tmp_path / "r", cfg) / "run.json").read_text())
+    dtype = "bfloat16" if native_bf16() else "float32"
+    assert info["precision"] == {"dtype": f"train float32, generator {dtype}" if native_bf16() else "float32",
+                                 "train": "float32", "generator": dtype, "why": cpu_bf16_why()}
+    assert "precision" not in json.loads((start_run(tmp_path / "n", None) / "run.json").read_text())
