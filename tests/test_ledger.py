@@ -142,3 +142,28 @@ def test_a_run_under_another_recipe_is_refused_before_training(tmp_path, monkeyp
     with pytest.raises(Trained):
         pipeline.run(cfg, echo=lambda _: None, reread_test=True)
     assert len(ledger.read_text().splitlines()) == 1  # recorded when the evaluation starts, not before
+
+
+def test_lorarag_eval_refuses_a_test_file_first_read_under_another_recipe(tmp_path, cli):
+    from lorarag.scenarios.records import PresentedChunk, Scenario, save_scenarios
+
+    scen = tmp_path / "data" / "test.jsonl"
+    save_scenarios(scen, [Scenario("q1", "f1", "Limit?", ("50",), ("kb1",), "consistent",
+                                   (PresentedChunk("kb1", "The limit is 50."),), "50")])
+    run = tmp_path / "run.yaml"
+    run.write_text(f"base: {REPO / 'configs/run/ci-tiny.yaml'}\nruns_dir: {tmp_path / 'runs'}\n", encoding="utf-8")
+    cfg = tmp_path / "eval.yaml"
+    cfg.write_text(f"scenarios: {scen}\ncomponents: {run}\nsystem: {{kind: base_rag, name: b}}\n"
+                   f"out_dir: {tmp_path / 'runs' / 'e'}\n")
+    (tmp_path / "runs").mkdir()
+    first = {"data": eval_ledger_key(scen), "recipe": "another", "run": "runs/old", "time": "then"}
+    (tmp_path / "runs" / LEDGER).write_text(json.dumps(first) + "\n")
+    code, _, err = cli("eval", cfg)
+    assert code == 2 and err.strip().splitlines()[-1].startswith("error: ") and "pass --reread-test" in err
+    assert not (tmp_path / "runs" / "e" / "results.jsonl").exists()  # refused before any model or write
+
+
+def eval_ledger_key(path: Path) -> str:
+    from lorarag.study.ledger import file_hash
+
+    return file_hash(path)
