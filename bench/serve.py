@@ -36,7 +36,7 @@ from lorarag.core.errors import ConfigError
 from lorarag.core.paths import packaged_config
 from lorarag.fallback.system import AdvancedRAGSystem, Detector
 from lorarag.bench.demo_kb import WorldKB, load_world_kb
-from lorarag.serve.app import AnswerSystem, ServeSettings, create_app
+from lorarag.serve.app import AnswerSystem, ServeSettings, create_app, server_config
 from lorarag.study.config import RunConfig
 from lorarag.study.parts import build_parts
 from lorarag.study.prepare import index_chunks
@@ -120,7 +120,7 @@ def measure(system: AnswerSystem, pool: list[str], requests: int, echo: Callable
     settings = ServeSettings(max_batch=32, max_wait_ms=10.0)
     app = create_app(system, settings)
     port = free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    server = uvicorn.Server(server_config(app, settings, port=port, log_level="warning"))  # as `lorarag serve` runs
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     url = f"http://127.0.0.1:{port}/v1/chat/completions"
