@@ -12,8 +12,11 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Optional
 
 import typer
+
+from lorarag.core.overrides import HELP as OVERRIDES_HELP
 
 
 def register(app: typer.Typer) -> None:
@@ -59,16 +62,23 @@ def register(app: typer.Typer) -> None:
                   dry_run: bool = typer.Option(False, "--dry-run", help="print the exact command, run nothing"),
                   slurm: Path = typer.Option(None, "--slurm", help="write an sbatch script here and exit"),
                   force: bool = typer.Option(False, "--force", help="with --slurm: replace an existing file "
-                                             "lorarag did not write (never the config)")) -> None:
+                                             "lorarag did not write (never the config)"),
+                  sets: Optional[list[str]] = typer.Option(None, "--set", metavar="KEY=VALUE", help=OVERRIDES_HELP)
+                  ) -> None:
         """Train a LoRA (ms-swift, or the CPU peft loop); resumes from the last checkpoint."""
+        from lorarag.core.config import load_config
         from lorarag.core.errors import UserError
+        from lorarag.core.overrides import parse_sets
+        from lorarag.train.config import TrainConfig
         from lorarag.train.preference import pairs_path
-        from lorarag.train.swift import load_train_config, slurm_script, train
+        from lorarag.train.swift import slurm_script, train
 
         if slurm is not None and (str(slurm).startswith("-") or slurm.is_dir()):
             # `--slurm --dry-run` would otherwise write an sbatch file named "--dry-run"
             raise UserError(f"--slurm needs the path of the sbatch script to write, got {str(slurm)!r}")
-        cfg = load_train_config(config)
+        if sets and slurm is not None:  # the sbatch script runs `lorarag train CONFIG` on the cluster
+            raise UserError("--set does not reach the sbatch script of --slurm: write the key into the config")
+        cfg = load_config(config, TrainConfig, parse_sets(sets))
         if slurm is not None:
             from lorarag.core import outputs
             from lorarag.core.config import config_files

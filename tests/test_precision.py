@@ -130,3 +130,14 @@ def test_run_json_says_which_precision_and_why(tmp_path):
     assert info["precision"] == {"dtype": f"train float32, generator {dtype}" if native_bf16() else "float32",
                                  "train": "float32", "generator": dtype, "why": cpu_bf16_why()}
     assert "precision" not in json.loads((start_run(tmp_path / "n", None) / "run.json").read_text())
+
+
+def test_set_on_train_changes_the_command_and_is_refused_with_slurm(cli, tmp_path):
+    code, out, err = cli("train", REPO / "configs/train/tiny.yaml", "--dry-run", "--set", "swift.learning_rate=0.5",
+                         "--set", "seed=3")
+    assert code == 0, err
+    assert "--learning_rate 0.5" in out and "--seed 3" in out
+    code, out, err = cli("train", REPO / "configs/train/tiny.yaml", "--dry-run", "--set", "seedx=1")
+    assert code == 2 and err.strip().splitlines()[-1] == f"error: {REPO / 'configs/train/tiny.yaml'}: seedx: unknown key"
+    code, out, err = cli("train", REPO / "configs/train/tiny.yaml", "--slurm", tmp_path / "job.sh", "--set", "seed=3")
+    assert code == 2 and "--set does not reach the sbatch script" in err and not (tmp_path / "job.sh").exists()
