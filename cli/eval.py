@@ -50,6 +50,7 @@ def _eval(config: Path = typer.Argument(..., help="configs/eval/*.yaml"),
     if shards is not None:
         raise UserError("--shards goes with --slurm (a shard run takes --shard I/N)")
     from lorarag.core.config import load_config, validate_data
+    from lorarag.core.lock import hold
     from lorarag.eval.config import EvalConfig
     from lorarag.eval.records import closed_book_map, load_results
     from lorarag.eval.report import write_report
@@ -72,6 +73,7 @@ def _eval(config: Path = typer.Argument(..., help="configs/eval/*.yaml"),
     made_by = eval_made_by(cfg)  # each row's index, prompt and model hashes (an adapter on another base: refused)
     run_dir = Path(cfg.out_dir)
     if merge is not None:
+        hold(run_dir, "eval folder")  # one writer per folder (core/lock.py)
         merged = merge_shards(run_dir, merge, [x.qid for x in scenarios], stamp=stamp,  # this config's shards only
                               made_by=expected_stamps(scenarios, made_by))
         html = write_report([cfg.out_dir], run_dir / "report", resamples=cfg.bootstrap_resamples, seed=cfg.seed)
@@ -82,6 +84,7 @@ def _eval(config: Path = typer.Argument(..., help="configs/eval/*.yaml"),
         scenarios = select(scenarios, part)
         run_dir = shard_dir(run_dir, part)
         cfg = cfg.model_copy(update={"out_dir": str(run_dir)})
+    hold(run_dir, "eval folder")  # one writer per folder (a shard writer: its shard's), before --fresh
     if fresh and run_dir.is_dir():
         gone = _clear(run_dir, RUN_FILES)
         if gone:
