@@ -12,6 +12,9 @@ from pathlib import Path
 
 import typer
 
+REREAD_HELP = ("read a test split although it was first read under another recipe (the test ledger, "
+               "study/ledger.py)")
+
 
 def _eval(config: Path = typer.Argument(..., help="configs/eval/*.yaml"),
           limit: int = typer.Option(None, help="only the first N scenarios (overrides the config)"),
@@ -25,7 +28,8 @@ def _eval(config: Path = typer.Argument(..., help="configs/eval/*.yaml"),
                                      "shard tasks, and exit"),
           shards: int = typer.Option(None, "--shards", help="with --slurm: how many shards"),
           force: bool = typer.Option(False, "--force", help="replace output files lorarag did not write (the "
-                                     "--slurm script, the run's report files); never the config")) -> None:
+                                     "--slurm script, the run's report files); never the config"),
+          reread_test: bool = typer.Option(False, "--reread-test", help=REREAD_HELP)) -> None:
     """Run a system over a scenario set; results.jsonl is written incrementally and resumes
     (only onto results made with the same config: the run directory keeps a stamp of it).
     Beyond one machine: `--shard I/N` on each, then `--merge N`; `--slurm FILE --shards N` writes the
@@ -72,12 +76,19 @@ def _eval(config: Path = typer.Argument(..., help="configs/eval/*.yaml"),
     stamp = eval_stamp(cfg, everything)
     made_by = eval_made_by(cfg)  # each row's index, prompt and model hashes (an adapter on another base: refused)
     run_dir = Path(cfg.out_dir)
+    from lorarag.study.ledger import eval_ledger
+
+    ledger = eval_ledger(cfg)  # a test-named scenario file: its reads, recorded once per whole evaluation
+    if ledger is not None:
+        ledger.check(reread_test)
     if merge is not None:
         hold(run_dir, "eval folder")  # one writer per folder (core/lock.py)
         merged = merge_shards(run_dir, merge, [x.qid for x in scenarios], stamp=stamp,  # this config's shards only
                               made_by=expected_stamps(scenarios, made_by))
         html = write_report([cfg.out_dir], run_dir / "report", resamples=cfg.bootstrap_resamples, seed=cfg.seed)
         typer.echo(f"merged {merge} shards: {len(merged)} items -> {run_dir / 'results.jsonl'}; report: {html}")
+        for r in ledger.record(run_dir) if ledger is not None else []:
+            typer.echo(r.text())
         return
     if shard is not None:
         part = Shard.parse(shard)
@@ -110,6 +121,8 @@ def _eval(config: Path = typer.Argument(..., help="configs/eval/*.yaml"),
         return
     html = write_report([cfg.out_dir], run_dir / "report", resamples=cfg.bootstrap_resamples,
                         seed=cfg.seed, force=force)
+    for r in ledger.record(run_dir) if ledger is not None else []:
+        typer.echo(r.text())
     typer.echo(f"{len(items)} items -> {run_dir / 'results.jsonl'}; report: {html}")
 
 
