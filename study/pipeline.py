@@ -25,6 +25,7 @@ from pathlib import Path
 
 from lorarag.core import numerics
 from lorarag.core.errors import UserError
+from lorarag.core.lock import hold, release
 from lorarag.core.paths import child
 from lorarag.core.runinfo import start_run
 from lorarag.fallback.gate import SIGNAL, GateCalibration
@@ -115,6 +116,7 @@ def run(cfg: RunConfig, *, fresh: bool = False, dry_run: bool = False, echo: Ech
     numerics.apply(cfg.numerics)  # before anything loads torch; the training child inherits it
     extra_files = check_extra_sets(cfg)  # a missing data set fails now, not after the training
     paths = Paths(child(cfg.runs_dir, cfg.name, "name"))  # inside runs_dir, or refused before anything is written
+    hold(paths.root, "run folder")  # one writer per run folder (core/lock.py), before --fresh removes anything
     if fresh:
         shutil.rmtree(paths.eval, ignore_errors=True)
         shutil.rmtree(paths.report, ignore_errors=True)
@@ -163,6 +165,7 @@ def run(cfg: RunConfig, *, fresh: bool = False, dry_run: bool = False, echo: Ech
     evaluate_extra_sets(cfg, parts, paths.root / "extra", adapter, echo)
     parts.generator.close()
     echo(f"done in {time.perf_counter() - p.t0:.0f}s")
+    release(paths.root)
     return table
 
 
