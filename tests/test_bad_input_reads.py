@@ -288,6 +288,14 @@ def test_a_second_writer_of_a_folder_is_refused_naming_the_holder_and_a_dead_one
         assert snapshot(out) == before  # --fresh removed nothing under a live writer
         with pytest.raises(lock.FolderLocked, match=f"pid {holder.pid}"):
             lock.hold(out)
+        run_root = tmp_path / "runs" / "ci-tiny"  # the run config beside the eval config: its run folder
+        run_holder = _holder(run_root)
+        try:
+            one_line_error(*cli("run", tmp_path / "run.yaml")[::2], f"{run_root}: this run folder is being "
+                                                                    f"written by pid {run_holder.pid}")
+        finally:
+            run_holder.kill()
+            run_holder.wait()
     finally:
         holder.kill()  # dies holding it: its lock file stays behind, naming a dead process
         holder.wait()
