@@ -26,7 +26,7 @@ from lorarag.study.paraphrase import FILE as PARAPHRASES
 from lorarag.study.paraphrase import STAMP as PARAPHRASES_STAMP
 from lorarag.study.prepare import index_chunks
 from lorarag.study.sources import KBSource
-from lorarag.study.training import find_adapter, needs_rag_sft, rag_sft_config
+from lorarag.study.training import check_same_recipe, find_adapter, needs_rag_sft, rag_sft_config
 from lorarag.train import runs
 
 
@@ -59,10 +59,14 @@ def _scratch(cfg: RunConfig, folder: Path) -> RunConfig:
 
 
 def refuse_before_writing(cfg: RunConfig, root: Path, echo: Echo) -> None:
-    """ConfigError now, before anything is written, when stage 4 would refuse the finished adapter of
-    `train.run_name` (or of its RAG-SFT run): another recipe, base model or SFT rows. Nothing is
-    checked when no finished adapter is there (a new training writes its own record)."""
-    found = find_adapter(cfg)  # another recipe: ConfigError here (study/training.check_same_recipe)
+    """ConfigError now, before anything is written, when stage 4 would refuse the training run of
+    `train.run_name` (or of its RAG-SFT run): another recipe (finished or only checkpointed), or a
+    finished adapter's other base model or SFT rows. The rows are not checked when no finished adapter
+    is there (a new training writes its own record)."""
+    check_same_recipe(cfg)  # another recipe: ConfigError, a finished run or only its checkpoints
+    if needs_rag_sft(cfg):
+        check_same_recipe(rag_sft_config(cfg))
+    found = find_adapter(cfg)
     rag_sft = find_adapter(rag_sft_config(cfg)) if needs_rag_sft(cfg) else None
     if found is None and rag_sft is None:
         return

@@ -216,7 +216,7 @@ def _trained_run(tmp: Path, lm: Path, lora: Path):
     return cfg, root
 
 
-def test_a_base_swapped_at_the_same_path_is_refused_by_load_run_and_eval(tmp_path, tiny_models, lora, cli):
+def test_a_base_swapped_at_the_same_path_is_refused_by_load_run_ask_and_eval(tmp_path, tiny_models, lora, cli):
     from lorarag.scenarios.records import save_scenarios
     from lorarag.study.trained import load_run, read_run
     from lorarag.testing.tiny import build_causal_lm
@@ -235,8 +235,8 @@ def test_a_base_swapped_at_the_same_path_is_refused_by_load_run_and_eval(tmp_pat
                                               r"model\.safetensors.* differ\)") as ei:
             call(root)
         assert "\n" not in str(ei.value)
-    for args in ((), ("--merge", "2")):
-        code, _, err = cli("eval", ecfg, *args)
+    for args in (("eval", ecfg), ("eval", ecfg, "--merge", "2"), ("ask", "Who leads Vesova?", "--run", root)):
+        code, _, err = cli(*args)
         last = err.strip().splitlines()[-1]  # (the model written above left its progress bar on stderr)
         assert code == 2 and last.startswith("error: ") and "trained on another base model" in last, err
         assert "Traceback" not in err
@@ -284,4 +284,11 @@ def test_a_new_split_seed_is_refused_before_the_run_folder_is_rewritten(tmp_path
     rank = cfg.train.model_copy(update={"swift": {**cfg.train.swift, "lora_rank": 8}})
     with pytest.raises(ConfigError, match=r"trained with another config \(differs in swift\.lora_rank\)"):
         run(cfg.model_copy(update={"train": rank}), echo=said.append)
+    assert _written(cfg) == before
+    # and so is the same config on a base model swapped at its path
+    from lorarag.testing.tiny import build_causal_lm
+
+    build_causal_lm(cfg.train.model, seed=7)
+    with pytest.raises(ConfigError, match=r"differs in base model \(.*model\.safetensors.*\(nothing was written\)"):
+        run(cfg, echo=said.append)
     assert _written(cfg) == before
