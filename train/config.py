@@ -25,10 +25,11 @@ DEFAULTS: dict[str, Any] = {
     "max_length": 512, "warmup_ratio": 0.05, "save_steps": 50, "torch_dtype": "bfloat16",
     "weight_decay": 0.0, "lr_scheduler_type": "cosine", "max_steps": -1, "system": None,
     "attn_impl": None, "target_regex": None, "truncation_strategy": "delete",
+    "eval_steps": None, "report_to": "none",  # eval_loss on val_dataset every eval_steps (null: at the end)
 }
 # ms-swift arguments this loop accepts without implementing, because they do not change what is
 # trained (the chat template comes from the tokenizer, as `template` names it for ms-swift).
-NOT_TRAINING = {"model_type", "template", "logging_steps", "report_to", "eval_steps", "save_total_limit",
+NOT_TRAINING = {"model_type", "template", "logging_steps", "save_total_limit",
                 "dataloader_num_workers", "dataset_num_proc", "check_model", "add_version"}
 
 
@@ -186,7 +187,26 @@ class TrainConfig(Strict):
             if bad:
                 raise ValueError(f"swift.{bad[0]}: not implemented by the peft kind (use kind: swift)"
                                  + (f"; also {', '.join(bad[1:])}" if bad[1:] else ""))
+            _check_peft_reporting(self.swift, self.val_dataset)
         return self
+
+
+def _check_peft_reporting(swift: dict[str, Any], val_dataset: str | None) -> None:
+    """The peft loop's `eval_steps` (needs `val_dataset`) and `report_to` (none or tensorboard, installed)."""
+    steps = swift.get("eval_steps")
+    if steps is not None and (type(steps) is not int or steps < 1):
+        raise ValueError(f"swift.eval_steps: a positive number of steps, got {steps!r}")
+    if steps is not None and not val_dataset:
+        raise ValueError("swift.eval_steps: no val_dataset to compute the validation loss on")
+    report = swift.get("report_to", "none")
+    names = {n for n in ([report] if isinstance(report, str) else list(report or [])) if n != "none"}
+    if names - {"tensorboard", "all"}:
+        raise ValueError(f"swift.report_to: the peft kind writes tensorboard only (or none), got {report!r}")
+    if names:
+        from importlib.util import find_spec
+
+        if find_spec("tensorboard") is None:
+            raise ValueError("swift.report_to: tensorboard is not installed (pip install tensorboard)")
 
 
 _SWIFT_FIELDS: set[str] | None = None

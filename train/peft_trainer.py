@@ -13,6 +13,10 @@ upper layers only lets the backward pass stop there (`lorarag bench cpu` measure
 It reads the same ms-swift argument names from `TrainConfig.swift` and writes the same adapter
 format (`checkpoint-N/adapter_config.json` + `adapter_model.safetensors`); loss is on the assistant
 reply and its end token only, as ms-swift's chatml template does. Resumable: each checkpoint keeps optimizer and RNG state.
+With `val_dataset`, the mean loss per reply token on those rows (no gradients) is logged at the end of
+training and, when `eval_steps` is set, every `eval_steps` steps, as `eval_loss` in logging.jsonl;
+`report_to: tensorboard` also writes the losses and learning rate to TensorBoard event files under
+`<output_dir>/runs`.
 """
 
 from __future__ import annotations
@@ -112,9 +116,25 @@ def _last_checkpoint(out: Path) -> Path | None:
     return cks[-1] if cks else None
 
 
+def tensorboard_writer(report_to: Any, out: Path):
+    """A TensorBoard SummaryWriter under `out/runs` when `report_to` asks for one, else None;
+    ValueError for an integration this loop does not write (train/config.py refuses those earlier)."""
+    names = [n for n in ([report_to] if isinstance(report_to, str) else list(report_to or [])) if n != "none"]
+    if not names:
+        return None
+    if set(names) - {"tensorboard", "all"}:
+        raise ValueError(f"report_to {report_to!r}: the peft kind writes tensorboard only (or none)")
+    try:
+        from torch.utils.tensorboard import SummaryWriter
+    except ImportError:
+        raise ValueError("report_to: tensorboard needs the tensorboard package (pip install tensorboard)") from None
+    return SummaryWriter(str(out / "runs"))
+
+
 def train_peft(model_dir: str, dataset: str, output_dir: str, args: dict[str, Any], seed: int,
-               resume: bool = True, share_prefix: bool = False) -> Path:
-    """Train a LoRA on messages JSONL (`share_prefix`: see `loss_backward`); returns the final checkpoint folder."""
+               resume: bool = True, share_prefix: bool = False, val_dataset: str | None = None) -> Path:
+    """Train a LoRA on messages JSONL (`share_prefix`: see `loss_backward`; `val_dataset`: see the module
+    docstring); returns the final checkpoint folder."""
     import torch
     from peft import set_peft_model_state_dict
     from safetensors.torch import load_file
@@ -132,6 +152,9 @@ def train_peft(model_dir: str, dataset: str, output_dir: str, args: dict[str, An
         rows = [{"messages": ([{"role": "system", "content": a["system"]}] if r["messages"][0]["role"] != "system"
                               else []) + r["messages"]} for r in rows]
     data = tokenize_rows(tok, rows, int(a["max_length"]), a["truncation_strategy"])
+    val = tokenize_rows(tok, read_sft(val_dataset), int(a["max_length"]), a["truncation_strategy"]) \
+        if val_dataset else []
+    eval_every = int(a["eval_steps"] or 0)  # 0: at the end only (each pass costs forward time on a CPU)
     # Like ms-swift, the GPU when one is visible (CUDA_VISIBLE_DEVICES= keeps it on the CPU).
     device = "cuda" if torch.cuda.is_available() else "cpu"
     model = lora_model(model_dir, a).to(device)
@@ -161,12 +184,17 @@ def train_peft(model_dir: str, dataset: str, output_dir: str, args: dict[str, An
         opt.load_state_dict(state["optimizer"])
         start = state["step"]
         log.info("resuming from %s (step %d of %d)", ck, start, total)
+    if a.get("bf16") == "auto":  # resolved when a config is read; here for a direct call
+        from lorarag.core.precision import native_bf16
+
+        a["bf16"] = native_bf16() is not None
     use_bf16 = a["torch_dtype"] == "bfloat16" or a.get("bf16") is True
     lm_head = model.get_output_embeddings()
     body = model.get_base_model().model
     model.train()
     t0 = time.time()
     logf = (out / "logging.jsonl").open("a", encoding="utf-8")
+    board = tensorboard_writer(a["report_to"], out)
     bar = tqdm(range(start, total), initial=start, total=total, desc="peft LoRA", unit="step")
     for step in bar:
         for g in opt.param_groups:
@@ -179,11 +207,24 @@ def train_peft(model_dir: str, dataset: str, output_dir: str, args: dict[str, An
         bar.set_postfix(loss=f"{loss.item():.3f}")
         logf.write(json.dumps({"step": step + 1, "loss": round(loss.item(), 4),
                                "lr": opt.param_groups[0]["lr"], "elapsed_s": round(time.time() - t0, 1)}) + "\n")
-        logf.flush()
         done = step + 1
+        if board is not None:
+            board.add_scalar("train/loss", loss.item(), done)
+            board.add_scalar("train/learning_rate", opt.param_groups[0]["lr"], done)
+        if val and ((eval_every and done % eval_every == 0) or done == total):
+            model.eval()
+            vl = val_loss(body, lm_head, val, tok.pad_token_id, use_bf16, device, bs)
+            model.train()
+            log.info("step %d: eval_loss %.4f on %d validation rows", done, vl, len(val))
+            logf.write(json.dumps({"step": done, "eval_loss": round(vl, 4), "eval_rows": len(val)}) + "\n")
+            if board is not None:
+                board.add_scalar("eval/loss", vl, done)
+        logf.flush()
         if done % int(a["save_steps"]) == 0 or done == total:
             _save(model, opt, out / f"checkpoint-{done}", done)
     logf.close()
+    if board is not None:
+        board.close()
     final = out / f"checkpoint-{total}"
     if not (final / "adapter_model.safetensors").is_file():
         _save(model, opt, final, total)
@@ -199,12 +240,37 @@ def shared_prefix(batch: list[tuple[list[int], list[int]]], min_tokens: int = 8)
 
 def loss_backward(body, lm_head, batch: list[tuple[list[int], list[int]]], pad: int, bf16: bool,
                   device: str = "cpu", share_prefix: bool = False):
-    """Forward + backward of one right-padded batch of (ids, labels); returns the mean loss.
+    """Forward + backward of one right-padded batch of (ids, labels); returns the mean loss
+    (`forward_loss` with `share_prefix` as it says)."""
+    loss = forward_loss(body, lm_head, batch, pad, bf16, device, share_prefix)
+    loss.backward()
+    return loss
 
-    `share_prefix`: the rows' common leading tokens (the system prompt and chat header, ~1/3 of
-    the demo's tokens) go through the model once, as one row, and their keys/values are repeated
-    for every row; gradients from all rows flow back into that one pass. Same loss and gradients
-    as the padded batch up to rounding (tested), fewer tokens of compute."""
+
+def val_loss(body, lm_head, rows: list[tuple[list[int], list[int]]], pad: int, bf16: bool, device: str,
+             batch_size: int) -> float:
+    """Mean cross-entropy per label token over `rows` (batches in length order, no gradients)."""
+    import torch
+
+    order = sorted(rows, key=lambda r: len(r[0]))
+    total, count = 0.0, 0
+    with torch.no_grad():
+        for s in range(0, len(order), batch_size):
+            batch = order[s:s + batch_size]
+            total += forward_loss(body, lm_head, batch, pad, bf16, device, reduction="sum").item()
+            count += sum(sum(1 for y in lab[1:] if y != -100) for _, lab in batch)
+    return total / count
+
+
+def forward_loss(body, lm_head, batch: list[tuple[list[int], list[int]]], pad: int, bf16: bool,
+                 device: str = "cpu", share_prefix: bool = False, reduction: str = "mean"):
+    """The loss of one right-padded batch of (ids, labels) over its label tokens (`reduction` as in
+    torch's cross_entropy).
+
+    `share_prefix`: the rows' common leading tokens (the system prompt and chat header) go through the model
+    once, as one row, and their keys/values are repeated for every row; gradients from all rows flow back
+    into that one pass. Same loss and gradients as the padded batch up to rounding (tested), fewer tokens of
+    compute."""
     import torch
 
     n = shared_prefix(batch) if share_prefix else 0
@@ -224,9 +290,7 @@ def loss_backward(body, lm_head, batch: list[tuple[list[int], list[int]]], pad: 
         tgt = lab[:, 1:]
         keep = tgt != -100  # logits only where a label is: [N, V] instead of [B, T, V]
         logits = lm_head(hidden[:, :-1][keep])
-    loss = torch.nn.functional.cross_entropy(logits.float(), tgt[keep])
-    loss.backward()
-    return loss
+    return torch.nn.functional.cross_entropy(logits.float(), tgt[keep], reduction=reduction)
 
 
 STATE_FILE = "trainer_state.pt"
@@ -276,11 +340,12 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--seed", type=int, default=42)
     ap.add_argument("--args", default="{}", help="ms-swift argument names -> values, as JSON")
     ap.add_argument("--share_prefix", action="store_true", help="run each batch's common prefix once")
+    ap.add_argument("--val_dataset", default=None, help="validation rows: eval_loss every eval_steps")
     ns = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     try:
         final = train_peft(ns.model, ns.dataset, ns.output_dir, json.loads(ns.args), ns.seed,
-                           share_prefix=ns.share_prefix)
+                           share_prefix=ns.share_prefix, val_dataset=ns.val_dataset)
     except ValueError as exc:  # bad rows or arguments: one line, the caller names the run
         raise SystemExit(f"error: {exc}") from None
     print(f"final adapter: {final}")

@@ -77,6 +77,7 @@ def peft_command(cfg: TrainConfig) -> list[str]:
     out = run_dir(cfg) / "output"
     return [sys.executable, "-m", "lorarag.train.peft_trainer", "--model", cfg.model, "--dataset", cfg.dataset,
             "--output_dir", str(out), "--seed", str(cfg.seed), "--args", json.dumps(cfg.swift),
+            *(["--val_dataset", cfg.val_dataset] if cfg.val_dataset else []),
             *(["--share_prefix"] if cfg.share_prefix else [])]
 
 
