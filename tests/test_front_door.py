@@ -74,3 +74,15 @@ def test_the_readmes_own_kb_config_validates_where_a_user_saves_it(tmp_path, cli
     assert code == 0 and out.splitlines() == [f"ok    {cfg}", "1 valid, 0 invalid"], out
     code, out, _ = cli("run", cfg, "--dry-run")
     assert code == 0 and "corpus folder my-docs/ + questions jsonl my-questions.jsonl" in out
+
+
+def test_the_vllm_kind_without_vllm_installed_is_one_clear_error(monkeypatch, tmp_path):
+    """vLLM is an extra (`make install-vllm`): without it, asking for the vllm generator says so."""
+    import lorarag.rag.generators as generators
+    from lorarag.core.errors import ConfigError
+    from lorarag.rag.config import GeneratorConfig
+
+    monkeypatch.setattr(generators, "find_spec", lambda name: None if name == "vllm" else object())
+    with pytest.raises(ConfigError, match=r"generator.kind: vllm needs vLLM, which is not installed here "
+                                          r"\(`make install-vllm`"):
+        generators.build_generator(GeneratorConfig(kind="vllm", model=str(tmp_path)))
