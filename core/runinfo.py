@@ -66,6 +66,18 @@ def hash_paths(paths: Iterable[str | Path]) -> dict[str, str]:
     return out
 
 
+def check_run_files(run_dir: str | Path, *, config: bool = True) -> None:
+    """OutputError (one line) when `run_dir` holds a config.yaml (with `config`) or run.json that
+    lorarag did not write, or that was edited since: `start_run` would replace it. A run calls this
+    before it writes anything, so a config the user keeps in the run folder stops it at once."""
+    run_dir = Path(run_dir)
+    for path in [run_dir / "config.yaml"] * config + [run_dir / "run.json"]:
+        if (path.exists() or path.is_symlink()) and not outputs.is_ours(path):
+            raise outputs.OutputError(f"{path}: exists and was not written by lorarag (or was edited since); a run "
+                                      f"folder's {path.name} is lorarag's own record: keep yours outside "
+                                      f"{run_dir}, or give another run folder")
+
+
 def start_run(run_dir: str | Path, config: BaseModel | None, *, seeds: dict[str, int] | None = None,
               data: Iterable[str | Path] = (), command: list[str] | None = None) -> Path:
     """Create `run_dir` and write `config.yaml` and `run.json` (SHA, versions, seeds, hashes).
@@ -74,12 +86,7 @@ def start_run(run_dir: str | Path, config: BaseModel | None, *, seeds: dict[str,
     keeps in the folder as config.yaml, or a file of theirs named run.json, is refused (OutputError),
     never replaced by the resolved dump."""
     run_dir = Path(run_dir)
-    mine = [run_dir / "config.yaml", run_dir / "run.json"] if config is not None else [run_dir / "run.json"]
-    for path in mine:
-        if (path.exists() or path.is_symlink()) and not outputs.is_ours(path):
-            raise outputs.OutputError(f"{path}: exists and was not written by lorarag (or was edited since); a run "
-                                      f"folder's {path.name} is lorarag's own record: keep yours outside "
-                                      f"{run_dir}, or give another run folder")
+    check_run_files(run_dir, config=config is not None)
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
     except OSError as exc:

@@ -27,7 +27,7 @@ from lorarag.core import numerics
 from lorarag.core.errors import UserError
 from lorarag.core.lock import hold, release
 from lorarag.core.paths import child
-from lorarag.core.runinfo import start_run
+from lorarag.core.runinfo import check_run_files, start_run
 from lorarag.fallback.gate import SIGNAL, GateCalibration
 from lorarag.rag.retrieve import Retriever
 from lorarag.scenarios.records import Scenario
@@ -116,6 +116,7 @@ def run(cfg: RunConfig, *, fresh: bool = False, dry_run: bool = False, echo: Ech
     numerics.apply(cfg.numerics)  # before anything loads torch; the training child inherits it
     extra_files = check_extra_sets(cfg)  # a missing data set fails now, not after the training
     paths = Paths(child(cfg.runs_dir, cfg.name, "name"))  # inside runs_dir, or refused before anything is written
+    check_run_files(paths.root)  # a config.yaml or run.json of the user's there: refused before any write
     hold(paths.root, "run folder")  # one writer per run folder (core/lock.py), before --fresh removes anything
     if fresh:
         shutil.rmtree(paths.eval, ignore_errors=True)

@@ -254,6 +254,16 @@ def test_eval_fresh_removes_only_what_lorarag_listed(tmp_path, cli):
     assert (ours / "run.json").read_bytes() == MINE
 
 
+def test_a_run_config_kept_in_its_run_folder_stops_the_run_before_it_writes(tmp_path, cli):
+    folder = tmp_path / "runs" / "kept"
+    folder.mkdir(parents=True)
+    kept = folder / "config.yaml"
+    kept.write_text(f"base: {RUN}\nname: kept\nruns_dir: {tmp_path / 'runs'}\n", encoding="utf-8")
+    before = snapshot(tmp_path / "runs")
+    one_line_error(*cli("run", kept)[::2], str(kept), "not written by lorarag")
+    assert snapshot(tmp_path / "runs") == before
+
+
 def test_a_run_folder_never_takes_a_users_config_or_run_json(tmp_path):
     from lorarag.core.runinfo import start_run
     from lorarag.train.config import TrainConfig
