@@ -9,8 +9,11 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Optional
 
 import typer
+
+from lorarag.core.overrides import HELP as OVERRIDES_HELP
 
 REREAD_HELP = ("read a test split although it was first read under another recipe (the test ledger, "
                "study/ledger.py)")
@@ -29,7 +32,8 @@ def _eval(config: Path = typer.Argument(..., help="configs/eval/*.yaml"),
           shards: int = typer.Option(None, "--shards", help="with --slurm: how many shards"),
           force: bool = typer.Option(False, "--force", help="replace output files lorarag did not write (the "
                                      "--slurm script, the run's report files); never the config"),
-          reread_test: bool = typer.Option(False, "--reread-test", help=REREAD_HELP)) -> None:
+          reread_test: bool = typer.Option(False, "--reread-test", help=REREAD_HELP),
+          sets: Optional[list[str]] = typer.Option(None, "--set", metavar="KEY=VALUE", help=OVERRIDES_HELP)) -> None:
     """Run a system over a scenario set; results.jsonl is written incrementally and resumes
     (only onto results made with the same config: the run directory keeps a stamp of it).
     Beyond one machine: `--shard I/N` on each, then `--merge N`; `--slurm FILE --shards N` writes the
@@ -42,6 +46,8 @@ def _eval(config: Path = typer.Argument(..., help="configs/eval/*.yaml"),
     if slurm is not None:
         if shards is None or str(slurm).startswith("-"):
             raise UserError("--slurm FILE needs a file name and --shards N")
+        if sets:  # the array's tasks run `lorarag eval CONFIG --shard I/N` on the cluster
+            raise UserError("--set does not reach the sbatch script of --slurm: write the key into the config")
         from lorarag.core import outputs
         from lorarag.core.config import load_config
         from lorarag.eval.config import EvalConfig
@@ -64,7 +70,9 @@ def _eval(config: Path = typer.Argument(..., help="configs/eval/*.yaml"),
     from lorarag.eval.stamps import expected_stamps
     from lorarag.study.eval_system import build_eval_system, eval_made_by, eval_stamp, pin_numerics
 
-    cfg = load_config(config, EvalConfig)
+    from lorarag.core.overrides import parse_sets
+
+    cfg = load_config(config, EvalConfig, parse_sets(sets))
     flags = {k: v for k, v in (("limit", limit), ("out_dir", str(out) if out else None)) if v is not None}
     if flags:  # options are validated like the YAML keys they override
         cfg = validate_data({**cfg.model_dump(), **flags}, EvalConfig,

@@ -141,3 +141,14 @@ def test_set_on_train_changes_the_command_and_is_refused_with_slurm(cli, tmp_pat
     assert code == 2 and err.strip().splitlines()[-1] == f"error: {REPO / 'configs/train/tiny.yaml'}: seedx: unknown key"
     code, out, err = cli("train", REPO / "configs/train/tiny.yaml", "--slurm", tmp_path / "job.sh", "--set", "seed=3")
     assert code == 2 and "--set does not reach the sbatch script" in err and not (tmp_path / "job.sh").exists()
+
+
+def test_set_on_eval_is_validated_like_the_yaml(cli, tmp_path):
+    cfg = REPO / "configs/eval/cpu-demo-base-rag.yaml"
+    code, out, err = cli("eval", cfg, "--set", "bogus=1")
+    assert code == 2 and err.strip().splitlines()[-1] == f"error: {cfg}: bogus: unknown key"
+    code, out, err = cli("eval", cfg, "--set", "bootstrap_resamples=10")
+    last = err.strip().splitlines()[-1]
+    assert code == 2 and last.startswith(f"error: {cfg}: ") and "bootstrap_resamples" in last
+    code, out, err = cli("eval", cfg, "--slurm", tmp_path / "a.sh", "--shards", "2", "--set", "seed=1")
+    assert code == 2 and "--set does not reach the sbatch script" in err and not (tmp_path / "a.sh").exists()
