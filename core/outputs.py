@@ -19,6 +19,7 @@ import hashlib
 import json
 import logging
 import os
+import shutil
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -178,3 +179,37 @@ def write_text(path: str | Path, text: str, *, force: bool = False, inputs: Iter
         raise OutputError(f"{path}: cannot write it ({exc.strerror or exc})") from None
     record([path])
     return path
+
+
+def _started_here(folder: Path) -> bool:
+    """True when `folder` holds the run.json lorarag's `start_run` wrote (listed in the manifest, or,
+    in a folder from before the manifest, one with run.json's own keys)."""
+    run_json = folder / "run.json"
+    if is_ours(run_json):
+        return True
+    if (folder / MANIFEST).exists() or run_json.is_symlink():
+        return False
+    try:
+        data = json.loads(run_json.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return False
+    return isinstance(data, dict) and {"started", "git_sha", "versions"} <= set(data)
+
+
+def remove_run_folder(folder: str | Path, what: str = "run folder") -> bool:
+    """`--fresh` for a whole run folder (a training run and its checkpoints): removed only when
+    lorarag started it (`_started_here`) or it is empty, never through a link; OutputError (one
+    line) otherwise, with nothing removed. False when there was nothing there."""
+    folder = Path(folder)
+    if folder.is_symlink():
+        raise OutputError(f"{folder}: is a link; --fresh never removes through it: remove it yourself or name "
+                          "another run")
+    if not folder.exists():
+        return False
+    if not folder.is_dir():
+        raise OutputError(f"{folder}: is a file, not a {what}; refusing to remove it")
+    if not _started_here(folder) and any(folder.iterdir()):
+        raise OutputError(f"{folder}: holds files but no run.json lorarag wrote; --fresh removes only a {what} "
+                          "lorarag made: remove it yourself or name another run")
+    shutil.rmtree(folder)
+    return True

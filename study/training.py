@@ -10,10 +10,10 @@ the LoRA's: `<folder of train.dataset>/rag-sft/<file name>` (val likewise).
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 from typing import Callable
 
+from lorarag.core import outputs
 from lorarag.core.errors import ConfigError
 from lorarag.rag.prompt import PromptBuilder
 from lorarag.rag.records import Chunk
@@ -134,7 +134,7 @@ def train_or_reuse(cfg: RunConfig, fresh: bool, echo: Echo) -> Path:
             return found
     out = train_dir(cfg)
     if fresh:
-        shutil.rmtree(out, ignore_errors=True)
+        outputs.remove_run_folder(out, "training run folder")  # only one lorarag started (core/outputs.py)
     return Path(swift.train(cfg.train))  # ms-swift (GPU) or the CPU peft loop, as `train.kind` says
 
 

@@ -298,3 +298,31 @@ def test_remove_owned_never_follows_a_link_nor_removes_an_unlisted_file(tmp_path
     gone, kept = outputs.remove_owned(folder, ["results.jsonl", "resumes.jsonl", "stamp.json"])
     assert gone == ["results.jsonl"] and kept == ["resumes.jsonl", "stamp.json"]
     assert outside.read_bytes() == MINE and (folder / "stamp.json").read_bytes() == MINE
+
+
+def test_fresh_removes_a_training_run_folder_only_when_lorarag_started_it(tmp_path):
+    from lorarag.core.runinfo import start_run
+
+    users = tmp_path / "notes"
+    users.mkdir()
+    (users / "README.md").write_bytes(MINE)
+    with pytest.raises(outputs.OutputError, match="no run.json lorarag wrote"):
+        outputs.remove_run_folder(users)
+    assert snapshot(users) == {"README.md": MINE}
+    link = tmp_path / "link"
+    link.symlink_to(users, target_is_directory=True)
+    with pytest.raises(outputs.OutputError, match="link"):
+        outputs.remove_run_folder(link)
+    assert snapshot(users) == {"README.md": MINE}
+    (users / "run.json").write_text('{"mine": true}', encoding="utf-8")  # a run.json that is not lorarag's
+    with pytest.raises(outputs.OutputError):
+        outputs.remove_run_folder(users)
+    ours = start_run(tmp_path / "ours", None)
+    (ours / "output").mkdir()
+    (ours / "output" / "checkpoint-2").write_text("weights", encoding="utf-8")
+    assert outputs.remove_run_folder(ours) and not ours.exists()
+    older = tmp_path / "older"  # a run folder from before the manifest: run.json's own keys
+    older.mkdir()
+    (older / "run.json").write_text(json.dumps({"started": "x", "git_sha": "y", "versions": {}}), encoding="utf-8")
+    assert outputs.remove_run_folder(older) and not older.exists()
+    assert not outputs.remove_run_folder(tmp_path / "absent")
