@@ -1,9 +1,10 @@
-"""Can the context alone give a factual error away? A probe over scenario records.
+"""Can the context alone give a flawed context away? A probe over scenario records.
 
 A detector is meant to compare its memory with the sources. When a set's wrong passages differ
-from its real ones in form (shorter, another style, a marker), a model can learn the form
-instead, and its detection numbers say nothing about memory. Two probes, both on the presented
-context only, factual errors against consistent contexts:
+from its real ones in form (shorter, another style, a marker, an archive template for older
+values), a model can learn the form instead, and its detection numbers say nothing about memory.
+Two probes, both on the presented context only, each flawed cell's contexts (factual error,
+outdated, irrelevant, unanswerable) against the consistent ones:
 - `length_auroc`: the context's length in characters as the score (either way round: max of
   AUROC and 1 - AUROC), a shortcut a chunker can remove;
 - `auroc`: TF-IDF (word 1-2 grams + char 2-4 grams) + logistic regression, trained on half of the
@@ -68,12 +69,16 @@ def text_auroc(texts: Sequence[str], labels: Sequence[int], groups: Sequence[str
     return auroc(clf.predict_proba(xte)[:, 1], y[te])
 
 
-def context_probe(scenarios: Sequence[Scenario], splits: int = 3) -> ShortcutProbe | None:
-    """Both probes on the factual-error vs consistent scenarios; None without both kinds."""
+FLAWED_CELLS = ("factual_error", "outdated", "irrelevant", "unanswerable")
+
+
+def context_probe(scenarios: Sequence[Scenario], splits: int = 3,
+                  flawed: str = "factual_error") -> ShortcutProbe | None:
+    """Both probes on the `flawed` vs consistent scenarios; None without both kinds."""
     import math
 
-    pairs = [s for s in scenarios if s.scenario in ("factual_error", "consistent")]
-    y = [int(s.scenario == "factual_error") for s in pairs]
+    pairs = [s for s in scenarios if s.scenario in (flawed, "consistent")]
+    y = [int(s.scenario == flawed) for s in pairs]
     if not pairs or len(set(y)) < 2:
         return None
     texts = [context_text(s) for s in pairs]
@@ -83,3 +88,26 @@ def context_probe(scenarios: Sequence[Scenario], splits: int = 3) -> ShortcutPro
     runs = tuple(text_auroc(texts, y, groups, seed) for seed in range(splits)) if len(set(groups)) >= 4 else ()
     ok = [a for a in runs if not math.isnan(a)]
     return ShortcutProbe(sum(y), len(y) - sum(y), sum(ok) / len(ok) if ok else math.nan, runs, max(la, 1 - la))
+
+
+def context_probes(scenarios: Sequence[Scenario], splits: int = 3) -> dict[str, ShortcutProbe]:
+    """`context_probe` for every flawed cell the scenarios hold, by cell."""
+    out = {cell: context_probe(scenarios, splits, cell) for cell in FLAWED_CELLS}
+    return {cell: p for cell, p in out.items() if p is not None}
+
+
+def probe_lines(probes: dict[str, dict]) -> list[str]:
+    """Markdown lines of the probes (records as `dataclasses.asdict` wrote them, nan as None), one a
+    cell, with what a reading above SHORTCUT_AUROC means."""
+    out = []
+    for cell, p in probes.items():
+        auc = "–" if p["auroc"] is None else f"{p['auroc']:.2f}"
+        line = (f"Context-only probe, {cell.replace('_', ' ')} (eval/shortcut.py; {p['n_pos']} {cell} vs {p['n_neg']} "
+                f"consistent test contexts): TF-IDF + logistic regression on held-out facts AUROC {auc}, length "
+                f"alone {p['length_auroc']:.2f} (0.5 = chance).")
+        if max(p["auroc"] or 0.0, p["length_auroc"]) > SHORTCUT_AUROC:
+            line += (f" **Above {SHORTCUT_AUROC}: this cell's contexts can be told by their form**, so a detector "
+                     "may flag them without consulting its memory; the detection table below compares known with "
+                     "never-learned facts, where memory cannot help.")
+        out.append(line)
+    return out

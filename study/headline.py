@@ -30,7 +30,7 @@ from lorarag.eval.answer_metrics import is_correct, token_f1
 from lorarag.eval.attribution import attribution_table, table_markdown
 from lorarag.eval.compare import pair
 from lorarag.eval.records import WRONG_VALUE_SCENARIOS, ItemResult
-from lorarag.eval.shortcut import SHORTCUT_AUROC
+from lorarag.eval.shortcut import probe_lines
 from lorarag.eval.stats import (ci_text, cluster_permutation_test, counts_text, mcnemar_exact, noninferior,
                                 paired_bootstrap, wilson_ci)
 from lorarag.fallback.format import VERDICTS
@@ -262,17 +262,9 @@ def _notes(summary: Mapping[str, Any]) -> list[str]:
     elif wordings:
         out.append(f"Taught questions by number of wordings the set offers: {wordings}. Known facts are tested "
                    "in a wording they were trained in (every known cell says `trained wording`).")
-    probe = summary.get("shortcut")
-    if probe:
-        auc = "–" if probe["auroc"] is None else f"{probe['auroc']:.2f}"
-        line = (f"Context-only probe (eval/shortcut.py; {probe['n_pos']} factual-error vs {probe['n_neg']} consistent "
-                f"test contexts): TF-IDF + logistic regression on held-out facts AUROC {auc}, length alone "
-                f"{probe['length_auroc']:.2f} (0.5 = chance).")
-        if max(probe["auroc"] or 0.0, probe["length_auroc"]) > SHORTCUT_AUROC:
-            line += (f" **Above {SHORTCUT_AUROC}: this set's wrong passages can be told by their form**, so a "
-                     "detector may flag them without consulting its memory; the detection table below compares "
-                     "known with never-learned facts, where memory cannot help.")
-        out.append(line)
+    # every flawed cell's probe; a run written before there was one a cell has the factual-error one alone
+    out += probe_lines(summary.get("shortcuts") or ({"factual_error": summary["shortcut"]}
+                                                    if summary.get("shortcut") else {}))
     para = summary.get("paraphrase")
     if para:
         out.append(f"data.paraphrase: the generator reworded {para['questions']} single-wording taught question(s); "

@@ -24,7 +24,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Sequence
 
-from lorarag.eval.shortcut import context_probe
+from lorarag.eval.shortcut import context_probes
 from lorarag.eval.stats import nan_to_none
 from lorarag.rag.records import Chunk, write_jsonl
 from lorarag.scenarios.from_corpus import (
@@ -204,8 +204,7 @@ def kb_scenarios(cfg: RunConfig, kb: KB, paths: Paths, search: Searcher | None =
         if cfg.eval.max_per_cell is None else None  # a sample leaves items out anyway
     kb.summary["test_wordings"] = wording_summary(plan, {s.fact_id.removeprefix("kb/") for s in test
                                                          if s.knowledge == "known"})
-    probe = context_probe(test)
-    kb.summary["shortcut"] = nan_to_none(asdict(probe)) if probe else None
+    kb.summary["shortcuts"] = {cell: nan_to_none(asdict(p)) for cell, p in context_probes(test).items()}
     _write_summary(paths, kb.summary)
     return test, dev_known, dev_unseen
 

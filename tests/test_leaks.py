@@ -52,7 +52,8 @@ def _setup(tmp_path, trained_texts):
 def test_a_flawed_test_context_in_a_training_row_stops_the_run(tmp_path):
     cfg, paths, test, owners = _setup(tmp_path, (OLD, GOLD))
     with pytest.raises(ConfigError, match=r"test item org1/hq/p3/outdated: its outdated context is one the SFT rows "
-                                          r"show, verbatim or as an edited twin \(1 of 1 outdated \(known\) items; verbatim 1\)"):
+                                          r"show, verbatim or as an edited twin \(1 of 1 outdated \(known\) "
+                                          r"items; verbatim 1\)"):
         check_test_contexts(cfg, paths, test, owners, {"gold": GOLD}, lambda _: None)
     # the table is on disk all the same, for the report and for the user
     assert [(c.scenario, c.verbatim) for c in read_overlap(paths.root)] == [("consistent", 1), ("outdated", 1)]

@@ -90,3 +90,23 @@ def test_scenarios_over_piaf_and_lecoqa(name):
         assert p.auroc <= 0.6 and p.length_auroc <= 0.6 and not p.flagged, p
     else:
         assert counts["consistent"] == counts["irrelevant"] == 309 and counts["factual_error"] <= 3
+
+
+def test_every_flawed_cell_is_probed_and_a_form_shortcut_is_named_per_cell():
+    """Outdated contexts in an archive template ("As of ...") are told by their length alone (each 20
+    characters longer: AUROC 1.0), factual errors of the same form as the consistent ones are not
+    (0.5); each cell gets its own line, and only the outdated one says it can be told by form."""
+    from dataclasses import asdict
+
+    from lorarag.eval.shortcut import context_probes, probe_lines
+
+    sc = [_sc(i, "consistent", f"the bridge of town{i} was built by mason{i + 30}") for i in range(6)]
+    sc += [_sc(i, "factual_error", f"the bridge of town{i} was built by mason{i + 40}") for i in range(6)]
+    sc += [_sc(i, "outdated", f"As of 1900, the bridge of town{i} was built by mason{i + 50}") for i in range(6)]
+    probes = context_probes(sc, splits=0)
+    assert set(probes) == {"factual_error", "outdated"}  # no irrelevant or unanswerable contexts here
+    assert probes["outdated"].length_auroc == pytest.approx(1.0) and probes["outdated"].flagged
+    assert probes["factual_error"].length_auroc == pytest.approx(0.5) and not probes["factual_error"].flagged
+    lines = probe_lines({c: {**asdict(p), "auroc": None} for c, p in probes.items()})
+    assert len(lines) == 2 and lines[0].startswith("Context-only probe, factual error (")
+    assert "can be told by their form" in lines[1] and "can be told by their form" not in lines[0]
