@@ -113,7 +113,9 @@ class EmbedderConfig(Strict):
         "instruction prefixed to queries only (Qwen3-Embedding); null: none"))
     batch_size: int = Field(32, description="texts per encoder call")
     max_length: int = Field(512, description="longest input text, in tokens")
-    dtype: Literal["float32", "bfloat16", "float16"] = Field("float32", description="weights' precision")
+    dtype: Literal["float32", "bfloat16", "float16"] = Field("float32", description=(
+        "weights' precision; `auto` in a config file: bfloat16 on a GPU or a CPU with native bf16 (AVX512-BF16, "
+        "AMX), else float32 (core/precision.py)"))
     device: str = Field("cpu", description="torch device (`cpu`, `cuda`, `cuda:1`)")
     base_url: str | None = Field(None, description="openai kind: e.g. http://127.0.0.1:8000/v1")
     api_key_env: str | None = Field(None, description="name of the env var holding the key, never the key")
@@ -156,7 +158,9 @@ class RerankerConfig(Strict):
         "the task instruction in the reranker's prompt"))
     batch_size: int = Field(16, description="pairs per scoring call")
     max_length: int = Field(1024, description="tokens of the whole pair prompt")
-    dtype: Literal["float32", "bfloat16", "float16"] = Field("float32", description="weights' precision")
+    dtype: Literal["float32", "bfloat16", "float16"] = Field("float32", description=(
+        "weights' precision; `auto` in a config file: bfloat16 on a GPU or a CPU with native bf16 (AVX512-BF16, "
+        "AMX), else float32 (core/precision.py)"))
     device: str = Field("cpu", description="torch device (`cpu`, `cuda`, `cuda:1`)")
     base_url: str | None = Field(None, description="http backend: the server's URL")
     api_key_env: str | None = Field(None, description="name of the env var holding the key, never the key")
@@ -175,7 +179,9 @@ class GeneratorConfig(Strict):
     max_new_tokens: int = Field(64, description="tokens generated per answer (default for callers that set none)")
     temperature: float = Field(0.0, description="0 = greedy")
     max_model_len: int = Field(2048, description="tokens; prompts longer than this are truncated (see generate.py)")
-    dtype: Literal["float32", "bfloat16", "float16"] = Field("float32", description="weights' precision")
+    dtype: Literal["float32", "bfloat16", "float16"] = Field("float32", description=(
+        "weights' precision; `auto` in a config file: bfloat16 on a GPU or a CPU with native bf16 (AVX512-BF16, "
+        "AMX), else float32 (core/precision.py)"))
     fp32_lm_head: bool = Field(True, description=(
         "transformers kind: with a half-precision `dtype`, compute the LM head in fp32 so token probabilities "
         "(verdict scores, the NLL gate) do not tie on bf16's 8-bit mantissa; the body keeps the fast "
@@ -189,19 +195,18 @@ class GeneratorConfig(Strict):
         "~37 GiB of cache alone; null = `batch_size` rows whatever their length."))
     attn_impl: Literal["eager", "sdpa"] | None = Field(None, description=(
         "transformers kind: the attention kernel (transformers' `attn_implementation`); null = its default "
-        "(SDPA). On CPU, SDPA's flash kernel costs ~8 ms per layer per decode step at batch 32 (43 % of a "
-        "47-token generation on SmolLM2); `eager` is the plain matmul-softmax-matmul."))
+        "(SDPA). `eager` is the plain matmul-softmax-matmul, faster than SDPA's CPU kernel on short rows."))
     prefix_cache: bool = Field(False, description=(
-        "transformers kind: prefill each batch's common leading tokens (system prompt, sources header: ~85 of "
-        "~200 tokens of the demo's grounded prompts) once, as one row, and share their keys/values with every "
-        "row. Same tokens as without it up to half-precision rounding."))
+        "transformers kind: prefill each batch's common leading tokens (system prompt, sources header) once, as "
+        "one row, and share their keys/values with every row. Same tokens as without it up to half-precision "
+        "rounding."))
     prompt_lookup: int | None = Field(default=None, ge=1, description=(
         "transformers kind, greedy only: a request decoded alone (a batch of one row: one client of `serve`) drafts "
         "up to this many tokens by matching its last tokens against its own prompt (transformers' prompt-lookup "
         "decoding) and the model verifies them in one forward pass. The model still chooses every token, so the "
         "text is the same; a step that verifies k drafted tokens reads the weights once instead of k times (a "
-        "decode step is bound by the weight read: ~86 ms for SmolLM2-135M in fp32 on one shared core). Pays where "
-        "replies copy the prompt (sources, the forced memory). null = off."))
+        "decode step is bound by the weight read). Pays where replies copy the prompt (sources, the forced "
+        "memory). null = off."))
     engine_dir: str = Field("checkpoints/engines", description=(
         "ctranslate2 kind: where the converted copies live, one folder per base + adapter + dtype, named by the "
         "sha256 of their weights (a retrained adapter is converted again, never read from a stale copy)"))

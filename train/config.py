@@ -156,7 +156,9 @@ class TrainConfig(Strict):
     sft: SFTConfig | None = Field(None, description="the SFT data mix (train/sft.py); null: its defaults")
     preference: PreferenceConfig = Field(default_factory=PreferenceConfig, description=(
         "preference training after SFT (DPO/ORPO on conflict pairs, train/preference.py); off unless enabled"))
-    swift: dict[str, Any] = Field(default_factory=dict, description="ms-swift argument names -> values")
+    swift: dict[str, Any] = Field(default_factory=dict, description=(
+        "ms-swift argument names -> values; `bf16: auto` = bf16 autocast where the CPU has it natively (AVX512-BF16, "
+        "AMX) or for ms-swift on a GPU, else fp32 (core/precision.py)"))
     share_prefix: bool = Field(False, description=(
         "peft kind: a batch's common leading tokens (system prompt, chat header) run once and their keys/values "
         "serve every row: same loss and gradients up to rounding, ~1/3 fewer tokens of compute on the demo's rows "
