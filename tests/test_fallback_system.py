@@ -449,3 +449,25 @@ def test_without_a_memory_the_base_model_reads_the_sources_whatever_the_verdict(
     assert (d.text, d.trace.route, d.abstained, d.trace.verdict) == ("read passage q-declined [S1]", "context", False,
                                                                     "irrelevant")
     assert READ_NOTE_ROUTED in d.trace.notes and b.trace.route == "abstain"
+
+
+def test_read_support_abstains_where_the_reading_is_not_in_the_sources():
+    """verdict_read with read_support 1.0: the irrelevant-verdict item without a memory is read by the
+    base model; its reading ("read passage q-declined [S1]") has own words 'read' and 's1' that the
+    passage lacks, so it is withheld and the system abstains, with the reading noted; a reading whose
+    words the passage holds is kept."""
+    from lorarag.fallback.policy import UNSUPPORTED_NOTE
+
+    empty = ["source", ":", " unknown", " |", " verdict", ":", " irrelevant", " |", " answer", ":", " unknown"]
+    closed = {"q-declined": ("unknown", (-0.001,))}
+    replies = {("q-declined", "memory: unknown |"): _reply([" "] + empty, 0.5, "irrelevant", 0.9)}
+    cfg = FallbackConfig(gate=GateConfig(), policy=PolicyConfig(read_support=1.0))
+    det = Detector(CBGate(closed, replies), FIRST, cfg, gate_threshold=0.5, memory="closed_book")
+    (d,) = AdvancedRAGSystem(Reader(), det, cfg).answer_with_context(
+        ["q-declined"], [((_src("cand", "c0"),), (_src("passage q-declined"),))])
+    assert (d.text, d.abstained, d.cited, d.trace.route) == ("", True, (), "abstain")
+    assert READ_NOTE_ROUTED in d.trace.notes and UNSUPPORTED_NOTE in d.trace.notes
+    det = Detector(CBGate(closed, replies), FIRST, cfg, gate_threshold=0.5, memory="closed_book")
+    (k,) = AdvancedRAGSystem(Reader(), det, cfg).answer_with_context(
+        ["q-declined"], [((_src("cand", "c0"),), (_src("read passage q-declined S1"),))])
+    assert (k.text, k.abstained, k.trace.route) == ("read read passage q-declined S1 [S1]", False, "context")
