@@ -213,3 +213,33 @@ def remove_run_folder(folder: str | Path, what: str = "run folder") -> bool:
                           "lorarag made: remove it yourself or name another run")
     shutil.rmtree(folder)
     return True
+
+
+def clear_tree(folder: str | Path) -> list[Path]:
+    """`--fresh` for a folder of outputs (a run's eval/ and report/): removes the files its manifests
+    list, the run folders lorarag started in it (`_started_here`: results and all), and the folders
+    left empty; never follows a link. Returns the files kept (not lorarag's), which stay as they are."""
+    folder = Path(folder)
+    if folder.is_symlink() or not folder.is_dir():
+        return [folder] if folder.is_symlink() else []
+    known, kept = _recorded(folder), []
+    for entry in sorted(folder.iterdir()):
+        if entry.name == MANIFEST:
+            continue
+        if entry.is_dir() and not entry.is_symlink():
+            if _started_here(entry):
+                shutil.rmtree(entry)
+            else:
+                kept += clear_tree(entry)
+        elif entry.name in known and not entry.is_symlink():
+            entry.unlink()
+        else:
+            kept.append(entry)
+    if not kept:
+        (folder / MANIFEST).unlink(missing_ok=True)
+        folder.rmdir()
+    elif any((folder / k).exists() for k in known):
+        _save(folder, {k: v for k, v in known.items() if (folder / k).exists()})
+    else:
+        (folder / MANIFEST).unlink(missing_ok=True)
+    return kept

@@ -6,6 +6,7 @@ import hashlib
 import logging
 from pathlib import Path
 
+from lorarag.core import outputs
 from lorarag.core.paths import child
 from lorarag.eval.explorer import EXPLORER_FILE
 from lorarag.eval.records import closed_book_map, load_results
@@ -137,6 +138,7 @@ def report(cfg: RunConfig, paths: Paths, runs: dict[str, Path], echo: Echo, adap
                      seed=cfg.eval.seed, title=f"{title}: {pair[1]} vs {pair[0]}", headline=table, gate=gate,
                      explorer=False, **rules)
     (paths.report / "headline.md").write_text(table, encoding="utf-8")
+    outputs.record([paths.report / "headline.md"])  # lorarag's: --fresh clears it
     echo(table)
     echo(f"report: {paths.report / 'report.html'}"
          + (f" and {paths.report / 'base-vs-lora' / 'report.html'}" if pair else ""))

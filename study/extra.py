@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
+from lorarag.core import outputs
 from lorarag.core.errors import UserError
 from lorarag.eval.records import load_results
 from lorarag.eval.report import write_report
@@ -74,5 +75,6 @@ def evaluate_extra_sets(cfg: RunConfig, parts: Parts, root: Path, adapter: Path 
                      title=f"lorarag run {cfg.name}: {x.kind}")
         table = set_table(x.kind, results)
         (paths.report / "headline.md").write_text(table, encoding="utf-8")
+        outputs.record([paths.report / "headline.md"])  # lorarag's: --fresh clears it
         echo(table)
         echo(f"report: {paths.report / 'report.html'}")

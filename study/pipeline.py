@@ -18,12 +18,11 @@ writes the three input files (study/kb.sources): every later stage is the same c
 
 from __future__ import annotations
 
-import shutil
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from lorarag.core import numerics
+from lorarag.core import numerics, outputs
 from lorarag.core.errors import UserError
 from lorarag.core.lock import hold, release
 from lorarag.core.paths import child
@@ -119,8 +118,9 @@ def run(cfg: RunConfig, *, fresh: bool = False, dry_run: bool = False, echo: Ech
     check_run_files(paths.root)  # a config.yaml or run.json of the user's there: refused before any write
     hold(paths.root, "run folder")  # one writer per run folder (core/lock.py), before --fresh removes anything
     if fresh:
-        shutil.rmtree(paths.eval, ignore_errors=True)
-        shutil.rmtree(paths.report, ignore_errors=True)
+        kept = outputs.clear_tree(paths.eval) + outputs.clear_tree(paths.report)  # only what lorarag wrote
+        if kept:
+            echo(f"--fresh: kept {len(kept)} file(s) lorarag did not write, e.g. {kept[0]}")
     else:  # stage 4's refusal of a finished adapter (other recipe, base or rows) comes before any write
         refuse_before_writing(cfg, paths.root, echo)
     p = Progress(echo, STEPS)

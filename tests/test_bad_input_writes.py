@@ -326,3 +326,19 @@ def test_fresh_removes_a_training_run_folder_only_when_lorarag_started_it(tmp_pa
     (older / "run.json").write_text(json.dumps({"started": "x", "git_sha": "y", "versions": {}}), encoding="utf-8")
     assert outputs.remove_run_folder(older) and not older.exists()
     assert not outputs.remove_run_folder(tmp_path / "absent")
+
+
+def test_run_fresh_clears_only_lorarags_eval_and_report_files(tmp_path):
+    """`lorarag run --fresh` on eval/ and report/: the systems' run folders and the listed report files
+    go, a user's file beside them stays (and so does its folder)."""
+    from lorarag.core.runinfo import start_run
+
+    ev, rep = tmp_path / "eval", tmp_path / "report"
+    system = start_run(ev / "base_rag", None)
+    save_results(system / "results.jsonl", [make_item(system="base_rag", qid="q1")])
+    outputs.write_text(rep / "report.md", "# report\n")
+    outputs.write_text(rep / "base-vs-lora" / "report.md", "# pair\n")
+    assert outputs.clear_tree(ev) == [] and not ev.exists()
+    (rep / "notes.md").write_bytes(MINE)
+    assert outputs.clear_tree(rep) == [rep / "notes.md"]
+    assert snapshot(rep) == {"notes.md": MINE}
