@@ -18,6 +18,7 @@ writes the three input files (study/kb.sources): every later stage is the same c
 
 from __future__ import annotations
 
+import shlex
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -166,6 +167,9 @@ def run(cfg: RunConfig, *, fresh: bool = False, dry_run: bool = False, echo: Ech
     evaluate_extra_sets(cfg, parts, paths.root / "extra", adapter, echo)
     parts.generator.close()
     echo(f"done in {time.perf_counter() - p.t0:.0f}s")
+    known = next((s for s in test if s.knowledge == "known" and s.scenario == "consistent"), test[0] if test else None)
+    if known is not None:  # one question to try the trained system on, from the command line
+        echo(f"try: lorarag ask {shlex.quote(known.question)} --run {shlex.quote(str(paths.root))}")
     release(paths.root)
     return table
 

@@ -127,6 +127,8 @@ def test_reduced_kb_run_end_to_end(tmp_path):
     root = tmp_path / "runs" / cfg.name
     assert [ln.split()[1] for ln in lines if ln.startswith("[")] == ["data", "index", "scenarios", "train",
                                                                      "calibrate", "evaluate", "report"]
+    # the run ends with one question of a known fact to ask the trained system, and where it lives
+    assert lines[-1].startswith("try: lorarag ask ") and lines[-1].endswith(f"--run {tmp_path / 'runs' / cfg.name}")
     # labels mapped to the chunk holding the answer (heading chunks: one per paragraph here)
     labels = [json.loads(x) for x in (root / "data/labels.jsonl").read_text().splitlines()]
     assert len(labels) == 2 * len(TOWNS) and {r["rule"] for r in labels} == {"answer"}
