@@ -65,6 +65,7 @@ def _eval(config: Path = typer.Argument(..., help="configs/eval/*.yaml"),
     from lorarag.eval.records import closed_book_map, load_results
     from lorarag.eval.report import write_report
     from lorarag.core import outputs
+    from lorarag.core.runinfo import check_run_files
     from lorarag.eval.runner import RUN_FILES, STAMP_FILE, claim_run_dir, run_eval
     from lorarag.scenarios.records import load_scenarios
     from lorarag.eval.stamps import expected_stamps
@@ -108,12 +109,7 @@ def _eval(config: Path = typer.Argument(..., help="configs/eval/*.yaml"),
         gone = _clear(run_dir, RUN_FILES)
         if gone:
             typer.echo(f"--fresh: removed {', '.join(gone)} from {run_dir}", err=True)
-    for own in ("config.yaml", "run.json"):  # the resolved dump never replaces a file of the user's
-        mine = run_dir / own
-        if (mine.exists() or mine.is_symlink()) and not outputs.is_ours(mine):
-            raise outputs.OutputError(f"{mine}: exists and was not written by lorarag (or was edited since): a run "
-                                      f"directory's {own} is lorarag's record of the run; keep yours (a config "
-                                      "too) outside it, or give another --out")
+    check_run_files(run_dir)  # the resolved dump never replaces a config.yaml or run.json of the user's
     claim_run_dir(run_dir, stamp)  # before any model loads: a changed config is refused at once
     outputs.own([run_dir / n for n in ("results.jsonl", "resumes.jsonl", STAMP_FILE)])  # --fresh may remove them
     system = build_eval_system(cfg, scenarios)

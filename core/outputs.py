@@ -182,11 +182,16 @@ def write_text(path: str | Path, text: str, *, force: bool = False, inputs: Iter
 
 
 def _started_here(folder: Path) -> bool:
-    """True when `folder` holds the run.json lorarag's `start_run` wrote (listed in the manifest, or,
-    in a folder from before the manifest, one with run.json's own keys)."""
+    """True when `folder` holds the run.json lorarag's `start_run` wrote (listed in the manifest, or
+    `older_run`)."""
+    return is_ours(folder / "run.json") or older_run(folder)
+
+
+def older_run(folder: str | Path) -> bool:
+    """True for a run folder lorarag started before it kept a manifest: no manifest, and a run.json
+    with the keys `start_run` writes. Its config.yaml and run.json count as lorarag's."""
+    folder = Path(folder)
     run_json = folder / "run.json"
-    if is_ours(run_json):
-        return True
     if (folder / MANIFEST).exists() or run_json.is_symlink():
         return False
     try:

@@ -71,6 +71,8 @@ def check_run_files(run_dir: str | Path, *, config: bool = True) -> None:
     lorarag did not write, or that was edited since: `start_run` would replace it. A run calls this
     before it writes anything, so a config the user keeps in the run folder stops it at once."""
     run_dir = Path(run_dir)
+    if outputs.older_run(run_dir):  # started before the manifest: both files are lorarag's
+        return
     for path in [run_dir / "config.yaml"] * config + [run_dir / "run.json"]:
         if (path.exists() or path.is_symlink()) and not outputs.is_ours(path):
             raise outputs.OutputError(f"{path}: exists and was not written by lorarag (or was edited since); a run "
@@ -87,12 +89,13 @@ def start_run(run_dir: str | Path, config: BaseModel | None, *, seeds: dict[str,
     never replaced by the resolved dump."""
     run_dir = Path(run_dir)
     check_run_files(run_dir, config=config is not None)
+    older = outputs.older_run(run_dir)  # its files are lorarag's, from before the manifest listed them
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise outputs.OutputError(f"{run_dir}: cannot create the run folder ({exc.strerror or exc})") from None
     if config is not None:
-        outputs.write_text(run_dir / "config.yaml", dump_config(config))
+        outputs.write_text(run_dir / "config.yaml", dump_config(config), force=older)
     info = {
         "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "command": command if command is not None else sys.argv,
@@ -105,6 +108,6 @@ def start_run(run_dir: str | Path, config: BaseModel | None, *, seeds: dict[str,
         # the precision the config resolved to on this CPU (`auto`: core/precision.py), and why
         **({"precision": precision.describe(config.model_dump(mode="json"))} if config is not None else {}),
     }
-    outputs.write_text(run_dir / "run.json", json.dumps(info, indent=2, ensure_ascii=False))
+    outputs.write_text(run_dir / "run.json", json.dumps(info, indent=2, ensure_ascii=False), force=older)
     outputs.own([run_dir / "run.json"])  # later stages add to it (study/leaks.py): ours while listed
     return run_dir

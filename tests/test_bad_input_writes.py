@@ -342,3 +342,26 @@ def test_run_fresh_clears_only_lorarags_eval_and_report_files(tmp_path):
     (rep / "notes.md").write_bytes(MINE)
     assert outputs.clear_tree(rep) == [rep / "notes.md"]
     assert snapshot(rep) == {"notes.md": MINE}
+
+
+def test_a_run_folder_from_before_the_manifest_is_still_lorarags(tmp_path):
+    """A folder lorarag started before it kept a manifest (run.json with start_run's keys, no
+    manifest) is rerun into as before; a lone user's config.yaml beside no such run.json is not."""
+    from lorarag.core.runinfo import start_run
+    from lorarag.train.config import TrainConfig
+
+    cfg = TrainConfig(run_name="x", model="m", dataset="d.jsonl")
+    older = tmp_path / "older"
+    older.mkdir()
+    (older / "config.yaml").write_text("run_name: x\n", encoding="utf-8")
+    (older / "run.json").write_text(json.dumps({"started": "t", "git_sha": "s", "versions": {}}), encoding="utf-8")
+    start_run(older, cfg)
+    assert "dataset: d.jsonl" in (older / "config.yaml").read_text(encoding="utf-8")
+    assert outputs.is_ours(older / "config.yaml")
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "config.yaml").write_bytes(MINE)
+    (mine / "run.json").write_text('{"notes": 1}', encoding="utf-8")
+    with pytest.raises(outputs.OutputError):
+        start_run(mine, cfg)
+    assert (mine / "config.yaml").read_bytes() == MINE
