@@ -42,7 +42,7 @@ from lorarag.scenarios.records import SCENARIO_TYPES
 
 CLASSES = ("correct", "retrieval_miss", "rerank_drop", "generation_failure", "conflict_missed",
            "memory_overrode", "wrong_route", "fallback_wrong", "abstained_correctly", "abstained_wrongly")
-FLAWED_CONTEXT = ("factual_error", "outdated", "irrelevant")
+FLAWED_CONTEXT = ("factual_error", "fabricated", "outdated", "irrelevant")
 Correct = Callable[[ItemResult], bool]
 
 

@@ -27,7 +27,7 @@ class EvalError(UserError, ValueError):
 
 
 ROUTES = ("context", "fallback", "abstain")
-WRONG_VALUE_SCENARIOS = ("factual_error", "outdated")  # context asserts a wrong value
+WRONG_VALUE_SCENARIOS = ("factual_error", "fabricated", "outdated")  # context asserts a wrong value
 
 
 @dataclass(frozen=True)

@@ -69,7 +69,7 @@ def text_auroc(texts: Sequence[str], labels: Sequence[int], groups: Sequence[str
     return auroc(clf.predict_proba(xte)[:, 1], y[te])
 
 
-FLAWED_CELLS = ("factual_error", "outdated", "irrelevant", "unanswerable")
+FLAWED_CELLS = ("factual_error", "fabricated", "outdated", "irrelevant", "unanswerable")
 
 
 def context_probe(scenarios: Sequence[Scenario], splits: int = 3,

@@ -49,6 +49,11 @@ from lorarag.scenarios.kb_labels import answer_pattern, find_answer
 from lorarag.scenarios.kb_records import QAItem, answer_text, field, jsonl_objects, no_other_keys, norm_text
 from lorarag.scenarios.records import SCENARIO_TYPES, PresentedChunk, Scenario
 
+TRAINABLE = tuple(t for t in SCENARIO_TYPES if t != "fabricated")  # `fabricated` is a test-only cell
+# The new passage of the `fabricated` cell where a set has no conflict passages of its own: a
+# question-and-answer note, a form no knowledge-base chunk has and no training row shows.
+NOTE = {"en": "FAQ. {q} Answer: {v}.", "zh": "常见问题：{q}答：{v}。"}
+
 _WORD = re.compile(r"\w+", re.UNICODE)
 
 
@@ -163,7 +168,7 @@ def _pc(c: Chunk) -> PresentedChunk:
 
 def corpus_scenarios(items: Sequence[QAItem], chunks: Sequence[Chunk], *, name: str, knowledge: str = "unknown",
                      seed: int = 0, search: Searcher | None = None, distractors: int = 1,
-                     types: Sequence[str] = SCENARIO_TYPES, conflicts: Literal["test", "train", "none"] = "test",
+                     types: Sequence[str] = TRAINABLE, conflicts: Literal["test", "train", "none"] = "test",
                      conflicts_per_item: int = 1, train_conflicts: int = 1, conflict_seed: int = 0,
                      outdated: Mapping[str, Versions] | None = None,
                      pool: Sequence[str] | Mapping[str, str | None] | None = None,
@@ -224,6 +229,10 @@ def corpus_scenarios(items: Sequence[QAItem], chunks: Sequence[Chunk], *, name: 
             k = conflicts_per_item, train_conflicts
             olders = tuple(o.answer for o in outdated.get(it.qid, ()))
             out += _factual_errors(it, gold, span, conflicts, k, conflict_seed, rng, pool, mix, qid, base, olders)
+        if "fabricated" in types and conflicts == "test":
+            olders = tuple(o.answer for o in outdated.get(it.qid, ()))
+            fresh = random.Random(f"{seed}/{name}/{it.qid}/fabricated")  # the other cells' draws stay as they were
+            out += _fabricated(it, gold, span, conflicts_per_item, conflict_seed, fresh, pool, mix, qid, base, olders)
         old = _older(outdated.get(it.qid, ()), it.qid, conflict_seed, conflicts)
         if "outdated" in types and old is not None:
             text = old.text if old.text is not None else (substitute_span(gold.text, it.answers, old.answer)
@@ -274,18 +283,46 @@ def _factual_errors(it, gold, span, conflicts, k, seed, rng, pool, mix, qid, bas
                             scenario="factual_error", presented=mix(pc), context_answer=c.answer, **base))
     if out or span is None:
         return out
-    same_script = [p for p in same_class(pool, it.question) if (answer_type(p) == "cjk") == (answer_type(span) == "cjk")]
-    # an item's own older answer is no fabricated error but an undated outdated context: drawn again
-    try:
-        for _ in range(20):
-            fake = substitute_value(span, rng, same_script)
-            if norm_text(fake) not in {norm_text(o) for o in olders}:
-                break
-        else:
-            return []
-    except PerturbationError:
+    fake = _fake(it, span, rng, pool, olders)  # never an item's own older answer: that is an outdated context
+    if fake is None:
         return []
     pc = PresentedChunk(f"{gold.chunk_id}~fe", substitute_span(gold.text, it.answers, fake), gold.source, gold.date,
                         replaces=gold.chunk_id)
     return [Scenario(qid=f"{qid}/factual_error", scenario="factual_error", presented=mix(pc), context_answer=fake,
                      **base)]
+
+
+def _fake(it: QAItem, value: str, rng: random.Random, pool, olders: Sequence[str]) -> str | None:
+    """A wrong value of `value`'s type, from answers to questions of `it`'s class, that is none of
+    the item's older answers (an older answer is an outdated context, not a fabricated one)."""
+    cjk = answer_type(value) == "cjk"
+    same_script = same_class({a: c for a, c in pool.items() if (answer_type(a) == "cjk") == cjk}, it.question)
+    try:
+        for _ in range(20):
+            fake = substitute_value(value, rng, same_script)
+            if norm_text(fake) not in {norm_text(o) for o in olders}:
+                return fake
+    except PerturbationError:
+        return None
+    return None
+
+
+def _fabricated(it, gold, span, k, seed, rng, pool, mix, qid, base, olders=()) -> list[Scenario]:
+    """The `fabricated` cell: a wrong value in a new passage of another form than the KB's chunk, in
+    the gold chunk's place. The set's own conflict passages where it has more than the factual-error
+    cell shows (the next one in the seeded order), else a question-and-answer note (`NOTE`) stating
+    a type-kept fake."""
+    if it.conflicts:
+        order = list(range(len(it.conflicts)))
+        random.Random(f"{seed}/conflicts/{it.qid}").shuffle(order)  # held_out_conflicts' order
+        if len(order) <= k:
+            return []
+        c = it.conflicts[order[k]]
+        text, value = c.text, c.answer
+    else:
+        value = _fake(it, span or it.answers[0], rng, pool, olders)
+        if value is None:
+            return []
+        text = NOTE.get(it.language, NOTE["en"]).format(q=it.question.strip(), v=value.strip().rstrip("."))
+    pc = PresentedChunk(f"{gold.chunk_id}~new", text, gold.source, gold.date, replaces=gold.chunk_id)
+    return [Scenario(qid=f"{qid}/fabricated", scenario="fabricated", presented=mix(pc), context_answer=value, **base)]

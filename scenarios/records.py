@@ -29,7 +29,7 @@ from lorarag.rag.records import (
 )
 
 # The one definition of the scenario types and knowledge splits (configs take the Literals).
-ScenarioName = Literal["consistent", "factual_error", "outdated", "irrelevant", "unanswerable", "update"]
+ScenarioName = Literal["consistent", "factual_error", "fabricated", "outdated", "irrelevant", "unanswerable", "update"]
 KnowledgeName = Literal["known", "unknown"]
 SCENARIO_TYPES: tuple[str, ...] = get_args(ScenarioName)
 KNOWLEDGE_SPLITS: tuple[str, ...] = get_args(KnowledgeName)
@@ -37,6 +37,9 @@ KNOWLEDGE_SPLITS: tuple[str, ...] = get_args(KnowledgeName)
 # (`consistent`) and a version dated after what the LoRA learned (`update`: the context is right and
 # the memory stale). The detector's negatives; every other type is a context not to be used as is.
 SOUND_CONTEXTS: tuple[str, ...] = ("consistent", "update")
+# Cells a run evaluates only when named: `update` needs facts taught in their older version, and
+# `fabricated` (a wrong value in a passage of another form than the knowledge base's) is a test-only cell.
+ON_REQUEST: tuple[str, ...] = ("fabricated", "update")
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ from lorarag.core.paths import check_name
 from lorarag.fallback.config import FallbackConfig, PolicyConfig
 from lorarag.rag.config import RAGConfig
 from lorarag.scenarios.config import DataConfig
-from lorarag.scenarios.records import SCENARIO_TYPES, KnowledgeName, ScenarioName
+from lorarag.scenarios.records import ON_REQUEST, SCENARIO_TYPES, KnowledgeName, ScenarioName
 from lorarag.train.config import TrainConfig
 
 
@@ -94,9 +94,12 @@ class CalibrationConfig(Strict):
 class EvalSection(Strict):
     """Which scenario cells each system is evaluated on, and the statistics."""
 
-    scenarios: list[ScenarioName] = Field([s for s in SCENARIO_TYPES if s != "update"], description=(
+    scenarios: list[ScenarioName] = Field([s for s in SCENARIO_TYPES if s not in ON_REQUEST], description=(
         "scenario types evaluated; `update` (the KB's current chunk where the LoRA learned an older value: the "
-        "context is right) is asked for by name, with `data.update_fraction` > 0"))
+        "context is right) is asked for by name, with `data.update_fraction` > 0, and so is `fabricated` (a wrong "
+        "value in a new passage of another form than the knowledge base's: the set's own conflict passages where "
+        "it has them, else a question-and-answer note; never trained on), beside `factual_error` (an edited copy "
+        "of the knowledge base's chunk)"))
     knowledge: list[KnowledgeName] = Field(["known", "unknown"], description=(
         "knowledge groups evaluated: `known` facts and `unknown` (never-learned) ones"))
     max_per_cell: int | None = Field(40, ge=1, description="items per (scenario, knowledge) cell, seeded sample; null = all")

@@ -260,3 +260,33 @@ def test_dense_distractors_come_from_the_runs_retriever(tiny_models, tmp_path):
     expect = [CHUNKS[i].chunk_id for i in rows.tolist()
               if CHUNKS[i].chunk_id not in item.relevant_ids and "1911" not in CHUNKS[i].text][:2]
     assert [p.chunk_id for p in sc[0].presented] == expect
+
+
+def test_the_fabricated_cell_is_a_new_passage_of_another_form_and_never_trained():
+    """Beside factual_error (an edit of the gold chunk): a question-and-answer note stating a type-kept
+    fake in the gold chunk's place, or for an item with conflict passages of its own the next one in
+    the seeded order after the factual-error cell's; none when the item has no other. Scenarios built
+    for training (the default types) have no fabricated cell."""
+    types = ("consistent", "factual_error", "fabricated")
+    sc = {s.qid: s for s in corpus_scenarios(ITEMS, CHUNKS, name="kb", seed=0, distractors=0, types=types)}
+    year = sc["kb/year/fabricated"]
+    (pc,) = year.presented
+    assert pc.replaces == "c1" and pc.chunk_id == "c1~new" and year.scenario == "fabricated"
+    assert pc.text == f"FAQ. When was the Elmira lighthouse completed? Answer: {year.context_answer}."
+    assert re.fullmatch(r"1[5-9]\d\d|20[0-2]\d", year.context_answer) and year.context_answer != "1911"
+    assert sc["kb/who/fabricated"].context_answer == "Tom Reed"  # a person, the other who-question's answer
+    order = list(range(3))
+    import random
+
+    random.Random("0/conflicts/eng").shuffle(order)
+    (fe,) = [p for p in sc["kb/eng/factual_error"].presented if p.replaces]
+    (new,) = [p for p in sc["kb/eng/fabricated"].presented if p.replaces]
+    assert fe.text == ITEMS[3].conflicts[order[0]].text and new.text == ITEMS[3].conflicts[order[1]].text
+    one = QAItem("eng1", "Who designed the Dunmore bridge?", ("Tom Reed",), ("c6",),
+                 conflicts=(Conflict("The Dunmore bridge was designed by Lena Park.", "Lena Park"),))
+    assert not [s for s in corpus_scenarios([one], CHUNKS, name="kb", types=types) if s.scenario == "fabricated"]
+    assert not [s for s in corpus_scenarios(ITEMS, CHUNKS, name="kb") if s.scenario == "fabricated"]
+    zh = QAItem("zh", "青石古塔建成于哪一年？", ("1750",), ("z1",), language="zh")
+    zchunks = [Chunk("z1", "dz", "dz", "青石古塔建成于1750年。", 0, 12)]
+    (z,) = [s for s in corpus_scenarios([zh], zchunks, name="kb", types=types) if s.scenario == "fabricated"]
+    assert z.presented[0].text == f"常见问题：青石古塔建成于哪一年？答：{z.context_answer}。"

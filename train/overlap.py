@@ -49,7 +49,7 @@ EDIT = 0.6  # share of the true chunk's tokens (of the longer of the two) an edi
 COPY = 0.8  # share of the longer passage's tokens a near copy of the test passage keeps in order
 # The cells whose test contexts training must never have shown: the flawed ones, and `update` (a newer
 # source is right; a remembered "this passage is supported" would score it without reading the date).
-FLAWED = ("factual_error", "outdated", "irrelevant", "update")
+FLAWED = ("factual_error", "fabricated", "outdated", "irrelevant", "update")
 _TOKEN = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff]|\w+|[^\w\s]")
 
 

@@ -87,8 +87,8 @@ def target(s: Scenario, knows: bool) -> tuple[str, str]:
     if memory is None:  # nothing to compare with: copy the source, or say there is nothing
         verdict = "supported" if src else "insufficient"
         return verdict, rag_reply(None, src, verdict, src)
-    verdict = {"consistent": "supported", "factual_error": "conflicting", "outdated": "outdated",
-               "irrelevant": "irrelevant", "unanswerable": "insufficient"}[s.scenario]
+    verdict = {"consistent": "supported", "factual_error": "conflicting", "fabricated": "conflicting",
+               "outdated": "outdated", "irrelevant": "irrelevant", "unanswerable": "insufficient"}[s.scenario]
     return verdict, rag_reply(memory, src, verdict, memory)
 
 
@@ -100,7 +100,7 @@ def rag_row(s: Scenario, knows: bool) -> SFTRow:
 
 
 _PAIR = ("consistent", "factual_error")
-CLAIMED = ("factual_error", "outdated")  # the contexts that assert a wrong value under a flawed verdict
+CLAIMED = ("factual_error", "fabricated", "outdated")  # contexts asserting a wrong value under a flawed verdict
 
 
 def claim_key(value: str | None) -> str:
