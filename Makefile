@@ -36,7 +36,7 @@ $(VLLM_STAMP): $(STAMP)
 install-vllm: $(VLLM_STAMP)
 
 demo: $(STAMP)
-	$(VENV)/bin/lorarag run configs/run/cpu-demo.yaml
+	$(VENV)/bin/lorarag run configs/run/demo.yaml
 
 # The full CPU study behind the README's results: the research world at five training seeds, each a
 # resumable `lorarag run` (many hours on 2 cores); the pooled table is runs/research-seeds/.
