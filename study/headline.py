@@ -26,6 +26,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
+from lorarag.eval.abstention import abstention_lines
 from lorarag.eval.answer_metrics import is_correct, token_f1
 from lorarag.eval.attribution import attribution_table, table_markdown
 from lorarag.eval.compare import pair
@@ -35,9 +36,9 @@ from lorarag.eval.stats import (ci_text, cluster_permutation_test, counts_text, 
                                 paired_bootstrap, wilson_ci)
 from lorarag.fallback.format import VERDICTS
 from lorarag.scenarios.records import SCENARIO_TYPES
-from lorarag.study.baselines import Label, abstention_table, baseline_table, variant_table
+from lorarag.study.baselines import Label, abstention_table, baseline_table, comparable, variant_table
 from lorarag.study.ledger import reads_note
-from lorarag.study.targets import Target, judge, over_fallback_cell, target_rows
+from lorarag.study.targets import Target, abstention_rows, judge, over_fallback_cell, target_rows
 from lorarag.study.targets import target_values as absolute_values
 
 Score = Callable[[ItemResult], float]
@@ -166,9 +167,9 @@ def kb_target_rows(cfg: Any, base: Sequence[ItemResult], lora: Sequence[ItemResu
     """The run's targets, each met only past its 95 % CI (study/targets.judge): LoRA-RAG − base RAG on
     factual errors of known facts (the paired CI's lower bound at the gain) and non-inferiority on
     consistent sources of never-learned ones; with `contains` scoring, also the product's absolute
-    targets per cell (study/targets.py)."""
+    targets per cell, and with any scoring the abstention target on unanswerable questions (study/targets.py)."""
     metric = cfg.data.answer_metric
-    absolute = target_rows(base, lora, updates=_updates(cfg)) if metric == "contains" else []
+    absolute = target_rows(base, lora, updates=_updates(cfg)) if metric == "contains" else abstention_rows(lora)
     fe, cons = (cell_diff(cfg, base, lora, s, k, score_fn(metric)) for s, k in (("factual_error", "known"),
                                                                                 ("consistent", "unknown")))
     (fe_name, cons_name), nan, how = diff_target_names(metric), math.nan, "paired cluster bootstrap"
@@ -195,7 +196,9 @@ def target_values(cfg: Any, base: Sequence[ItemResult], lora: Sequence[ItemResul
         b = [score(r) for r in lora if r.scenario == scenario and r.knowledge == knowledge]
         return float(np.mean(b) - np.mean(a)) if a and b else math.nan
 
-    absolute = absolute_values(base, lora, updates=_updates(cfg)) if metric == "contains" else []
+    asked = "unanswerable" in cfg.eval.scenarios  # a resample without such an item reports it undefined
+    absolute = (absolute_values(base, lora, updates=_updates(cfg), unanswerable=asked) if metric == "contains"
+                else [(t.name, t.value) for t in abstention_rows(lora, asked)])
     fe_name, cons_name = diff_target_names(metric)
     return [(fe_name, diff("factual_error", "known")), (cons_name, diff("consistent", "unknown")), *absolute]
 
@@ -372,6 +375,8 @@ def headline_markdown(cfg: Any, results: Mapping[str, Sequence[ItemResult]], sum
         lines += detection_table(results[pairs[0][2]], label)
     for ctx, b, lo in pairs:
         lines += baseline_table(cfg, results, ctx, b, lo, score, label)
+        names = [lo, *(s.name for s in comparable(cfg, results, ctx, lo) if s.kind != "oracle")]
+        lines += abstention_lines(results, names, ctx, asked="unanswerable" in cfg.eval.scenarios)
         lines += abstention_table(cfg, [results], ctx, lo, label)
         lines += variant_table(cfg, results, ctx, lo, score, label)
     for sc in cfg.systems:

@@ -1,6 +1,7 @@
 """The product's absolute targets (accuracy per cell, over-fallback, detector AUROC) for KBs
-scored by `contains` (the demo world's), the pair of systems they compare, and the table of a
-real conflict set evaluated beside the run.
+scored by `contains` (the demo world's), abstention on unanswerable questions for every KB that
+has them, the pair of systems they compare, and the table of a real conflict set evaluated beside
+the run.
 
 Pure functions over ItemResults (eval/), so the same numbers can be rebuilt from any run folder.
 Every target line states the measured number, the 95 % CI bound its verdict read and whether it
@@ -20,6 +21,7 @@ import numpy as np
 from lorarag.eval.conflict_metrics import (
     cell_rate,
     consistent_abstention,
+    correct_abstention,
     detector,
     gold_f1,
     left_context,
@@ -107,13 +109,29 @@ def auroc_ci(items: Sequence[ItemResult], positives: Sequence[str] | None, negat
     return 0.5 + d.lo, 0.5 + d.hi
 
 
+ABSTAIN_BAR = 0.70  # LoRA-RAG abstains on at least this share of the unanswerable questions
+ABSTAIN_TARGET = f"LoRA-RAG, abstains on unanswerable >= {ABSTAIN_BAR:.2f}"
+
+
+def abstention_rows(lora: Sequence[ItemResult], asked: bool | None = None) -> list[Target]:
+    """The abstention target: LoRA-RAG abstains on >= ABSTAIN_BAR of the unanswerable questions (every
+    knowledge split), met only when the Wilson lower bound reaches it. Where `asked` (None: where
+    `lora` holds unanswerable items; [] otherwise): a resampling caller passes it, so a resample
+    that drew no unanswerable item reports the target too, undefined (NaN) and never met."""
+    if not (asked if asked is not None else any(not r.gold_answers for r in lora)):
+        return []
+    r = correct_abstention(lora)
+    return [judge(ABSTAIN_TARGET, r.value, r.lo, r.hi, ABSTAIN_BAR, "Wilson")]
+
+
 def target_rows(base: Sequence[ItemResult], lora: Sequence[ItemResult], *, updates: bool | None = None,
-                bounds: bool = True) -> list[Target]:
+                bounds: bool = True, unanswerable: bool | None = None) -> list[Target]:
     """Every target of the CPU demo, each met only when its 95 % CI bound clears the bar (`judge`):
     accuracies and over-fallback by their Wilson interval, AUROCs by `auroc_ci`. The `update` targets
-    where the run evaluates that cell (`updates`; None: where `lora` holds update items). Resampling
-    callers pass it, so every resample reports the same targets, and `bounds=False`: the values
-    only, without the AUROC's bootstrap (no verdict is met then)."""
+    where the run evaluates that cell (`updates`; None: where `lora` holds update items), the
+    abstention target where it has unanswerable questions (`unanswerable`, as `abstention_rows`'
+    `asked`). Resampling callers pass both, so every resample reports the same targets, and
+    `bounds=False`: the values only, without the AUROC's bootstrap (no verdict is met then)."""
     nan = (math.nan, math.nan, math.nan)
 
     def acc(items, s, k):
@@ -154,7 +172,7 @@ def target_rows(base: Sequence[ItemResult], lora: Sequence[ItemResult], *, updat
                   auroc(lora, "known", ["outdated"], ["update"]), 0.9, bamber),
                  ("detector AUROC, known, factual error vs update >= 0.9",
                   auroc(lora, "known", ["factual_error"], ["update"]), 0.9, bamber)]
-    return [judge(name, v, lo, hi, bar, how) for name, (v, lo, hi), bar, how in rows]
+    return [judge(name, v, lo, hi, bar, how) for name, (v, lo, hi), bar, how in rows] + abstention_rows(lora, unanswerable)
 
 
 def targets(base: Sequence[ItemResult], lora: Sequence[ItemResult], *, updates: bool | None = None
@@ -163,10 +181,11 @@ def targets(base: Sequence[ItemResult], lora: Sequence[ItemResult], *, updates: 
     return [(t.name, t.value, t.met) for t in target_rows(base, lora, updates=updates)]
 
 
-def target_values(base: Sequence[ItemResult], lora: Sequence[ItemResult], *, updates: bool | None = None
-                  ) -> list[tuple[str, float]]:
+def target_values(base: Sequence[ItemResult], lora: Sequence[ItemResult], *, updates: bool | None = None,
+                  unanswerable: bool | None = None) -> list[tuple[str, float]]:
     """(target, measured) of `target_rows` without bounds: for a caller that resamples (study/pooled.py)."""
-    return [(t.name, t.value) for t in target_rows(base, lora, updates=updates, bounds=False)]
+    return [(t.name, t.value) for t in target_rows(base, lora, updates=updates, bounds=False,
+                                                   unanswerable=unanswerable)]
 
 
 def over_fallback_cell(cfg: RunConfig, items: Sequence[ItemResult]) -> str:
