@@ -139,8 +139,9 @@ def test_research_config_has_120_items_in_every_headline_cell_and_plans_three_se
     """configs/experiments/research.yaml: 100 organisations of 5 facts, 30 taught (24 tested, 6 the gate's
     dev), 60 never learned (48 tested). A known cell holds 24 x 5 = 120 facts, each asked once in the
     wording its rows leave out (outdated: 24 x 4 = 96, a founding year has no older version); a
-    never-learned cell a seeded 120 of 48 x 5 = 240. One of 25 items cannot separate 0.84 from 0.90.
-    `lorarag seeds` plans one run per seed."""
+    never-learned cell a seeded 120 of 48 x 5 = 240; the unanswerable cells one question a test
+    organisation (24 and 48). One of 25 items cannot separate 0.84 from 0.90. `lorarag seeds` plans
+    one run per seed."""
     from collections import Counter
 
     from lorarag.study.kb import kb_scenarios, prepare_kb
@@ -153,11 +154,13 @@ def test_research_config_has_120_items_in_every_headline_cell_and_plans_three_se
     test, dev_known, dev_unseen = kb_scenarios(cfg, kb, paths)
     cells = Counter((s.scenario, s.knowledge) for s in test)
     want = {(s, k): 120 for s in ("consistent", "factual_error", "outdated", "irrelevant") for k in ("known", "unknown")}
-    assert cells == {**want, ("outdated", "known"): 96}  # update: no fact taught its older value (fraction 0)
+    # update: no fact taught its older value (fraction 0)
+    assert cells == {**want, ("outdated", "known"): 96, ("unanswerable", "known"): 24, ("unanswerable", "unknown"): 48}
     known_orgs = {s.cluster for s in test if s.knowledge == "known"}
     assert len(known_orgs) == 24 and len({s.cluster for s in test if s.knowledge == "unknown"}) == 48
     tw = kb.summary["test_wordings"]
-    assert tw["items"] == tw["held_out"] == 120 and tw["by"]["trained"] == 0
+    # the 120 known facts and the 24 known organisations' unanswerable questions, none in a trained wording
+    assert tw["items"] == tw["held_out"] == 144 and tw["by"]["trained"] == 0
     # the gate's dev: the 6 dev organisations' 30 facts once each (their held-out wording), and 40
     # sampled never-learned dev facts (calibration.max_items) in all 6 wordings; none a test organisation's
     assert len(dev_known) == len({s.fact_id for s in dev_known}) == 30
@@ -279,7 +282,8 @@ def test_a_language_with_no_known_dev_fact_is_named_before_training(tmp_path):
     lines: list[str] = []
     with pytest.raises(_StopBeforeTraining):
         run(cfg, echo=_stop_at_train(lines))
-    assert any("no known fact in 'zh' (57 known test items are)" in ln for ln in lines)
+    # 57 answerable known Chinese items and the 3 Chinese known organisations' unanswerable questions
+    assert any("no known fact in 'zh' (60 known test items are)" in ln for ln in lines)
 
 
 class _StopBeforeTraining(Exception):
