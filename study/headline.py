@@ -1,7 +1,9 @@
-"""The headline of a run: base RAG vs LoRA-RAG with paired CIs, the targets, the detection and
-baseline tables, and the error attribution by labelled chunk id on retrieved + poisoned context.
+"""The headline of a run: base RAG vs LoRA-RAG with paired CIs, the targets, the detection, baseline
+and abstention tables (eval/abstention.py: abstention recall and precision on unanswerable questions),
+and the error attribution by labelled chunk id on retrieved + poisoned context.
 The same table for every knowledge base, the demo world's included; a KB scored by `contains`
-also gets the product's absolute targets per cell (study/targets.py).
+also gets the product's absolute targets per cell, and any KB with unanswerable questions the
+target on abstaining on them (study/targets.py).
 
 Answers are scored by `data.answer_metric`:
 - `contains`: a gold answer in the reply (eval.answer_metrics.is_correct);
