@@ -24,15 +24,22 @@ def index_chunks(cfg: RunConfig, chunks: list[Chunk], n_documents: int, index_cf
 
 
 def sample_cells(items: list[Scenario], per_cell: int | None, seed: int) -> list[Scenario]:
-    """A seeded sample of at most `per_cell` items per (scenario, knowledge) cell."""
+    """A seeded sample of at most `per_cell` items per (scenario, knowledge) cell, drawn in one seeded
+    order of the facts of each knowledge group, so the cells ask the same facts where they can: a
+    fact asked in one flawed cell has its chunk's edits kept out of training (train/sft.build_rows),
+    and the fewer facts the flawed cells hold out, the more the LoRA learns detection from."""
     if per_cell is None:
         return items
     cells: dict[tuple[str, str], list[Scenario]] = {}
     for s in items:
         cells.setdefault((s.scenario, s.knowledge), []).append(s)
+    rank: dict[str, dict[str, int]] = {}
+    for knowledge in sorted({k for _, k in cells}):
+        facts = sorted({s.fact_id for (_, k), group in cells.items() if k == knowledge for s in group})
+        random.Random(f"{seed}/{knowledge}").shuffle(facts)
+        rank[knowledge] = {f: i for i, f in enumerate(facts)}
     out: list[Scenario] = []
     for key in sorted(cells):
-        group = sorted(cells[key], key=lambda s: s.qid)
-        random.Random(f"{seed}/{key[0]}/{key[1]}").shuffle(group)
+        group = sorted(cells[key], key=lambda s: (rank[key[1]][s.fact_id], s.qid))
         out.extend(sorted(group[:per_cell], key=lambda s: s.qid))
     return out

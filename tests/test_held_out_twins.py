@@ -137,3 +137,26 @@ def test_the_leak_check_refuses_an_edited_twin_planted_by_hand(tmp_path, tiny_mo
         check_test_contexts(cfg, Paths(root), test, owners, chunks, lambda _: None)
     table = json.loads((root / "data/overlap.json").read_text())
     assert {(r["scenario"], r["knowledge"]): r["edited"] for r in table}[("factual_error", "known")] == 1
+
+
+def test_sampled_cells_ask_the_same_facts_so_few_chunks_are_held_out_of_training():
+    """Ten known facts in three cells (outdated for eight of them), four items a cell: the consistent
+    and factual-error cells draw the same four facts, the outdated cell the first four of the same
+    seeded order that have an older version; the flawed cells together hold out at most 4 + 2 facts,
+    never the 4 x 2 of two independent draws when they differ."""
+    from lorarag.scenarios.records import PresentedChunk, Scenario
+    from lorarag.study.prepare import sample_cells
+
+    def sc(f: int, kind: str) -> Scenario:
+        return Scenario(qid=f"kb/f{f}/{kind}", fact_id=f"kb/f{f}", question="q?", gold_answers=("a",),
+                        relevant_ids=(f"c{f}",), scenario=kind, presented=(PresentedChunk(f"c{f}", "t"),),
+                        context_answer="a")
+
+    items = [sc(f, k) for f in range(10) for k in ("consistent", "factual_error")]
+    items += [sc(f, "outdated") for f in range(8)]
+    out = sample_cells(items, 4, seed=0)
+    facts = {k: {s.fact_id for s in out if s.scenario == k} for k in ("consistent", "factual_error", "outdated")}
+    assert all(len(v) == 4 for v in facts.values())
+    assert facts["consistent"] == facts["factual_error"]
+    assert len(facts["factual_error"] | facts["outdated"]) <= 6
+    assert sample_cells(items, 4, seed=0) == out and sample_cells(items, None, 0) == items
