@@ -160,3 +160,26 @@ def test_sampled_cells_ask_the_same_facts_so_few_chunks_are_held_out_of_training
     assert facts["consistent"] == facts["factual_error"]
     assert len(facts["factual_error"] | facts["outdated"]) <= 6
     assert sample_cells(items, 4, seed=0) == out and sample_cells(items, None, 0) == items
+
+
+@pytest.mark.slow
+def test_a_squad_shaped_kb_runs_end_to_end(tmp_path, tiny_models):
+    """The reduced KB recipe (configs/run/ci-kb-tiny.yaml) on the SQuAD 2.0-shaped set, nothing else
+    changed but the paths: every stage runs, every system answers every test item, and the headline
+    reports the unanswerable cell."""
+    from lorarag.scenarios.records import load_scenarios
+    from lorarag.study.pipeline import run
+
+    cfg = kb_recipe(tmp_path, write_squad(tmp_path / "data", lang="en", tokens=40, articles=10), tiny_models["lm"],
+                    name="ci-kb-tiny.yaml")
+    lines: list[str] = []
+    table = run(cfg, echo=lines.append)
+    assert [ln.split()[1] for ln in lines if ln.startswith("[")] == ["data", "index", "scenarios", "train",
+                                                                     "calibrate", "evaluate", "report"]
+    root = Path(cfg.runs_dir) / cfg.name
+    test = load_scenarios(root / "scenarios/test.jsonl")
+    assert {"factual_error", "unanswerable"} <= {s.scenario for s in test}
+    for s in cfg.systems:
+        rows = [json.loads(x) for x in (root / "eval" / s.name / "results.jsonl").read_text().splitlines()]
+        assert sorted(r["qid"] for r in rows) == sorted(x.qid for x in test)
+    assert "### Abstention on unanswerable questions" in table
