@@ -155,8 +155,7 @@ def bench_shards(count: int, work: Path, echo: Echo) -> dict:
     for i in range(count):
         write_stamp(shard_dir(sharded, Shard(i, count)), {"bench": "scale"})
     merged = merge_shards(sharded, count, [s.qid for s in items])
-    strip = lambda rows: [replace(r, latency_s=0.0) for r in rows]  # noqa: E731
-    same = strip(merged) == strip(load_results(one))
+    same = [replace(r, latency_s=0.0) for r in merged] == [replace(r, latency_s=0.0) for r in load_results(one)]
     out = {"items": len(items), "shards": count, "one_process_items_per_s": len(items) / t_one,
            "sharded_items_per_s": len(items) / t_sharded, "speedup": t_one / t_sharded, "identical_rows": same}
     echo(f"  eval {len(items)} items: one process {out['one_process_items_per_s']:.1f} items/s, "
