@@ -21,6 +21,7 @@ from typing import Any, Iterable, Mapping, Protocol, Sequence, runtime_checkable
 
 from pydantic import BaseModel
 
+from lorarag.core import outputs
 from lorarag.core.errors import RecordError, UserError
 from lorarag.core.runinfo import git_sha, start_run
 from lorarag.eval import stamps
@@ -177,6 +178,10 @@ def claim_run_dir(out: Path, stamp: Mapping[str, Any], *, on_change: str = "refu
             old = json.loads(marker.read_text(encoding="utf-8"))
         except (OSError, UnicodeDecodeError, json.JSONDecodeError):
             old = "unreadable"
+    if marker.exists() and not started and old != stamp and not (
+            outputs.is_ours(marker) or (isinstance(old, dict) and set(old) == set(stamp))):
+        raise outputs.OutputError(f"{marker}: exists and was not written by lorarag (or was edited since); refusing "
+                                  "to overwrite it: give another out_dir")
     cleared = False
     if started and old != stamp:
         keys = (stamp_differences(old, stamp) if isinstance(old, dict)
@@ -193,6 +198,7 @@ def claim_run_dir(out: Path, stamp: Mapping[str, Any], *, on_change: str = "refu
         tmp = marker.with_name(STAMP_FILE + ".tmp")
         tmp.write_text(json.dumps(stamp, indent=1, sort_keys=True), encoding="utf-8")
         tmp.replace(marker)
+        outputs.record([marker])
     return cleared
 
 

@@ -365,3 +365,22 @@ def test_a_run_folder_from_before_the_manifest_is_still_lorarags(tmp_path):
     with pytest.raises(outputs.OutputError):
         start_run(mine, cfg)
     assert (mine / "config.yaml").read_bytes() == MINE
+
+
+def test_a_users_stamp_json_in_an_eval_folder_without_results_is_never_replaced(tmp_path):
+    """An eval out_dir that holds only a stamp.json of the user's: refused in one line, the file as it
+    was; one lorarag wrote (its keys, another config) is replaced as before, and recorded as lorarag's."""
+    from lorarag.core.outputs import OutputError, is_ours
+    from lorarag.eval.runner import STAMP_FILE, claim_run_dir
+
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / STAMP_FILE).write_text('{"notes": "my own file"}', encoding="utf-8")
+    with pytest.raises(OutputError, match=r"stamp.json: exists and was not written by lorarag"):
+        claim_run_dir(mine, {"system": "base_rag", "items": 3})
+    assert (mine / STAMP_FILE).read_text(encoding="utf-8") == '{"notes": "my own file"}'
+    ours = tmp_path / "ours"
+    ours.mkdir()
+    (ours / STAMP_FILE).write_text('{"system": "lora_rag", "items": 2}', encoding="utf-8")
+    assert claim_run_dir(ours, {"system": "base_rag", "items": 3}) is False
+    assert '"base_rag"' in (ours / STAMP_FILE).read_text(encoding="utf-8") and is_ours(ours / STAMP_FILE)
