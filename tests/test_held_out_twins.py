@@ -4,8 +4,8 @@ shipped KB recipe, at passage lengths of 8 to 400 tokens, in English and Chinese
 refuses a twin planted by hand.
 
 The reference for "edited twin" here is the plain rule, written apart from train/overlap.py: a
-training source that is not the chunk itself and keeps at least 60 % of the chunk's tokens before
-and after one changed span."""
+training source that is not the chunk itself and keeps, before and after one changed span, at least
+60 % of the tokens of the longer of the two."""
 
 from __future__ import annotations
 
@@ -45,13 +45,14 @@ def _tokens(text: str) -> list[str]:
 
 
 def one_span_edit(source: str, chunk: str) -> bool:
-    """`source` is `chunk` with one span changed, >= 60 % of the chunk's tokens kept around it."""
+    """`source` is `chunk` with one span changed: the tokens kept before and after it are >= 60 % of the
+    longer of the two (a copy of similar length, not another passage that happens to end alike)."""
     s, c = _tokens(source), _tokens(chunk)
     if s == c:
         return False
     pre = next((i for i, (a, b) in enumerate(zip(s, c)) if a != b), min(len(s), len(c)))
     suf = next((i for i, (a, b) in enumerate(zip(reversed(s), reversed(c))) if a != b), min(len(s), len(c)))
-    return min(pre + suf, len(c)) >= 0.6 * len(c)
+    return min(pre + suf, min(len(s), len(c))) >= 0.6 * max(len(s), len(c))
 
 
 def flawed_sources(rows: list[dict]) -> list[str]:
@@ -121,7 +122,8 @@ def test_the_leak_check_refuses_an_edited_twin_planted_by_hand(tmp_path, tiny_mo
 
     cfg, root, chunks, test, _, _ = _prepared(tmp_path, "en", 400, tiny_models["lm"])
     item = next(s for s in test if s.scenario == "factual_error" and s.knowledge == "known")
-    chunk = chunks[item.relevant_ids[0]]
+    edited = next(p.replaces for p in item.presented if p.replaces)  # the chunk the test passage edits
+    chunk = chunks[edited]
     words = chunk.split(" ")
     k = len(words) // 2 if words[len(words) // 2] not in item.gold_answers[0] else len(words) // 2 + 1
     planted = " ".join(words[:k] + ["Zanzibar"] + words[k + 1:])
@@ -132,11 +134,15 @@ def test_the_leak_check_refuses_an_edited_twin_planted_by_hand(tmp_path, tiny_mo
         f.write(json.dumps({"messages": [{"role": "system", "content": SYSTEM_RAG}, {"role": "user", "content": user},
                                          {"role": "assistant", "content": reply}]}) + "\n")
     owners = {s.question: (s.fact_id, s.cluster) for s in test}
-    with pytest.raises(ConfigError, match=rf"test item {item.qid}: its factual_error context is one the SFT rows "
-                                          r"show, verbatim or as an edited twin \(1 of \d+ factual_error \(known\)"):
+    # every tested factual error that edits the same chunk (another question of the same paragraph) is hit
+    same = sorted(s.qid for s in test if (s.scenario, s.knowledge) == ("factual_error", "known")
+                  and edited in {p.replaces for p in s.presented})
+    with pytest.raises(ConfigError, match=rf"test item {same[0]}: its factual_error context is one the SFT rows "
+                                          rf"show, verbatim or as an edited twin \({len(same)} of \d+ factual_error "
+                                          r"\(known\)"):
         check_test_contexts(cfg, Paths(root), test, owners, chunks, lambda _: None)
     table = json.loads((root / "data/overlap.json").read_text())
-    assert {(r["scenario"], r["knowledge"]): r["edited"] for r in table}[("factual_error", "known")] == 1
+    assert {(r["scenario"], r["knowledge"]): r["edited"] for r in table}[("factual_error", "known")] == len(same)
 
 
 def test_sampled_cells_ask_the_same_facts_so_few_chunks_are_held_out_of_training():
