@@ -131,14 +131,17 @@ class SplitLedger:
                                 "on a decision, pass --reread-test to do so knowingly")
 
     def record(self, run: str | Path) -> list[Reads]:
-        """Append one line per split (this read), then each split's counts, this read included."""
+        """Append one line per split (this read), then each split's counts, this read included. The same
+        run folder read again under the same recipe (a resume, a report written again) is the same read:
+        it adds no line."""
         from lorarag.core.runinfo import git_sha
 
         self.path.parent.mkdir(parents=True, exist_ok=True)
         now, sha = time.strftime("%Y-%m-%dT%H:%M:%S%z"), git_sha()
+        seen = {(e.get("data"), e.get("recipe"), e.get("run")) for e in self.entries()}
         lines = "".join(json.dumps({"data": s.key, "split": s.what, "recipe": self.recipe, "git_sha": sha,
                                     "time": now, "run": str(run), "command": self.command}, ensure_ascii=False) + "\n"
-                        for s in self.splits)
+                        for s in self.splits if (s.key, self.recipe, str(run)) not in seen)
         with self.path.open("a", encoding="utf-8") as f:
             f.write(lines)
         return self.counts()

@@ -61,6 +61,7 @@ def test_reads_are_counted_and_another_recipe_needs_reread_test(tmp_path):
     first = SplitLedger(path, "recipe-1", split)
     first.check()  # nothing recorded yet
     assert first.record(tmp_path / "run-a") == [Reads("the KB's test facts", 1, 1)]
+    assert first.record(tmp_path / "run-a") == [Reads("the KB's test facts", 1, 1)]  # a resume: the same read
     SplitLedger(path, "recipe-1", split).check()  # the same recipe again (another seed, a resume): allowed
     assert SplitLedger(path, "recipe-1", split).record(tmp_path / "run-b")[0].reads == 2
     other = SplitLedger(path, "recipe-2", split)
