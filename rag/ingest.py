@@ -13,7 +13,6 @@ the index keeps it to tell when the corpus changed since it was built (`corpus_f
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import re
 import shutil
@@ -25,6 +24,7 @@ from typing import Callable
 
 from lorarag.core import inputs
 from lorarag.core.errors import ConfigError, RecordError
+from lorarag.core.hashing import sha256_file
 from lorarag.rag.config import CorpusConfig
 from lorarag.rag.corpus_walk import Entry, walk_corpus
 from lorarag.rag.records import Document
@@ -253,8 +253,7 @@ def read_file(path: Path, doc_id: str, pdf_parser: str = "auto") -> Document:
 
 def _sha256(path: Path) -> str:
     try:
-        with path.open("rb") as fh:  # in blocks: the file is at most the one-document cap (the walk)
-            return hashlib.file_digest(fh, "sha256").hexdigest()
+        return sha256_file(path)  # in blocks: the file is at most the one-document cap (the walk)
     except OSError as exc:
         return f"unreadable ({exc.strerror or type(exc).__name__})"
 

@@ -37,6 +37,7 @@ from typing import Any, Iterable, Mapping, Sequence
 from pydantic import BaseModel
 
 from lorarag.core.errors import UserError
+from lorarag.core.hashing import sha256_file
 
 LEDGER = ".test-ledger.jsonl"
 # Config keys that say where things go or what they are called, not what is done: not the recipe.
@@ -69,7 +70,7 @@ def split_hash(groups: Mapping[str, Sequence[Any]], names: Iterable[str] = ("kno
 
 def file_hash(path: str | Path) -> str:
     """sha256 (16 hex) of a file's bytes."""
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest()[:16]
+    return sha256_file(path)[:16]
 
 
 def is_test_file(path: str | Path) -> bool:

@@ -233,7 +233,8 @@ def test_the_rag_sft_adapter_is_trained_reused_on_rerun_and_in_the_baselines_tab
     import torch
 
     torch.set_num_threads(1)
-    from lorarag.fallback.gate import adapter_sha256, file_sha256
+    from lorarag.core.hashing import file_sha256
+    from lorarag.fallback.gate import adapter_sha256
     from lorarag.study.pipeline import run
     from lorarag.train.sft import read_sft
 

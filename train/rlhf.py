@@ -20,7 +20,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from lorarag.fallback.gate import file_sha256
+from lorarag.core.hashing import file_sha256
 from lorarag.train.config import TrainConfig
 from lorarag.train.runs import last_checkpoint, read_pointer, run_dir
 from lorarag.train.swift import (
