@@ -1,7 +1,7 @@
 """lorarag: retrieval-augmented generation with a LoRA-fine-tuned fallback.
 
 `lorarag.load_run(RUN_DIR)` builds the trained AdvancedRAGSystem of a `lorarag run` dir
-(study/trained.py); `lorarag.load_results(RUN_DIR)` returns its results as a pandas DataFrame, one
+(trained/load.py); `lorarag.load_results(RUN_DIR)` returns its results as a pandas DataFrame, one
 row per (system, item) with `correct` and the attribution class (eval/tables.py). Both are imported
 on first use so that `import lorarag` stays light.
 """
@@ -15,12 +15,12 @@ __all__ = ["load_results", "load_run"]
 
 if TYPE_CHECKING:
     from lorarag.eval.tables import load_results
-    from lorarag.study.trained import load_run
+    from lorarag.trained.load import load_run
 
 
 def __getattr__(name: str) -> Any:
     if name == "load_run":
-        from lorarag.study.trained import load_run
+        from lorarag.trained.load import load_run
 
         return load_run
     if name == "load_results":

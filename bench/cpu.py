@@ -24,8 +24,8 @@ import time
 from pathlib import Path
 
 from lorarag.rag.config import GeneratorConfig
-from lorarag.rag.generate import Message
-from lorarag.rag.generators import build_generator
+from lorarag.rag.generators.base import Message
+from lorarag.rag.generators.registry import build_generator
 from lorarag.testing.tiny import build_causal_lm
 from lorarag.train.config import DEFAULTS
 from lorarag.train.peft_trainer import (

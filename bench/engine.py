@@ -30,7 +30,7 @@ from typing import Callable
 
 from lorarag.core.errors import UserError
 from lorarag.fallback.system import AdvancedRAGSystem, Judgement
-from lorarag.rag.generate import Generation, Generator
+from lorarag.rag.generators.base import Generation, Generator
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +40,7 @@ ENGINES: dict[str, dict] = {
     "fp32-prompt-lookup": {"prompt_lookup": 10},
     "bf16": {"dtype": "bfloat16"},  # fp32 LM head (the default): configs/run/cpu-demo.yaml's generator
     "bf16-prompt-lookup": {"dtype": "bfloat16", "prompt_lookup": 10},
-    # CTranslate2's C++ decoder, fp32, the adapter merged into a converted copy (rag/generate_ct2.py)
+    # CTranslate2's C++ decoder, fp32, the adapter merged into a converted copy (rag/generators/ct2.py)
     "ctranslate2-fp32": {"kind": "ctranslate2", "attn_impl": None, "prefix_cache": False, "prompt_lookup": None},
 }
 

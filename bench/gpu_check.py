@@ -25,7 +25,7 @@ from pathlib import Path
 
 import yaml
 
-from lorarag.study.config import RunConfig
+from lorarag.trained.config import RunConfig
 from lorarag.study.pipeline import run
 from lorarag.testing.tiny import build_tokenizer
 from lorarag.train.config import unsupported_args

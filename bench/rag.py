@@ -26,8 +26,8 @@ from pathlib import Path
 from lorarag.core.errors import UserError
 from lorarag.rag.config import EmbedderConfig, GeneratorConfig, RerankerConfig
 from lorarag.rag.embed import make_embedder
-from lorarag.rag.generate import Message
-from lorarag.rag.generate_openai import OpenAIGenerator
+from lorarag.rag.generators.base import Message
+from lorarag.rag.generators.openai_api import OpenAIGenerator
 from lorarag.rag.rerank import VLLM_OVERRIDES, Qwen3HTTPReranker
 from lorarag.testing.servers import free_port, launched, vllm_server_cmd
 from lorarag.testing.tiny import build_all

@@ -24,7 +24,7 @@ import numpy as np
 
 from lorarag.core.errors import UserError
 from lorarag.rag.config import BM25Config, IndexConfig, RetrievalConfig
-from lorarag.rag.index import build_from_chunks
+from lorarag.rag.index.store import build_from_chunks
 from lorarag.rag.records import Chunk, iter_jsonl_dicts
 from lorarag.rag.retrieve import load_retriever
 

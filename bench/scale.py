@@ -27,8 +27,8 @@ from typing import Callable
 import numpy as np
 
 from lorarag.rag.config import DenseIndexConfig
-from lorarag.rag.index_milvus import MilvusPart
-from lorarag.rag.index_parts import DensePart
+from lorarag.rag.index.milvus import MilvusPart
+from lorarag.rag.index.bm25_faiss import DensePart
 from lorarag.rag.records import Chunk
 
 Echo = Callable[[str], None]
@@ -91,8 +91,8 @@ def _eval_setup(work: Path, *, write: bool = False):
     from lorarag.core.paths import packaged_config
     from lorarag.scenarios.from_corpus import corpus_scenarios
     from lorarag.scenarios.kb_splits import split_by_fact
-    from lorarag.study.config import RunConfig, SystemConfig
-    from lorarag.study.parts import build_parts
+    from lorarag.trained.config import RunConfig, SystemConfig
+    from lorarag.trained.components import build_parts
     from lorarag.study.prepare import index_chunks
     from lorarag.study.systems import build_system
     from lorarag.testing.tiny import build_causal_lm

@@ -37,10 +37,10 @@ from lorarag.core.paths import packaged_config
 from lorarag.fallback.system import AdvancedRAGSystem, Detector
 from lorarag.bench.demo_kb import WorldKB, load_world_kb
 from lorarag.serve.app import AnswerSystem, ServeSettings, create_app, server_config
-from lorarag.study.config import RunConfig
-from lorarag.study.parts import build_parts
+from lorarag.trained.config import RunConfig
+from lorarag.trained.components import build_parts
 from lorarag.study.prepare import index_chunks
-from lorarag.study.trained import load_run, read_run
+from lorarag.trained.load import load_run, read_run
 from lorarag.testing.servers import free_port
 
 DEMO_CONFIG = "run/cpu-demo-fp32.yaml"  # a shipped config (lorarag.core.paths.packaged_config)

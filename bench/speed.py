@@ -27,8 +27,8 @@ from lorarag.rag.config import (
     IndexConfig,
     RetrievalConfig,
 )
-from lorarag.rag.index import build_from_chunks
-from lorarag.rag.index_parts import DensePart
+from lorarag.rag.index.store import build_from_chunks
+from lorarag.rag.index.bm25_faiss import DensePart
 from lorarag.rag.records import Chunk
 from lorarag.rag.retrieve import load_retriever
 

@@ -71,8 +71,8 @@ CONFIG_SCHEMAS: dict[str, str] = {
     "rag": "lorarag.rag.config:RAGConfig",
     "train": "lorarag.train.config:TrainConfig",
     "eval": "lorarag.eval.config:EvalConfig",
-    "run": "lorarag.study.config:RunConfig",
-    "check": "lorarag.rag.backends_check:BackendsCheckConfig",
+    "run": "lorarag.trained.config:RunConfig",
+    "check": "lorarag.rag.generators.agreement:BackendsCheckConfig",
 }
 
 _SUBCOMMAND_MODULES = ("lorarag.cli.rag", "lorarag.cli.generate", "lorarag.cli.train", "lorarag.cli.eval",

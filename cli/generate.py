@@ -35,7 +35,7 @@ def ask_cmd(
     if run is not None:
         if adapter is not None:
             raise UserError("--adapter is for --config; a run dir answers with its own adapter")
-        from lorarag.study.trained import load_run
+        from lorarag.trained.load import load_run
 
         system = load_run(run)
         top_k = None
@@ -90,7 +90,7 @@ def check_backends_cmd(
 ) -> None:
     """Run the same questions greedily through each backend; report the agreement rates."""
     from lorarag.core.config import load_config
-    from lorarag.rag.backends_check import BackendsCheckConfig, check_backends
+    from lorarag.rag.generators.agreement import BackendsCheckConfig, check_backends
 
     cfg = load_config(config, BackendsCheckConfig)
     rows, differs = check_backends(cfg)

@@ -28,8 +28,8 @@ def _print_report(report, err: bool) -> None:
 
 def _build(cfg, strict: bool = False, err: bool = False):
     """Ingest, print the report, build the index; return the manifest."""
-    from lorarag.rag.index import build_index, check_target
-    from lorarag.rag.ingest import ingest
+    from lorarag.rag.index.store import build_index, check_target
+    from lorarag.rag.ingest.parse import ingest
 
     corpus = cfg.corpus.model_copy(update={"strict": True}) if strict else cfg.corpus
     check_target(corpus, cfg.index)  # refused before the corpus is read
@@ -63,7 +63,7 @@ def search_cmd(
     from lorarag.core.config import config_files, validate_data
     from lorarag.core.errors import UserError
     from lorarag.rag.config import RAGConfig
-    from lorarag.rag.index import check_fresh
+    from lorarag.rag.index.store import check_fresh
     from lorarag.rag.records import to_dict
     from lorarag.rag.retrieve import load_retriever
 

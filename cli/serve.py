@@ -54,7 +54,7 @@ def register(app: typer.Typer) -> None:
         if warning:
             typer.echo(warning, err=True)
         from lorarag.serve.app import ServeSettings, serve
-        from lorarag.study.trained import load_run
+        from lorarag.trained.load import load_run
 
         system = load_run(run)
         serve(system, ServeSettings(name, max_batch, max_wait_ms, max_concurrency, max_body_bytes),

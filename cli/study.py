@@ -28,7 +28,7 @@ def register(app: typer.Typer) -> None:
         from lorarag.core import precision
         from lorarag.core.config import load_config
         from lorarag.core.overrides import parse_sets
-        from lorarag.study.config import RunConfig
+        from lorarag.trained.config import RunConfig
         from lorarag.study.pipeline import run
 
         cfg = load_config(config, RunConfig, parse_sets(sets))
@@ -45,7 +45,7 @@ def register(app: typer.Typer) -> None:
         """The same run at several training seeds: every target per seed, mean ± sd, seeds meeting it."""
         from lorarag.core.config import load_config
         from lorarag.core.errors import UserError
-        from lorarag.study.config import RunConfig
+        from lorarag.trained.config import RunConfig
         from lorarag.study.seeds import run_seeds
 
         try:
@@ -61,7 +61,7 @@ def register(app: typer.Typer) -> None:
     def calibrate_cmd(config: Path = typer.Argument(..., help="configs/run/*.yaml")) -> None:
         """Tune the self-knowledge gate on the dev split and save gate.json next to the adapter."""
         from lorarag.core.config import load_config
-        from lorarag.study.config import RunConfig
+        from lorarag.trained.config import RunConfig
         from lorarag.study.pipeline import calibrate_only
 
         cal = calibrate_only(load_config(config, RunConfig), echo=typer.echo)
@@ -78,7 +78,7 @@ def register(app: typer.Typer) -> None:
         with cluster-bootstrap CIs."""
         from lorarag.core.config import load_config
         from lorarag.core.errors import UserError
-        from lorarag.study.config import RunConfig
+        from lorarag.trained.config import RunConfig
         from lorarag.study.self_knowledge import compare_signals
 
         if split not in ("dev", "test"):

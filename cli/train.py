@@ -47,7 +47,7 @@ def register(app: typer.Typer) -> None:
     def sft_cmd(config: Path = typer.Argument(..., help="configs/run/*.yaml (a run config)")) -> None:
         """Steps 1-3 of a run, no training: KB, index, scenarios and the SFT rows (leak-checked)."""
         from lorarag.core.config import load_config
-        from lorarag.study.config import RunConfig
+        from lorarag.trained.config import RunConfig
         from lorarag.study.pipeline import prepare_rows
         from lorarag.train.sft import read_sft
 

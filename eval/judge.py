@@ -25,7 +25,7 @@ from typing import Sequence
 
 from lorarag.eval.config import JudgeConfig
 from lorarag.eval.records import ItemResult
-from lorarag.rag.http import JSONClient, field
+from lorarag.rag.generators.http import JSONClient, field
 from lorarag.rag.prompt import neutralise_controls
 from lorarag.rag.records import read_jsonl, write_jsonl
 

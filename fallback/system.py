@@ -44,7 +44,7 @@ from lorarag.fallback.verdict import (
     read_forced_verdict,
     read_verdict,
 )
-from lorarag.rag.generate import Generator, Message
+from lorarag.rag.generators.base import Generator, Message
 from lorarag.rag.records import Answer, Retrieved, Trace
 
 log = logging.getLogger(__name__)

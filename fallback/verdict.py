@@ -25,7 +25,7 @@ from lorarag.fallback.format import (
     is_unknown,
     parse_reply,
 )
-from lorarag.rag.generate import Generation
+from lorarag.rag.generators.base import Generation
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase

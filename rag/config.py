@@ -29,7 +29,7 @@ class CorpusConfig(Strict):
     @model_validator(mode="after")
     def _check(self) -> "CorpusConfig":
         # An empty list is a config with no corpus of its own (a run's `data:` names the KB);
-        # ingesting it is refused by rag/ingest.py. An empty string is always a mistake.
+        # ingesting it is refused by rag/ingest/parse.py. An empty string is always a mistake.
         if any(not p.strip() for p in self.paths):
             raise ValueError("paths: an empty corpus path")
         return self
@@ -40,7 +40,7 @@ class ChunkerConfig(Strict):
 
     kind: Literal["paragraph", "heading"] = Field("paragraph", description=(
         "`paragraph`: blank-line paragraphs merged up to chunk_size; `heading`: one chunk per Markdown section, "
-        "with its heading path (rag/chunk.py)"))
+        "with its heading path (rag/ingest/chunk.py)"))
     chunk_size: int = Field(500, description=(
         "largest chunk, in characters (code points); longer paragraphs are split in windows"))
     chunk_overlap: int = Field(50, description=(
@@ -66,7 +66,7 @@ class BM25Config(Strict):
 
 class DenseIndexConfig(Strict):
     """Dense index over normalised embeddings (inner product = cosine): FAISS in the index folder
-    (`flat`, `hnsw`, `ivf`) or a Milvus collection (`milvus`: rag/index_milvus.py)."""
+    (`flat`, `hnsw`, `ivf`) or a Milvus collection (`milvus`: rag/index/milvus.py)."""
 
     kind: Literal["flat", "hnsw", "ivf", "milvus"] = Field("flat", description=(
         "FAISS `flat` (exact), `hnsw` or `ivf` in the index folder, or a `milvus` collection"))
@@ -100,7 +100,23 @@ class DenseIndexConfig(Strict):
         return self
 
 
-class EmbedderConfig(Strict):
+class ModelPlacement(Strict):
+    """Where a model runs, the fields the embedder, reranker and generator share: in this process
+    (`dtype`, `device`) or on a server (`base_url` and the request settings), as each one's kind says."""
+
+    dtype: Literal["float32", "bfloat16", "float16"] = Field("float32", description=(
+        "weights' precision; `auto` in a config file: bfloat16 on a GPU or a CPU with native bf16 (AVX512-BF16, "
+        "AMX), else float32 (core/precision.py)"))
+    device: str = Field("cpu", description="torch device (`cpu`, `cuda`, `cuda:1`)")
+    base_url: str | None = Field(None, description=(
+        "a served model (embedder `openai` kind, reranker `http` backend, generator `openai` kind): the server's "
+        "URL, e.g. http://127.0.0.1:8000/v1"))
+    api_key_env: str | None = Field(None, description="name of the env var holding the key, never the key")
+    timeout_s: float = Field(60.0, description="a served model: seconds per request")
+    max_retries: int = Field(3, description="a served model: retries of a failed request")
+
+
+class EmbedderConfig(ModelPlacement):
     """Dense encoder. `transformers` follows the Qwen3-Embedding recipe (last-token pooling,
     instruction on queries only, L2-normalised); `openai` calls a /v1/embeddings endpoint."""
 
@@ -113,14 +129,6 @@ class EmbedderConfig(Strict):
         "instruction prefixed to queries only (Qwen3-Embedding); null: none"))
     batch_size: int = Field(32, description="texts per encoder call")
     max_length: int = Field(512, description="longest input text, in tokens")
-    dtype: Literal["float32", "bfloat16", "float16"] = Field("float32", description=(
-        "weights' precision; `auto` in a config file: bfloat16 on a GPU or a CPU with native bf16 (AVX512-BF16, "
-        "AMX), else float32 (core/precision.py)"))
-    device: str = Field("cpu", description="torch device (`cpu`, `cuda`, `cuda:1`)")
-    base_url: str | None = Field(None, description="openai kind: e.g. http://127.0.0.1:8000/v1")
-    api_key_env: str | None = Field(None, description="name of the env var holding the key, never the key")
-    timeout_s: float = Field(60.0, description="openai kind: seconds per request")
-    max_retries: int = Field(3, description="openai kind: retries of a failed request")
 
 
 class IndexConfig(Strict):
@@ -144,7 +152,7 @@ class RetrievalConfig(Strict):
         "reranker threshold: passages whose probability of \"yes\" is below it are dropped; null: none"))
 
 
-class RerankerConfig(Strict):
+class RerankerConfig(ModelPlacement):
     """Cross-encoder reranking. `qwen3`: P(yes) at the last position, as Qwen3-Reranker."""
 
     kind: Literal["qwen3", "cross_encoder"] = Field("qwen3", description=(
@@ -158,17 +166,9 @@ class RerankerConfig(Strict):
         "the task instruction in the reranker's prompt"))
     batch_size: int = Field(16, description="pairs per scoring call")
     max_length: int = Field(1024, description="tokens of the whole pair prompt")
-    dtype: Literal["float32", "bfloat16", "float16"] = Field("float32", description=(
-        "weights' precision; `auto` in a config file: bfloat16 on a GPU or a CPU with native bf16 (AVX512-BF16, "
-        "AMX), else float32 (core/precision.py)"))
-    device: str = Field("cpu", description="torch device (`cpu`, `cuda`, `cuda:1`)")
-    base_url: str | None = Field(None, description="http backend: the server's URL")
-    api_key_env: str | None = Field(None, description="name of the env var holding the key, never the key")
-    timeout_s: float = Field(60.0, description="http backend: seconds per request")
-    max_retries: int = Field(3, description="http backend: retries of a failed request")
 
 
-class GeneratorConfig(Strict):
+class GeneratorConfig(ModelPlacement):
     """A chat LM. The adapter (LoRA) is chosen per request by name from `adapters`."""
 
     kind: Literal["transformers", "vllm", "ctranslate2", "openai"] = Field(description=(
@@ -179,14 +179,10 @@ class GeneratorConfig(Strict):
     max_new_tokens: int = Field(64, description="tokens generated per answer (default for callers that set none)")
     temperature: float = Field(0.0, description="0 = greedy")
     max_model_len: int = Field(2048, description="tokens; prompts longer than this are truncated (see generate.py)")
-    dtype: Literal["float32", "bfloat16", "float16"] = Field("float32", description=(
-        "weights' precision; `auto` in a config file: bfloat16 on a GPU or a CPU with native bf16 (AVX512-BF16, "
-        "AMX), else float32 (core/precision.py)"))
     fp32_lm_head: bool = Field(True, description=(
         "transformers kind: with a half-precision `dtype`, compute the LM head in fp32 so token probabilities "
         "(verdict scores, the NLL gate) do not tie on bf16's 8-bit mantissa; the body keeps the fast "
         "half-precision matmuls. (vLLM computes logits in the model dtype.)"))
-    device: str = Field("cpu", description="torch device (`cpu`, `cuda`, `cuda:1`)")
     batch_size: int = Field(16, description=(
         "prompts per generate call (vllm: max_num_seqs; openai: requests in flight per server)"))
     max_batch_tokens: int | None = Field(default=None, ge=1, description=(
@@ -213,14 +209,11 @@ class GeneratorConfig(Strict):
     max_lora_rank: int = Field(64, description="vllm kind: largest LoRA rank the engine accepts (vLLM max_lora_rank)")
     chat_template_kwargs: dict[str, bool] = Field({"enable_thinking": False}, description=(
         "passed to the tokenizer's chat template (Qwen3: enable_thinking false)"))
-    base_url: str | None = Field(None, description="openai kind: the server's URL, e.g. http://127.0.0.1:8000/v1")
     extra_base_urls: list[str] = Field([], description=(
         "openai kind: more servers holding the same base model and adapters (vLLM replicas); requests go "
         "round-robin over `base_url` and these, `batch_size` in flight per server, and a request whose server "
         "fails after its retries is tried once on the next server."))
-    api_key_env: str | None = Field(None, description="name of the env var holding the key, never the key")
-    timeout_s: float = Field(120.0, description="openai kind: seconds per request")
-    max_retries: int = Field(3, description="openai kind: retries of a failed request")
+    timeout_s: float = Field(120.0, description="openai kind: seconds per request (a whole answer)")
     gpu_memory_utilization: float = Field(0.85, description=(
         "vllm kind: share of GPU memory the engine may take (vLLM gpu_memory_utilization)"))
     extra_engine_args: dict[str, str | int | float | bool] = Field({}, description="vllm kind: passed to LLM()")

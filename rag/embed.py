@@ -17,7 +17,7 @@ import numpy as np
 
 from lorarag.core.errors import ConfigError
 from lorarag.rag.config import EmbedderConfig
-from lorarag.rag.http import EndpointError, JSONClient, field
+from lorarag.rag.generators.http import EndpointError, JSONClient, field
 
 log = logging.getLogger(__name__)
 

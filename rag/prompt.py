@@ -15,7 +15,7 @@ plain text, the block delimiters are escaped, and `[Sn]` labels inside a passage
 document can neither open a new turn, close the block, nor forge another source. Questions come
 from data files too: every prompt builder (this one, fallback/format.py's) passes them through
 `inert_question` (the same neutralising, on one line), and every user or assistant turn is
-stripped of control strings when its `Message` is made (rag/generate.py), whatever built it.
+stripped of control strings when its `Message` is made (rag/generators/base.py), whatever built it.
 
 Truncation rule (used by every generator when a prompt exceeds the model window, see
 `fit_sources`): keep the system prompt and the question; drop whole sources from the END of the

@@ -22,9 +22,9 @@ from typing import Callable, Protocol
 
 from lorarag.core.errors import ConfigError
 from lorarag.rag.config import RerankerConfig
-from lorarag.rag.http import EndpointError, JSONClient, field
+from lorarag.rag.generators.http import EndpointError, JSONClient, field
 from lorarag.rag.records import Retrieved
-from lorarag.rag.vllm_compat import engine_start
+from lorarag.rag.generators.vllm_compat import engine_start
 
 log = logging.getLogger(__name__)
 

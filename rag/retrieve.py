@@ -16,7 +16,7 @@ import numpy as np
 
 from lorarag.rag.config import EmbedderConfig, IndexConfig, RetrievalConfig
 from lorarag.rag.embed import make_embedder
-from lorarag.rag.index import Index, IndexMismatch, open_index
+from lorarag.rag.index.store import Index, IndexMismatch, open_index
 from lorarag.rag.records import Retrieved
 
 log = logging.getLogger(__name__)

@@ -17,9 +17,9 @@ from typing import Protocol
 
 from lorarag.core.errors import ConfigError
 from lorarag.rag.config import RAGConfig, RetrievalConfig
-from lorarag.rag.generate import Generator, Message
-from lorarag.rag.generators import build_generator
-from lorarag.rag.index import check_fresh
+from lorarag.rag.generators.base import Generator, Message
+from lorarag.rag.generators.registry import build_generator
+from lorarag.rag.index.store import check_fresh
 from lorarag.rag.prompt import PromptBuilder, given_labels, parse_citations
 from lorarag.rag.records import Answer, Retrieved, Trace, append_jsonl
 from lorarag.rag.rerank import Reranker, build_reranker, rerank

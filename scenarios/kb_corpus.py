@@ -1,7 +1,7 @@
 """A knowledge base from the formats people have: a folder of documents, a BEIR `corpus.jsonl`,
 a Hugging Face dataset, the contexts of a SQuAD file, or ConflictNQ's real passages.
 
-Every kind ends as Documents cut by the run's chunker (rag/chunk.py), so chunk ids are the
+Every kind ends as Documents cut by the run's chunker (rag/ingest/chunk.py), so chunk ids are the
 same stable hashes `lorarag index` gives. A document with a title holds `title + blank line +
 text`; `KBCorpus.body_offset` records where the set's own text starts, so a set's answer
 offsets (into its text) still point at the answer. ConflictNQ passages keep no title: its
@@ -15,9 +15,9 @@ from typing import Any, Callable, Iterable
 
 from lorarag.core.errors import RecordError
 from lorarag.core.inputs import check_input_file
-from lorarag.rag.chunk import make_chunker
+from lorarag.rag.ingest.chunk import make_chunker
 from lorarag.rag.config import ChunkerConfig, CorpusConfig
-from lorarag.rag.ingest import ingest
+from lorarag.rag.ingest.parse import ingest
 from lorarag.rag.records import Document
 from lorarag.scenarios.config import CorpusSource
 from lorarag.scenarios.kb_records import KBCorpus, existing, field, jsonl_objects, read_json

@@ -14,7 +14,7 @@ from typing import Callable, Collection, Iterable, Mapping, Sequence
 
 from lorarag.core.errors import RecordError
 from lorarag.rag.config import BM25Config
-from lorarag.rag.index_parts import BM25Part
+from lorarag.rag.index.bm25_faiss import BM25Part
 from lorarag.rag.records import Chunk
 from lorarag.rag.retrieve import Retriever
 

@@ -40,7 +40,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from lorarag.core.errors import ConfigError
-from lorarag.rag.http import EndpointError
+from lorarag.rag.generators.http import EndpointError
 from lorarag.rag.prompt import ContextWindowError
 from lorarag.rag.records import Answer
 from lorarag.serve.batch import AnswerSystem, Batcher

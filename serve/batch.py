@@ -21,7 +21,7 @@ import logging
 from concurrent.futures import ThreadPoolExecutor
 from typing import Protocol
 
-from lorarag.rag.http import EndpointDown
+from lorarag.rag.generators.http import EndpointDown
 from lorarag.rag.records import Answer
 from lorarag.serve.window import Check, window_check
 

@@ -23,7 +23,7 @@ from typing import Any
 
 from lorarag.fallback.format import SourceText, rag_user_turn
 from lorarag.fallback.verdict import memory_prefix
-from lorarag.rag.generate import Message, fit_conversation
+from lorarag.rag.generators.base import Message, fit_conversation
 from lorarag.rag.prompt import ContextWindowError
 
 Check = Callable[[str], None]

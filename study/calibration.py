@@ -28,9 +28,9 @@ from lorarag.fallback.gate import (
 )
 from lorarag.fallback.system import Detector
 from lorarag.scenarios.records import Scenario
-from lorarag.study.config import RunConfig
+from lorarag.trained.config import RunConfig
 from lorarag.study.layout import Echo
-from lorarag.study.parts import Parts
+from lorarag.trained.components import Parts
 
 log = logging.getLogger(__name__)
 

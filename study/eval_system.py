@@ -24,24 +24,16 @@ from lorarag.core.config import load_config, validate_data
 from lorarag.core.errors import ConfigError
 from lorarag.core.runinfo import hash_paths
 from lorarag.eval.config import EvalConfig
-from lorarag.fallback.gate import (
-    GATE_FILE,
-    adapter_sha256,
-    fixed_threshold,
-    gate_mismatch,
-    load_gate,
-    threshold_in_use,
-)
-from lorarag.rag.index import IndexMismatch, index_path
+from lorarag.rag.index.store import index_path
 from lorarag.rag.records import Chunk, read_jsonl
-from lorarag.rag.retrieve import load_retriever
 from lorarag.scenarios.records import Scenario, validate_against_kb
-from lorarag.study.config import RunConfig, SystemConfig
+from lorarag.trained.config import RunConfig, SystemConfig
 from lorarag.study.evaluate import system_stamp
-from lorarag.study.parts import build_parts
-from lorarag.study.provenance import check_base, reads_index, row_parts
+from lorarag.trained.components import build_parts
+from lorarag.study.provenance import reads_index, row_parts
 from lorarag.study.systems import ScenarioSystem, build_system
-from lorarag.study.training import find_adapter, find_rag_sft, rag_sft_config
+from lorarag.trained.adapters import check_base, find_rag_sft, rag_sft_config, trained_adapter
+from lorarag.trained.load import gate_threshold, open_retriever
 
 
 def _components(cfg: EvalConfig) -> tuple[RunConfig, SystemConfig, Path | None, Path | None]:
@@ -52,7 +44,7 @@ def _components(cfg: EvalConfig) -> tuple[RunConfig, SystemConfig, Path | None, 
                           f"to build the {cfg.system['kind']} system from")
     run_cfg = load_config(cfg.components, RunConfig)
     sc = validate_data(cfg.system, SystemConfig, "eval config: system")
-    adapter = find_adapter(run_cfg)
+    adapter = trained_adapter(run_cfg)
     rag_sft = find_rag_sft(run_cfg) if sc.uses_rag_sft else None
     own = [(adapter, run_cfg)] if sc.kind != "rag_sft" else []
     own += [(rag_sft, rag_sft_config(run_cfg))] if sc.uses_rag_sft else []
@@ -75,20 +67,6 @@ def pin_numerics(cfg: EvalConfig, environ: dict[str, str] | None = None) -> dict
     return numerics.apply(load_config(cfg.components, RunConfig).numerics, environ)
 
 
-def _threshold(run_cfg: RunConfig, adapter: Path | None, components: str) -> float | None:
-    """The gate threshold in use: the fixed one, or the saved dev calibration's (if it passed)."""
-    gate = run_cfg.fallback.gate
-    if gate.threshold is not None:
-        return fixed_threshold(gate)
-    if adapter is not None and (adapter / GATE_FILE).is_file():
-        cal = load_gate(adapter)
-        if gate.enabled and (stale := gate_mismatch(cal, gate, run_cfg.rag.generator, adapter_sha256(adapter))):
-            raise ConfigError(f"{adapter / GATE_FILE}: calibrated with {'; '.join(stale)}: "
-                              f"run `lorarag calibrate {components}` first")
-        return threshold_in_use(cal, gate)
-    return None
-
-
 def build_eval_system(cfg: EvalConfig, scenarios: Sequence[Scenario] | None = None) -> ScenarioSystem:
     """The system for `lorarag eval`: models, index and adapter of the run config in `components`.
 
@@ -100,14 +78,10 @@ def build_eval_system(cfg: EvalConfig, scenarios: Sequence[Scenario] | None = No
     if not chunks.is_file():
         raise ConfigError(f"{chunks}: not found: run `lorarag run {cfg.components}` first")
     kb = read_jsonl(chunks, Chunk)
-    try:
-        retriever = load_retriever(run_cfg.rag.index, run_cfg.rag.retrieval, run_cfg.rag.embedder)
-    except (FileNotFoundError, IndexMismatch) as exc:
-        raise ConfigError(f"{run_cfg.rag.index.dir}: no usable index of run '{run_cfg.name}' ({exc}): "
-                          f"run `lorarag run {cfg.components}` first") from None
+    retriever = open_retriever(run_cfg, f"lorarag run {cfg.components}")
     if scenarios is not None:
         validate_against_kb(scenarios, {c.chunk_id for c in retriever.chunks})
-    threshold = _threshold(run_cfg, adapter, cfg.components)
+    threshold = gate_threshold(run_cfg, adapter, f"lorarag calibrate {cfg.components}", saved_required=False)
     parts = build_parts(run_cfg, retriever, adapter, kb, rag_sft)
     return build_system(sc, replace(parts, gate_threshold=threshold))
 
@@ -117,8 +91,8 @@ def eval_stamp(cfg: EvalConfig, scenarios: Sequence[Scenario]) -> dict:
     and retrieval settings, adapter, gate, fallback, the full item list; `--limit` only takes a
     prefix), the scenario file's content and the closed-book run."""
     run_cfg, sc, adapter, rag_sft = _components(cfg)
-    stamp = system_stamp(run_cfg, sc, list(scenarios), rag_sft if sc.kind == "rag_sft" else adapter,
-                         _threshold(run_cfg, adapter, cfg.components), rag_sft)
+    threshold = gate_threshold(run_cfg, adapter, f"lorarag calibrate {cfg.components}", saved_required=False)
+    stamp = system_stamp(run_cfg, sc, list(scenarios), rag_sft if sc.kind == "rag_sft" else adapter, threshold, rag_sft)
     stamp["scenarios_sha256"] = hash_paths([cfg.scenarios]).get(str(Path(cfg.scenarios)))
     stamp["closed_book_run"] = cfg.closed_book_run
     return stamp

@@ -15,13 +15,13 @@ from lorarag.eval.reroute import reroute
 from lorarag.eval.runner import run_eval, write_results
 from lorarag.fallback.gate import GATE_FILE, adapter_sha256
 from lorarag.scenarios.records import Scenario
-from lorarag.study.config import RunConfig, SystemConfig
+from lorarag.trained.config import RunConfig, SystemConfig
 from lorarag.study.headline import correct_fn, headline_markdown, score_fn
 from lorarag.study.targets import pair_names
 from lorarag.study.kb import read_summary
 from lorarag.study.layout import Echo, Paths
 from lorarag.study.leaks import read_overlap
-from lorarag.study.parts import Parts
+from lorarag.trained.components import Parts
 from lorarag.study.provenance import row_parts
 from lorarag.study.systems import build_system
 from lorarag.train.overlap import overlap_markdown

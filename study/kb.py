@@ -53,7 +53,7 @@ from lorarag.scenarios.kb_wordings import (
 )
 from lorarag.scenarios.records import Scenario, save_scenarios
 from lorarag.scenarios.world_kb import write_world_kb
-from lorarag.study.config import RunConfig
+from lorarag.trained.config import RunConfig
 from lorarag.study.layout import Echo, Paths
 from lorarag.study.leaks import check_dev_wordings, check_written_wordings
 from lorarag.study.prepare import sample_cells

@@ -28,9 +28,9 @@ from typing import Mapping, Sequence
 from lorarag.core.errors import ConfigError
 from lorarag.fallback.format import inert_question
 from lorarag.scenarios.records import Scenario
-from lorarag.study.config import RunConfig
+from lorarag.trained.config import RunConfig
 from lorarag.study.layout import Echo, Paths
-from lorarag.study.training import needs_rag_sft, rag_sft_config
+from lorarag.trained.adapters import needs_rag_sft, rag_sft_config
 from lorarag.train.overlap import FLAWED, CellOverlap, TrainingSources, leaking, overlap_table
 from lorarag.train.preference import pairs_path
 from lorarag.train.sft import LeakError, read_sft

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from lorarag.eval.answer_metrics import normalize_text
-from lorarag.rag.generate import Generator, Message
+from lorarag.rag.generators.base import Generator, Message
 from lorarag.rag.records import read_jsonl, write_jsonl
 from lorarag.scenarios.kb_labels import find_answer
 from lorarag.scenarios.kb_records import QAItem

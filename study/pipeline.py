@@ -32,27 +32,20 @@ from lorarag.fallback.gate import SIGNAL, GateCalibration
 from lorarag.rag.retrieve import Retriever
 from lorarag.scenarios.records import Scenario
 from lorarag.study.calibration import calibrate_gate, languages_without_dev_known
-from lorarag.study.config import RunConfig
+from lorarag.trained.config import RunConfig
 from lorarag.study.evaluate import evaluate, report
 from lorarag.study.extra import check_extra_sets, evaluate_extra_sets, present_sets
 from lorarag.study.layout import STEPS, Echo, Paths, Progress
 from lorarag.study.leaks import check_test_contexts
 from lorarag.study.ledger import note_reads, run_ledger
-from lorarag.study.parts import build_parts
+from lorarag.trained.components import build_parts
 from lorarag.study.preference import describe as describe_preference
 from lorarag.study.preference import prefer_or_reuse, write_preference_pairs
 from lorarag.study.prepare import index_chunks
 from lorarag.study.reuse_check import refuse_before_writing
 from lorarag.study.sources import KBSource
-from lorarag.study.training import (
-    BASE_PREPARERS,
-    describe_training,
-    find_adapter,
-    needs_rag_sft,
-    rag_sft_config,
-    train_or_reuse,
-    train_rag_sft,
-)
+from lorarag.study.training import BASE_PREPARERS, describe_training, train_or_reuse, train_rag_sft
+from lorarag.trained.adapters import needs_rag_sft, rag_sft_config, trained_adapter
 
 
 def plan(cfg: RunConfig, fresh: bool) -> list[tuple[str, str]]:
@@ -175,8 +168,8 @@ def run(cfg: RunConfig, *, fresh: bool = False, dry_run: bool = False, echo: Ech
 
 
 @dataclass(frozen=True)
-class TrainedRun:
-    """Steps 1-3 of a run whose adapter is trained, read again by a command that studies it."""
+class StudiedRun:
+    """A trained run read again for study (steps 1-3 and its adapter): `lorarag calibrate`, `self-knowledge`."""
 
     paths: Paths
     adapter: Path
@@ -187,21 +180,21 @@ class TrainedRun:
     dev_unseen: list[Scenario]
 
 
-def trained_run(cfg: RunConfig, echo: Echo = print) -> TrainedRun:
+def studied_run(cfg: RunConfig, echo: Echo = print) -> StudiedRun:
     """The run's KB, index, scenarios and trained adapter; UserError when it has none yet."""
     numerics.apply(cfg.numerics)
     paths = Paths(Path(cfg.runs_dir) / cfg.name)
-    adapter = find_adapter(cfg)
+    adapter = trained_adapter(cfg)
     if adapter is None:
         raise UserError(f"no trained adapter for run '{cfg.train.run_name}': run `lorarag run` first")
     src = KBSource(cfg, paths)
     retriever = index_chunks(cfg, src.chunks, src.n_documents, cfg.rag.index)
-    return TrainedRun(paths, adapter, src, retriever, *src.scenarios(echo, retriever))
+    return StudiedRun(paths, adapter, src, retriever, *src.scenarios(echo, retriever))
 
 
 def calibrate_only(cfg: RunConfig, *, echo: Echo = print) -> GateCalibration:
     """`lorarag calibrate`: steps 1-3, the trained adapter, and a fresh gate.json."""
-    r = trained_run(cfg, echo)
+    r = studied_run(cfg, echo)
     parts = build_parts(cfg, r.retriever, r.adapter, r.src.chunks)
     gate = calibrate_gate(cfg, parts, r.adapter, r.dev_known, r.dev_unseen, echo, force=True)
     parts.generator.close()

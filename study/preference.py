@@ -17,7 +17,7 @@ from typing import Sequence
 from lorarag.core.errors import ConfigError
 from lorarag.scenarios.kb_splits import HELD_OUT
 from lorarag.scenarios.records import Scenario
-from lorarag.study.config import RunConfig
+from lorarag.trained.config import RunConfig
 from lorarag.study.layout import Echo
 from lorarag.study.sources import KBSource
 from lorarag.train.preference import (

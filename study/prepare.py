@@ -6,11 +6,11 @@ import random
 
 from lorarag.rag.config import IndexConfig
 from lorarag.rag.embed import Embedder, make_embedder
-from lorarag.rag.index import build_from_chunks
+from lorarag.rag.index.store import build_from_chunks
 from lorarag.rag.records import Chunk
 from lorarag.rag.retrieve import Retriever, load_retriever
 from lorarag.scenarios.records import Scenario
-from lorarag.study.config import RunConfig
+from lorarag.trained.config import RunConfig
 
 
 def index_chunks(cfg: RunConfig, chunks: list[Chunk], n_documents: int, index_cfg: IndexConfig,

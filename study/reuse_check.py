@@ -20,13 +20,13 @@ from pathlib import Path
 from lorarag.core.config import dump_config
 from lorarag.core.errors import ConfigError
 from lorarag.core.runinfo import git_sha, hash_paths
-from lorarag.study.config import RunConfig
+from lorarag.trained.config import RunConfig
 from lorarag.study.layout import Echo, Paths
 from lorarag.study.paraphrase import FILE as PARAPHRASES
 from lorarag.study.paraphrase import STAMP as PARAPHRASES_STAMP
 from lorarag.study.prepare import index_chunks
 from lorarag.study.sources import KBSource
-from lorarag.study.training import check_same_recipe, find_adapter, needs_rag_sft, rag_sft_config
+from lorarag.trained.adapters import check_same_recipe, needs_rag_sft, rag_sft_config, trained_adapter
 from lorarag.train import runs
 
 
@@ -66,8 +66,8 @@ def refuse_before_writing(cfg: RunConfig, root: Path, echo: Echo) -> None:
     check_same_recipe(cfg)  # another recipe: ConfigError, a finished run or only its checkpoints
     if needs_rag_sft(cfg):
         check_same_recipe(rag_sft_config(cfg))
-    found = find_adapter(cfg)
-    rag_sft = find_adapter(rag_sft_config(cfg)) if needs_rag_sft(cfg) else None
+    found = trained_adapter(cfg)
+    rag_sft = trained_adapter(rag_sft_config(cfg)) if needs_rag_sft(cfg) else None
     if found is None and rag_sft is None:
         return
     for done, trained in ((found, cfg), (rag_sft, rag_sft_config(cfg))):  # the base is known without the rows

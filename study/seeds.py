@@ -38,10 +38,11 @@ from lorarag.eval.records import ItemResult, load_results
 from lorarag.eval.stats import nan_to_none
 from lorarag.fallback.gate import GATE_FILE
 from lorarag.study.calibration import Echo
-from lorarag.study.config import RunConfig
+from lorarag.trained.config import RunConfig
 from lorarag.study.headline import correct_fn, kb_targets, right_text, target_values
 from lorarag.study.targets import BASE_TARGET, pair_names
-from lorarag.study.pipeline import Paths, find_adapter, run
+from lorarag.study.pipeline import Paths, run
+from lorarag.trained.adapters import trained_adapter
 from lorarag.study.baselines import abstention_table, comparable
 from lorarag.study.pooled import pooled_differences, pooled_markdown, pooled_rows
 from lorarag.study.pooled_baselines import BaselineCell, baselines_markdown, pooled_baselines
@@ -208,7 +209,7 @@ def run_seeds(cfg: RunConfig, seeds: Sequence[int], *, fresh: bool = False, dry_
         pairs.append((results[pair[0]], results[pair[1]]))
         every.append(results)
         per_seed.append(target_fn(pairs[-1][0], pairs[-1][1]))
-        adapter = find_adapter(c)
+        adapter = trained_adapter(c)
         gate = adapter / GATE_FILE if adapter is not None else None
         gates[s] = json.loads(gate.read_text(encoding="utf-8")) if gate is not None and gate.is_file() else None
     rows = seed_rows(per_seed)

@@ -36,18 +36,18 @@ from lorarag.eval.stats import paired_auroc
 from lorarag.fallback.format import is_unknown
 from lorarag.fallback.gate import adapter_sha256, generator_id
 from lorarag.fallback.system import closed_book, closed_book_conversation
-from lorarag.rag.generators import build_generator
+from lorarag.rag.generators.registry import build_generator
 from lorarag.scenarios.records import Scenario
-from lorarag.study.config import RunConfig
+from lorarag.trained.config import RunConfig
 from lorarag.study.kb import KB, wording_plan
 from lorarag.study.layout import Echo
-from lorarag.study.parts import build_parts, with_adapter_name
-from lorarag.study.pipeline import trained_run
+from lorarag.trained.components import build_parts, with_adapter_name
+from lorarag.study.pipeline import studied_run
 
 SIGNALS = ("nll", "probe", "agreement", "agreement_f1")
 LAYER_FRACTIONS = (0.25, 0.5, 0.75, 1.0)  # of the model's depth: the probe's candidate layers
 PROBE_C = (0.01, 0.1, 1.0)  # candidate inverse L2 strengths (features standardised first)
-ADAPTER = "lora"  # the trained adapter's name in the generator (study/parts.py)
+ADAPTER = "lora"  # the trained adapter's name in the generator (trained/components.py)
 
 
 @dataclass(frozen=True)
@@ -147,7 +147,7 @@ def compare_signals(cfg: RunConfig, *, split: Literal["dev", "test"] = "dev", sa
                           f"{cfg.rag.generator.kind!r}")
     if samples < 2 or temperature <= 0:
         raise UserError("agreement needs --samples >= 2 and --temperature > 0")
-    run = trained_run(cfg, echo)
+    run = studied_run(cfg, echo)
     paths, adapter, src = run.paths, run.adapter, run.src
     items = _items(split, run.test, run.dev_known, run.dev_unseen)
     owners = src.owners()

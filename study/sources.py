@@ -13,12 +13,12 @@ from dataclasses import replace
 from functools import partial
 from typing import Sequence
 
-from lorarag.rag.generators import build_generator
+from lorarag.rag.generators.registry import build_generator
 from lorarag.rag.records import Chunk
 from lorarag.rag.retrieve import Retriever
 from lorarag.scenarios.perturb import Searcher, bm25_searcher, retriever_searcher
 from lorarag.scenarios.records import Scenario
-from lorarag.study.config import RunConfig
+from lorarag.trained.config import RunConfig
 from lorarag.study.kb import KB, build_kb_sft, kb_scenarios, prepare_kb
 from lorarag.study.layout import Echo, Paths
 from lorarag.study.paraphrase import paraphrases_for, single_wording, tally, with_paraphrases

@@ -2,7 +2,7 @@
 
 Every system has a `name` and `answer_scenarios(items: list[Scenario]) -> list[Answer]`, the
 interface of `eval.runner.run_eval`. The context a system sees per scenario comes from
-study/contexts.py: `retrieved` (the clean KB, then poisoned into the scenario's world) or
+trained/contexts.py: `retrieved` (the clean KB, then poisoned into the scenario's world) or
 `presented` (the scenario's own chunks).
 
 Kinds: `lora_rag` (AdvancedRAGSystem), `base_rag` (plain grounded RAG, no detection),
@@ -15,7 +15,7 @@ RAG's prompt answered by the RAG-SFT adapter: the same facts taught, every sourc
 study/training.py) and `oracle` (the gold chunk only, answered by the base RAG prompt).
 `prompted_detection`, `astute_rag` and `closed_book` run on the base model, or with `adapter: lora`
 on the trained adapter: a baseline that knows what the LoRA knows.
-Components (generator, retrieval, tokenizer) are built once in study/parts.py and injected.
+Components (generator, retrieval, tokenizer) are built once in trained/components.py and injected.
 """
 
 from __future__ import annotations
@@ -28,15 +28,15 @@ from lorarag.core.errors import ConfigError
 from lorarag.fallback.format import SYSTEM_RAG, SourceText, is_unknown, rag_user_turn
 from lorarag.fallback.gate import gate_fires
 from lorarag.fallback.system import AdvancedRAGSystem, Context, Detector, closed_book, closed_book_conversation
-from lorarag.rag.generate import Generator, Message
+from lorarag.rag.generators.base import Generator, Message
 from lorarag.rag.prompt import neutralise
 from lorarag.rag.records import Answer, Retrieved, Trace
 from lorarag.rag.system import RAGSystem
 from lorarag.scenarios.records import Scenario
-from lorarag.study.config import SystemConfig
-from lorarag.study.contexts import ScenarioContexts
-from lorarag.study.config import RAG_SFT
-from lorarag.study.parts import Parts
+from lorarag.trained.config import SystemConfig
+from lorarag.trained.contexts import ScenarioContexts
+from lorarag.trained.config import RAG_SFT
+from lorarag.trained.components import Parts
 
 
 class ScenarioSystem(Protocol):
@@ -127,7 +127,7 @@ class BaseRAG:
 
 
 class ClosedBook:
-    """The model alone: no sources. Scenarios share questions; the generator's memo (rag/memo.py)
+    """The model alone: no sources. Scenarios share questions; the generator's memo (rag/generators/memo.py)
     answers a question asked again without the model."""
 
     def __init__(self, name: str, generator: Generator, adapter: str | None, max_new_tokens: int) -> None:

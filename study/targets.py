@@ -32,7 +32,7 @@ from lorarag.eval.conflict_metrics import (
 from lorarag.eval.records import ItemResult
 from lorarag.eval.stats import cluster_rate, paired_auroc
 from lorarag.scenarios.records import SCENARIO_TYPES, SOUND_CONTEXTS
-from lorarag.study.config import RunConfig
+from lorarag.trained.config import RunConfig
 
 
 def _first(cfg: RunConfig, results: Mapping[str, Sequence[ItemResult]], kind: str) -> tuple[str, list[ItemResult]] | None:

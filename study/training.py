@@ -17,13 +17,13 @@ from lorarag.core import outputs
 from lorarag.core.errors import ConfigError
 from lorarag.rag.prompt import PromptBuilder
 from lorarag.rag.records import Chunk
-from lorarag.study.config import RunConfig
+from lorarag.trained.config import RunConfig
 from lorarag.study.layout import Echo
 from lorarag.testing.tiny import build_causal_lm
 from lorarag.train import rag_sft, runs, swift
-from lorarag.train.config import DEFAULTS
 from lorarag.train.sft import SFTRow, write_sft
 from lorarag.train.smollm2 import ensure_smollm2
+from lorarag.trained.adapters import check_same_recipe, needs_rag_sft, rag_sft_config, train_dir, trained_adapter
 
 
 def _smollm2(folder: str) -> None:
@@ -39,59 +39,10 @@ def _tiny_qwen3(folder: str) -> None:
 BASE_PREPARERS: dict[str, Callable[[str], None]] = {"smollm2_gguf": _smollm2, "tiny_qwen3": _tiny_qwen3}
 
 
-def train_dir(cfg: RunConfig) -> Path:
-    """The training run folder, found by run name (train/runs.py's layout)."""
-    return runs.run_dir(cfg.train)
 
 
-def check_same_recipe(cfg: RunConfig) -> None:
-    """ConfigError when `train.run_name`'s run dir was trained (or started) with another config."""
-    changed = runs.config_changes(cfg.train)
-    if changed:
-        raise ConfigError(f"train run '{cfg.train.run_name}' was trained with another config (differs in "
-                          f"{', '.join(changed)}): retrain with `lorarag run --fresh` or name the run anew")
 
 
-def find_adapter(cfg: RunConfig) -> Path | None:
-    """The final adapter of a finished training run of `train.run_name`, or None; ConfigError
-    when that run was trained with another recipe (its saved config differs from `cfg.train`)."""
-    try:
-        path = runs.find_adapter(cfg.train.run_name, cfg.train.runs_dir)
-    except FileNotFoundError:
-        return None
-    if not (path / "adapter_model.safetensors").is_file():
-        return None
-    check_same_recipe(cfg)
-    return path
-
-
-def needs_rag_sft(cfg: RunConfig) -> bool:
-    """Whether a listed system answers or reads with the RAG-SFT adapter (so the run trains it)."""
-    return any(s.uses_rag_sft for s in cfg.systems)
-
-
-def _beside(dataset: str) -> str:
-    p = Path(dataset)
-    return str(p.parent / "rag-sft" / p.name)
-
-
-def rag_sft_config(cfg: RunConfig) -> RunConfig:
-    """`cfg` with the RAG-SFT adapter's training section: the LoRA's recipe, seed and base, its
-    own run name and rows (module docstring), and `swift.max_length` at least the generator's
-    window (`rag.generator.max_model_len`). The LoRA's max_length is sized to its own prompt;
-    the base RAG prompt is longer (its system prompt is 69 SmolLM2 tokens in English, 153 in
-    Chinese), so the LoRA's 320 would drop every Chinese grounded row of the CPU demo (208 of
-    1,392 rows: other facts, fewer steps). A row that fits the window can be asked at test time,
-    so none is dropped (max_length only filters rows; both trainers delete longer ones)."""
-    t = cfg.train
-    swift_args = dict(t.swift)
-    own = t.swift.get("max_length", DEFAULTS["max_length"] if t.kind == "peft" else None)
-    if own is not None:  # None: ms-swift's own default, the model's length
-        swift_args["max_length"] = max(int(own), cfg.rag.generator.max_model_len)
-    train = t.model_copy(update={"run_name": f"{t.run_name}-rag-sft", "dataset": _beside(t.dataset),
-                                 "val_dataset": _beside(t.val_dataset) if t.val_dataset else None,
-                                 "swift": swift_args})
-    return cfg.model_copy(update={"train": train})
 
 
 def write_rag_sft(cfg: RunConfig, rows: list[SFTRow], val: list[SFTRow], chunks: list[Chunk],
@@ -124,7 +75,7 @@ def train_or_reuse(cfg: RunConfig, fresh: bool, echo: Echo) -> Path:
     """
     if not fresh:
         check_same_recipe(cfg)
-        found = find_adapter(cfg)
+        found = trained_adapter(cfg)
         if found is not None:
             changed = runs.provenance_changes(cfg.train)
             if changed:
@@ -146,10 +97,6 @@ def train_rag_sft(cfg: RunConfig, fresh: bool, echo: Echo) -> Path | None:
     echo(f"          RAG-SFT adapter, run '{rag_sft_config(cfg).train.run_name}' (same recipe, seed and steps)")
     return train_or_reuse(rag_sft_config(cfg), fresh, echo)
 
-
-def find_rag_sft(cfg: RunConfig) -> Path | None:
-    """The finished RAG-SFT adapter of the run, or None (ConfigError as `find_adapter`)."""
-    return find_adapter(rag_sft_config(cfg))
 
 
 def describe_training(cfg: RunConfig, fresh: bool) -> str:

@@ -10,7 +10,7 @@ import math
 import pytest
 
 from lorarag.fallback.gate import answer_nll
-from lorarag.rag.generate import Generation, Message
+from lorarag.rag.generators.base import Generation, Message
 
 TOL = 1e-4  # nats (NLL) and probability (top-k)
 K = 5  # top logprobs read, as a verdict pass reads its label tokens' probabilities

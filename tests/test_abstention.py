@@ -13,7 +13,7 @@ import pytest
 
 from lorarag.core.config import load_config
 from lorarag.eval.abstention import NO_UNANSWERABLE, abstention, abstention_lines
-from lorarag.study.config import RunConfig
+from lorarag.trained.config import RunConfig
 from tests.eval_fixtures import make_item
 
 REPO = Path(__file__).resolve().parent.parent

@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 
 from lorarag.rag.config import GeneratorConfig
-from lorarag.rag.generate import Message, same_answer
-from lorarag.rag.generators import build_generator
+from lorarag.rag.generators.base import Message, same_answer
+from lorarag.rag.generators.registry import build_generator
 from lorarag.rag.prompt import given_labels
 from tests.servers import free_port, launched, needs_vllm, swift_deploy_cmd, vllm_server_cmd
 

@@ -14,7 +14,7 @@ import pytest
 
 from lorarag.eval.records import save_results
 from lorarag.rag.config import BM25Config, IndexConfig
-from lorarag.rag.index import build_from_chunks
+from lorarag.rag.index.store import build_from_chunks
 from lorarag.rag.records import Chunk, write_jsonl
 from lorarag.scenarios.records import PresentedChunk, Scenario, save_scenarios
 from tests.eval_fixtures import make_item
@@ -84,7 +84,7 @@ def test_a_killed_rebuild_leaves_nothing_behind_after_the_next(tmp_path):
     """SIGKILL mid-build (a real child process), then a rebuild: the `.building-*` folder is gone."""
     corpus = kb(tmp_path)
     child = (f"import os, signal, sys\nsys.path.insert(0, {str(REPO)!r})\n"
-             "from lorarag.rag import index\n"
+             "from lorarag.rag.index.store import store as index\n"
              "index.BM25Part.save = lambda self, folder: os.kill(os.getpid(), signal.SIGKILL)\n"
              "from lorarag.rag.config import *\n"
              f"index.build_index(CorpusConfig(paths=[{str(corpus)!r}]), ChunkerConfig(), "

@@ -55,7 +55,7 @@ def test_a_docx_that_unpacks_past_the_cap_is_refused_from_its_zip_directory(tmp_
 
     from lorarag.core import inputs
     from lorarag.rag.config import CorpusConfig
-    from lorarag.rag.ingest import ingest
+    from lorarag.rag.ingest.parse import ingest
 
     corpus = tmp_path / "kb"
     corpus.mkdir()

@@ -11,12 +11,12 @@ import pytest
 from lorarag.core.config import load_config
 from lorarag.fallback.format import SYSTEM_CLOSED_BOOK
 from lorarag.rag.config import RetrievalConfig
-from lorarag.rag.generate import Generation
+from lorarag.rag.generators.base import Generation
 from lorarag.rag.records import Answer, Trace
 from lorarag.scenarios.records import PresentedChunk, Scenario
 from lorarag.study.baselines import baseline_table
-from lorarag.study.config import RunConfig, SystemConfig
-from lorarag.study.contexts import ScenarioContexts
+from lorarag.trained.config import RunConfig, SystemConfig
+from lorarag.trained.contexts import ScenarioContexts
 from lorarag.study.systems import DateRule, MemoryOrContext, source_year
 from tests.eval_fixtures import make_item
 
@@ -135,7 +135,7 @@ def test_a_reader_adapter_trains_and_stamps_the_rag_sft_adapter(tmp_path):
     import hashlib
 
     from lorarag.study.evaluate import system_stamp
-    from lorarag.study.training import needs_rag_sft
+    from lorarag.trained.adapters import needs_rag_sft
 
     raw = load_config(Path(__file__).resolve().parent.parent / "configs/run/ci-tiny.yaml", RunConfig).model_dump()
     only = [{"name": "lora_rag", "kind": "lora_rag"},

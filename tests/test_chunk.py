@@ -7,9 +7,9 @@ import sys
 
 import pytest
 
-from lorarag.rag.chunk import make_chunker, paragraphs, split_long
+from lorarag.rag.ingest.chunk import make_chunker, paragraphs, split_long
 from lorarag.rag.config import ChunkerConfig, CorpusConfig
-from lorarag.rag.ingest import ingest
+from lorarag.rag.ingest.parse import ingest
 from lorarag.rag.records import Document
 
 from .conftest import REPO, shared_data
@@ -103,7 +103,7 @@ def test_pdf_page_of_chunk() -> None:
 
 def test_ids_stable_across_processes_and_parameters() -> None:
     text = "第一段。\n\n第二段，内容。\n\n" + "长句子" * 300
-    code = ("from lorarag.rag.chunk import make_chunker; from lorarag.rag.config import ChunkerConfig; "
+    code = ("from lorarag.rag.ingest.chunk import make_chunker; from lorarag.rag.config import ChunkerConfig; "
             "from lorarag.rag.records import Document; import sys; "
             f"d = Document(doc_id='x.md', source='x.md', text={text!r}); "
             "print(' '.join(c.chunk_id for c in make_chunker(ChunkerConfig()).chunk(d)))")

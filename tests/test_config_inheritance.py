@@ -8,7 +8,7 @@ import pytest
 
 from lorarag.core.config import deep_merge, load_config, read_config_data
 from lorarag.core.errors import ConfigError
-from lorarag.study.config import RunConfig
+from lorarag.trained.config import RunConfig
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -18,7 +18,7 @@ from lorarag.scenarios.config import DataConfig
 from lorarag.scenarios.from_corpus import corpus_scenarios, undated
 from lorarag.scenarios.kb_splits import split_by_fact
 from lorarag.scenarios.kb_updates import asked_updates, stale_taught
-from lorarag.study.config import RunConfig
+from lorarag.trained.config import RunConfig
 from lorarag.train.config import SFTConfig
 from lorarag.train.sft import LeakError, build_rows, leak_check
 

@@ -23,7 +23,7 @@ from lorarag.scenarios.kb_labels import map_labels
 from lorarag.scenarios.kb_questions import check_against_corpus, load_questions, read_qrels
 from lorarag.scenarios.kb_records import QAItem
 from lorarag.scenarios.kb_splits import split_by_fact
-from lorarag.study.config import RunConfig
+from lorarag.trained.config import RunConfig
 
 REPO = Path(__file__).resolve().parents[1]
 SMALL = ChunkerConfig(chunk_size=120, chunk_overlap=0)

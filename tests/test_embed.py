@@ -18,7 +18,7 @@ from lorarag.rag.config import (
     RetrievalConfig,
 )
 from lorarag.rag.embed import make_embedder, query_text
-from lorarag.rag.index import IndexMismatch, build_index, open_index
+from lorarag.rag.index.store import IndexMismatch, build_index, open_index
 from lorarag.rag.retrieve import Retriever, load_retriever
 
 from .servers import free_port, launched, needs_vllm, vllm_server_cmd
@@ -133,7 +133,7 @@ def test_missing_model_and_empty_text_are_clear_errors(tiny_models, tmp_path: Pa
 
 
 def test_openai_endpoint_down_is_one_line_error() -> None:
-    from lorarag.rag.http import EndpointError
+    from lorarag.rag.generators.http import EndpointError
 
     emb = make_embedder(EmbedderConfig(kind="openai", model="m", base_url=f"http://127.0.0.1:{free_port()}/v1",
                                        max_retries=1, timeout_s=2))

@@ -17,7 +17,7 @@ from __future__ import annotations
 import pytest
 
 from lorarag.rag.config import GeneratorConfig
-from lorarag.rag.generators import build_generator
+from lorarag.rag.generators.registry import build_generator
 from tests.engine_agreement import CONVS, K, assert_read_alike
 
 
@@ -86,7 +86,7 @@ def test_a_gate_read_with_prompt_lookup_is_not_reused_without_it():
 
 def test_the_fp32_demo_config_decodes_single_questions_with_prompt_lookup():
     from lorarag.core.config import load_config
-    from lorarag.study.config import RunConfig
+    from lorarag.trained.config import RunConfig
     from tests.conftest import REPO
 
     fp32 = load_config(REPO / "configs/run/cpu-demo-fp32.yaml", RunConfig).rag.generator

@@ -30,7 +30,7 @@ def tiny_gen(tiny_models, lora):
     import torch
 
     torch.set_num_threads(1)
-    from lorarag.rag.generators import build_generator
+    from lorarag.rag.generators.registry import build_generator
 
     cfg = GeneratorConfig(kind="transformers", model=str(tiny_models["lm"]), adapters={"lora": str(lora)},
                           max_new_tokens=12, batch_size=4)
@@ -195,7 +195,7 @@ def reference(tiny_gen):
 @pytest.mark.slow
 @needs_vllm
 def test_vllm_offline_base_and_lora_on_one_engine(tiny_models, lora, reference):
-    from lorarag.rag.generators import build_generator
+    from lorarag.rag.generators.registry import build_generator
 
     gen = build_generator(GeneratorConfig(kind="vllm", model=str(tiny_models["lm"]), adapters={"lora": str(lora)},
                                           max_new_tokens=12, max_model_len=512, batch_size=4, max_lora_rank=8))
@@ -213,7 +213,7 @@ def test_vllm_offline_base_and_lora_on_one_engine(tiny_models, lora, reference):
 def test_openai_server_with_lora_modules(tiny_models, tmp_path_factory, lora, reference):
     from transformers import AutoTokenizer
 
-    from lorarag.rag.generators import build_generator
+    from lorarag.rag.generators.registry import build_generator
     from tests.servers import free_port, launched, vllm_server_cmd
 
     tmp = tmp_path_factory.mktemp("srv")
@@ -230,7 +230,7 @@ def test_openai_server_with_lora_modules(tiny_models, tmp_path_factory, lora, re
 
 def _kb_retriever(tmp_path, texts):
     from lorarag.rag.config import IndexConfig, RetrievalConfig
-    from lorarag.rag.index import build_from_chunks
+    from lorarag.rag.index.store import build_from_chunks
     from lorarag.rag.retrieve import load_retriever
 
     chunks = [Chunk(f"d#{i}", "d.md", "d.md", t, 0, len(t)) for i, t in enumerate(texts)]

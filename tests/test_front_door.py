@@ -78,7 +78,7 @@ def test_the_readmes_own_kb_config_validates_where_a_user_saves_it(tmp_path, cli
 
 def test_the_vllm_kind_without_vllm_installed_is_one_clear_error(monkeypatch, tmp_path):
     """vLLM is an extra (`make install-vllm`): without it, asking for the vllm generator says so."""
-    import lorarag.rag.generators as generators
+    import lorarag.rag.generators.registry as generators
     from lorarag.core.errors import ConfigError
     from lorarag.rag.config import GeneratorConfig
 

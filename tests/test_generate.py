@@ -11,9 +11,9 @@ import time
 import pytest
 
 from lorarag.rag.config import GeneratorConfig
-from lorarag.rag.generate import Message, UnknownAdapterError
-from lorarag.rag.generators import build_generator
-from lorarag.rag.http import EndpointError
+from lorarag.rag.generators.base import Message, UnknownAdapterError
+from lorarag.rag.generators.registry import build_generator
+from lorarag.rag.generators.http import EndpointError
 from lorarag.rag.prompt import ContextWindowError
 from tests.servers import free_port
 
@@ -100,7 +100,7 @@ def test_length_sorted_batches_return_results_in_input_order(gen):
 def test_prompt_batches_respect_rows_and_padded_token_budget():
     """Hand-computed: prompts sorted by length; a batch of n rows with longest prompt L costs
     n * (L + max_new) padded tokens."""
-    from lorarag.rag.generate_hf import prompt_batches
+    from lorarag.rag.generators.hf import prompt_batches
 
     lengths = [30, 10, 20, 100, 10]  # sorted order: 1, 4, 2, 0, 3
     assert prompt_batches(lengths, 2, None, 5) == [[1, 4], [2, 0], [3]]
@@ -142,7 +142,7 @@ def test_eager_attention_matches_the_reference_loop(tiny_models, lora):
 
 
 def test_shared_len_leaves_every_row_a_token_of_its_own():
-    from lorarag.rag.generate_hf import shared_len
+    from lorarag.rag.generators.hf import shared_len
 
     assert shared_len([[1, 2, 3, 4], [1, 2, 3, 5, 6]], min_tokens=1) == 3
     assert shared_len([[1, 2, 3], [1, 2, 3, 4]], min_tokens=1) == 2  # the shorter keeps its last token
@@ -166,7 +166,7 @@ def test_prefix_cache_matches_the_reference_loop(tiny_models, lora, monkeypatch)
     g = build_generator(GeneratorConfig(kind="transformers", model=str(tiny_models["lm"]), prefix_cache=True,
                                         adapters={"sft": str(lora)}, max_new_tokens=8, max_model_len=256,
                                         batch_size=4))
-    from lorarag.rag.generate_hf import shared_len
+    from lorarag.rag.generators.hf import shared_len
 
     try:
         same = [c for c in convs if c[0].content == system]
@@ -235,7 +235,7 @@ def test_greedy_requests_asked_again_are_answered_from_the_memo(gen, monkeypatch
 
 
 def test_memo_drops_the_least_recently_used(gen, monkeypatch):
-    import lorarag.rag.memo as M
+    import lorarag.rag.generators.memo as M
 
     monkeypatch.setattr(M, "MEMO_SIZE", 2)
     gen._memo.clear()
@@ -286,7 +286,7 @@ def _sources_user(n: int, size: int) -> str:
 
 def test_long_context_is_cut_by_the_rule_with_a_warning(gen, caplog):
     conv = [Message("system", "SYSTEM RULES"), Message("user", _sources_user(6, 40))]
-    with caplog.at_level(logging.WARNING, logger="lorarag.rag.generate"):
+    with caplog.at_level(logging.WARNING, logger="lorarag.rag.generators.base"):
         g = gen.generate([conv])[0]
     assert g.truncated_prompt and "sources cut" in caplog.text
     n_tokens = len(gen.tokenizer.encode(g.prompt, add_special_tokens=False))
@@ -452,7 +452,7 @@ def test_fp32_lm_head_leaves_an_adapted_head_alone(tiny_models, caplog):
     import torch
     from transformers import AutoModelForCausalLM
 
-    from lorarag.rag.generate_hf import fp32_lm_head
+    from lorarag.rag.generators.hf import fp32_lm_head
 
     model = AutoModelForCausalLM.from_pretrained(tiny_models["lm"], dtype=torch.bfloat16)
 
@@ -549,7 +549,7 @@ def test_control_tokens_in_a_user_turn_open_no_turn(gen):
 
 
 def test_a_tokenizers_own_special_tokens_are_broken_too():
-    from lorarag.rag.generate import LocalTemplate
+    from lorarag.rag.generators.base import LocalTemplate
 
     class Tok:
         all_special_tokens = ["<|endoftext|>", "<filename>"]
@@ -612,7 +612,7 @@ def _trickle_server(phase: str, total: int, sent: list[int]):
 
 @pytest.mark.parametrize("phase", ["headers", "body"])
 def test_a_trickling_server_cannot_keep_a_request_past_its_deadline(phase):
-    from lorarag.rag.http import JSONClient
+    from lorarag.rag.generators.http import JSONClient
 
     sent, total = [0], 400  # 8 s of trickle if the client waited for all of it
     port, thread = _trickle_server(phase, total, sent)
@@ -626,7 +626,7 @@ def test_a_trickling_server_cannot_keep_a_request_past_its_deadline(phase):
 
 def test_a_server_given_up_on_is_not_retried_again_and_again(caplog):
     from lorarag.core.errors import UserError
-    from lorarag.rag.http import JSONClient
+    from lorarag.rag.generators.http import JSONClient
 
     url = f"http://127.0.0.1:{free_port()}/v1"
     client = JSONClient(url, timeout_s=2, max_retries=2, backoff_s=0.01)

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from lorarag.core.config import load_config
-from lorarag.study.config import RunConfig
+from lorarag.trained.config import RunConfig
 from tests.squad_shaped import write_squad
 
 REPO = Path(__file__).resolve().parent.parent

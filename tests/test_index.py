@@ -19,15 +19,15 @@ from lorarag.rag.config import (
     IndexConfig,
     RetrievalConfig,
 )
-from lorarag.rag.index import (
+from lorarag.rag.index.store import (
     IndexMismatch,
     build_index,
     open_index,
     read_manifest,
 )
-from lorarag.rag.index_parts import top_k
+from lorarag.rag.index.bm25_faiss import top_k
 from lorarag.rag.retrieve import load_retriever, rrf_fuse
-from lorarag.rag.textsplit import tokenize
+from lorarag.rag.index.textsplit import tokenize
 
 from .conftest import REPO, shared_data
 
@@ -120,12 +120,12 @@ def test_interrupted_build_keeps_previous_index(tmp_path: Path, monkeypatch) -> 
     first = build_index(c, ch, ix)
     _write(corpus, {"b.md": "gamma delta"})
 
-    import lorarag.rag.index
+    import lorarag.rag.index.store
 
     def crash(*a, **k):
         raise KeyboardInterrupt  # as if the user pressed Ctrl-C mid-build
 
-    monkeypatch.setattr(lorarag.rag.index.BM25Part, "save", crash)
+    monkeypatch.setattr(lorarag.rag.index.store.BM25Part, "save", crash)
     with pytest.raises(KeyboardInterrupt):
         build_index(c, ch, ix)
     monkeypatch.undo()
@@ -135,7 +135,7 @@ def test_interrupted_build_keeps_previous_index(tmp_path: Path, monkeypatch) -> 
 
 
 def test_nothing_indexable_is_an_error(tmp_path: Path) -> None:
-    from lorarag.rag.ingest import IngestError
+    from lorarag.rag.ingest.parse import IngestError
 
     corpus = _write(tmp_path / "kb", {"empty.md": ""})
     c, ch, ix = _cfgs(tmp_path, corpus)
@@ -205,7 +205,7 @@ def test_cli_bad_inputs_one_line_errors(tmp_path: Path) -> None:
 
 
 def test_only_our_own_index_folder_is_ever_replaced(tmp_path: Path) -> None:
-    from lorarag.rag.index_dir import IndexDirError
+    from lorarag.rag.index.folder import IndexDirError
 
     corpus = _write(tmp_path / "kb", {"a.md": "alpha beta"})
     c, ch, ix = _cfgs(tmp_path, corpus)
@@ -244,7 +244,7 @@ def test_a_killed_builds_leftovers_are_removed_by_the_next_build(tmp_path: Path)
 
 
 def test_a_corpus_changed_after_indexing_is_a_stale_index(tmp_path: Path) -> None:
-    from lorarag.rag.index import check_fresh
+    from lorarag.rag.index.store import check_fresh
 
     corpus = _write(tmp_path / "kb", {"a.md": "alpha beta", "b.md": "gamma"})
     c, ch, ix = _cfgs(tmp_path, corpus)
@@ -265,7 +265,7 @@ def test_a_corpus_changed_after_indexing_is_a_stale_index(tmp_path: Path) -> Non
 
 def test_corrupt_bm25_or_faiss_files_are_one_line_errors(tmp_path: Path) -> None:
     from lorarag.rag.config import DenseIndexConfig
-    from lorarag.rag.index_parts import DensePart
+    from lorarag.rag.index.bm25_faiss import DensePart
 
     corpus = _write(tmp_path / "kb", {"a.md": "alpha beta", "b.md": "gamma"})
     c, ch, ix = _cfgs(tmp_path, corpus)

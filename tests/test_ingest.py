@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from lorarag.rag.config import CorpusConfig
-from lorarag.rag.ingest import IngestError, ingest
+from lorarag.rag.ingest.parse import IngestError, ingest
 
 from .conftest import shared_data
 
@@ -198,7 +198,7 @@ def test_symlinks_out_of_the_corpus_are_refused_unless_allowed(tmp_path: Path) -
 
 
 def test_utf16_headings_only_and_unreadable_folders_get_a_reason(tmp_path: Path, monkeypatch) -> None:
-    import lorarag.rag.corpus_walk as walk
+    import lorarag.rag.ingest.walk as walk
 
     kb = tmp_path / "kb"
     (kb / "locked").mkdir(parents=True)

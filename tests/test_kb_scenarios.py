@@ -241,7 +241,7 @@ def test_dense_distractors_come_from_the_runs_retriever(tiny_models, tmp_path):
 
     torch.set_num_threads(1)
     from lorarag.rag.config import BM25Config, DenseIndexConfig, EmbedderConfig, IndexConfig, RetrievalConfig
-    from lorarag.rag.index import build_from_chunks
+    from lorarag.rag.index.store import build_from_chunks
     from lorarag.rag.retrieve import load_retriever
     from lorarag.scenarios.perturb import retriever_searcher
 

@@ -135,7 +135,7 @@ def test_without_a_second_wording_the_test_asks_a_trained_one_and_the_tables_say
     from pathlib import Path
 
     from lorarag.core.config import load_config
-    from lorarag.study.config import RunConfig
+    from lorarag.trained.config import RunConfig
     from lorarag.study.headline import headline_markdown
 
     _, items = _kb(two_wordings=False)

@@ -47,16 +47,20 @@ def test_the_checkout_has_no_links_and_a_bare_import_is_refused():
 
 
 def test_lint_imports_would_catch_an_upward_import(tmp_path):
-    """The contract is not vacuous: the same linter on a copy with rag importing the study breaks."""
+    """The contracts are not vacuous: the same linter on a copy with rag importing the study, and the
+    trained system importing the study, breaks both."""
     exe = Path(sys.executable).with_name("lint-imports")
     if not exe.is_file():
         pytest.skip("import-linter is not installed (pip install -e .[dev])")
     pkg = tmp_path / "lorarag"
-    for name in ("core", "rag", "study"):
+    for name in ("core", "rag", "study", "trained", "serve", "bench", "cli"):
         (pkg / name).mkdir(parents=True)
         (pkg / name / "__init__.py").write_text("")
     (pkg / "__init__.py").write_text("")
+    (pkg / "cli" / "generate.py").write_text("")
+    (pkg / "cli" / "serve.py").write_text("")
     (pkg / "rag" / "bad.py").write_text("from lorarag.study import x\n")
+    (pkg / "trained" / "load.py").write_text("from lorarag.study import x\n")
     (pkg / "study" / "x.py").write_text("")
     cfg = tmp_path / "pyproject.toml"
     text = (REPO / "pyproject.toml").read_text()
@@ -66,6 +70,7 @@ def test_lint_imports_would_catch_an_upward_import(tmp_path):
     out = subprocess.run([str(exe), "--config", str(cfg), "--no-cache"], cwd=tmp_path, capture_output=True,
                          text=True, timeout=120, env={"PYTHONPATH": str(tmp_path), "PATH": "/usr/bin:/bin"})
     assert out.returncode != 0 and "lorarag.rag.bad -> lorarag.study.x" in out.stdout
+    assert "the product needs no study BROKEN" in out.stdout and "lorarag.trained.load -> lorarag.study.x" in out.stdout
 
 
 def test_project_code_imports_only_through_the_lorarag_namespace():
@@ -109,7 +114,7 @@ def test_the_wheel_installs_one_top_level_name(tmp_path):
     (wheel,) = tmp_path.glob("lorarag-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
     assert {n.split("/")[0] for n in names} == {"lorarag", f"{wheel.name.split('-py')[0]}.dist-info"}
-    for module in ("rag/index.py", "fallback/system.py", "study/pipeline.py", "eval/report.py", "train/swift.py",
+    for module in ("rag/index/store.py", "fallback/system.py", "study/pipeline.py", "eval/report.py", "train/swift.py",
                    "scenarios/world.py", "serve/app.py", "core/config.py", "cli/__init__.py", "testing/tiny.py",
                    "configs/run/ci-tiny.yaml", "configs/run/cpu-demo-fp32.yaml"):
         assert f"lorarag/{module}" in names, module

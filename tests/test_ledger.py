@@ -11,7 +11,7 @@ import pytest
 from lorarag.core.config import load_config
 from lorarag.core.errors import UserError
 from lorarag.scenarios.kb_records import QAItem
-from lorarag.study.config import RunConfig
+from lorarag.trained.config import RunConfig
 from lorarag.study.ledger import (
     LEDGER,
     Reads,

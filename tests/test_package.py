@@ -43,7 +43,7 @@ def test_a_wheel_from_a_clean_clone_runs_outside_the_checkout(tmp_path):
     work = tmp_path / "elsewhere"
     work.mkdir()
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
-    where = subprocess.run([str(py), "-c", "import lorarag, lorarag.rag.index as i; "
+    where = subprocess.run([str(py), "-c", "import lorarag, lorarag.rag.index.store as i; "
                             "from lorarag.core.paths import packaged_config as p; "
                             "print(lorarag.__file__); print(i.__file__); print(p('run/ci-tiny.yaml'))"],
                            cwd=work, env=env, capture_output=True, text=True, timeout=120)

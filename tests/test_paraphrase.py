@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from lorarag.rag.generate import Generation
+from lorarag.rag.generators.base import Generation
 from lorarag.scenarios.kb_records import QAItem
 from lorarag.study.paraphrase import (
     Paraphrase,
@@ -80,7 +80,7 @@ def test_the_real_generator_path_on_a_tiny_qwen3(tmp_path, tiny_models):
 
     torch.set_num_threads(1)
     from lorarag.rag.config import GeneratorConfig
-    from lorarag.rag.generators import build_generator
+    from lorarag.rag.generators.registry import build_generator
 
     cfg = GeneratorConfig(kind="transformers", model=str(tiny_models["lm"]), dtype="float32", max_new_tokens=12)
     rows = paraphrases_for(_groups(), tmp_path, cfg.model_dump(), 3, lambda: build_generator(cfg), 12)

@@ -65,7 +65,7 @@ def test_explicit_bf16_without_native_support_runs_with_a_warning(caplog):
 
 def test_the_demo_config_resolves_to_this_machines_choice():
     from lorarag.core.config import load_config
-    from lorarag.study.config import RunConfig
+    from lorarag.trained.config import RunConfig
 
     cfg = load_config(REPO / "configs/run/cpu-demo.yaml", RunConfig)
     native = native_bf16() is not None
@@ -122,7 +122,7 @@ def test_run_json_says_which_precision_and_why(tmp_path):
 
     from lorarag.core.config import load_config
     from lorarag.core.runinfo import start_run
-    from lorarag.study.config import RunConfig
+    from lorarag.trained.config import RunConfig
 
     cfg = load_config(REPO / "configs/run/cpu-demo.yaml", RunConfig, parse_sets(["train.swift.bf16=false"]))
     info = json.loads((start_run(tmp_path / "r", cfg) / "run.json").read_text())

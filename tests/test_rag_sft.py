@@ -11,13 +11,13 @@ import pytest
 from lorarag.core.config import load_config
 from lorarag.fallback.format import SYSTEM_RAG, SourceText, rag_user_turn
 from lorarag.rag.config import PromptConfig, RetrievalConfig
-from lorarag.rag.generate import Generation
+from lorarag.rag.generators.base import Generation
 from lorarag.rag.prompt import ABSTAIN, SYSTEM, PromptBuilder, prompt_passages, prompt_question
 from lorarag.rag.records import Chunk
 from lorarag.rag.system import RAGSystem
 from lorarag.scenarios.records import PresentedChunk, Scenario
-from lorarag.study.config import RunConfig, SystemConfig
-from lorarag.study.contexts import ScenarioContexts
+from lorarag.trained.config import RunConfig, SystemConfig
+from lorarag.trained.contexts import ScenarioContexts
 from lorarag.train.rag_sft import KIND, rag_sft_rows, summary
 from lorarag.train.sft import LeakError, SFTRow, knowledge_row, rag_row
 
@@ -143,7 +143,7 @@ def _ci_tiny(tmp: Path, systems: list[dict] | None = None) -> RunConfig:
 
 
 def test_the_rag_sft_run_shares_the_loras_recipe_seed_and_base_with_its_own_rows_and_name(tmp_path):
-    from lorarag.study.training import needs_rag_sft, rag_sft_config
+    from lorarag.trained.adapters import needs_rag_sft, rag_sft_config
 
     cfg = _ci_tiny(tmp_path)
     assert needs_rag_sft(cfg)  # ci-tiny lists a rag_sft system
@@ -191,7 +191,7 @@ def test_the_overlap_check_reads_the_rag_sft_rows_too(tmp_path):
     from lorarag.core.errors import ConfigError
     from lorarag.study.layout import Paths
     from lorarag.study.leaks import check_test_contexts
-    from lorarag.study.training import rag_sft_config
+    from lorarag.trained.adapters import rag_sft_config
     from lorarag.train.sft import write_sft
 
     cfg = _ci_tiny(tmp_path)

@@ -130,7 +130,7 @@ def test_vllm_offline_and_score_server_match_the_model_card(tiny_models, referen
 
 
 def test_http_reranker_down_is_an_endpoint_error_naming_it():
-    from lorarag.rag.http import EndpointError
+    from lorarag.rag.generators.http import EndpointError
 
     url = f"http://127.0.0.1:{free_port()}/v1"
     r = build_reranker(RerankerConfig(kind="qwen3", backend="http", model="rr", base_url=url,

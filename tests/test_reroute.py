@@ -13,7 +13,7 @@ from lorarag.eval.reroute import reroute
 from lorarag.eval.runner import load_results, write_results
 from lorarag.fallback.config import FallbackConfig, PolicyConfig
 from lorarag.study.baselines import variant_table
-from lorarag.study.config import SystemConfig
+from lorarag.trained.config import SystemConfig
 from tests.eval_fixtures import make_item
 
 
@@ -127,7 +127,7 @@ def test_a_variants_policy_is_its_delta_over_the_runs_policy_and_reloads_the_sam
     """fallback.policy sets flag_threshold 0.6; the variant names unknown_conflict only, so it keeps
     0.6 (not PolicyConfig's default 0.5), and a dumped config reads back to the same policy."""
     from lorarag.core.config import dump_config, load_config
-    from lorarag.study.config import RunConfig
+    from lorarag.trained.config import RunConfig
 
     repo = __import__("pathlib").Path(__file__).resolve().parent.parent
     path = tmp_path / "variant.yaml"

@@ -116,7 +116,7 @@ def test_unstamped_shards_still_merge(tmp_path):
 # --- `lorarag run`'s evaluation stage on a tiny Qwen3: a KB edit, then another max_context_chars ---
 
 def _tiny_kb_cfg(tmp: Path, lm: Path):
-    from lorarag.study.config import SystemConfig
+    from lorarag.trained.config import SystemConfig
 
     from .test_run_kb_e2e import _in_tmp
 
@@ -133,7 +133,7 @@ def _evaluate(cfg):
     """Stages 1-3 and 6 of `lorarag run` (no adapter: the systems run on the base model)."""
     from lorarag.study.evaluate import evaluate
     from lorarag.study.layout import Paths
-    from lorarag.study.parts import build_parts
+    from lorarag.trained.components import build_parts
     from lorarag.study.prepare import index_chunks
     from lorarag.study.sources import KBSource
 
@@ -218,7 +218,7 @@ def _trained_run(tmp: Path, lm: Path, lora: Path):
 
 def test_a_base_swapped_at_the_same_path_is_refused_by_load_run_ask_and_eval(tmp_path, tiny_models, lora, cli):
     from lorarag.scenarios.records import save_scenarios
-    from lorarag.study.trained import load_run, read_run
+    from lorarag.trained.load import load_run, read_run
     from lorarag.testing.tiny import build_causal_lm
 
     cfg, root = _trained_run(tmp_path, tiny_models["lm"], lora)

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from lorarag.core.config import load_config
-from lorarag.study.config import RunConfig
+from lorarag.trained.config import RunConfig
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -46,7 +46,8 @@ def test_an_adapter_trained_with_another_recipe_is_refused_not_reused(tmp_path):
     rank) is not silently reused, nor resumed from its checkpoints; the error names the fields."""
     from lorarag.core.errors import ConfigError
     from lorarag.core.runinfo import start_run
-    from lorarag.study.pipeline import find_adapter, train_or_reuse
+    from lorarag.trained.adapters import trained_adapter
+    from lorarag.study.training import train_or_reuse
     from lorarag.train.runs import run_dir
 
     cfg = _in_tmp(tmp_path)
@@ -57,14 +58,14 @@ def test_an_adapter_trained_with_another_recipe_is_refused_not_reused(tmp_path):
     (ad / "adapter_config.json").write_text("{}")
     (ad / "adapter_model.safetensors").write_bytes(b"x")
     (rd / "adapter.json").write_text(json.dumps({"adapter": str(ad), "base_model": old.model}))
-    assert find_adapter(cfg.model_copy(update={"train": old})) == ad  # its own recipe: reused
+    assert trained_adapter(cfg.model_copy(update={"train": old})) == ad  # its own recipe: reused
     with pytest.raises(ConfigError, match=r"trained with another config \(differs in swift.lora_rank\)"):
-        find_adapter(cfg)
+        trained_adapter(cfg)
     with pytest.raises(ConfigError, match="lorarag run --fresh"):
         train_or_reuse(cfg, fresh=False, echo=lambda _: None)
     # unfinished (no adapter pointer yet): its checkpoints are not resumed under the new recipe either
     (rd / "adapter.json").unlink()
-    assert find_adapter(cfg) is None
+    assert trained_adapter(cfg) is None
     with pytest.raises(ConfigError, match="differs in swift.lora_rank"):
         train_or_reuse(cfg, fresh=False, echo=lambda _: None)
     assert ad.is_dir()  # nothing lost
@@ -118,7 +119,7 @@ def _conflictnq_folder(tmp: Path) -> Path:
 
 def test_missing_extra_set_fails_before_anything_runs(tmp_path):
     from lorarag.core.errors import UserError
-    from lorarag.study.config import ExtraSet
+    from lorarag.trained.config import ExtraSet
     from lorarag.study.pipeline import run
 
     cfg = _in_tmp(tmp_path).model_copy(update={"extra_sets": [ExtraSet(kind="conflictnq", path=str(tmp_path / "no"))]})
@@ -128,7 +129,7 @@ def test_missing_extra_set_fails_before_anything_runs(tmp_path):
 
 
 def test_optional_extra_set_that_is_absent_is_skipped_with_a_note(tmp_path):
-    from lorarag.study.config import ExtraSet
+    from lorarag.trained.config import ExtraSet
     from lorarag.study.extra import check_extra_sets, evaluate_extra_sets
 
     here = _conflictnq_folder(tmp_path)
@@ -150,7 +151,7 @@ def test_reduced_demo_end_to_end(tmp_path):
 
     torch.set_num_threads(1)
     from lorarag.fallback.config import PolicyConfig
-    from lorarag.study.config import ExtraSet, SystemConfig
+    from lorarag.trained.config import ExtraSet, SystemConfig
     from lorarag.study.pipeline import run
     from lorarag.train.sft import read_sft
 

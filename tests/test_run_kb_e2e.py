@@ -10,7 +10,7 @@ import pytest
 
 from lorarag.core.config import load_config
 from lorarag.core.errors import ConfigError
-from lorarag.study.config import RunConfig, SystemConfig
+from lorarag.trained.config import RunConfig, SystemConfig
 
 REPO = Path(__file__).resolve().parent.parent
 TOWNS = ["Elmira", "Dunmore", "Kelso", "Arden", "Brill", "Corfe", "Dover", "Eske", "Flint", "Garth", "Holt", "Ivel"]
@@ -117,7 +117,7 @@ def test_reduced_kb_run_end_to_end(tmp_path):
     from lorarag.scenarios.kb_records import QAItem
     from lorarag.scenarios.records import load_scenarios
     from lorarag.study.pipeline import run
-    from lorarag.study.training import find_rag_sft
+    from lorarag.trained.adapters import find_rag_sft
     from lorarag.train.sft import read_sft
     from lorarag.train.sft import leak_check
 

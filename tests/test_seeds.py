@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from lorarag.core.config import load_config
-from lorarag.study.config import RunConfig
+from lorarag.trained.config import RunConfig
 from lorarag.study.seeds import (
     seed_config,
     seed_rows,

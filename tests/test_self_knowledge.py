@@ -44,7 +44,7 @@ def test_last_token_states_match_a_plain_forward_pass_alone_and_padded(tiny_mode
 
     from lorarag.fallback.system import closed_book_conversation
     from lorarag.rag.config import GeneratorConfig
-    from lorarag.rag.generators import build_generator
+    from lorarag.rag.generators.registry import build_generator
 
     cfg = GeneratorConfig(kind="transformers", model=str(tiny_models["lm"]), adapters={"sft": str(lora)},
                           max_model_len=512, max_new_tokens=8, batch_size=4)

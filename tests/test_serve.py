@@ -51,7 +51,7 @@ class Counting:
 def served(run_dir):
     """A real uvicorn server on 127.0.0.1 around the run's system; yields (base url, counting system)."""
     from lorarag.serve.app import ServeSettings, create_app
-    from lorarag.study.trained import load_run
+    from lorarag.trained.load import load_run
     from tests.servers import served_app
 
     system = Counting(load_run(run_dir))
@@ -94,7 +94,7 @@ def test_ask_run_refuses_a_folder_that_is_not_a_run(tmp_path):
 def test_openai_client_gets_the_fallback_answer_and_trace(served, run_dir):
     from openai import OpenAI
 
-    from lorarag.study.trained import load_run
+    from lorarag.trained.load import load_run
 
     url, _ = served
     client = OpenAI(base_url=url + "/v1", api_key="unused")
@@ -179,8 +179,8 @@ def test_generator_that_is_down_gives_503(run_dir):
     from lorarag.rag.retrieve import load_retriever
     from lorarag.testing.servers import free_port
     from lorarag.serve.app import create_app
-    from lorarag.study.config import RunConfig
-    from lorarag.study.parts import build_parts
+    from lorarag.trained.config import RunConfig
+    from lorarag.trained.components import build_parts
 
     cfg = load_config(run_dir / "config.yaml", RunConfig)
     gen = cfg.rag.generator.model_copy(update={"kind": "openai", "model": "base", "max_retries": 0, "timeout_s": 5,

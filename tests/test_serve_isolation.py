@@ -74,7 +74,7 @@ def system(tiny_models, lora):
     from lorarag.fallback.system import AdvancedRAGSystem, Detector
     from lorarag.fallback.verdict import label_first_tokens
     from lorarag.rag.config import GeneratorConfig
-    from lorarag.rag.generators import build_generator
+    from lorarag.rag.generators.registry import build_generator
 
     gen = build_generator(GeneratorConfig(kind="transformers", model=str(tiny_models["lm"]),
                                           adapters={"lora": str(lora)}, max_new_tokens=12, max_model_len=512,
@@ -129,7 +129,7 @@ def test_the_openai_kind_checks_the_window_by_its_own_bound(tmp_path):
     from lorarag.fallback.config import FallbackConfig, GateConfig
     from lorarag.fallback.system import AdvancedRAGSystem, Detector
     from lorarag.rag.config import GeneratorConfig
-    from lorarag.rag.generators import build_generator
+    from lorarag.rag.generators.registry import build_generator
     from lorarag.serve.window import QuestionTooLong, window_check
 
     asked: list[str] = []
@@ -202,7 +202,7 @@ def test_a_batch_that_raises_is_answered_one_question_at_a_time():
 
 
 def test_a_generator_that_is_down_fails_the_batch_once_without_retrying_each():
-    from lorarag.rag.http import EndpointDown
+    from lorarag.rag.generators.http import EndpointDown
     from lorarag.serve.app import ServeSettings, create_app
 
     system = Upper(EndpointDown("http://127.0.0.1:1/v1/chat/completions: cannot connect"))

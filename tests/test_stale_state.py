@@ -237,7 +237,7 @@ def _ask(run: Path) -> tuple[int, str]:
 
 @pytest.mark.parametrize("spoil", ["run_config", "pointer", "adapter_config", "truncated", "gate"])
 def test_garbled_adapter_files_are_one_line_errors(tmp_path, lora, spoil):
-    from lorarag.study.trained import read_run
+    from lorarag.trained.load import read_run
 
     _, root, rd = _run_dir(tmp_path)
     ad = rd / "output/checkpoint-1"

@@ -10,7 +10,7 @@ import pytest
 from lorarag.core.config import load_config
 from lorarag.core.errors import ConfigError
 from lorarag.rag.config import PromptConfig, RAGConfig, RetrievalConfig
-from lorarag.rag.generate import Generation
+from lorarag.rag.generators.base import Generation
 from lorarag.rag.prompt import (
     ABSTAIN,
     CLOSE,
@@ -182,7 +182,7 @@ def _cpu_config(tiny_models, tmp_path) -> RAGConfig:
 def test_cpu_config_end_to_end_with_tiny_models(tiny_models, tmp_path):
     import torch
 
-    from lorarag.rag.index import build_index
+    from lorarag.rag.index.store import build_index
     from lorarag.rag.rerank import build_reranker
 
     torch.set_num_threads(1)
@@ -218,7 +218,7 @@ def test_ask_cli_prints_answer_sources_and_json(tiny_models, tmp_path):
     from lorarag.cli import app
     from lorarag.core.config import dump_config
     from lorarag.core.errors import UserError
-    from lorarag.rag.index import build_index
+    from lorarag.rag.index.store import build_index
 
     cfg = _cpu_config(tiny_models, tmp_path)
     path = tmp_path / "rag.yaml"
@@ -244,7 +244,7 @@ def test_ask_cli_names_a_dead_endpoint(tiny_models, tmp_path):
     from lorarag.cli import app
     from lorarag.core.config import dump_config
     from lorarag.core.errors import UserError
-    from lorarag.rag.index import build_index
+    from lorarag.rag.index.store import build_index
     from tests.servers import free_port
 
     cfg = _cpu_config(tiny_models, tmp_path)

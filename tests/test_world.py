@@ -63,7 +63,7 @@ def load_world_kb(folder: Path, chunker: ChunkerConfig | None = None, **world) -
 def world_run_config(tmp: Path, **world):
     """configs/run/ci-tiny.yaml (its world, `data.world`, updated by `world`) with every path under `tmp`."""
     from lorarag.core.config import load_config
-    from lorarag.study.config import RunConfig
+    from lorarag.trained.config import RunConfig
 
     cfg = load_config(REPO / "configs/run/ci-tiny.yaml", RunConfig)
     root = tmp / "runs" / cfg.name

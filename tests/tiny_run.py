@@ -11,7 +11,7 @@ from typing import Mapping, Sequence
 
 from lorarag.core.config import load_config
 from lorarag.eval.records import ItemResult, save_results
-from lorarag.study.config import RunConfig
+from lorarag.trained.config import RunConfig
 
 REPO = Path(__file__).resolve().parent.parent
 

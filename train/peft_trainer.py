@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from lorarag.core.errors import ConfigError
-from lorarag.rag.generate_hf import shared_len
+from lorarag.rag.generators.hf import shared_len
 from lorarag.train.config import DEFAULTS
 from lorarag.train.sft import read_sft
 

@@ -30,7 +30,7 @@ import numpy as np
 
 from lorarag.core.errors import ConfigError
 from lorarag.rag.config import DenseIndexConfig
-from lorarag.rag.index_dir import IndexMismatch, index_path
+from lorarag.rag.index.folder import IndexMismatch, index_path
 from lorarag.rag.records import Chunk
 
 log = logging.getLogger(__name__)

@@ -1,4 +1,4 @@
-"""The generator registry: `kind:` -> backend, each wrapped in the memo (rag/memo.py).
+"""The generator registry: `kind:` -> backend, each wrapped in the memo (rag/generators/memo.py).
 
 Backends live in their own modules and import torch / vLLM / HTTP clients only when built.
 """
@@ -10,12 +10,12 @@ from typing import Callable
 
 from lorarag.core.errors import ConfigError
 from lorarag.rag.config import GeneratorConfig
-from lorarag.rag.generate import Generator, check_model_source
-from lorarag.rag.generate_ct2 import CT2Generator
-from lorarag.rag.generate_hf import TransformersGenerator
-from lorarag.rag.generate_openai import OpenAIGenerator
-from lorarag.rag.generate_vllm import VLLMGenerator
-from lorarag.rag.memo import MemoGenerator
+from lorarag.rag.generators.base import Generator, check_model_source
+from lorarag.rag.generators.ct2 import CT2Generator
+from lorarag.rag.generators.hf import TransformersGenerator
+from lorarag.rag.generators.openai_api import OpenAIGenerator
+from lorarag.rag.generators.vllm_offline import VLLMGenerator
+from lorarag.rag.generators.memo import MemoGenerator
 
 
 def _transformers(cfg: GeneratorConfig) -> Generator:
@@ -48,5 +48,5 @@ GENERATORS: dict[str, Callable[[GeneratorConfig], Generator]] = {
 
 def build_generator(cfg: GeneratorConfig) -> Generator:
     """The generator for `cfg.kind` (registry lookup; heavy imports happen in its __init__), with
-    repeated greedy requests answered from its memo (rag/memo.py)."""
+    repeated greedy requests answered from its memo (rag/generators/memo.py)."""
     return MemoGenerator(GENERATORS[cfg.kind](cfg))

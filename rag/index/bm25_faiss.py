@@ -9,8 +9,8 @@ import numpy as np
 
 from lorarag.core.errors import ConfigError
 from lorarag.rag.config import BM25Config, DenseIndexConfig
-from lorarag.rag.index_dir import IndexMismatch
-from lorarag.rag.textsplit import tokenize
+from lorarag.rag.index.folder import IndexMismatch
+from lorarag.rag.index.textsplit import tokenize
 
 log = logging.getLogger(__name__)
 

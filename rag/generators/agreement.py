@@ -16,8 +16,8 @@ from pydantic import Field, model_validator
 from lorarag.core.config import Strict
 from lorarag.core.errors import ConfigError
 from lorarag.rag.config import GeneratorConfig
-from lorarag.rag.generate import Message, same_answer
-from lorarag.rag.generators import build_generator
+from lorarag.rag.generators.base import Message, same_answer
+from lorarag.rag.generators.registry import build_generator
 
 
 class BackendsCheckConfig(Strict):

@@ -36,12 +36,11 @@ from lorarag.fallback.gate import (
     threshold_in_use,
 )
 from lorarag.fallback.system import AdvancedRAGSystem, Detector
-from lorarag.rag.index import IndexMismatch
-from lorarag.rag.retrieve import load_retriever
-from lorarag.study.config import RunConfig
-from lorarag.study.parts import build_parts
-from lorarag.study.provenance import check_base
-from lorarag.study.training import find_adapter
+from lorarag.rag.index.store import IndexMismatch
+from lorarag.rag.retrieve import Retriever, load_retriever
+from lorarag.trained.config import RunConfig
+from lorarag.trained.components import build_parts
+from lorarag.trained.adapters import check_base, trained_adapter
 from lorarag.train.runs import check_adapter
 
 RUN_CONFIG = "config.yaml"
@@ -59,33 +58,50 @@ class TrainedRun:
     gate_threshold: float | None  # None: the gate is off (disabled, or no information on dev)
 
 
+def gate_threshold(cfg: RunConfig, adapter: Path | None, rerun: str, *, saved_required: bool = True) -> float | None:
+    """The gate threshold the run's systems use: the fixed `gate.threshold`; None when the gate is
+    off; else the dev calibration saved beside the adapter (gate.json), refused when it was fitted
+    by another rule or generator or for another adapter's content. Without gate.json: a ConfigError
+    when `saved_required`, else None (the gate stays off). `rerun`: the command that refits it."""
+    gate = cfg.fallback.gate
+    if gate.threshold is not None:
+        return fixed_threshold(gate)
+    if not gate.enabled:
+        return None
+    if adapter is None or not (adapter / GATE_FILE).is_file():
+        if saved_required:
+            raise ConfigError(f"{(adapter or Path('.')) / GATE_FILE}: no gate calibration: run `{rerun}` first")
+        return None
+    cal = load_gate(adapter)
+    stale = gate_mismatch(cal, gate, cfg.rag.generator, adapter_sha256(adapter))
+    if stale:
+        raise ConfigError(f"{adapter / GATE_FILE}: calibrated with {'; '.join(stale)}: run `{rerun}` first")
+    return threshold_in_use(cal, gate)
+
+
+def open_retriever(cfg: RunConfig, rerun: str) -> Retriever:
+    """The run's index, opened as `lorarag run` wrote it (never rebuilt); a missing or mismatched
+    one is a one-line ConfigError naming `rerun`, the command that builds it."""
+    try:
+        return load_retriever(cfg.rag.index, cfg.rag.retrieval, cfg.rag.embedder)
+    except (FileNotFoundError, IndexMismatch) as exc:
+        raise ConfigError(f"{cfg.rag.index.dir}: no usable index of run '{cfg.name}' ({exc}): "
+                          f"run `{rerun}` first") from None
+
+
 def read_run(run_dir: str | Path) -> TrainedRun:
     """The run's resolved config, trained adapter and gate threshold, checked; nothing is loaded."""
     run_dir = Path(run_dir)
     if not (run_dir / RUN_CONFIG).is_file():
         raise ConfigError(f"{run_dir}: not a run dir of `lorarag run` (no {RUN_CONFIG})")
     cfg = load_config(run_dir / RUN_CONFIG, RunConfig)
-    adapter = find_adapter(cfg)
+    adapter = trained_adapter(cfg)
     if adapter is None:
         raise ConfigError(f"{run_dir}: no trained adapter for run '{cfg.train.run_name}' under "
                           f"{cfg.train.runs_dir}: run `lorarag run` on its config first")
     check_adapter(adapter)  # before any model loads: a truncated file would fail deep inside peft
     check_base(cfg.train, adapter, cfg.rag.generator.model)  # a base swapped at the same path: refused
-    gate = cfg.fallback.gate
-    if gate.threshold is not None:
-        threshold = fixed_threshold(gate)
-    elif not gate.enabled:
-        threshold = None
-    else:
-        if not (adapter / GATE_FILE).is_file():
-            raise ConfigError(f"{adapter / GATE_FILE}: no gate calibration: run `lorarag calibrate` first")
-        cal = load_gate(adapter)
-        stale = gate_mismatch(cal, gate, cfg.rag.generator, adapter_sha256(adapter))
-        if stale:
-            raise ConfigError(f"{adapter / GATE_FILE}: calibrated with {'; '.join(stale)}: "
-                              f"run `lorarag calibrate` first")
-        threshold = threshold_in_use(cal, gate)
-    return TrainedRun(run_dir, cfg, adapter, threshold)
+    return TrainedRun(run_dir, cfg, adapter, gate_threshold(cfg, adapter, "lorarag calibrate"))
 
 
 def load_run(run_dir: str | Path) -> AdvancedRAGSystem:
@@ -102,10 +118,7 @@ def load_run(run_dir: str | Path) -> AdvancedRAGSystem:
                     cfg.name, " ".join(f"{k}={v}" for k, v in pins.items()))
     else:
         numerics.apply(cfg.numerics)
-    try:
-        retriever = load_retriever(cfg.rag.index, cfg.rag.retrieval, cfg.rag.embedder)
-    except (FileNotFoundError, IndexMismatch) as exc:
-        raise ConfigError(f"{cfg.rag.index.dir}: no usable index for run '{cfg.name}' ({exc})") from None
+    retriever = open_retriever(cfg, "lorarag run")
     parts = build_parts(cfg, retriever, run.adapter, list(retriever.index.chunks))
     detector = Detector(parts.generator, parts.first_tokens, cfg.fallback, run.gate_threshold)
     return AdvancedRAGSystem(parts.rag, detector, cfg.fallback)

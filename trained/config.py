@@ -1,5 +1,7 @@
-"""The study's run config (`configs/run/*.yaml`): KB -> index -> train -> calibrate -> evaluate.
+"""The run config (`configs/run/*.yaml`): KB -> index -> train -> calibrate -> evaluate.
 
+`lorarag run` follows it and saves it resolved in the run folder (config.yaml), where the trained
+system (`load_run`, `ask --run`, `serve`) reads it back: so it lives here, below the study.
 `RunConfig` composes the other layers' configs (rag, fallback, train) by reference to their own
 models; each stage receives only its own section.
 """

@@ -5,8 +5,8 @@
 - `vllm`: offline `LLM` engine; adapters through `LoRARequest`.
 - `openai`: any OpenAI-compatible server (vLLM `--enable-lora --lora-modules name=path`,
   `swift deploy`, Ollama `/v1`); the adapter is chosen by sending its served name as `model`.
-`rag/generators.py:build_generator` builds a kind and wraps it in rag/memo.py: a greedy request asked again is answered from
-the memo of its first result.
+`registry.build_generator` builds a kind and wraps it in `memo.py`: a greedy request asked again is
+answered from the memo of its first result.
 
 Every kind renders the chat template with `chat_template_kwargs` (default enable_thinking=False),
 decodes greedily when temperature is 0, and reports generated tokens as the decoded text of each

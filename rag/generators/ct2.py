@@ -22,7 +22,7 @@ import shutil
 from pathlib import Path
 
 from lorarag.rag.config import GeneratorConfig
-from lorarag.rag.generate import (
+from lorarag.rag.generators.base import (
     Generation,
     LocalTemplate,
     Message,

@@ -6,11 +6,11 @@ Layout of `IndexConfig.dir`:
     ingest-report.json files left out of the corpus and why
     bm25/              bm25s.BM25.save() output
     dense.faiss        faiss.write_index() output (always a CPU index), or
-    dense.milvus.json  the Milvus collection holding the vectors (rag/index_milvus.py)
+    dense.milvus.json  the Milvus collection holding the vectors (rag/index/milvus.py)
 
 Writes are atomic: everything is built in a hidden sibling folder which replaces the old
 index by rename once complete, so an interrupted build leaves the previous index (or none),
-never a half-written one. Only a folder of ours is ever replaced (rag/index_dir.py: absent,
+never a half-written one. Only a folder of ours is ever replaced (rag/index/folder.py: absent,
 empty, or holding our manifest); anything else `index.dir` names is a one-line refusal. Loading
 checks the manifest against the config: another embedder, dimension or tokenizer is a one-line
 `IndexMismatch`, and so is a corpus that changed since it was indexed (`check_corpus`).
@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from lorarag.core.errors import ConfigError
-from lorarag.rag.chunk import make_chunker
+from lorarag.rag.ingest.chunk import make_chunker
 from lorarag.rag.config import (
     ChunkerConfig,
     CorpusConfig,
@@ -38,8 +38,8 @@ from lorarag.rag.config import (
     IndexConfig,
 )
 from lorarag.rag.embed import make_embedder
-from lorarag.rag.index_milvus import MilvusPart
-from lorarag.rag.index_dir import (
+from lorarag.rag.index.milvus import MilvusPart
+from lorarag.rag.index.folder import (
     IndexMismatch,
     building_dir,
     check_apart,
@@ -47,8 +47,8 @@ from lorarag.rag.index_dir import (
     index_path,
     swap_in,
 )
-from lorarag.rag.index_parts import BM25Part, DensePart
-from lorarag.rag.ingest import IngestError, IngestReport, Problem, corpus_fingerprint, ingest
+from lorarag.rag.index.bm25_faiss import BM25Part, DensePart
+from lorarag.rag.ingest.parse import IngestError, IngestReport, Problem, corpus_fingerprint, ingest
 from lorarag.rag.records import (
     Chunk,
     Document,

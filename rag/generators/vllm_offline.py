@@ -5,14 +5,14 @@ from __future__ import annotations
 import logging
 
 from lorarag.rag.config import GeneratorConfig
-from lorarag.rag.generate import (
+from lorarag.rag.generators.base import (
     Generation,
     LocalTemplate,
     Message,
     check_model_source,
     generation_eos,
 )
-from lorarag.rag.vllm_compat import engine_start
+from lorarag.rag.generators.vllm_compat import engine_start
 
 log = logging.getLogger(__name__)
 

@@ -4,7 +4,7 @@ Readers are chosen by file extension through `READERS`. A file that cannot be us
 PDF, empty file, binary data named `.md`, invalid UTF-8, unreadable, unsupported extension,
 Markdown with headings and no text) never stops the ingest: it is listed in the `IngestReport`
 with a one-line reason and the rest of the corpus goes on; so is everything the walk does not
-open (rag/corpus_walk.py: FIFOs and devices, unreadable folders, symlinks out of the corpus).
+open (rag/ingest/walk.py: FIFOs and devices, unreadable folders, symlinks out of the corpus).
 Text files with a UTF-8, UTF-16 or UTF-32 byte-order mark are decoded accordingly. Document ids
 are paths relative to the corpus root (POSIX separators), so they are the same on every machine
 and in every checkout. `IngestReport.sources` holds the sha256 of every readable file's bytes:
@@ -26,7 +26,7 @@ from lorarag.core import inputs
 from lorarag.core.errors import ConfigError, RecordError
 from lorarag.core.hashing import sha256_file
 from lorarag.rag.config import CorpusConfig
-from lorarag.rag.corpus_walk import Entry, walk_corpus
+from lorarag.rag.ingest.walk import Entry, walk_corpus
 from lorarag.rag.records import Document
 
 log = logging.getLogger(__name__)

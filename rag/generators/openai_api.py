@@ -19,8 +19,8 @@ from typing import Any
 
 from lorarag.core.errors import ConfigError
 from lorarag.rag.config import GeneratorConfig
-from lorarag.rag.generate import Generation, Message, check_request, fit_conversation
-from lorarag.rag.http import EndpointError, JSONClient, field
+from lorarag.rag.generators.base import Generation, Message, check_request, fit_conversation
+from lorarag.rag.generators.http import EndpointError, JSONClient, field
 
 log = logging.getLogger(__name__)
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from lorarag.rag.generate import Generation, Message, check_request
+from lorarag.rag.generators.base import Generation, Message, check_request
 
 MEMO_SIZE = 2048  # read at each eviction (tests shrink it)
 

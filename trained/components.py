@@ -10,15 +10,15 @@ from lorarag.core.errors import ConfigError
 from lorarag.fallback.config import FallbackConfig
 from lorarag.fallback.verdict import label_first_tokens
 from lorarag.rag.config import GeneratorConfig, RAGConfig
-from lorarag.rag.generate import Generator
-from lorarag.rag.generators import build_generator
+from lorarag.rag.generators.base import Generator
+from lorarag.rag.generators.registry import build_generator
 from lorarag.rag.prompt import PromptBuilder
 from lorarag.rag.records import Chunk
 from lorarag.rag.rerank import Reranker, build_reranker
 from lorarag.rag.retrieve import Retriever
 from lorarag.rag.system import RAGSystem
-from lorarag.study.config import RAG_SFT, RunConfig
-from lorarag.study.contexts import ScenarioContexts
+from lorarag.trained.config import RAG_SFT, RunConfig
+from lorarag.trained.contexts import ScenarioContexts
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase

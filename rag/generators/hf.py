@@ -15,7 +15,7 @@ import logging
 from typing import TYPE_CHECKING, Sequence
 
 from lorarag.rag.config import GeneratorConfig
-from lorarag.rag.generate import (
+from lorarag.rag.generators.base import (
     Generation,
     LocalTemplate,
     Message,
@@ -126,7 +126,7 @@ class TransformersGenerator(LocalTemplate):
         max_new, encoded = self._encode_all(conversations, adapter, prefixes, max_new_tokens)
         # Batch prompts of similar length (less left padding to prefill and attend over), then
         # put the results back in input order (tests: same text as each prompt generated alone).
-        # Repeated greedy requests never reach this point (rag/memo.py).
+        # Repeated greedy requests never reach this point (rag/generators/memo.py).
         lengths = [len(e[0]) for e in encoded]
         # With the prefix cache, prompts are first grouped by their first MIN_SHARED tokens (the
         # system prompt: one per language in the demo), so a batch shares a prefix to prefill once.
