@@ -24,9 +24,9 @@ import logging
 import math
 import statistics
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 from lorarag.core.errors import UserError
 from lorarag.fallback.system import AdvancedRAGSystem, Judgement

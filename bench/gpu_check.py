@@ -25,10 +25,10 @@ from pathlib import Path
 
 import yaml
 
-from lorarag.trained.config import RunConfig
 from lorarag.study.pipeline import run
 from lorarag.testing.tiny import build_tokenizer
 from lorarag.train.config import unsupported_args
+from lorarag.trained.config import RunConfig
 
 # Architectures of the hub checkpoints the GPU config names (their config.json values), except the
 # vocabulary: the local tokenizer has ~1k entries (vocab_size None = its size), so embedding and LM
@@ -144,7 +144,7 @@ class GpuMemory:
                 return  # no nvidia-smi (CPU run): nothing to poll
             self._stop.wait(0.5)
 
-    def __enter__(self) -> "GpuMemory":
+    def __enter__(self) -> GpuMemory:
         self._t.start()
         return self
 

@@ -29,8 +29,8 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from lorarag.core.numerics import NumericsConfig, cpu_flags, pinned_env
 

@@ -25,23 +25,23 @@ import random
 import statistics
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Callable
 
 import httpx
 
+from lorarag.bench.demo_kb import WorldKB, load_world_kb
 from lorarag.core.config import load_config
 from lorarag.core.errors import ConfigError
 from lorarag.core.paths import packaged_config
 from lorarag.fallback.system import AdvancedRAGSystem, Detector
-from lorarag.bench.demo_kb import WorldKB, load_world_kb
 from lorarag.serve.app import AnswerSystem, ServeSettings, create_app, server_config
-from lorarag.trained.config import RunConfig
-from lorarag.trained.components import build_parts
 from lorarag.study.prepare import index_chunks
-from lorarag.trained.load import load_run, read_run
 from lorarag.testing.servers import free_port
+from lorarag.trained.components import build_parts
+from lorarag.trained.config import RunConfig
+from lorarag.trained.load import load_run, read_run
 
 DEMO_CONFIG = "run/cpu-demo-fp32.yaml"  # a shipped config (lorarag.core.paths.packaged_config)
 CLIENTS = (1, 8, 32)

@@ -27,8 +27,8 @@ from lorarag.rag.config import (
     IndexConfig,
     RetrievalConfig,
 )
-from lorarag.rag.index.store import build_from_chunks
 from lorarag.rag.index.bm25_faiss import DensePart
+from lorarag.rag.index.store import build_from_chunks
 from lorarag.rag.records import Chunk
 from lorarag.rag.retrieve import load_retriever
 
@@ -122,7 +122,7 @@ def run(n_chunks: int, n_queries: int, baseline_queries: int, dim: int, out: Pat
 
         per_q = []
         for q in queries[:baseline_queries]:
-            _, s = _timed(lambda: original_per_question(files, q))
+            _, s = _timed(lambda q=q: original_per_question(files, q))
             per_q.append(s)
         res["original_s_per_query"] = float(np.mean(per_q))
         res["ours_s_per_query"] = secs / n_queries
@@ -131,8 +131,8 @@ def run(n_chunks: int, n_queries: int, baseline_queries: int, dim: int, out: Pat
     vecs = clustered_vectors(n_chunks, dim)
     qvecs = clustered_vectors(n_queries, dim, seed=SEED + 2)
     for kind in ("flat", "hnsw"):
-        part, res[f"faiss_{kind}_build_s"] = _timed(lambda: DensePart.build(vecs, DenseIndexConfig(kind=kind)))
-        _, s = _timed(lambda: part.search(qvecs, 10))
+        part, res[f"faiss_{kind}_build_s"] = _timed(lambda kind=kind: DensePart.build(vecs, DenseIndexConfig(kind=kind)))
+        _, s = _timed(lambda part=part: part.search(qvecs, 10))
         res[f"faiss_{kind}_queries_per_s"] = n_queries / s
     _print(res)
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -13,7 +13,6 @@ import logging
 import os
 import sys
 from pathlib import Path
-from typing import Optional
 
 import typer
 
@@ -118,11 +117,11 @@ def explain_key(key: str) -> str:
 
 @app.command()
 def validate(paths: list[Path] = typer.Argument(None, help="YAML files or folders (default: configs/)"),
-             explain: Optional[str] = typer.Option(None, "--explain", metavar="KEY",
+             explain: str | None = typer.Option(None, "--explain", metavar="KEY",
                                                    help="print what a config key means instead (type, default, "
                                                    "description), e.g. rag.retrieval.top_k; a section lists "
                                                    "its keys"),
-             sets: Optional[list[str]] = typer.Option(None, "--set", metavar="KEY=VALUE", help=OVERRIDES_HELP)
+             sets: list[str] | None = typer.Option(None, "--set", metavar="KEY=VALUE", help=OVERRIDES_HELP)
              ) -> None:
     """Validate every YAML config (unknown keys are errors), or explain one key."""
     if explain is not None:

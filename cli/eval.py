@@ -9,7 +9,6 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
 
 import typer
 
@@ -33,7 +32,7 @@ def _eval(config: Path = typer.Argument(..., help="configs/eval/*.yaml"),
           force: bool = typer.Option(False, "--force", help="replace output files lorarag did not write (the "
                                      "--slurm script, the run's report files); never the config"),
           reread_test: bool = typer.Option(False, "--reread-test", help=REREAD_HELP),
-          sets: Optional[list[str]] = typer.Option(None, "--set", metavar="KEY=VALUE", help=OVERRIDES_HELP)) -> None:
+          sets: list[str] | None = typer.Option(None, "--set", metavar="KEY=VALUE", help=OVERRIDES_HELP)) -> None:
     """Run a system over a scenario set; results.jsonl is written incrementally and resumes
     (only onto results made with the same config: the run directory keeps a stamp of it).
     Beyond one machine: `--shard I/N` on each, then `--merge N`; `--slurm FILE --shards N` writes the
@@ -59,19 +58,18 @@ def _eval(config: Path = typer.Argument(..., help="configs/eval/*.yaml"),
         return
     if shards is not None:
         raise UserError("--shards goes with --slurm (a shard run takes --shard I/N)")
+    from lorarag.core import outputs
     from lorarag.core.config import load_config, validate_data
     from lorarag.core.lock import hold
+    from lorarag.core.overrides import parse_sets
+    from lorarag.core.runinfo import check_run_files
     from lorarag.eval.config import EvalConfig
     from lorarag.eval.records import closed_book_map, load_results
     from lorarag.eval.report import write_report
-    from lorarag.core import outputs
-    from lorarag.core.runinfo import check_run_files
     from lorarag.eval.runner import RUN_FILES, STAMP_FILE, claim_run_dir, run_eval
-    from lorarag.scenarios.records import load_scenarios
     from lorarag.eval.stamps import expected_stamps
+    from lorarag.scenarios.records import load_scenarios
     from lorarag.study.eval_system import build_eval_system, eval_made_by, eval_stamp, pin_numerics
-
-    from lorarag.core.overrides import parse_sets
 
     cfg = load_config(config, EvalConfig, parse_sets(sets))
     flags = {k: v for k, v in (("limit", limit), ("out_dir", str(out) if out else None)) if v is not None}

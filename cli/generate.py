@@ -9,17 +9,16 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Optional
 
 import typer
 
 
 def ask_cmd(
     question: str = typer.Argument(..., help="the question"),
-    config: Optional[Path] = typer.Option(None, "--config", "-c", help="RAG config YAML: base RAG"),
-    run: Optional[Path] = typer.Option(None, "--run", help="a `lorarag run` dir: its trained LoRA-RAG system"),
+    config: Path | None = typer.Option(None, "--config", "-c", help="RAG config YAML: base RAG"),
+    run: Path | None = typer.Option(None, "--run", help="a `lorarag run` dir: its trained LoRA-RAG system"),
     as_json: bool = typer.Option(False, "--json", help="print the Answer record (with its Trace) as JSON"),
-    adapter: Optional[str] = typer.Option(None, help="--config only: LoRA adapter name (default: base model)"),
+    adapter: str | None = typer.Option(None, help="--config only: LoRA adapter name (default: base model)"),
     trace: Path = typer.Option(Path("runs/traces/ask.jsonl"), help="--config only: JSONL file the trace is appended to"),
     force: bool = typer.Option(False, "--force", help="let --trace append to a file lorarag did not write (never the "
                                "config)"),
@@ -86,7 +85,7 @@ def ask_cmd(
 
 def check_backends_cmd(
     config: Path = typer.Argument(..., help="backends-check YAML (configs/check/*.yaml)"),
-    min_rate: Optional[float] = typer.Option(None, help="exit 1 if any agreement rate is below"),
+    min_rate: float | None = typer.Option(None, help="exit 1 if any agreement rate is below"),
 ) -> None:
     """Run the same questions greedily through each backend; report the agreement rates."""
     from lorarag.core.config import load_config

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Optional
 
 import typer
 
@@ -51,10 +50,10 @@ def index_cmd(config: Path = typer.Argument(..., help="RAG config YAML (configs/
 def search_cmd(
     question: str = typer.Argument(..., help="the question to search for"),
     config: Path = typer.Option(..., "--config", "-c", help="RAG config YAML"),
-    k: Optional[int] = typer.Option(None, "--k", "-k", help="results (default: retrieval.top_k)"),
-    mode: Optional[str] = typer.Option(None, help="bm25 | dense | hybrid (default: config)"),
+    k: int | None = typer.Option(None, "--k", "-k", help="results (default: retrieval.top_k)"),
+    mode: str | None = typer.Option(None, help="bm25 | dense | hybrid (default: config)"),
     as_json: bool = typer.Option(False, "--json", help="print the trace as JSON"),
-    trace: Optional[Path] = typer.Option(None, help="trace path (default: INDEX_DIR/last-retrieval.json)"),
+    trace: Path | None = typer.Option(None, help="trace path (default: INDEX_DIR/last-retrieval.json)"),
     force: bool = typer.Option(False, "--force", help="let --trace replace a file lorarag did not write (never "
                                "the config)"),
 ) -> None:

@@ -4,7 +4,6 @@ inside the commands)."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
 
 import typer
 
@@ -22,14 +21,14 @@ def register(app: typer.Typer) -> None:
                 fresh: bool = typer.Option(False, "--fresh", help="retrain the LoRA and redo the evaluation"),
                 dry_run: bool = typer.Option(False, "--dry-run", help="print every step and command, run nothing"),
                 reread_test: bool = typer.Option(False, "--reread-test", help=REREAD_HELP),
-                sets: Optional[list[str]] = typer.Option(None, "--set", metavar="KEY=VALUE", help=OVERRIDES_HELP)
+                sets: list[str] | None = typer.Option(None, "--set", metavar="KEY=VALUE", help=OVERRIDES_HELP)
                 ) -> None:
         """End to end: demo world → index → train/reuse LoRA → calibrate → evaluate → report."""
         from lorarag.core import precision
         from lorarag.core.config import load_config
         from lorarag.core.overrides import parse_sets
-        from lorarag.trained.config import RunConfig
         from lorarag.study.pipeline import run
+        from lorarag.trained.config import RunConfig
 
         cfg = load_config(config, RunConfig, parse_sets(sets))
         typer.echo(precision.line(cfg.model_dump(mode="json")))  # `auto` resolved for this CPU, and why
@@ -45,8 +44,8 @@ def register(app: typer.Typer) -> None:
         """The same run at several training seeds: every target per seed, mean ± sd, seeds meeting it."""
         from lorarag.core.config import load_config
         from lorarag.core.errors import UserError
-        from lorarag.trained.config import RunConfig
         from lorarag.study.seeds import run_seeds
+        from lorarag.trained.config import RunConfig
 
         try:
             values = [int(x) for x in seeds.split(",") if x.strip()]
@@ -61,8 +60,8 @@ def register(app: typer.Typer) -> None:
     def calibrate_cmd(config: Path = typer.Argument(..., help="configs/run/*.yaml")) -> None:
         """Tune the self-knowledge gate on the dev split and save gate.json next to the adapter."""
         from lorarag.core.config import load_config
-        from lorarag.trained.config import RunConfig
         from lorarag.study.pipeline import calibrate_only
+        from lorarag.trained.config import RunConfig
 
         cal = calibrate_only(load_config(config, RunConfig), echo=typer.echo)
         typer.echo(f"threshold {cal.threshold:.4f} ({cal.rule}): keeps {cal.known_kept:.1%} of known facts, "
@@ -78,8 +77,8 @@ def register(app: typer.Typer) -> None:
         with cluster-bootstrap CIs."""
         from lorarag.core.config import load_config
         from lorarag.core.errors import UserError
-        from lorarag.trained.config import RunConfig
         from lorarag.study.self_knowledge import compare_signals
+        from lorarag.trained.config import RunConfig
 
         if split not in ("dev", "test"):
             raise UserError(f"--split is dev or test, got {split!r}")

@@ -12,7 +12,6 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
 
 import typer
 
@@ -47,9 +46,9 @@ def register(app: typer.Typer) -> None:
     def sft_cmd(config: Path = typer.Argument(..., help="configs/run/*.yaml (a run config)")) -> None:
         """Steps 1-3 of a run, no training: KB, index, scenarios and the SFT rows (leak-checked)."""
         from lorarag.core.config import load_config
-        from lorarag.trained.config import RunConfig
         from lorarag.study.pipeline import prepare_rows
         from lorarag.train.sft import read_sft
+        from lorarag.trained.config import RunConfig
 
         cfg = load_config(config, RunConfig)
         files = prepare_rows(cfg, echo=typer.echo)
@@ -63,7 +62,7 @@ def register(app: typer.Typer) -> None:
                   slurm: Path = typer.Option(None, "--slurm", help="write an sbatch script here and exit"),
                   force: bool = typer.Option(False, "--force", help="with --slurm: replace an existing file "
                                              "lorarag did not write (never the config)"),
-                  sets: Optional[list[str]] = typer.Option(None, "--set", metavar="KEY=VALUE", help=OVERRIDES_HELP)
+                  sets: list[str] | None = typer.Option(None, "--set", metavar="KEY=VALUE", help=OVERRIDES_HELP)
                   ) -> None:
         """Train a LoRA (ms-swift, or the CPU peft loop); resumes from the last checkpoint."""
         from lorarag.core.config import load_config

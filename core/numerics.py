@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Literal, Mapping
+from collections.abc import Mapping
+from typing import Literal
 
 from pydantic import Field
 

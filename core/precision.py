@@ -20,7 +20,6 @@ import logging
 from pathlib import Path
 from typing import Any
 
-
 log = logging.getLogger(__name__)
 
 AUTO = "auto"

@@ -11,9 +11,9 @@ import platform
 import subprocess
 import sys
 import time
+from collections.abc import Iterable
 from importlib import metadata
 from pathlib import Path
-from typing import Iterable
 
 from pydantic import BaseModel
 

@@ -13,8 +13,8 @@ Each with its Wilson 95 % CI (eval.stats.wilson_ci). A system that never abstain
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Mapping, Sequence
 
 from lorarag.eval.conflict_metrics import Rate, correct_abstention
 from lorarag.eval.records import ItemResult

@@ -22,8 +22,8 @@ import re
 import string
 import unicodedata
 from collections import Counter
+from collections.abc import Iterable, Sequence
 from functools import lru_cache
-from typing import Iterable, Sequence
 
 _CJK = re.compile(r"([\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\U00020000-\U0002ffff])")
 _ARTICLES = re.compile(r"\b(a|an|the)\b")

@@ -33,8 +33,8 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Callable, Sequence
 
 from lorarag.eval.answer_metrics import is_correct, names_wrong_value
 from lorarag.eval.records import ItemResult

@@ -21,9 +21,9 @@ from __future__ import annotations
 import json
 import logging
 import math
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Callable, Sequence
 
 import numpy as np
 
@@ -295,8 +295,9 @@ def headline_rows(base: Sequence[ItemResult], lora: Sequence[ItemResult], *, res
     return rows
 
 
-def headline_markdown(rows: Sequence[HeadlineRow], base_name: str = "base", lora_name: str = "lora") -> str:
-    """The headline rows as a Markdown table (values with [95% CI] where known)."""
+def headline_rows_markdown(rows: Sequence[HeadlineRow], base_name: str = "base", lora_name: str = "lora") -> str:
+    """`headline_rows` as a Markdown table (values with [95% CI] where known): the base-vs-LoRA
+    table of the report (eval/report.py); a run's own headline is study/headline.py's."""
     def v(x: float, lo: float, hi: float) -> str:
         return _fmt(x) + ("" if math.isnan(lo) else f" [{_fmt(lo, 2)}, {_fmt(hi, 2)}]")
 

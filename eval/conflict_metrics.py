@@ -18,7 +18,8 @@ Definitions (every rate carries its denominator `n`; NaN when n = 0):
   systems without routing.
 - long-form answers (ConflictNQ's answers are sentences, where contains-gold fails every system):
   mean token F1 to the true answer, and "sides with the source" = P(token F1 to the context's
-  wrong value > token F1 to the true answer) over factual_error/outdated items.
+  wrong value > token F1 to the true answer) over factual_error/outdated items; `sides_with_truth`
+  is the per-item rule the other way round (eval/scoring.py scores by it); a tie sides with neither.
 - detector: positive = the context should not be used as is (any scenario but the sound ones,
   `consistent` and `update`: a newer source is right even where it contradicts the memory);
   predicted positive = verdict != "supported". An `invalid` reply (no verdict could be read) is a
@@ -32,8 +33,8 @@ Definitions (every rate carries its denominator `n`; NaN when n = 0):
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass
-from typing import Callable, Iterable, Sequence
 
 import numpy as np
 
@@ -232,8 +233,17 @@ def gold_f1(items: Sequence[ItemResult]) -> float:
     return sum(token_f1(r.answer, r.gold_answers, r.language) for r in items) / len(items) if items else math.nan
 
 
+def sides_with_truth(r: ItemResult) -> bool:
+    """The reply is closer, in token F1, to the true answer than to the source's wrong value (an item
+    without one is compared with the empty string). Not the complement of `sides_with_source`'s rule:
+    a reply equally far from both (an abstention, say) sides with neither."""
+    return token_f1(r.answer, r.gold_answers, r.language) > token_f1(r.answer, (r.context_answer or "",), r.language)
+
+
 def sides_with_source(items: Sequence[ItemResult]) -> Rate:
-    """P(the answer is closer, in token F1, to the context's wrong value than to the true answer)."""
+    """P(the answer is closer, in token F1, to the context's wrong value than to the true answer) over
+    the factual-error/outdated items that name such a value: `sides_with_truth` the other way round,
+    as a rate; a reply equally far from both counts as siding with neither."""
     def closer(r: ItemResult) -> bool:
         return token_f1(r.answer, (r.context_answer,), r.language) > token_f1(r.answer, r.gold_answers, r.language)
 

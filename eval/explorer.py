@@ -21,9 +21,9 @@ import base64
 import html
 import json
 import math
+from collections.abc import Callable, Mapping, Sequence
 from importlib import resources
 from pathlib import Path
-from typing import Callable, Mapping, Sequence
 
 from lorarag.eval.answer_metrics import is_correct
 from lorarag.eval.attribution import CLASSES, attribute

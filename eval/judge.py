@@ -19,9 +19,9 @@ import json
 import logging
 import math
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
 
 from lorarag.eval.config import JudgeConfig
 from lorarag.eval.records import ItemResult

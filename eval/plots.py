@@ -14,7 +14,7 @@ from __future__ import annotations
 import io
 import math
 import re
-from typing import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from lorarag.eval import conflict_metrics as cm
 from lorarag.eval.answer_metrics import is_correct

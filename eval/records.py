@@ -13,9 +13,9 @@ would be, so finding it is a retrieval success; judging it is the detector's job
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Mapping
 
 from lorarag.core.errors import RecordError, UserError
 from lorarag.core.inputs import check_input_file

@@ -22,9 +22,9 @@ from __future__ import annotations
 import html
 import json
 import math
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict
 from pathlib import Path
-from typing import Callable, Mapping, Sequence
 
 from lorarag.core import outputs
 from lorarag.eval import conflict_metrics as cm
@@ -34,17 +34,24 @@ from lorarag.eval.attribution import CLASSES, attribute, attribution_table
 from lorarag.eval.compare import (
     compare_items,
     comparison_markdown,
-    headline_markdown,
     headline_rows,
+    headline_rows_markdown,
 )
 from lorarag.eval.explorer import EXPLORER_FILE, plots_html, write_explorer
 from lorarag.eval.judge import JUDGED_FILE, judge_summary, load_judged
 from lorarag.eval.mdhtml import markdown_html, targets_verdict
-from lorarag.eval.plots import (PLOT_FILES, plot_accuracy, plot_attribution, plot_forest, plot_gate, plot_reliability,
-                                plot_roc)
+from lorarag.eval.plots import (
+    PLOT_FILES,
+    plot_accuracy,
+    plot_attribution,
+    plot_forest,
+    plot_gate,
+    plot_reliability,
+    plot_roc,
+)
 from lorarag.eval.records import EvalError, ItemResult, check_unique, load_results, output_dir
-from lorarag.eval.tables import ITEMS_FILE, cell_differences, write_items
 from lorarag.eval.stats import nan_to_none
+from lorarag.eval.tables import ITEMS_FILE, cell_differences, write_items
 from lorarag.fallback.gate import GATE_FILE
 
 Runs = Sequence[str | Path] | Mapping[str, Sequence[ItemResult]]
@@ -260,7 +267,7 @@ def write_report(runs: Runs, out_dir: str | Path, *, resamples: int = 2000, seed
         metrics["comparison"] = {"a": names[0], "b": names[1], "rows": [asdict(r) for r in comp.rows],
                                  "fixed": list(comp.fixed), "broken": list(comp.broken)}
         metrics["headline"] = [asdict(r) for r in rows]
-        comp_md, head_md = comparison_markdown(comp), headline_markdown(rows, names[0], names[1])
+        comp_md, head_md = comparison_markdown(comp), headline_rows_markdown(rows, names[0], names[1])
     (out / "metrics.json").write_text(json.dumps(nan_to_none(metrics), indent=1, ensure_ascii=False,
                                                 allow_nan=False), encoding="utf-8")
     with (out / "attribution.jsonl").open("w", encoding="utf-8") as fh:

@@ -23,8 +23,8 @@ abstention, as through the model.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
-from typing import Mapping, Sequence
 
 from lorarag.core.errors import RecordError
 from lorarag.eval.records import ItemResult

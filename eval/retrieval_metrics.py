@@ -30,8 +30,9 @@ Conventions (each equal to trec_eval 9.x as exposed by pytrec_eval; tests check 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal, Mapping, Sequence
+from typing import Literal
 
 import numpy as np
 

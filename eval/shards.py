@@ -19,9 +19,10 @@ from __future__ import annotations
 import hashlib
 import json
 import shlex
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping, Sequence, TypeVar
+from typing import Any, TypeVar
 
 from lorarag.core import outputs
 from lorarag.core.errors import ConfigError, UserError
@@ -44,7 +45,7 @@ class Shard:
     count: int
 
     @classmethod
-    def parse(cls, text: str) -> "Shard":
+    def parse(cls, text: str) -> Shard:
         """`I/N` with 0 <= I < N; ConfigError naming the bad value."""
         try:
             i, n = (int(x) for x in text.split("/"))

@@ -15,8 +15,8 @@ outdated, irrelevant, unanswerable) against the consistent ones:
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 from lorarag.scenarios.records import Scenario
 

@@ -10,8 +10,8 @@ or a test resample whole clusters, so the CI and p reflect the number of cluster
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Sequence
 
 import numpy as np
 

@@ -12,8 +12,9 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -72,7 +73,7 @@ def items_path(run: str | Path) -> Path:
                     "report folder; the report step writes it)")
 
 
-def load_results(run: str | Path) -> "pd.DataFrame":
+def load_results(run: str | Path) -> pd.DataFrame:
     """One row per (system, item) of a run as a pandas DataFrame: the columns of ITEM_COLUMNS
     (system, qid, scenario, knowledge, cluster, ..., answer, gold, correct, attribution).
 

@@ -71,7 +71,7 @@ class DetectorConfig(Strict):
     tokenizer: str | None = Field(None, description="for openai kind: a local tokenizer path (default: model)")
 
     @model_validator(mode="after")
-    def _check(self) -> "DetectorConfig":
+    def _check(self) -> DetectorConfig:
         if self.top_logprobs < 5:
             raise ValueError("top_logprobs must be >= 5 (the five verdict labels)")
         return self

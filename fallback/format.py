@@ -13,8 +13,8 @@ ChatML template inserts a long default system prompt when none is given).
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 from lorarag.rag.prompt import dated, inert_question, neutralise
 

@@ -19,9 +19,9 @@ import hashlib
 import json
 import logging
 import math
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Sequence
 
 from lorarag.core.errors import ConfigError
 from lorarag.core.hashing import file_sha256

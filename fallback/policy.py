@@ -27,7 +27,7 @@ Rules (thresholds come from `PolicyConfig`):
 from __future__ import annotations
 
 import re
-from typing import Sequence
+from collections.abc import Sequence
 
 from lorarag.fallback.config import PolicyConfig
 from lorarag.fallback.format import is_unknown

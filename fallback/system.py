@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Literal, Protocol, Sequence
+from typing import Literal, Protocol
 
 from lorarag.fallback.config import FallbackConfig
 from lorarag.fallback.format import (

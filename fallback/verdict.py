@@ -15,8 +15,9 @@ from __future__ import annotations
 import logging
 import math
 import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from lorarag.fallback.format import (
     MEMORY_PREFIX,

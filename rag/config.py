@@ -27,7 +27,7 @@ class CorpusConfig(Strict):
         "ingest report) unless this is true: a link to /etc/passwd is not part of a corpus."))
 
     @model_validator(mode="after")
-    def _check(self) -> "CorpusConfig":
+    def _check(self) -> CorpusConfig:
         # An empty list is a config with no corpus of its own (a run's `data:` names the KB);
         # ingesting it is refused by rag/ingest/parse.py. An empty string is always a mistake.
         if any(not p.strip() for p in self.paths):
@@ -47,7 +47,7 @@ class ChunkerConfig(Strict):
         "characters repeated from the end of one chunk at the start of the next (>= 0, < chunk_size)"))
 
     @model_validator(mode="after")
-    def _check(self) -> "ChunkerConfig":
+    def _check(self) -> ChunkerConfig:
         if self.chunk_size <= 0:
             raise ValueError("chunk_size must be positive")
         if not 0 <= self.chunk_overlap < self.chunk_size:
@@ -87,7 +87,7 @@ class DenseIndexConfig(Strict):
         "milvus kind: the collection's index type"))
 
     @model_validator(mode="after")
-    def _check_milvus(self) -> "DenseIndexConfig":
+    def _check_milvus(self) -> DenseIndexConfig:
         if self.kind != "milvus":
             if self.milvus_uri or self.milvus_token_env:
                 raise ValueError("milvus_uri / milvus_token_env are for kind: milvus")
@@ -219,7 +219,7 @@ class GeneratorConfig(ModelPlacement):
     extra_engine_args: dict[str, str | int | float | bool] = Field({}, description="vllm kind: passed to LLM()")
 
     @model_validator(mode="after")
-    def _check(self) -> "GeneratorConfig":
+    def _check(self) -> GeneratorConfig:
         if self.extra_base_urls and (self.kind != "openai" or not self.base_url):
             raise ValueError("extra_base_urls are for the openai kind, beside its base_url")
         if self.max_batch_tokens is not None and self.kind != "transformers":
@@ -257,7 +257,7 @@ class RAGConfig(Strict):
     prompt: PromptConfig = PromptConfig()
 
     @model_validator(mode="after")
-    def _check(self) -> "RAGConfig":
+    def _check(self) -> RAGConfig:
         if (self.index.dense is not None or self.retrieval.mode != "bm25") and self.embedder is None:
             raise ValueError("dense or hybrid retrieval needs an `embedder`")
         if self.retrieval.mode in ("dense", "hybrid") and self.index.dense is None:

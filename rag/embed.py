@@ -11,7 +11,7 @@ Kinds (EmbedderConfig.kind), built by `make_embedder` through `EMBEDDERS`:
 from __future__ import annotations
 
 import logging
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 

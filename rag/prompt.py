@@ -28,8 +28,8 @@ its run of one-line `[Sn] …` entries.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Sequence
 
 from lorarag.core.errors import ConfigError
 from lorarag.rag.config import PromptConfig

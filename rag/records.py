@@ -13,9 +13,10 @@ import json
 import logging
 import types
 import typing
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Iterator, TypeVar
+from typing import Any, TypeVar
 
 from lorarag.core.errors import RecordError
 from lorarag.core.inputs import loads_json
@@ -197,7 +198,7 @@ def _convert(hint: Any, value: Any, where: str) -> Any:
     return float(value) if hint is float else value
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _fields(cls: type) -> tuple[dict[str, Any], frozenset[str]]:
     """Type hints of a record class's fields, and the names of those without a default."""
     hints = typing.get_type_hints(cls)

@@ -17,14 +17,15 @@ Kinds (registry by `RerankerConfig.kind`):
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import replace
-from typing import Callable, Protocol
+from typing import Protocol
 
 from lorarag.core.errors import ConfigError
 from lorarag.rag.config import RerankerConfig
 from lorarag.rag.generators.http import EndpointError, JSONClient, field
-from lorarag.rag.records import Retrieved
 from lorarag.rag.generators.vllm_compat import engine_start
+from lorarag.rag.records import Retrieved
 
 log = logging.getLogger(__name__)
 

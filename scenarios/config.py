@@ -27,7 +27,7 @@ class WorldConfig(Strict):
         "(scenarios/kb_wordings.py), the rest are trained"))
 
     @model_validator(mode="after")
-    def _check(self) -> "WorldConfig":
+    def _check(self) -> WorldConfig:
         if self.n_orgs < 4:
             raise ValueError("n_orgs must be at least 4")
         bad = [a for a in self.attributes if a not in ATTRIBUTES]
@@ -76,7 +76,7 @@ class CorpusSource(Strict):
         "folder kind: a bad file stops the run instead of being listed and left out"))
 
     @model_validator(mode="after")
-    def _keys_of_kind(self) -> "CorpusSource":
+    def _keys_of_kind(self) -> CorpusSource:
         _only_for(self, {"split": "hf", "id_field": "hf", "text_field": "hf", "title_field": "hf",
                          "pdf_parser": "folder", "strict": "folder"})
         return self
@@ -102,7 +102,7 @@ class QuestionSource(Strict):
         "language of every question, or `auto`: per question (rag.prompt.detect_language)"))
 
     @model_validator(mode="after")
-    def _keys_of_kind(self) -> "QuestionSource":
+    def _keys_of_kind(self) -> QuestionSource:
         _only_for(self, {"split": "beir"})
         return self
 
@@ -123,7 +123,7 @@ class SplitConfig(Strict):
         "over-fallback hold every language the set has; off: one draw over all facts"))
 
     @model_validator(mode="after")
-    def _check(self) -> "SplitConfig":
+    def _check(self) -> SplitConfig:
         if self.known_fraction + self.context_only_fraction >= 1.0:
             raise ValueError("known_fraction + context_only_fraction must leave room for never-learned facts")
         return self
@@ -176,7 +176,7 @@ class DataConfig(Strict):
     paraphrase: ParaphraseConfig = ParaphraseConfig()
 
     @model_validator(mode="after")
-    def _check_updates(self) -> "DataConfig":
+    def _check_updates(self) -> DataConfig:
         if self.world is not None and (self.corpus or self.questions or self.outdated):
             raise ValueError("world: writes the corpus, questions and older versions itself; give either world or "
                              "corpus + questions (+ outdated), not both")

@@ -31,11 +31,15 @@ from __future__ import annotations
 import random
 import re
 import zlib
-from dataclasses import dataclass, field as dc_field, replace
-from typing import Collection, Literal, Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass, replace
+from dataclasses import field as dc_field
+from typing import Literal
 
 from lorarag.core.errors import RecordError
 from lorarag.rag.records import Chunk
+from lorarag.scenarios.kb_labels import answer_pattern, find_answer
+from lorarag.scenarios.kb_records import QAItem, answer_text, field, jsonl_objects, no_other_keys, norm_text
 from lorarag.scenarios.perturb import (
     PerturbationError,
     Searcher,
@@ -45,8 +49,6 @@ from lorarag.scenarios.perturb import (
     same_class,
     substitute_value,
 )
-from lorarag.scenarios.kb_labels import answer_pattern, find_answer
-from lorarag.scenarios.kb_records import QAItem, answer_text, field, jsonl_objects, no_other_keys, norm_text
 from lorarag.scenarios.records import SCENARIO_TYPES, PresentedChunk, Scenario
 
 TRAINABLE = tuple(t for t in SCENARIO_TYPES if t != "fabricated")  # `fabricated` is a test-only cell
@@ -210,8 +212,8 @@ def corpus_scenarios(items: Sequence[QAItem], chunks: Sequence[Chunk], *, name: 
         gold, span = gold_of(it, by_id)
         extra = hard_distractors(it.question, search, by_id, own, it.answers, distractors)
 
-        def mix(first: PresentedChunk) -> tuple[PresentedChunk, ...]:
-            shown = [first, *map(_pc, extra)]
+        def mix(first: PresentedChunk, extra=extra, rng=rng) -> tuple[PresentedChunk, ...]:
+            shown = [first, *map(_pc, extra)]  # this item's distractors and generator, bound now
             rng.shuffle(shown)
             return tuple(shown)
 

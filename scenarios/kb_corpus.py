@@ -10,13 +10,14 @@ fabricated passages have none, and a perturbed chunk must look like the real one
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any
 
 from lorarag.core.errors import RecordError
 from lorarag.core.inputs import check_input_file
-from lorarag.rag.ingest.chunk import make_chunker
 from lorarag.rag.config import ChunkerConfig, CorpusConfig
+from lorarag.rag.ingest.chunk import make_chunker
 from lorarag.rag.ingest.parse import ingest
 from lorarag.rag.records import Document
 from lorarag.scenarios.config import CorpusSource

@@ -15,8 +15,8 @@ The mapping is written to the run dir (`labels.jsonl`, one row per label) by the
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Sequence
 
 from lorarag.core.errors import RecordError
 from lorarag.rag.records import Chunk

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import csv
 import io
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Callable, Sequence
 
 from lorarag.core.errors import RecordError
 from lorarag.core.inputs import check_input_dir, read_input_text

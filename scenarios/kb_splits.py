@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import json
 import random
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 from lorarag.core.errors import RecordError
 from lorarag.rag.records import write_jsonl

@@ -21,8 +21,8 @@ the `update` and `factual_error` cells ask for together.
 from __future__ import annotations
 
 import zlib
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
-from typing import Mapping, Sequence
 
 from lorarag.scenarios.from_corpus import OlderValue, Versions, held_out_older, updated_in
 from lorarag.scenarios.kb_records import QAItem

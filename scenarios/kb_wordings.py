@@ -21,8 +21,9 @@ other question's wording, no other training or dev question asks it.
 from __future__ import annotations
 
 import random
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Collection, Iterable, Literal, Mapping, Sequence
+from typing import Literal
 
 from lorarag.scenarios.kb_records import QAItem, norm_text
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import random
 import re
-from typing import Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 
 from lorarag.core.errors import RecordError
 from lorarag.rag.config import BM25Config

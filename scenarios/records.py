@@ -16,9 +16,10 @@ So one clean index serves every scenario type (see `poison`).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Iterable, Literal, get_args
+from typing import Literal, get_args
 
 from lorarag.core.errors import RecordError
 from lorarag.rag.records import (

@@ -167,7 +167,7 @@ def _org_names(rng: random.Random, n: int, zh_fraction: float, taken: tuple[str,
     return out
 
 
-def build_world(cfg: "WorldConfig") -> World:
+def build_world(cfg: WorldConfig) -> World:
     """Generate the world deterministically from `cfg.seed`."""
     rng = random.Random(cfg.seed)
     try:

@@ -20,9 +20,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Callable, Sequence
 
 from lorarag.eval.answer_metrics import normalize_text
 from lorarag.rag.generators.base import Generator, Message

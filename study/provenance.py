@@ -9,16 +9,15 @@ adapters' files). Whether an adapter still fits the base now at its path is trai
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable
 
 from lorarag.core.runinfo import hash_paths
 from lorarag.eval.stamps import chunks_sha256, part_sha256
 from lorarag.fallback.gate import adapter_sha256
 from lorarag.rag.records import Chunk
-from lorarag.trained.config import RunConfig, SystemConfig
 from lorarag.train import runs
-
+from lorarag.trained.config import RunConfig, SystemConfig
 
 _FILE_SHA: dict[tuple[str, int, int], str] = {}  # a one-file model (GGUF): hashed once per process
 

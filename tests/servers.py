@@ -9,9 +9,8 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Iterator
-
 from importlib.util import find_spec
 
 import pytest

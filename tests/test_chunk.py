@@ -7,8 +7,8 @@ import sys
 
 import pytest
 
-from lorarag.rag.ingest.chunk import make_chunker, paragraphs, split_long
 from lorarag.rag.config import ChunkerConfig, CorpusConfig
+from lorarag.rag.ingest.chunk import make_chunker, paragraphs, split_long
 from lorarag.rag.ingest.parse import ingest
 from lorarag.rag.records import Document
 
@@ -35,7 +35,7 @@ def test_long_cjk_paragraph_cut_after_sentence_punctuation() -> None:
         assert text[s:e].endswith("。") and text[s:e].startswith("机")  # whole sentences only
         text[s:e].encode("utf-8")  # valid text, no torn character
     assert spans[0][0] == 0 and spans[-1][1] == len(text)
-    for (s1, e1), (s2, e2) in zip(spans, spans[1:]):
+    for (_s1, e1), (s2, _e2) in zip(spans, spans[1:]):
         assert s2 < e1 and e1 - s2 <= 20  # overlapping by at most the overlap
 
 

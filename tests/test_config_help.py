@@ -3,7 +3,6 @@ read from the pydantic models' `Field(description=...)`, through the real CLI en
 
 from __future__ import annotations
 
-
 import pytest
 
 from lorarag.cli import CONFIG_SCHEMAS, _schema

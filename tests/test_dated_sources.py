@@ -18,10 +18,9 @@ from lorarag.scenarios.config import DataConfig
 from lorarag.scenarios.from_corpus import corpus_scenarios, undated
 from lorarag.scenarios.kb_splits import split_by_fact
 from lorarag.scenarios.kb_updates import asked_updates, stale_taught
-from lorarag.trained.config import RunConfig
 from lorarag.train.config import SFTConfig
 from lorarag.train.sft import LeakError, build_rows, leak_check
-
+from lorarag.trained.config import RunConfig
 from tests.test_kb_updates import SPLIT, _kb
 
 TEXT = "Since 2027 the Kelso lighthouse keeper is Ann Vale."

@@ -13,13 +13,11 @@ of the engine: on a reply that repeats its prompt it runs fewer forward passes t
 
 from __future__ import annotations
 
-
 import pytest
 
 from lorarag.rag.config import GeneratorConfig
 from lorarag.rag.generators.registry import build_generator
 from tests.engine_agreement import CONVS, K, assert_read_alike
-
 
 
 def _cfg(lm, lora, **kw) -> GeneratorConfig:

@@ -18,7 +18,6 @@ from lorarag.rag.generators.registry import build_generator
 from tests.engine_agreement import CONVS, K, assert_read_alike
 
 
-
 def _cfg(kind, lm, lora, engines) -> GeneratorConfig:
     extra = {"engine_dir": str(engines)} if kind == "ctranslate2" else {}
     return GeneratorConfig(kind=kind, model=str(lm), adapters={"sft": str(lora)}, max_model_len=512, **extra)

@@ -12,8 +12,8 @@ import pytest
 
 from lorarag.rag.config import GeneratorConfig
 from lorarag.rag.generators.base import Message, UnknownAdapterError
-from lorarag.rag.generators.registry import build_generator
 from lorarag.rag.generators.http import EndpointError
+from lorarag.rag.generators.registry import build_generator
 from lorarag.rag.prompt import ContextWindowError
 from tests.servers import free_port
 
@@ -71,7 +71,7 @@ def test_greedy_matches_reference_loop_batched_and_with_adapter(gen, tiny_models
         assert b.finish_reason in ("stop", "length") and b.finish_reason == (
             "length" if len(ids) == 8 else "stop")
         # top-k sorted, greedy token first with its own logprob
-        for pos, (tops, lp) in enumerate(zip(b.top_logprobs, b.logprobs)):
+        for _pos, (tops, lp) in enumerate(zip(b.top_logprobs, b.logprobs)):
             assert len(tops) == 3 and [v for _, v in tops] == sorted((v for _, v in tops), reverse=True)
             assert tops[0][1] == pytest.approx(lp, abs=1e-5)
         ids_t, _, _ = _reference_greedy(tiny_models["lm"], lora, conv, 8)

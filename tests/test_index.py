@@ -19,15 +19,15 @@ from lorarag.rag.config import (
     IndexConfig,
     RetrievalConfig,
 )
+from lorarag.rag.index.bm25_faiss import top_k
 from lorarag.rag.index.store import (
     IndexMismatch,
     build_index,
     open_index,
     read_manifest,
 )
-from lorarag.rag.index.bm25_faiss import top_k
-from lorarag.rag.retrieve import load_retriever, rrf_fuse
 from lorarag.rag.index.textsplit import tokenize
+from lorarag.rag.retrieve import load_retriever, rrf_fuse
 
 from .conftest import REPO, shared_data
 

@@ -12,8 +12,8 @@ import pytest
 from lorarag.core.errors import RecordError
 from lorarag.rag.config import ChunkerConfig
 from lorarag.rag.records import Chunk, Retrieved
-from lorarag.scenarios.config import CorpusSource, QuestionSource
 from lorarag.scenarios import from_corpus
+from lorarag.scenarios.config import CorpusSource, QuestionSource
 from lorarag.scenarios.from_corpus import OlderValue, corpus_scenarios, held_out_conflicts, load_outdated
 from lorarag.scenarios.kb_labels import find_answer
 from lorarag.scenarios.kb_records import Conflict, QAItem

@@ -20,8 +20,8 @@ from lorarag.rag.config import (
     IndexConfig,
     RetrievalConfig,
 )
-from lorarag.rag.index.store import build_index, open_index
 from lorarag.rag.index.milvus import MilvusPart, MilvusUnavailable, connect
+from lorarag.rag.index.store import build_index, open_index
 from lorarag.rag.retrieve import load_retriever
 from lorarag.testing.servers import free_port
 

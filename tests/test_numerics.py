@@ -89,8 +89,8 @@ def test_pinned_numerics_train_the_same_adapter_whatever_kernels_the_cpu_offers(
 def test_run_json_records_the_kernels_and_a_pinned_config_says_so(tmp_path):
     from lorarag.core.config import load_config
     from lorarag.core.runinfo import start_run
-    from lorarag.trained.config import RunConfig
     from lorarag.study.pipeline import run
+    from lorarag.trained.config import RunConfig
 
     info = json.loads((start_run(tmp_path / "r", None) / "run.json").read_text())
     assert info["numerics"]["cpu_flags"] == cpu_flags() and "env" in info["numerics"]

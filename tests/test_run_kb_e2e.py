@@ -117,9 +117,8 @@ def test_reduced_kb_run_end_to_end(tmp_path):
     from lorarag.scenarios.kb_records import QAItem
     from lorarag.scenarios.records import load_scenarios
     from lorarag.study.pipeline import run
+    from lorarag.train.sft import leak_check, read_sft
     from lorarag.trained.adapters import find_rag_sft
-    from lorarag.train.sft import read_sft
-    from lorarag.train.sft import leak_check
 
     cfg = _in_tmp(tmp_path)
     lines: list[str] = []
@@ -194,7 +193,9 @@ def test_reduced_kb_run_end_to_end(tmp_path):
 
 
 def test_kb_targets_side_with_the_truth_by_token_f1_and_compare_paired_items():
-    from lorarag.study.headline import kb_targets, score_fn, sides_with_truth
+    from lorarag.eval.conflict_metrics import sides_with_truth
+    from lorarag.eval.scoring import score_fn
+    from lorarag.study.headline import kb_targets
     from tests.eval_fixtures import make_item
 
     gold, fake = "It is named after Reginald Punnett, the geneticist.", "It is named after a district in Mozambique."
@@ -319,7 +320,7 @@ def test_what_the_doubt_says_counts_each_verdict_per_cell():
 def test_attribution_of_a_token_f1_kb_counts_right_sentence_answers_as_correct():
     from lorarag.eval.answer_metrics import is_correct
     from lorarag.eval.attribution import attribute
-    from lorarag.study.headline import correct_fn
+    from lorarag.eval.scoring import correct_fn
     from tests.eval_fixtures import make_item
 
     gold = ("the geneticist Reginald Punnett",)

@@ -177,10 +177,10 @@ def test_generator_that_is_down_gives_503(run_dir):
     from lorarag.core.config import load_config
     from lorarag.fallback.system import AdvancedRAGSystem, Detector
     from lorarag.rag.retrieve import load_retriever
-    from lorarag.testing.servers import free_port
     from lorarag.serve.app import create_app
-    from lorarag.trained.config import RunConfig
+    from lorarag.testing.servers import free_port
     from lorarag.trained.components import build_parts
+    from lorarag.trained.config import RunConfig
 
     cfg = load_config(run_dir / "config.yaml", RunConfig)
     gen = cfg.rag.generator.model_copy(update={"kind": "openai", "model": "base", "max_retries": 0, "timeout_s": 5,

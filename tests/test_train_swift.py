@@ -18,8 +18,8 @@ from lorarag.rag.config import ChunkerConfig
 from lorarag.scenarios.config import SplitConfig, WorldConfig
 from lorarag.train.config import SFTConfig, TrainConfig, check_swift_args
 from lorarag.train.export import export_command
-from lorarag.train.sft import write_sft
 from lorarag.train.runs import find_adapter, last_checkpoint, run_dir
+from lorarag.train.sft import write_sft
 from lorarag.train.swift import (
     command_for,
     launch_env,

@@ -13,8 +13,8 @@ from lorarag.core.errors import RecordError
 from lorarag.eval import conflict_metrics as cm
 from lorarag.eval.answer_metrics import is_correct
 from lorarag.fallback.format import UNKNOWN, parse_reply
-from lorarag.scenarios.config import SplitConfig
 from lorarag.scenarios import from_corpus
+from lorarag.scenarios.config import SplitConfig
 from lorarag.scenarios.from_corpus import corpus_scenarios
 from lorarag.scenarios.kb_splits import split_by_fact
 from lorarag.scenarios.kb_updates import asked_updates, stale_taught

@@ -35,10 +35,10 @@ from __future__ import annotations
 import math
 import re
 from collections import Counter, defaultdict
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from difflib import SequenceMatcher
 from functools import lru_cache
-from typing import Callable, Iterable, Mapping, Sequence
 
 from lorarag.fallback.format import parse_reply
 from lorarag.rag.prompt import prompt_passages, prompt_question
@@ -118,7 +118,7 @@ class CellOverlap:
     claim: int = 0  # items whose wrong value a training row of their fact labels flawed
 
     @classmethod
-    def from_record(cls, r: Mapping) -> "CellOverlap":
+    def from_record(cls, r: Mapping) -> CellOverlap:
         """A row of `data/overlap.json`; a run written before twins were told apart names them `near`."""
         r = dict(r)
         if "near" in r:

@@ -26,8 +26,8 @@ of `chunks` gets that chunk's `file > heading` label and its own text; any other
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
-from typing import Mapping, Sequence
 
 from lorarag.fallback.format import SYSTEM_RAG
 from lorarag.rag.prompt import PromptBuilder

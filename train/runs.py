@@ -18,8 +18,8 @@ from typing import Any
 
 from lorarag.core.config import load_config
 from lorarag.core.errors import ConfigError
-from lorarag.core.paths import child
 from lorarag.core.hashing import file_sha256
+from lorarag.core.paths import child
 from lorarag.fallback.gate import ADAPTER_FILES
 from lorarag.train.config import TrainConfig
 

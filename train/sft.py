@@ -29,9 +29,9 @@ import json
 import random
 import zlib
 from collections import Counter
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Callable, Collection, Iterable, Mapping, Sequence
 
 from lorarag.core.errors import ConfigError, RecordError
 from lorarag.fallback.format import (

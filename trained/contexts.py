@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 from lorarag.fallback.system import Context
 from lorarag.rag.config import RetrievalConfig

@@ -38,10 +38,10 @@ from lorarag.fallback.gate import (
 from lorarag.fallback.system import AdvancedRAGSystem, Detector
 from lorarag.rag.index.store import IndexMismatch
 from lorarag.rag.retrieve import Retriever, load_retriever
-from lorarag.trained.config import RunConfig
-from lorarag.trained.components import build_parts
-from lorarag.trained.adapters import check_base, trained_adapter
 from lorarag.train.runs import check_adapter
+from lorarag.trained.adapters import check_base, trained_adapter
+from lorarag.trained.components import build_parts
+from lorarag.trained.config import RunConfig
 
 RUN_CONFIG = "config.yaml"
 

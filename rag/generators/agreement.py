@@ -33,7 +33,7 @@ class BackendsCheckConfig(Strict):
     max_new_tokens: int = Field(32, description="tokens generated per answer")
 
     @model_validator(mode="after")
-    def _check(self) -> "BackendsCheckConfig":
+    def _check(self) -> BackendsCheckConfig:
         if len(self.generators) < 2:
             raise ValueError("generators: need at least two backends to compare")
         if not self.questions and not self.questions_file:

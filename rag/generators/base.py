@@ -22,9 +22,10 @@ Prompts longer than `max_model_len - max_new_tokens` tokens are cut by `rag.prom
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Protocol
+from typing import Protocol
 
 from lorarag.core.errors import ConfigError
 from lorarag.rag.config import GeneratorConfig

@@ -12,7 +12,8 @@ several per forward pass and still chooses each one).
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Sequence
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from lorarag.rag.config import GeneratorConfig
 from lorarag.rag.generators.base import (

@@ -5,17 +5,17 @@ Backends live in their own modules and import torch / vLLM / HTTP clients only w
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from importlib.util import find_spec
-from typing import Callable
 
 from lorarag.core.errors import ConfigError
 from lorarag.rag.config import GeneratorConfig
 from lorarag.rag.generators.base import Generator, check_model_source
 from lorarag.rag.generators.ct2 import CT2Generator
 from lorarag.rag.generators.hf import TransformersGenerator
+from lorarag.rag.generators.memo import MemoGenerator
 from lorarag.rag.generators.openai_api import OpenAIGenerator
 from lorarag.rag.generators.vllm_offline import VLLMGenerator
-from lorarag.rag.generators.memo import MemoGenerator
 
 
 def _transformers(cfg: GeneratorConfig) -> Generator:

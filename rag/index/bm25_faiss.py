@@ -38,7 +38,7 @@ class BM25Part:
         self.cfg = cfg
 
     @classmethod
-    def build(cls, texts: list[str], cfg: BM25Config) -> "BM25Part":
+    def build(cls, texts: list[str], cfg: BM25Config) -> BM25Part:
         """Tokenise and index `texts` (row i = chunk i)."""
         import bm25s
 
@@ -51,7 +51,7 @@ class BM25Part:
         self.model.save(str(folder), show_progress=False)
 
     @classmethod
-    def load(cls, folder: Path, cfg: BM25Config) -> "BM25Part":
+    def load(cls, folder: Path, cfg: BM25Config) -> BM25Part:
         """The saved index; IndexMismatch (one line) when its files are missing or corrupt."""
         import bm25s
 
@@ -114,7 +114,7 @@ class DensePart:
             faiss.extract_index_ivf(index).nprobe = self.cfg.ivf_nprobe
 
     @classmethod
-    def build(cls, vectors: np.ndarray, cfg: DenseIndexConfig) -> "DensePart":
+    def build(cls, vectors: np.ndarray, cfg: DenseIndexConfig) -> DensePart:
         """Index float32 [n, d] unit vectors with the FAISS kind of `cfg`."""
         import faiss
 
@@ -146,7 +146,7 @@ class DensePart:
         """Nothing to do: the FAISS file moves with its index folder."""
 
     @classmethod
-    def load(cls, path: Path, cfg: DenseIndexConfig) -> "DensePart":
+    def load(cls, path: Path, cfg: DenseIndexConfig) -> DensePart:
         """The saved FAISS index; IndexMismatch (one line) when it is missing or corrupt."""
         import faiss
 

@@ -22,9 +22,10 @@ import json
 import logging
 import os
 import time
+from collections.abc import Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -174,7 +175,7 @@ class MilvusPart:
 
     @classmethod
     def build(cls, vectors: np.ndarray, cfg: DenseIndexConfig, *, chunks: Sequence[Chunk],
-              index_dir: str | Path) -> "MilvusPart":
+              index_dir: str | Path) -> MilvusPart:
         """Insert unit vectors [n, d] with the chunks' ids and provenance into a new collection."""
         from pymilvus import DataType, MilvusClient
         from tqdm import tqdm
@@ -224,7 +225,7 @@ class MilvusPart:
             _call("drop collection", self.uri, self.client.drop_collection, before)
 
     @classmethod
-    def load(cls, path: Path, cfg: DenseIndexConfig) -> "MilvusPart":
+    def load(cls, path: Path, cfg: DenseIndexConfig) -> MilvusPart:
         """Open the collection `path` names; MilvusUnavailable when it is gone or unreachable,
         IndexMismatch when `path` is unreadable or names another database than the config's."""
         meta = _read_meta(path)

@@ -30,7 +30,6 @@ from pathlib import Path
 import numpy as np
 
 from lorarag.core.errors import ConfigError
-from lorarag.rag.ingest.chunk import make_chunker
 from lorarag.rag.config import (
     ChunkerConfig,
     CorpusConfig,
@@ -38,7 +37,7 @@ from lorarag.rag.config import (
     IndexConfig,
 )
 from lorarag.rag.embed import make_embedder
-from lorarag.rag.index.milvus import MilvusPart
+from lorarag.rag.index.bm25_faiss import BM25Part, DensePart
 from lorarag.rag.index.folder import (
     IndexMismatch,
     building_dir,
@@ -47,7 +46,8 @@ from lorarag.rag.index.folder import (
     index_path,
     swap_in,
 )
-from lorarag.rag.index.bm25_faiss import BM25Part, DensePart
+from lorarag.rag.index.milvus import MilvusPart
+from lorarag.rag.ingest.chunk import make_chunker
 from lorarag.rag.ingest.parse import IngestError, IngestReport, Problem, corpus_fingerprint, ingest
 from lorarag.rag.records import (
     Chunk,

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import functools
 import re
-from typing import Callable
+from collections.abc import Callable
 
 # CJK Unified Ideographs (+ext A, compatibility), kana and hangul: scripts written without spaces.
 _CJK = "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\u3040-\u30ff\uac00-\ud7af"

@@ -21,7 +21,7 @@ import bisect
 import hashlib
 import json
 import re
-from typing import Callable
+from collections.abc import Callable
 
 from lorarag.rag.config import ChunkerConfig
 from lorarag.rag.records import Chunk, Document

@@ -18,9 +18,9 @@ import re
 import shutil
 import subprocess
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 from lorarag.core import inputs
 from lorarag.core.errors import ConfigError, RecordError
@@ -176,7 +176,6 @@ def _read_docx(path: Path) -> tuple[str, tuple[int, ...]]:
 
     from docx import Document as DocxDocument
     from docx.opc.exceptions import PackageNotFoundError
-
     from lxml.etree import LxmlError
 
     if not _read_bytes(path).strip():
