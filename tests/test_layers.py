@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-PACKAGES = ("rag", "fallback", "scenarios", "train", "eval", "study", "serve", "bench")
+PACKAGES = ("rag", "fallback", "scenarios", "train", "trained", "eval", "study", "serve", "bench")
 
 
 def test_lint_imports_keeps_the_layers_and_finds_no_cycle():
@@ -97,7 +97,7 @@ def test_no_module_over_400_lines():
     """One module, one stage, readable top to bottom."""
     long = []
     for folder in (*PACKAGES, "cli", "core", "testing"):
-        for f in (REPO / folder).glob("*.py"):
+        for f in (REPO / folder).rglob("*.py"):  # sub-packages too (rag/index, rag/generators, ...)
             n = len(f.read_text().splitlines())
             if n > 400:
                 long.append(f"{f.relative_to(REPO)}: {n}")
