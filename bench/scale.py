@@ -89,12 +89,12 @@ def _eval_setup(work: Path, *, write: bool = False):
     from lorarag.bench.demo_kb import load_world_kb
     from lorarag.core.config import load_config
     from lorarag.core.paths import packaged_config
+    from lorarag.eval.systems import build_system
     from lorarag.scenarios.from_corpus import corpus_scenarios
     from lorarag.scenarios.kb_splits import split_by_fact
     from lorarag.trained.config import RunConfig, SystemConfig
     from lorarag.trained.components import build_parts
     from lorarag.study.prepare import index_chunks
-    from lorarag.study.systems import build_system
     from lorarag.testing.tiny import build_causal_lm
 
     cfg = load_config(packaged_config("run/ci-tiny.yaml"), RunConfig)

@@ -1,7 +1,7 @@
 """`lorarag eval` config: which scenarios, which system, where results go, optional judge.
 
 The system is a `kind:` plus that kind's own keys (the `system:` mapping is handed unchanged to
-the study's factory, `study.systems.build_eval_system`, which validates it with its own Strict
+the study's factory, `study.eval_system.build_eval_system`, which validates it with its own Strict
 model); `eval/` itself only runs a system it is given, so it works without the study above it.
 """
 

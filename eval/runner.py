@@ -16,8 +16,9 @@ import logging
 import os
 import time
 from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Protocol, Sequence, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from pydantic import BaseModel
 
@@ -35,16 +36,20 @@ from lorarag.eval.records import (
 )
 from lorarag.rag.records import Answer, to_dict
 
+if TYPE_CHECKING:
+    from lorarag.scenarios.records import Scenario
+
 log = logging.getLogger(__name__)
 
 
 @runtime_checkable
 class ScenarioSystem(Protocol):
-    """Anything evaluable: a name and a batch method answering scenarios in order."""
+    """Anything evaluable: a name and a batch method answering scenarios in order (the systems
+    of eval/systems.py, or any object with these two members)."""
 
     name: str
 
-    def answer_scenarios(self, items: list) -> list[Answer]:
+    def answer_scenarios(self, items: list[Scenario]) -> list[Answer]:
         """One Answer per scenario, same order."""
         ...
 

@@ -24,6 +24,8 @@ from lorarag.core.config import load_config, validate_data
 from lorarag.core.errors import ConfigError
 from lorarag.core.runinfo import hash_paths
 from lorarag.eval.config import EvalConfig
+from lorarag.eval.runner import ScenarioSystem
+from lorarag.eval.systems import build_system
 from lorarag.rag.index.store import index_path
 from lorarag.rag.records import Chunk, read_jsonl
 from lorarag.scenarios.records import Scenario, validate_against_kb
@@ -31,7 +33,6 @@ from lorarag.trained.config import RunConfig, SystemConfig
 from lorarag.study.evaluate import system_stamp
 from lorarag.trained.components import build_parts
 from lorarag.study.provenance import reads_index, row_parts
-from lorarag.study.systems import ScenarioSystem, build_system
 from lorarag.trained.adapters import check_base, find_rag_sft, rag_sft_config, trained_adapter
 from lorarag.trained.load import gate_threshold, open_retriever
 

@@ -23,7 +23,7 @@ from lorarag.study.layout import Echo, Paths
 from lorarag.study.leaks import read_overlap
 from lorarag.trained.components import Parts
 from lorarag.study.provenance import row_parts
-from lorarag.study.systems import build_system
+from lorarag.eval.systems import build_system
 from lorarag.train.overlap import overlap_markdown
 
 log = logging.getLogger(__name__)

@@ -9,6 +9,7 @@ from types import SimpleNamespace
 import pytest
 
 from lorarag.core.config import load_config
+from lorarag.eval.systems import DateRule, MemoryOrContext, source_year
 from lorarag.fallback.format import SYSTEM_CLOSED_BOOK
 from lorarag.rag.config import RetrievalConfig
 from lorarag.rag.generators.base import Generation
@@ -17,7 +18,6 @@ from lorarag.scenarios.records import PresentedChunk, Scenario
 from lorarag.study.baselines import baseline_table
 from lorarag.trained.config import RunConfig, SystemConfig
 from lorarag.trained.contexts import ScenarioContexts
-from lorarag.study.systems import DateRule, MemoryOrContext, source_year
 from tests.eval_fixtures import make_item
 
 

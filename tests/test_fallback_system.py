@@ -249,7 +249,7 @@ class LengthReranker:
 def test_retrieved_context_is_poisoned_then_reranked(tmp_path):
     from lorarag.rag.config import RetrievalConfig
     from lorarag.scenarios.records import PresentedChunk, Scenario
-    from lorarag.study.systems import ScenarioContexts
+    from lorarag.trained.contexts import ScenarioContexts
 
     texts = ["Vesova Dynamics reported a net profit of 12.5 million.",
              "Vesova Dynamics archive 2021: net profit of 9.1 million dollars in that year.",
@@ -350,8 +350,8 @@ def test_declined_closed_book_answer_is_no_memory_and_no_gate_reading():
 
 
 def test_astute_turn_puts_the_own_answer_between_sources_and_question():
+    from lorarag.eval.systems import astute_user_turn
     from lorarag.fallback.format import SourceText
-    from lorarag.study.systems import astute_user_turn
 
     turn = astute_user_turn("Who leads X?", [SourceText("X is led by Ann."), SourceText("Y is in Rome.")],
                             "Bob <|im_end|>")

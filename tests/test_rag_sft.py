@@ -86,7 +86,7 @@ def test_a_grounded_row_is_the_prompt_base_rag_sends_at_test_time():
     gen = Recorder()
     rag = RAGSystem(None, gen, PROMPTS, RetrievalConfig())
     ctx = ScenarioContexts(None, None, RetrievalConfig(), {})
-    from lorarag.study.systems import BaseRAG
+    from lorarag.eval.systems import BaseRAG
 
     answers = BaseRAG("rag_sft", rag, ctx, "presented", 24, adapter="rag_sft").answer_scenarios([FACTUAL_ERROR])
     row = rag_sft_rows([rag_row(FACTUAL_ERROR, True)], PROMPTS)[0]
@@ -161,7 +161,7 @@ def test_a_rag_sft_system_needs_its_adapter_and_its_adapter_name_is_reserved():
     from types import SimpleNamespace
 
     from lorarag.core.errors import ConfigError
-    from lorarag.study.systems import build_system
+    from lorarag.eval.systems import build_system
 
     with pytest.raises(ConfigError, match="needs the RAG-SFT adapter"):
         build_system(SystemConfig(name="rs", kind="rag_sft"), SimpleNamespace(rag_sft=None))

@@ -130,7 +130,7 @@ def test_citations_parsed_and_flagged():
     assert a.sources == ("b.md", "a.md") and not a.abstained
     assert gen.max_new is None  # the generator config's budget unless a call overrides it
     sys_.answer_with_context(["What is the capital?"], [ctx], max_new_tokens=48)
-    assert gen.max_new == 48  # e.g. a base_rag system's own `max_new_tokens` (study/systems.py)
+    assert gen.max_new == 48  # e.g. a base_rag system's own `max_new_tokens` (eval/systems.py)
 
 
 def test_no_passage_over_threshold_abstains_without_calling_the_model(tmp_path):

@@ -29,12 +29,12 @@ RAG_SFT = "rag_sft"  # the RAG-SFT adapter's name in the generator (study/traini
 
 
 class SystemConfig(Strict):
-    """One evaluated system (study/systems.py)."""
+    """One evaluated system (eval/systems.py)."""
 
     name: str = Field(description="the system's name in results and reports (unique per run)")
     kind: Literal["lora_rag", "base_rag", "prompted_detection", "astute_rag", "closed_book", "memory_or_context",
                   "oracle", "rag_sft", "date_rule"] = Field(description=(
-        "which system (study/systems.py's registry); rag_sft: base RAG's prompt answered by the RAG-SFT adapter, a "
+        "which system (eval/systems.py's registry); rag_sft: base RAG's prompt answered by the RAG-SFT adapter, a "
         "second adapter the run trains when it is listed (study/training.py); date_rule: on a dated KB, sources "
         "dated after data.snapshot read by base RAG, older ones dropped, memory_or_context over the rest"))
     context: Literal["retrieved", "presented"] = Field("retrieved", description=(

@@ -1,9 +1,9 @@
 """Scenario systems for evaluation: each a config `kind:` in a small registry.
 
-Every system has a `name` and `answer_scenarios(items: list[Scenario]) -> list[Answer]`, the
-interface of `eval.runner.run_eval`. The context a system sees per scenario comes from
-trained/contexts.py: `retrieved` (the clean KB, then poisoned into the scenario's world) or
-`presented` (the scenario's own chunks).
+Every system is an `eval.runner.ScenarioSystem` (a `name` and `answer_scenarios(items:
+list[Scenario]) -> list[Answer]`), what `eval.runner.run_eval` runs. The context a system sees per
+scenario comes from trained/contexts.py: `retrieved` (the clean KB, then poisoned into the
+scenario's world) or `presented` (the scenario's own chunks).
 
 Kinds: `lora_rag` (AdvancedRAGSystem), `base_rag` (plain grounded RAG, no detection),
 `prompted_detection` (the same verdict format asked for by prompt), `astute_rag` (the model's own
@@ -21,10 +21,11 @@ Components (generator, retrieval, tokenizer) are built once in trained/component
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import replace
-from typing import Callable, Protocol
 
 from lorarag.core.errors import ConfigError
+from lorarag.eval.runner import ScenarioSystem
 from lorarag.fallback.format import SYSTEM_RAG, SourceText, is_unknown, rag_user_turn
 from lorarag.fallback.gate import gate_fires
 from lorarag.fallback.system import AdvancedRAGSystem, Context, Detector, closed_book, closed_book_conversation
@@ -33,19 +34,9 @@ from lorarag.rag.prompt import neutralise
 from lorarag.rag.records import Answer, Retrieved, Trace
 from lorarag.rag.system import RAGSystem
 from lorarag.scenarios.records import Scenario
-from lorarag.trained.config import SystemConfig
-from lorarag.trained.contexts import ScenarioContexts
-from lorarag.trained.config import RAG_SFT
 from lorarag.trained.components import Parts
-
-
-class ScenarioSystem(Protocol):
-    """What eval.runner.run_eval evaluates."""
-
-    name: str
-
-    def answer_scenarios(self, items: list[Scenario]) -> list[Answer]: ...
-
+from lorarag.trained.config import RAG_SFT, SystemConfig
+from lorarag.trained.contexts import ScenarioContexts
 
 # The prompted-detection baseline gets the format spelled out (the LoRA learned it from data).
 PROMPTED_SYSTEM = (SYSTEM_RAG + " Reply in exactly one line of this form: memory: <what you remember, "
