@@ -9,8 +9,8 @@ same run (bench/*.py), never as absolute targets.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable, Optional
 
 import typer
 
@@ -52,7 +52,7 @@ def bench_eval(n: int = typer.Option(100_000, help="result items"), seed: int = 
 
 
 def bench_rag(
-    models: Optional[Path] = typer.Option(None, help="folder with lm/ embedder/ reranker/ "
+    models: Path | None = typer.Option(None, help="folder with lm/ embedder/ reranker/ "
                                           "(default: tiny Qwen3 models built in a temp dir)"),
     candidates: int = typer.Option(64, help="(a) candidates to rerank for one query"),
     chunks: int = typer.Option(256, help="(b) chunks to embed"),
@@ -146,6 +146,19 @@ def bench_scale(sizes: str = typer.Option("100000,1000000", help="index sizes (v
     run_scale(values, dim, shards, out, echo=typer.echo)
 
 
+def bench_preference(model: Path = typer.Option(None, help="model folder (default: a tiny Qwen3 built here)"),
+                     steps: int = typer.Option(20, min=3, help="training steps per run"),
+                     batch: int = typer.Option(4, min=1, help="pairs per step"),
+                     pairs: int = typer.Option(32, min=1, help="synthetic preference pairs"),
+                     seed: int = typer.Option(0),
+                     repeats: int = typer.Option(2, min=1, help="runs of each loop, in turn (the best is reported)"),
+                     out: Path = typer.Option(Path("runs/bench/preference.json"), help="results JSON")) -> None:
+    """The CPU DPO loop against TRL's DPOTrainer on the same pairs: steps/s, ratio, log 2 at step 1."""
+    from lorarag.bench.preference import run
+
+    run(model, steps, batch, pairs, seed, repeats, out, echo=typer.echo)
+
+
 # name -> command; the help `lorarag bench --help` shows is the function's docstring.
 BENCHMARKS: dict[str, Callable[..., None]] = {
     "retrieval": bench_retrieval,
@@ -158,6 +171,7 @@ BENCHMARKS: dict[str, Callable[..., None]] = {
     "serve": bench_serve,
     "engine": bench_engine,
     "scale": bench_scale,
+    "preference": bench_preference,
 }
 # Benchmarks that parse their own options (argparse in the bench module): typer passes them through.
 OWN_OPTIONS = frozenset({"gpu"})

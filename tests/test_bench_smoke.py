@@ -141,7 +141,8 @@ def test_bench_registry_and_cli_agree() -> None:
     from lorarag.cli import app
     from lorarag.cli.bench import BENCHMARKS
 
-    expected = ["retrieval", "speed", "eval", "rag", "cpu", "numerics", "gpu", "serve", "engine", "scale"]
+    expected = ["retrieval", "speed", "eval", "rag", "cpu", "numerics", "gpu", "serve", "engine", "scale",
+                "preference"]
     assert list(BENCHMARKS) == expected
     group = get_command(app).commands["bench"]
     assert list(group.commands) == expected
@@ -155,3 +156,37 @@ def test_bench_registry_and_cli_agree() -> None:
     assert listed == expected
     for command in BENCHMARKS.values():
         assert command.__doc__.strip().splitlines()[0].strip() in out.stdout
+
+
+def test_bench_preference_reports_the_best_run_of_each_and_their_ratio() -> None:
+    """The summary keeps each loop's fastest run, divides hand by TRL and checks log 2 at step 1;
+    TRL that did not run is one line naming its error, with no ratio. Pure logic: nothing is timed."""
+    from lorarag.bench import preference as bp
+
+    assert bp.steps_per_s([10.0, 10.5, 11.0, 12.0]) == pytest.approx(3 / 2.0)  # the first step left out
+    with pytest.raises(ValueError):
+        bp.steps_per_s([1.0, 2.0])
+    hand = [{"steps_per_s": 2.0, "first_loss": math.log(2)}, {"steps_per_s": 3.0, "first_loss": math.log(2)}]
+    trl = [{"steps_per_s": 1.5, "first_loss": math.log(2) + 1e-5}, {"steps_per_s": 1.0, "first_loss": 0.7}]
+    s = bp.summarise(hand, trl)
+    assert s["ratio_hand_over_trl"] == pytest.approx(2.0) and s["trl_error"] is None
+    assert s["hand"]["runs"] == [2.0, 3.0] and s["trl"]["steps_per_s"] == 1.5
+    assert s["hand"]["first_loss_is_log2"] and s["trl"]["first_loss_is_log2"]
+    lines = bp.table(s, "9.9")
+    assert lines[-1] == "hand / TRL steps/s: 2.00x (the hand loop is faster)"
+    assert any(ln.startswith("| TRL 9.9 DPOTrainer | 1.50 | 1.50, 1.00 | ") and ln.endswith("| yes |") for ln in lines)
+    assert bp.summarise(hand, [{"steps_per_s": 6.0, "first_loss": 0.5}])["trl"]["first_loss_is_log2"] is False
+    failed = bp.summarise(hand, "TypeError: no such argument")
+    assert failed["ratio_hand_over_trl"] is None and failed["trl"] is None
+    out = bp.table(failed, "9.9")
+    assert out[-1] == "TRL 9.9 DPOTrainer cannot run this configuration on CPU: TypeError: no such argument"
+    assert not any("DPOTrainer |" in ln for ln in out)
+
+
+def test_bench_preference_pairs_are_seeded_preference_rows(tmp_path: Path) -> None:
+    from lorarag.bench.preference import make_pairs
+    from lorarag.train.preference import read_pairs, write_pairs
+
+    pairs = make_pairs(5, 0)
+    assert pairs == make_pairs(5, 0) and pairs != make_pairs(5, 1)
+    assert len(read_pairs(write_pairs(pairs, tmp_path / "b.pairs.jsonl"))) == 5  # valid: chosen != rejected

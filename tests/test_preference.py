@@ -18,8 +18,8 @@ from lorarag.rag.config import ChunkerConfig
 from lorarag.scenarios.config import SplitConfig, WorldConfig
 from lorarag.scenarios.kb_splits import HELD_OUT, split_by_fact
 from lorarag.scenarios.records import PresentedChunk, Scenario
-from lorarag.study.layout import Paths
 from lorarag.study.leaks import check_test_contexts
+from lorarag.study.run_folder import Paths
 from lorarag.train.config import PreferenceConfig, SFTConfig, TrainConfig
 from lorarag.train.preference import (
     FactInfo,
@@ -170,9 +170,9 @@ def test_the_swift_rlhf_command_continues_the_sft_adapter_against_itself(tmp_pat
     rpo = rlhf_command(_train_cfg(tmp_path, rpo_alpha=0.5), "p.jsonl", "/a")
     assert rpo[rpo.index("--rpo_alpha") + 1] == "0.5" and "--rpo_alpha" not in cmd
     cmd = cmd + rpo
-    from swift.arguments.rlhf_args import RLHFArguments  # every flag is one `swift rlhf` knows
-
     import dataclasses
+
+    from swift.arguments.rlhf_args import RLHFArguments  # every flag is one `swift rlhf` knows
     names = {f.name for f in dataclasses.fields(RLHFArguments)}
     assert {c[2:] for c in cmd if c.startswith("--")} <= names
 
@@ -181,7 +181,7 @@ def test_preference_config_is_off_by_default_and_strict():
     base = TrainConfig(run_name="r", model="m", dataset="d")
     assert base.preference.enabled is False
     from lorarag.core.config import load_config
-    from lorarag.study.config import RunConfig
+    from lorarag.trained.config import RunConfig
 
     # every shipped config is off but the `-dpo` variants, which name their own runs
     runs = {p.stem: load_config(p, RunConfig).train for p in sorted([*(REPO / "configs/run").glob("*.yaml"),
@@ -199,7 +199,7 @@ def test_preference_config_is_off_by_default_and_strict():
 def test_dpo_and_orpo_losses_match_hand_computation():
     import torch
 
-    from lorarag.train.dpo import dpo_loss, orpo_loss
+    from lorarag.train.preference_loop import dpo_loss, orpo_loss
 
     loss, margin = dpo_loss(torch.tensor([-1.0]), torch.tensor([-2.0]), torch.tensor([-1.5]), torch.tensor([-1.5]), 0.5)
     assert margin.item() == pytest.approx(0.5)  # 0.5 * ((-1 + 1.5) - (-2 + 1.5))
@@ -249,14 +249,14 @@ def _dpo_loss_of(base: Path, adapter: Path, ref_adapter: Path, pairs: Path, beta
 def test_cpu_dpo_from_the_sft_adapter_starts_at_log2_and_lowers_the_loss_on_its_pairs(tmp_path, tiny_models, lora):
     from safetensors.torch import load_file
 
-    from lorarag.train.dpo import train_preference
+    from lorarag.train.preference_loop import run_cpu_loop
 
     pairs = build_pairs(_hand_rows(), FACTS, PreferenceConfig(enabled=True, pairs_per_fact=2))
     path = write_pairs(pairs, tmp_path / "p.pairs.jsonl")
     pref = PreferenceConfig(enabled=True, beta=0.5, learning_rate=1e-3, max_steps=8,
                             per_device_train_batch_size=4).model_dump()
-    final = train_preference(str(tiny_models["lm"]), str(lora), str(path), str(tmp_path / "out"), pref,
-                             {"torch_dtype": "float32", "max_length": 512, "warmup_ratio": 0.0}, seed=0)
+    final = run_cpu_loop(str(tiny_models["lm"]), str(lora), str(path), str(tmp_path / "out"), pref,
+                         {"torch_dtype": "float32", "max_length": 512, "warmup_ratio": 0.0}, seed=0)
     log = [json.loads(x) for x in (tmp_path / "out/logging.jsonl").read_text().splitlines()]
     assert len(log) == 8 and log[0]["loss"] == pytest.approx(math.log(2), abs=1e-4)  # policy = reference
     before, after = load_file(str(lora / "adapter_model.safetensors")), load_file(str(final / "adapter_model.safetensors"))
@@ -423,7 +423,8 @@ def test_lorarag_sft_then_train_runs_sft_then_dpo(tmp_path, tiny_models, monkeyp
     path = tmp_path / "train.yaml"
     path.write_text(yaml.safe_dump(cfg))
     dry = CliRunner().invoke(app, ["train", str(path), "--dry-run"])
-    assert dry.exit_code == 0 and "lorarag.train.peft_trainer" in dry.output and "lorarag.train.dpo" in dry.output
+    assert dry.exit_code == 0
+    assert "lorarag.train.peft_trainer" in dry.output and "lorarag.train.preference_loop" in dry.output
     res = CliRunner().invoke(app, ["train", str(path)])
     assert res.exit_code == 0, res.output
     pointer = json.loads((tmp_path / "runs/train/w/adapter.json").read_text())

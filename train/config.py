@@ -7,9 +7,8 @@ dataclass when a command uses them (importing swift takes ~10 s, so not at YAML 
 
 from __future__ import annotations
 
-from typing import Any, Literal
-
 import math
+from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
@@ -110,7 +109,7 @@ class SFTConfig(Strict):
 
 
 class PreferenceConfig(Strict):
-    """Preference training after SFT (train/preference.py builds the pairs, train/dpo.py or
+    """Preference training after SFT (train/preference.py builds the pairs, train/preference_loop.py or
     `swift rlhf` trains): the SFT adapter is trained on, with the SFT adapter itself, frozen, as
     the DPO reference. Off by default: a config without this section trains and hashes as before."""
 
@@ -176,7 +175,7 @@ class TrainConfig(Strict):
         return check_name(v, "run_name")
 
     @model_validator(mode="after")
-    def _check(self) -> "TrainConfig":
+    def _check(self) -> TrainConfig:
         check_swift_values(self.swift)
         reserved = {"model", "dataset", "val_dataset", "output_dir", "seed", "tuner_type", "train_type"}
         clash = sorted(reserved & set(self.swift))

@@ -20,7 +20,7 @@ are read. The prompts are SFT prompts, so the pairs show no passage the SFT rows
 and overlap checks run on the pairs all the same.
 
 Written as ms-swift rlhf rows (`{"messages": prompt + [chosen], "rejected_response": rejected}`,
-what `swift rlhf --rlhf_type dpo --dataset` and train/dpo.py read) and as TRL's conversational
+what `swift rlhf --rlhf_type dpo --dataset` and train/preference_loop.py read) and as TRL's conversational
 preference rows (`{"prompt": messages, "chosen": [assistant], "rejected": [assistant]}`).
 """
 
@@ -29,9 +29,9 @@ from __future__ import annotations
 import json
 import random
 from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Mapping, Sequence
 
 from lorarag.core.errors import RecordError
 from lorarag.fallback.format import inert_question, is_unknown, parse_reply, rag_reply

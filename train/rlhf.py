@@ -1,5 +1,6 @@
-"""Preference training after SFT: the exact `swift rlhf` command (GPU) or the CPU loop (train/dpo.py),
-run in `<run dir>/preference/`, and its record in adapter.json.
+"""Preference training after SFT, its one entry point (`train_preference`): the exact `swift rlhf`
+command (the `swift` kind, GPU) or the CPU loop of train/preference_loop.py (the `peft` kind), run
+in `<run dir>/preference/`, and its record in adapter.json.
 
 ms-swift continues the SFT LoRA with `--adapters <SFT checkpoint>`; for DPO `--ref_adapters` names
 the same checkpoint, so the reference is the SFT model (ms-swift 4.x's documented recipe for DPO
@@ -67,16 +68,16 @@ def rlhf_command(cfg: TrainConfig, pairs: str | Path, sft_adapter: str | Path) -
     return cmd
 
 
-def dpo_command(cfg: TrainConfig, pairs: str | Path, sft_adapter: str | Path) -> list[str]:
-    """The CPU loop's command (train/dpo.py) for the `peft` kind."""
-    return [sys.executable, "-m", "lorarag.train.dpo", "--model", cfg.model, "--adapter", str(sft_adapter),
+def cpu_loop_command(cfg: TrainConfig, pairs: str | Path, sft_adapter: str | Path) -> list[str]:
+    """The CPU loop's command (train/preference_loop.py) for the `peft` kind."""
+    return [sys.executable, "-m", "lorarag.train.preference_loop", "--model", cfg.model, "--adapter", str(sft_adapter),
             "--pairs", str(pairs), "--output_dir", str(preference_dir(cfg)), "--seed", str(cfg.seed),
             "--preference", json.dumps(cfg.preference.model_dump(mode="json")), "--args", json.dumps(cfg.swift)]
 
 
 def preference_command(cfg: TrainConfig, pairs: str | Path, sft_adapter: str | Path) -> list[str]:
     """The preference command of the configured trainer kind."""
-    return (dpo_command if cfg.kind == "peft" else rlhf_command)(cfg, pairs, sft_adapter)
+    return (cpu_loop_command if cfg.kind == "peft" else rlhf_command)(cfg, pairs, sft_adapter)
 
 
 def describe_preference(cfg: TrainConfig, pairs: str | Path) -> str:
