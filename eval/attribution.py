@@ -48,7 +48,7 @@ Correct = Callable[[ItemResult], bool]
 
 def attribute(r: ItemResult, correct: Correct = is_correct) -> str:
     """The attribution class of one item (see the module docstring for the precedence); `correct`
-    decides rule 5 (a KB scored by token F1 passes its own rule, study/headline_kb.py)."""
+    decides rule 5 (a KB scored by token F1 passes its own rule, eval/scoring.correct_fn)."""
     given = bool(r.final_ids)
     if not r.gold_answers:
         if r.abstained:

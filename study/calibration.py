@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Sequence
 
 from lorarag.core.errors import ConfigError
 from lorarag.fallback.gate import (
@@ -28,9 +28,9 @@ from lorarag.fallback.gate import (
 )
 from lorarag.fallback.system import Detector
 from lorarag.scenarios.records import Scenario
-from lorarag.trained.config import RunConfig
-from lorarag.study.layout import Echo
+from lorarag.study.run_folder import Echo
 from lorarag.trained.components import Parts
+from lorarag.trained.config import RunConfig
 
 log = logging.getLogger(__name__)
 

@@ -13,18 +13,19 @@ from lorarag.eval.records import closed_book_map, load_results
 from lorarag.eval.report import write_report
 from lorarag.eval.reroute import reroute
 from lorarag.eval.runner import run_eval, write_results
+from lorarag.eval.scoring import correct_fn, score_fn
+from lorarag.eval.systems import build_system
 from lorarag.fallback.gate import GATE_FILE, adapter_sha256
 from lorarag.scenarios.records import Scenario
-from lorarag.trained.config import RunConfig, SystemConfig
-from lorarag.study.headline import correct_fn, headline_markdown, score_fn
-from lorarag.study.targets import pair_names
+from lorarag.study.headline import headline_markdown
 from lorarag.study.kb import read_summary
-from lorarag.study.layout import Echo, Paths
 from lorarag.study.leaks import read_overlap
-from lorarag.trained.components import Parts
 from lorarag.study.provenance import row_parts
-from lorarag.eval.systems import build_system
+from lorarag.study.run_folder import Echo, Paths
+from lorarag.study.targets import pair_names
 from lorarag.train.overlap import overlap_markdown
+from lorarag.trained.components import Parts
+from lorarag.trained.config import RunConfig, SystemConfig
 
 log = logging.getLogger(__name__)
 

@@ -5,14 +5,14 @@ The same table for every knowledge base, the demo world's included; a KB scored 
 also gets the product's absolute targets per cell, and any KB with unanswerable questions the
 target on abstaining on them (study/targets.py).
 
-Answers are scored by `data.answer_metric`:
+Answers are scored by `data.answer_metric` (eval/scoring.py):
 - `contains`: a gold answer in the reply (eval.answer_metrics.is_correct);
 - `token_f1` (sentence answers, ConflictNQ): on a source asserting a wrong value (factual error,
   outdated) the share of replies *siding with the truth*, closer in token F1 to the true answer
-  than to the source's value (eval.conflict_metrics' "sides with" rule, the other way round; a
-  reply equally far from both, an abstention say, does not side with the truth); elsewhere the mean
-  token F1 to the true answer (unanswerable: abstaining is right); on an update, the share of replies
-  closer to the current answer than to the superseded one the LoRA learned.
+  than to the source's value (eval.conflict_metrics.sides_with_truth; a reply equally far from
+  both, an abstention say, does not side with the truth); elsewhere the mean token F1 to the true
+  answer (unanswerable: abstaining is right); on an update, the share of replies closer to the
+  current answer than to the superseded one the LoRA learned.
 Every difference is LoRA-RAG minus base RAG over the same items, with a seeded paired-bootstrap
 95 % CI that resamples clusters (the document holding each fact), McNemar's p over items and a
 cluster-level permutation p beside it. A missed target is printed as missed, never hidden.
@@ -23,27 +23,35 @@ A known-fact cell whose items are asked in a wording training used (a single-wor
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import astuple, dataclass
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
 from lorarag.eval.abstention import abstention_lines
-from lorarag.eval.answer_metrics import is_correct, token_f1
 from lorarag.eval.attribution import attribution_table, table_markdown
 from lorarag.eval.compare import pair
-from lorarag.eval.records import WRONG_VALUE_SCENARIOS, ItemResult
+from lorarag.eval.records import ItemResult
+from lorarag.eval.scoring import Score, correct_fn, metric_name, right_text, score_fn
 from lorarag.eval.shortcut import probe_lines
-from lorarag.eval.stats import (ci_text, cluster_permutation_test, counts_text, mcnemar_exact, noninferior,
-                                paired_bootstrap, wilson_ci)
+from lorarag.eval.stats import (
+    ci_text,
+    cluster_permutation_test,
+    counts_text,
+    mcnemar_exact,
+    noninferior,
+    paired_bootstrap,
+    wilson_ci,
+)
 from lorarag.fallback.format import VERDICTS
 from lorarag.scenarios.records import SCENARIO_TYPES
-from lorarag.study.baselines import Label, abstention_table, baseline_table, comparable, variant_table
+from lorarag.study.baseline_tables import Label, abstention_table, baseline_table, comparable, variant_table
 from lorarag.study.ledger import reads_note
 from lorarag.study.targets import Target, abstention_rows, judge, over_fallback_cell, target_rows
 from lorarag.study.targets import target_values as absolute_values
+from lorarag.trained.config import RunConfig
 
-Score = Callable[[ItemResult], float]
 FE_GAIN = 0.40  # LoRA-RAG over base RAG, known facts with a wrong source
 # Non-inferiority on consistent sources of never-learned facts, relative to base RAG's score: LoRA-RAG
 # keeps at least 75 % of it, judged on the paired CI's lower bound (a fixed 0.10 on a base F1 of 0.17
@@ -51,60 +59,7 @@ FE_GAIN = 0.40  # LoRA-RAG over base RAG, known facts with a wrong source
 UNSEEN_REL_MARGIN = 0.25
 
 
-def sides_with_truth(r: ItemResult) -> bool:
-    """The reply is closer, in token F1, to the true answer than to the source's wrong value."""
-    return token_f1(r.answer, r.gold_answers, r.language) > token_f1(r.answer, (r.context_answer or "",), r.language)
-
-
-def score_fn(metric: str) -> Score:
-    """Per-item score for `data.answer_metric` (see the module docstring)."""
-    if metric == "contains":
-        return lambda r: float(is_correct(r))
-
-    def f1(r: ItemResult) -> float:
-        if not r.gold_answers:
-            return float(is_correct(r))
-        if r.scenario in WRONG_VALUE_SCENARIOS and r.context_answer:
-            return float(sides_with_truth(r))
-        if r.scenario == "update" and r.superseded:  # closer to the current answer than to the stale one
-            return float(token_f1(r.answer, r.gold_answers, r.language)
-                         > token_f1(r.answer, r.superseded, r.language))
-        return token_f1(r.answer, r.gold_answers, r.language)
-
-    return f1
-
-
-F1_CORRECT = 0.5  # token F1 at which a sentence answer counts as right in the attribution table
-
-
-def correct_fn(metric: str) -> Callable[[ItemResult], bool]:
-    """Rule 5 of eval.attribution for `data.answer_metric`: contains-gold, or for `token_f1` siding
-    with the truth on a wrong source and token F1 >= F1_CORRECT elsewhere."""
-    if metric == "contains":
-        return is_correct
-    score = score_fn(metric)
-    return lambda r: not r.abstained and score(r) >= (1.0 if (r.scenario in WRONG_VALUE_SCENARIOS and r.context_answer)
-                                                       or (r.scenario == "update" and r.superseded) else F1_CORRECT)
-
-
-def right_text(metric: str) -> str:
-    """What `correct_fn(metric)` counts as right, for the captions of tables that share items right."""
-    if metric == "contains":
-        return ("a gold answer in the reply and not the source's wrong value; on an unanswerable item, an "
-                "abstention")
-    return (f"token F1 >= {F1_CORRECT} to the true answer; on a wrong source, closer to the truth than to its "
-            "value; never an abstention on an answerable item")
-
-
-def metric_name(metric: str, scenario: str) -> str:
-    if metric == "contains":
-        return "accuracy"
-    if scenario == "update":
-        return "sides with the update"
-    return "sides with truth" if scenario in WRONG_VALUE_SCENARIOS else "token F1"
-
-
-def system_pairs(cfg: Any, results: Mapping[str, Sequence[ItemResult]]) -> list[tuple[str, str, str]]:
+def system_pairs(cfg: RunConfig, results: Mapping[str, Sequence[ItemResult]]) -> list[tuple[str, str, str]]:
     """(context, base RAG system, LoRA-RAG system) for each context mode both kinds were run in."""
     def first(kind: str, ctx: str) -> str | None:
         return next((s.name for s in cfg.systems if s.kind == kind and s.context == ctx and s.name in results
@@ -134,7 +89,7 @@ class CellDiff:
     p_cluster: float
 
 
-def cell_diff(cfg: Any, base: Sequence[ItemResult], lora: Sequence[ItemResult], scenario: str, knowledge: str,
+def cell_diff(cfg: RunConfig, base: Sequence[ItemResult], lora: Sequence[ItemResult], scenario: str, knowledge: str,
               score: Score) -> CellDiff | None:
     """The paired difference of one cell (None when either side has no item of it)."""
     a = [r for r in base if r.scenario == scenario and r.knowledge == knowledge]
@@ -151,7 +106,7 @@ def cell_diff(cfg: Any, base: Sequence[ItemResult], lora: Sequence[ItemResult], 
     return CellDiff(len(a), d.a, d.b, d.diff, d.lo, d.hi, p, k, pc)
 
 
-def _updates(cfg: Any) -> bool:
+def _updates(cfg: RunConfig) -> bool:
     """Whether the run asks the `update` cell with facts taught their older value."""
     return "update" in cfg.eval.scenarios and cfg.data.update_fraction > 0
 
@@ -165,7 +120,7 @@ def diff_target_names(metric: str) -> tuple[str, str]:
             f"CI bound > −{UNSEEN_REL_MARGIN:.2f} × base")
 
 
-def kb_target_rows(cfg: Any, base: Sequence[ItemResult], lora: Sequence[ItemResult]) -> list[Target]:
+def kb_target_rows(cfg: RunConfig, base: Sequence[ItemResult], lora: Sequence[ItemResult]) -> list[Target]:
     """The run's targets, each met only past its 95 % CI (study/targets.judge): LoRA-RAG − base RAG on
     factual errors of known facts (the paired CI's lower bound at the gain) and non-inferiority on
     consistent sources of never-learned ones; with `contains` scoring, also the product's absolute
@@ -181,14 +136,14 @@ def kb_target_rows(cfg: Any, base: Sequence[ItemResult], lora: Sequence[ItemResu
                    f"−{_n(margin)} ({how})"), *absolute]
 
 
-def kb_targets(cfg: Any, base: Sequence[ItemResult], lora: Sequence[ItemResult]) -> list[tuple[str, float, bool]]:
+def kb_targets(cfg: RunConfig, base: Sequence[ItemResult], lora: Sequence[ItemResult]) -> list[tuple[str, float, bool]]:
     """(target, measured, met) of `kb_target_rows`."""
     return [(t.name, t.value, t.met) for t in kb_target_rows(cfg, base, lora)]
 
 
-def target_values(cfg: Any, base: Sequence[ItemResult], lora: Sequence[ItemResult]) -> list[tuple[str, float]]:
+def target_values(cfg: RunConfig, base: Sequence[ItemResult], lora: Sequence[ItemResult]) -> list[tuple[str, float]]:
     """(target, measured) of `kb_targets` on items that may repeat, as a resample of clusters draws
-    them (study/pooled.py): a difference is the cell's mean score of LoRA-RAG minus base RAG's (the
+    them (study/pooled_targets.py): a difference is the cell's mean score of LoRA-RAG minus base RAG's (the
     point estimate of `cell_diff`, without a CI of its own: the pooled CI is the resampling's)."""
     metric = cfg.data.answer_metric
     score = score_fn(metric)
@@ -329,14 +284,14 @@ def doubt_kinds_table(lora: Sequence[ItemResult]) -> list[str]:
             "", *KNOWLEDGE_HEADER, *_rows_by_knowledge(lora, counts), ""]
 
 
-def kb_name(cfg: Any) -> str:
+def kb_name(cfg: RunConfig) -> str:
     """The knowledge base as the headline names it: the questions file, or the demo world's seed and size."""
     w = cfg.data.world
     return (f"the demo world (seed {w.seed}, {w.n_orgs} organisations)" if w is not None
             else str(cfg.data.questions.path))
 
 
-def headline_markdown(cfg: Any, results: Mapping[str, Sequence[ItemResult]], summary: Mapping[str, Any]) -> str:
+def headline_markdown(cfg: RunConfig, results: Mapping[str, Sequence[ItemResult]], summary: Mapping[str, Any]) -> str:
     """Markdown: notes on the data, base vs LoRA per cell with paired CIs, targets, attribution."""
     metric = cfg.data.answer_metric
     score = score_fn(metric)

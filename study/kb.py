@@ -20,13 +20,14 @@ from __future__ import annotations
 
 import json
 import random
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Callable, Sequence
 
 from lorarag.eval.shortcut import context_probes
 from lorarag.eval.stats import nan_to_none
 from lorarag.rag.records import Chunk, write_jsonl
+from lorarag.scenarios.config import CorpusSource, QuestionSource
 from lorarag.scenarios.from_corpus import (
     OlderValue,
     Versions,
@@ -35,8 +36,6 @@ from lorarag.scenarios.from_corpus import (
     load_outdated,
     undated,
 )
-from lorarag.scenarios.perturb import Searcher, bm25_searcher
-from lorarag.scenarios.config import CorpusSource, QuestionSource
 from lorarag.scenarios.kb_corpus import load_corpus
 from lorarag.scenarios.kb_labels import map_labels
 from lorarag.scenarios.kb_questions import check_against_corpus, load_questions
@@ -51,15 +50,15 @@ from lorarag.scenarios.kb_wordings import (
     training_groups,
     wording_summary,
 )
+from lorarag.scenarios.perturb import Searcher, bm25_searcher
 from lorarag.scenarios.records import Scenario, save_scenarios
 from lorarag.scenarios.world_kb import write_world_kb
-from lorarag.trained.config import RunConfig
-from lorarag.study.layout import Echo, Paths
 from lorarag.study.leaks import check_dev_wordings, check_written_wordings
 from lorarag.study.prepare import sample_cells
+from lorarag.study.run_folder import Echo, Paths
 from lorarag.study.training import write_rag_sft
-from lorarag.train.sft import summary, write_sft
-from lorarag.train.sft import build_rows, edited_chunks, leak_check, tested_claims
+from lorarag.train.sft import build_rows, edited_chunks, leak_check, summary, tested_claims, write_sft
+from lorarag.trained.config import RunConfig
 
 SUMMARY = "summary.json"
 

@@ -21,20 +21,19 @@ would measure a remembered sentence, and the gate would be calibrated on the tes
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict
 from pathlib import Path
-from typing import Mapping, Sequence
 
 from lorarag.core.errors import ConfigError
 from lorarag.fallback.format import inert_question
 from lorarag.scenarios.records import Scenario
-from lorarag.trained.config import RunConfig
-from lorarag.study.layout import Echo, Paths
-from lorarag.trained.adapters import needs_rag_sft, rag_sft_config
+from lorarag.study.run_folder import Echo, Paths
 from lorarag.train.overlap import FLAWED, CellOverlap, TrainingSources, leaking, overlap_table
 from lorarag.train.preference import pairs_path
-from lorarag.train.sft import LeakError, read_sft
-from lorarag.train.sft import asked, leak_check, wording_keys
+from lorarag.train.sft import LeakError, asked, leak_check, read_sft, wording_keys
+from lorarag.trained.adapters import needs_rag_sft, rag_sft_config
+from lorarag.trained.config import RunConfig
 
 OVERLAP_FILE = "overlap.json"
 

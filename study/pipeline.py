@@ -32,20 +32,20 @@ from lorarag.fallback.gate import SIGNAL, GateCalibration
 from lorarag.rag.retrieve import Retriever
 from lorarag.scenarios.records import Scenario
 from lorarag.study.calibration import calibrate_gate, languages_without_dev_known
-from lorarag.trained.config import RunConfig
 from lorarag.study.evaluate import evaluate, report
-from lorarag.study.extra import check_extra_sets, evaluate_extra_sets, present_sets
-from lorarag.study.layout import STEPS, Echo, Paths, Progress
+from lorarag.study.extra_sets import check_extra_sets, evaluate_extra_sets, present_sets
+from lorarag.study.kb_source import KBSource
 from lorarag.study.leaks import check_test_contexts
 from lorarag.study.ledger import note_reads, run_ledger
-from lorarag.trained.components import build_parts
 from lorarag.study.preference import describe as describe_preference
 from lorarag.study.preference import prefer_or_reuse, write_preference_pairs
 from lorarag.study.prepare import index_chunks
 from lorarag.study.reuse_check import refuse_before_writing
-from lorarag.study.sources import KBSource
+from lorarag.study.run_folder import STEPS, Echo, Paths, Progress
 from lorarag.study.training import BASE_PREPARERS, describe_training, train_or_reuse, train_rag_sft
 from lorarag.trained.adapters import needs_rag_sft, rag_sft_config, trained_adapter
+from lorarag.trained.components import build_parts
+from lorarag.trained.config import RunConfig
 
 
 def plan(cfg: RunConfig, fresh: bool) -> list[tuple[str, str]]:

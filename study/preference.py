@@ -11,15 +11,14 @@ and any difference is refused with the one-line error that points to --fresh.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 from lorarag.core.errors import ConfigError
 from lorarag.scenarios.kb_splits import HELD_OUT
 from lorarag.scenarios.records import Scenario
-from lorarag.trained.config import RunConfig
-from lorarag.study.layout import Echo
-from lorarag.study.sources import KBSource
+from lorarag.study.kb_source import KBSource
+from lorarag.study.run_folder import Echo
 from lorarag.train.preference import (
     FactInfo,
     build_pairs,
@@ -30,6 +29,7 @@ from lorarag.train.preference import (
 )
 from lorarag.train.rlhf import describe_preference, preference_changes, train_preference
 from lorarag.train.sft import leak_check, read_sft
+from lorarag.trained.config import RunConfig
 
 
 def pairs_file(cfg: RunConfig) -> Path:

@@ -20,14 +20,14 @@ from pathlib import Path
 from lorarag.core.config import dump_config
 from lorarag.core.errors import ConfigError
 from lorarag.core.runinfo import git_sha, hash_paths
-from lorarag.trained.config import RunConfig
-from lorarag.study.layout import Echo, Paths
+from lorarag.study.kb_source import KBSource
 from lorarag.study.paraphrase import FILE as PARAPHRASES
 from lorarag.study.paraphrase import STAMP as PARAPHRASES_STAMP
 from lorarag.study.prepare import index_chunks
-from lorarag.study.sources import KBSource
-from lorarag.trained.adapters import check_same_recipe, needs_rag_sft, rag_sft_config, trained_adapter
+from lorarag.study.run_folder import Echo, Paths
 from lorarag.train import runs
+from lorarag.trained.adapters import check_same_recipe, needs_rag_sft, rag_sft_config, trained_adapter
+from lorarag.trained.config import RunConfig
 
 
 def _unchanged(cfg: RunConfig, root: Path) -> bool:

@@ -14,11 +14,11 @@ only if their stamp (what results depend on, fallback/pipeline.system_stamp) sti
 The summary (`<runs_dir>/<name>-seeds/seeds.md` + `seeds.json`, beside the usual config.yaml and
 run.json) lists every target of the headline (study/headline.kb_targets) per seed, with mean,
 standard deviation (n-1), a 95 % t-interval of the mean over seeds, range and how many seeds meet
-it, and each seed's gate threshold; then the pooled table (study/pooled.py): every target and the
+it, and each seed's gate threshold; then the pooled table (study/pooled_targets.py): every target and the
 LoRA − base cell differences over all seeds, with a CI that resamples seeds and clusters; and
 LoRA-RAG against every system read on its context (closed-book LoRA, memory_or_context, RAG-SFT, the
 baselines with the adapter, base RAG, the oracle router) per cell, pooled the same way, with the best
-deployable system named (study/pooled_baselines.py).
+deployable system named (study/pooled_baseline_table.py).
 """
 
 from __future__ import annotations
@@ -27,25 +27,26 @@ import json
 import math
 import shutil
 import statistics
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from functools import partial
 from pathlib import Path
-from typing import Callable, Mapping, Sequence
 
 from lorarag.core.errors import ConfigError
 from lorarag.core.runinfo import start_run
 from lorarag.eval.records import ItemResult, load_results
+from lorarag.eval.scoring import correct_fn, right_text
 from lorarag.eval.stats import nan_to_none
 from lorarag.fallback.gate import GATE_FILE
+from lorarag.study.baseline_tables import abstention_table, comparable
 from lorarag.study.calibration import Echo
-from lorarag.trained.config import RunConfig
-from lorarag.study.headline import correct_fn, kb_targets, right_text, target_values
-from lorarag.study.targets import BASE_TARGET, pair_names
+from lorarag.study.headline import kb_targets, target_values
 from lorarag.study.pipeline import Paths, run
+from lorarag.study.pooled_baseline_table import BaselineCell, baselines_markdown, pooled_baselines
+from lorarag.study.pooled_targets import pooled_differences, pooled_markdown, pooled_rows
+from lorarag.study.targets import BASE_TARGET, pair_names
 from lorarag.trained.adapters import trained_adapter
-from lorarag.study.baselines import abstention_table, comparable
-from lorarag.study.pooled import pooled_differences, pooled_markdown, pooled_rows
-from lorarag.study.pooled_baselines import BaselineCell, baselines_markdown, pooled_baselines
+from lorarag.trained.config import RunConfig
 
 
 @dataclass(frozen=True)
@@ -149,7 +150,7 @@ def seeds_markdown(seeds: Sequence[int], rows: Sequence[SeedRow], gates: Mapping
 
 def seeds_baselines(cfg: RunConfig, every: Sequence[Mapping[str, Sequence[ItemResult]]],
                     correct: Callable[[ItemResult], bool]) -> list[BaselineCell]:
-    """LoRA-RAG against every system read on its context mode (study/baselines.comparable), pooled
+    """LoRA-RAG against every system read on its context mode (study/baseline_tables.comparable), pooled
     over the seeds' results; the oracle router where closed-book LoRA and base RAG both ran."""
     base, lora = pair_names(cfg, every[0])
     ctx = _context(cfg, lora)

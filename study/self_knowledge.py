@@ -38,11 +38,11 @@ from lorarag.fallback.gate import adapter_sha256, generator_id
 from lorarag.fallback.system import closed_book, closed_book_conversation
 from lorarag.rag.generators.registry import build_generator
 from lorarag.scenarios.records import Scenario
-from lorarag.trained.config import RunConfig
 from lorarag.study.kb import KB, wording_plan
-from lorarag.study.layout import Echo
-from lorarag.trained.components import build_parts, with_adapter_name
 from lorarag.study.pipeline import studied_run
+from lorarag.study.run_folder import Echo
+from lorarag.trained.components import build_parts, with_adapter_name
+from lorarag.trained.config import RunConfig
 
 SIGNALS = ("nll", "probe", "agreement", "agreement_f1")
 LAYER_FRACTIONS = (0.25, 0.5, 0.75, 1.0)  # of the model's depth: the probe's candidate layers

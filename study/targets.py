@@ -13,8 +13,8 @@ hidden. study/headline.py writes them into the run's one headline.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Mapping, Sequence
 
 import numpy as np
 
@@ -183,7 +183,7 @@ def targets(base: Sequence[ItemResult], lora: Sequence[ItemResult], *, updates: 
 
 def target_values(base: Sequence[ItemResult], lora: Sequence[ItemResult], *, updates: bool | None = None,
                   unanswerable: bool | None = None) -> list[tuple[str, float]]:
-    """(target, measured) of `target_rows` without bounds: for a caller that resamples (study/pooled.py)."""
+    """(target, measured) of `target_rows` without bounds: for a caller that resamples (study/pooled_targets.py)."""
     return [(t.name, t.value) for t in target_rows(base, lora, updates=updates, bounds=False,
                                                    unanswerable=unanswerable)]
 

@@ -10,20 +10,20 @@ the LoRA's: `<folder of train.dataset>/rag-sft/<file name>` (val likewise).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from lorarag.core import outputs
 from lorarag.core.errors import ConfigError
 from lorarag.rag.prompt import PromptBuilder
 from lorarag.rag.records import Chunk
-from lorarag.trained.config import RunConfig
-from lorarag.study.layout import Echo
+from lorarag.study.run_folder import Echo
 from lorarag.testing.tiny import build_causal_lm
 from lorarag.train import rag_sft, runs, swift
 from lorarag.train.sft import SFTRow, write_sft
 from lorarag.train.smollm2 import ensure_smollm2
 from lorarag.trained.adapters import check_same_recipe, needs_rag_sft, rag_sft_config, train_dir, trained_adapter
+from lorarag.trained.config import RunConfig
 
 
 def _smollm2(folder: str) -> None:

@@ -15,7 +15,7 @@ from lorarag.rag.config import RetrievalConfig
 from lorarag.rag.generators.base import Generation
 from lorarag.rag.records import Answer, Trace
 from lorarag.scenarios.records import PresentedChunk, Scenario
-from lorarag.study.baselines import baseline_table
+from lorarag.study.baseline_tables import baseline_table
 from lorarag.trained.config import RunConfig, SystemConfig
 from lorarag.trained.contexts import ScenarioContexts
 from tests.eval_fixtures import make_item
@@ -237,7 +237,7 @@ def test_declined_answerable_items_are_counted_per_system_and_cell():
     items 1 and 2 of the consistent cell and both irrelevant ones; LoRA-RAG declines none, base RAG
     irrelevant item 1. Counts: consistent 0 / 0 / 2, irrelevant 0 / 1 / 2 (LoRA-RAG, base RAG,
     RAG-SFT). An unanswerable item's abstention (no gold answer) is right, not a decline."""
-    from lorarag.study.baselines import abstention_table
+    from lorarag.study.baseline_tables import abstention_table
 
     declines = {"lora_rag": set(), "base_rag": {"i1"}, "rag_sft": {"c1", "c2", "i1", "i2"}}
 
@@ -266,7 +266,7 @@ def test_declined_answerable_items_are_counted_per_system_and_cell():
 def test_declines_sum_over_seeds():
     """Three consistent never-learned items a seed: RAG-SFT declines 2 at seed 1 and 1 at seed 2
     (3 of 6), LoRA-RAG none (0 of 6)."""
-    from lorarag.study.baselines import declined_table
+    from lorarag.study.baseline_tables import declined_table
 
     def seed(declines: set[str]) -> dict:
         return {n: [make_item(system=n, qid=f"c{i}", fact_id=f"c{i}", knowledge="unknown",

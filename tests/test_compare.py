@@ -10,8 +10,8 @@ from scipy import stats
 
 from lorarag.eval.compare import (
     compare_items,
-    headline_markdown,
     headline_rows,
+    headline_rows_markdown,
     write_comparison,
 )
 from lorarag.eval.stats import mcnemar_exact, paired_bootstrap
@@ -97,7 +97,7 @@ def test_headline_rows_for_a_pair():
     assert cons.base_lo < cons.base < cons.base_hi
     auroc = next(r for r in rows if r.metric == "detector_auroc" and r.knowledge == "all")
     assert auroc.lora == 1.0 and math.isnan(auroc.base)  # the base run has no detector
-    assert "| accuracy | all | all | 40 |" in headline_markdown(rows)
+    assert "| accuracy | all | all | 40 |" in headline_rows_markdown(rows)
 
 
 def test_pairing_refuses_different_items_under_one_qid():

@@ -117,8 +117,8 @@ def test_the_leak_check_refuses_an_edited_twin_planted_by_hand(tmp_path, tiny_mo
     question of the same paragraph: the run stops before training and names the item."""
     from lorarag.core.errors import ConfigError
     from lorarag.fallback.format import SYSTEM_RAG, SourceText, rag_user_turn
-    from lorarag.study.layout import Paths
     from lorarag.study.leaks import check_test_contexts
+    from lorarag.study.run_folder import Paths
 
     cfg, root, chunks, test, _, _ = _prepared(tmp_path, "en", 400, tiny_models["lm"])
     item = next(s for s in test if s.scenario == "factual_error" and s.knowledge == "known")

@@ -16,7 +16,7 @@ from lorarag.scenarios.config import SplitConfig
 from lorarag.scenarios.from_corpus import corpus_scenarios
 from lorarag.scenarios.kb_records import QAItem
 from lorarag.scenarios.kb_splits import HELD_OUT, split_by_fact
-from lorarag.scenarios.kb_wordings import held_out, plan_wordings, as_tested, training_groups, wording_summary
+from lorarag.scenarios.kb_wordings import as_tested, held_out, plan_wordings, training_groups, wording_summary
 from lorarag.scenarios.records import PresentedChunk, Scenario
 from lorarag.study.leaks import check_dev_wordings, check_written_wordings
 from lorarag.study.paraphrase import Paraphrase, single_wording, with_paraphrases
@@ -135,8 +135,8 @@ def test_without_a_second_wording_the_test_asks_a_trained_one_and_the_tables_say
     from pathlib import Path
 
     from lorarag.core.config import load_config
-    from lorarag.trained.config import RunConfig
     from lorarag.study.headline import headline_markdown
+    from lorarag.trained.config import RunConfig
 
     _, items = _kb(two_wordings=False)
     groups = split_by_fact(items, SPLIT)
@@ -197,8 +197,8 @@ def test_the_kb_stages_hold_out_wordings_and_record_how_many(tmp_path):
     from lorarag.rag.records import read_jsonl
     from lorarag.scenarios.records import load_scenarios
     from lorarag.study.kb import read_summary
-    from lorarag.study.layout import Paths
-    from lorarag.study.sources import KBSource
+    from lorarag.study.kb_source import KBSource
+    from lorarag.study.run_folder import Paths
     from lorarag.train.sft import read_sft
     from tests.test_run_kb_e2e import _in_tmp
 
@@ -265,8 +265,8 @@ def test_a_known_dev_fact_is_asked_at_dev_only_in_the_wording_its_rows_leave_out
     that wording alone; a never-learned dev fact is asked in all 3."""
     from pathlib import Path
 
-    from lorarag.study.layout import Paths
-    from lorarag.study.sources import KBSource
+    from lorarag.study.kb_source import KBSource
+    from lorarag.study.run_folder import Paths
     from lorarag.train.sft import read_sft
     from tests.test_world import world_run_config
 

@@ -11,8 +11,8 @@ import pytest
 from lorarag.core.errors import ConfigError
 from lorarag.fallback.format import SYSTEM_RAG, SourceText, rag_user_turn
 from lorarag.scenarios.records import PresentedChunk, Scenario
-from lorarag.study.layout import Paths
 from lorarag.study.leaks import check_test_contexts, read_overlap
+from lorarag.study.run_folder import Paths
 from lorarag.train.config import PreferenceConfig
 
 OLD = "In 2021, Vesova Dynamics had its headquarters in Tallinn, on the harbour front."

@@ -11,7 +11,6 @@ import pytest
 from lorarag.core.config import load_config
 from lorarag.core.errors import UserError
 from lorarag.scenarios.kb_records import QAItem
-from lorarag.trained.config import RunConfig
 from lorarag.study.ledger import (
     LEDGER,
     Reads,
@@ -24,6 +23,7 @@ from lorarag.study.ledger import (
     recipe_hash,
     split_hash,
 )
+from lorarag.trained.config import RunConfig
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -122,8 +122,8 @@ def test_a_run_under_another_recipe_is_refused_before_training(tmp_path, monkeyp
     """`lorarag run` checks the ledger once the split is built, before any training: refused under a
     recipe other than the split's first, let through with --reread-test."""
     from lorarag.study import pipeline
-    from lorarag.study.layout import Paths
-    from lorarag.study.sources import KBSource
+    from lorarag.study.kb_source import KBSource
+    from lorarag.study.run_folder import Paths
     from tests.test_run_kb_e2e import _in_tmp
 
     cfg = _in_tmp(tmp_path)

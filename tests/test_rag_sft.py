@@ -16,10 +16,10 @@ from lorarag.rag.prompt import ABSTAIN, SYSTEM, PromptBuilder, prompt_passages, 
 from lorarag.rag.records import Chunk
 from lorarag.rag.system import RAGSystem
 from lorarag.scenarios.records import PresentedChunk, Scenario
-from lorarag.trained.config import RunConfig, SystemConfig
-from lorarag.trained.contexts import ScenarioContexts
 from lorarag.train.rag_sft import KIND, rag_sft_rows, summary
 from lorarag.train.sft import LeakError, SFTRow, knowledge_row, rag_row
+from lorarag.trained.config import RunConfig, SystemConfig
+from lorarag.trained.contexts import ScenarioContexts
 
 REPO = Path(__file__).resolve().parent.parent
 GOLD = "Vesova Dynamics has its headquarters in Tartu,\nwhere most of its engineering staff work."
@@ -189,10 +189,10 @@ def test_dry_run_prints_both_training_commands(tmp_path):
 def test_the_overlap_check_reads_the_rag_sft_rows_too(tmp_path):
     """A flawed test context that only the RAG-SFT rows show still stops the run."""
     from lorarag.core.errors import ConfigError
-    from lorarag.study.layout import Paths
     from lorarag.study.leaks import check_test_contexts
-    from lorarag.trained.adapters import rag_sft_config
+    from lorarag.study.run_folder import Paths
     from lorarag.train.sft import write_sft
+    from lorarag.trained.adapters import rag_sft_config
 
     cfg = _ci_tiny(tmp_path)
     write_sft([rag_row(CONSISTENT, True)], cfg.train.dataset)

@@ -12,7 +12,7 @@ from lorarag.core.errors import RecordError
 from lorarag.eval.reroute import reroute
 from lorarag.eval.runner import load_results, write_results
 from lorarag.fallback.config import FallbackConfig, PolicyConfig
-from lorarag.study.baselines import variant_table
+from lorarag.study.baseline_tables import variant_table
 from lorarag.trained.config import SystemConfig
 from tests.eval_fixtures import make_item
 

@@ -132,10 +132,10 @@ def _tiny_kb_cfg(tmp: Path, lm: Path):
 def _evaluate(cfg):
     """Stages 1-3 and 6 of `lorarag run` (no adapter: the systems run on the base model)."""
     from lorarag.study.evaluate import evaluate
-    from lorarag.study.layout import Paths
-    from lorarag.trained.components import build_parts
+    from lorarag.study.kb_source import KBSource
     from lorarag.study.prepare import index_chunks
-    from lorarag.study.sources import KBSource
+    from lorarag.study.run_folder import Paths
+    from lorarag.trained.components import build_parts
 
     paths = Paths(Path(cfg.runs_dir) / cfg.name)
     src = KBSource(cfg, paths)
@@ -218,8 +218,8 @@ def _trained_run(tmp: Path, lm: Path, lora: Path):
 
 def test_a_base_swapped_at_the_same_path_is_refused_by_load_run_ask_and_eval(tmp_path, tiny_models, lora, cli):
     from lorarag.scenarios.records import save_scenarios
-    from lorarag.trained.load import load_run, read_run
     from lorarag.testing.tiny import build_causal_lm
+    from lorarag.trained.load import load_run, read_run
 
     cfg, root = _trained_run(tmp_path, tiny_models["lm"], lora)
     assert read_run(root).adapter.is_dir()  # made on the base at its path: accepted

@@ -46,9 +46,9 @@ def test_an_adapter_trained_with_another_recipe_is_refused_not_reused(tmp_path):
     rank) is not silently reused, nor resumed from its checkpoints; the error names the fields."""
     from lorarag.core.errors import ConfigError
     from lorarag.core.runinfo import start_run
-    from lorarag.trained.adapters import trained_adapter
     from lorarag.study.training import train_or_reuse
     from lorarag.train.runs import run_dir
+    from lorarag.trained.adapters import trained_adapter
 
     cfg = _in_tmp(tmp_path)
     old = cfg.train.model_copy(update={"swift": {**cfg.train.swift, "lora_rank": 2}})
@@ -119,8 +119,8 @@ def _conflictnq_folder(tmp: Path) -> Path:
 
 def test_missing_extra_set_fails_before_anything_runs(tmp_path):
     from lorarag.core.errors import UserError
-    from lorarag.trained.config import ExtraSet
     from lorarag.study.pipeline import run
+    from lorarag.trained.config import ExtraSet
 
     cfg = _in_tmp(tmp_path).model_copy(update={"extra_sets": [ExtraSet(kind="conflictnq", path=str(tmp_path / "no"))]})
     with pytest.raises(UserError, match="conflictnq: .*no/test.jsonl not found"):
@@ -129,8 +129,8 @@ def test_missing_extra_set_fails_before_anything_runs(tmp_path):
 
 
 def test_optional_extra_set_that_is_absent_is_skipped_with_a_note(tmp_path):
+    from lorarag.study.extra_sets import check_extra_sets, evaluate_extra_sets
     from lorarag.trained.config import ExtraSet
-    from lorarag.study.extra import check_extra_sets, evaluate_extra_sets
 
     here = _conflictnq_folder(tmp_path)
     cfg = _in_tmp(tmp_path).model_copy(update={"extra_sets": [
@@ -151,9 +151,9 @@ def test_reduced_demo_end_to_end(tmp_path):
 
     torch.set_num_threads(1)
     from lorarag.fallback.config import PolicyConfig
-    from lorarag.trained.config import ExtraSet, SystemConfig
     from lorarag.study.pipeline import run
     from lorarag.train.sft import read_sft
+    from lorarag.trained.config import ExtraSet, SystemConfig
 
     cfg = _in_tmp(tmp_path)
     # a routing ablation: route by the verdict where the gate rejects the memory (no base-model

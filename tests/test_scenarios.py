@@ -91,8 +91,8 @@ def test_no_flawed_test_context_is_one_the_sft_rows_show(tmp_path):
     from lorarag.fallback.format import inert_question
     from lorarag.rag.prompt import prompt_passages
     from lorarag.scenarios.kb_wordings import plan_wordings, training_groups
-    from lorarag.study.layout import Paths
-    from lorarag.study.sources import KBSource
+    from lorarag.study.kb_source import KBSource
+    from lorarag.study.run_folder import Paths
     from lorarag.train.overlap import TrainingSources, leaking, overlap_table
     from lorarag.train.sft import build_rows, read_sft, shown
 

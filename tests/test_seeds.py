@@ -8,13 +8,13 @@ from pathlib import Path
 import pytest
 
 from lorarag.core.config import load_config
-from lorarag.trained.config import RunConfig
 from lorarag.study.seeds import (
     seed_config,
     seed_rows,
     seeds_markdown,
     share_base_results,
 )
+from lorarag.trained.config import RunConfig
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -145,7 +145,7 @@ def test_research_config_has_120_items_in_every_headline_cell_and_plans_three_se
     from collections import Counter
 
     from lorarag.study.kb import kb_scenarios, prepare_kb
-    from lorarag.study.layout import Paths
+    from lorarag.study.run_folder import Paths
     from lorarag.study.seeds import run_seeds
 
     cfg = load_config(REPO / "configs/experiments/research.yaml", RunConfig)
@@ -180,7 +180,7 @@ def test_research_updates_has_an_update_cell_of_over_100_and_keeps_the_others(tm
     from collections import Counter
 
     from lorarag.study.kb import kb_scenarios, prepare_kb
-    from lorarag.study.layout import Paths
+    from lorarag.study.run_folder import Paths
 
     cfg = load_config(REPO / "configs/experiments/research-updates.yaml", RunConfig)
     cfg = cfg.model_copy(update={"runs_dir": str(tmp_path)})
@@ -203,7 +203,7 @@ def test_research_stratified_gives_the_gates_dev_split_chinese_known_facts(tmp_p
     drawn within each language (research-stratified.yaml), 1 of the 6 is Chinese (0.3 x 10 = 3 known
     Chinese organisations, 0.2 of them dev), and the test keeps 24 known organisations either way."""
     from lorarag.study.kb import prepare_kb
-    from lorarag.study.layout import Paths
+    from lorarag.study.run_folder import Paths
 
     langs = {}
     for name in ("research", "research-stratified"):
@@ -236,7 +236,7 @@ def test_kb_targets_of_several_seeds_aggregate_and_pool_over_resampled_documents
     from functools import partial
 
     from lorarag.study.headline import kb_targets, target_values
-    from lorarag.study.pooled import pooled_rows
+    from lorarag.study.pooled_targets import pooled_rows
 
     cfg = load_config(REPO / "configs/run/ci-tiny.yaml", RunConfig)  # a `contains` KB: absolute targets too
     base, one, two = _kb_items("b", 1, 10), _kb_items("l", 8, 9), _kb_items("l", 6, 7)

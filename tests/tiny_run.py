@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Mapping, Sequence
 
 from lorarag.core.config import load_config
 from lorarag.eval.records import ItemResult, save_results
@@ -44,7 +44,7 @@ def report_run(root: Path, results: Mapping[str, Sequence[ItemResult]], cfg: Run
     """Write `results` as the run's eval/<system>/results.jsonl (and `summary` as data/summary.json)
     under `root` and run the report step; returns the headline Markdown."""
     from lorarag.study.evaluate import report
-    from lorarag.study.layout import Paths
+    from lorarag.study.run_folder import Paths
 
     if summary is not None:
         (root / "data").mkdir(parents=True, exist_ok=True)

@@ -19,26 +19,27 @@ never-learned cell). LoRA-RAG reads the context with the adapter, so it can scor
 (a better reader than base RAG, not a better router); such a cell says `> router (+d)`.
 
 `label` writes the knowledge column from a cell's items: the KB headline marks known cells asked
-in a wording training used (study/headline_kb.wording_label).
+in a wording training used (study/headline.wording_label).
 """
 
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 
 from lorarag.eval.records import ItemResult
+from lorarag.eval.scoring import Score
 from lorarag.eval.stats import paired_bootstrap
 from lorarag.scenarios.records import SCENARIO_TYPES
+from lorarag.trained.config import RunConfig, SystemConfig
 
 # the oracle router's gain over the better pure strategy below which `captured` is not reported
 MIN_ROUTER_GAIN = 0.05
 # LoRA-RAG's lead over the router from which `captured` says `> router`: half the column's last digit
 ROUTER_LEAD = 0.005
 
-Score = Callable[[ItemResult], float]
 Label = Callable[[str, Sequence[ItemResult]], str]  # (knowledge, a cell's items) -> the knowledge column
 
 
@@ -50,7 +51,7 @@ def _n(x: float) -> str:
     return "–" if x is None or math.isnan(x) else f"{x:.2f}"
 
 
-def comparable(cfg: Any, results: Mapping[str, Sequence[ItemResult]], ctx: str, lora: str) -> list[Any]:
+def comparable(cfg: RunConfig, results: Mapping[str, Sequence[ItemResult]], ctx: str, lora: str) -> list[SystemConfig]:
     """The systems read on the same context mode as `lora` (closed-book ones need none)."""
     return [s for s in cfg.systems if s.name in results and s.name != lora
             and (s.kind == "closed_book" or s.context == ctx or s.kind == "oracle")]
@@ -76,7 +77,7 @@ def router_scores(memory: Mapping[str, ItemResult], context: Mapping[str, ItemRe
     return np.array([max(score(memory[q]), score(context[q])) for q in qids])
 
 
-def baseline_table(cfg: Any, results: Mapping[str, Sequence[ItemResult]], ctx: str, base: str, lora: str,
+def baseline_table(cfg: RunConfig, results: Mapping[str, Sequence[ItemResult]], ctx: str, base: str, lora: str,
                    score: Score, label: Label | None = None) -> list[str]:
     """Markdown lines: each system per cell, the oracle router, the best system, LoRA-RAG minus the
     best knowledge-sharing baseline [paired 95 % CI] and the share of the router's gain captured."""
@@ -127,7 +128,7 @@ def baseline_table(cfg: Any, results: Mapping[str, Sequence[ItemResult]], ctx: s
     return lines + [""]
 
 
-def abstention_table(cfg: Any, per_seed: Sequence[Mapping[str, Sequence[ItemResult]]], ctx: str, lora: str,
+def abstention_table(cfg: RunConfig, per_seed: Sequence[Mapping[str, Sequence[ItemResult]]], ctx: str, lora: str,
                      label: Label | None = None) -> list[str]:
     """`declined_table` for `lora` and every deployable system of its baseline table, over one
     run's results (`[results]`) or several seeds' (`lorarag seeds`)."""
@@ -167,7 +168,7 @@ def declined_table(per_seed: Sequence[Mapping[str, Sequence[ItemResult]]], names
             *rows, ""]
 
 
-def variant_table(cfg: Any, results: Mapping[str, Sequence[ItemResult]], ctx: str, lora: str, score: Score,
+def variant_table(cfg: RunConfig, results: Mapping[str, Sequence[ItemResult]], ctx: str, lora: str, score: Score,
                   label: Label | None = None) -> list[str]:
     """Markdown lines: each policy variant of `lora` (a lora_rag system with its own `policy`, on the
     same verdicts: eval/reroute.py) minus LoRA-RAG per cell [paired 95 % CI over clusters], and how

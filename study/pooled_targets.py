@@ -13,8 +13,8 @@ per seed, McNemar's exact p over every item and over one item per cluster (the s
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Sequence
 
 import numpy as np
 
@@ -91,7 +91,7 @@ def pooled_rows(per_seed: Sequence[Pair], stats: Stats, *, resamples: int = 1000
 def cell_accuracies(base: Sequence[ItemResult], lora: Sequence[ItemResult],
                     correct: Callable[[ItemResult], bool] = is_correct) -> list[tuple[str, float]]:
     """Per DIFF_CELLS cell: base accuracy, LoRA accuracy, their difference (NaN where empty);
-    `correct`: the KB's rule (study/headline.correct_fn)."""
+    `correct`: the KB's rule (eval/scoring.correct_fn)."""
     out = []
     for s, k in DIFF_CELLS:
         b = [correct(r) for r in base if r.scenario == s and r.knowledge == k]
@@ -138,7 +138,7 @@ def ci_text(r: PooledRow, signed: bool = False) -> str:
 def pooled_markdown(seeds: Sequence[int], targets: Sequence[PooledRow], diffs: Sequence[PooledDiff],
                     resamples: int, right: str = "") -> str:
     """Markdown: the pooled targets, then the pooled differences with McNemar p per seed; `right` says
-    what the differences count as right (study.headline.right_text)."""
+    what the differences count as right (eval.scoring.right_text)."""
     lines = [f"## Pooled over {len(seeds)} seeds and the facts asked", "",
              f"Mean over seeds; 95 % CI from {resamples} resamples of seeds and clusters together "
              "(organisations or documents: items that share one count once).", "",

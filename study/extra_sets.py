@@ -22,13 +22,13 @@ from lorarag.eval.records import load_results
 from lorarag.eval.report import write_report
 from lorarag.scenarios.importers import load_set, set_file
 from lorarag.scenarios.records import save_scenarios
+from lorarag.study.evaluate import evaluate
+from lorarag.study.prepare import index_chunks, sample_cells
+from lorarag.study.run_folder import Echo, Paths
+from lorarag.study.targets import set_table
+from lorarag.trained.components import Parts
 from lorarag.trained.config import ExtraSet, RunConfig
 from lorarag.trained.contexts import ScenarioContexts
-from lorarag.study.evaluate import evaluate
-from lorarag.study.targets import set_table
-from lorarag.study.layout import Echo, Paths
-from lorarag.trained.components import Parts
-from lorarag.study.prepare import index_chunks, sample_cells
 
 
 def present_sets(cfg: RunConfig) -> list[ExtraSet]:

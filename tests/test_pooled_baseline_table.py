@@ -1,5 +1,5 @@
-"""The seeds' baselines table (study/pooled_baselines.py): hand-computed cells, and its intervals
-against study/pooled.py's (the reference draw) where both read LoRA-RAG minus base RAG."""
+"""The seeds' baselines table (study/pooled_baseline_table.py): hand-computed cells, and its intervals
+against study/pooled_targets.py's (the reference draw) where both read LoRA-RAG minus base RAG."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 
 from lorarag.eval.answer_metrics import is_correct
-from lorarag.study.baselines import captured
-from lorarag.study.pooled import pooled_differences
-from lorarag.study.pooled_baselines import ROUTER, baselines_markdown, pooled_baselines
+from lorarag.study.baseline_tables import captured
+from lorarag.study.pooled_baseline_table import ROUTER, baselines_markdown, pooled_baselines
+from lorarag.study.pooled_targets import pooled_differences
 from tests.eval_fixtures import make_item
 
 
@@ -59,7 +59,7 @@ def test_a_tie_for_best_names_both():
 
 def test_intervals_are_the_pooled_tables_own_draw():
     """LoRA-RAG minus base RAG, three seeds, three cells, 12 facts: the same point and the same CI as
-    study/pooled.py's (its tests are hand-computed), since both resample seeds and facts from one rng
+    study/pooled_targets.py's (its tests are hand-computed), since both resample seeds and facts from one rng
     in the same order."""
     rng = np.random.default_rng(3)
     facts = [f"f{i}" for i in range(12)]
@@ -104,7 +104,7 @@ def test_captured_over_seeds_says_when_lora_rag_reads_past_the_router():
 
 
 def test_captured_hand_computed_edges():
-    """study/baselines.captured on pooled means. LoRA-RAG 0.9917 against a router of 0.99 that gains
+    """study/baseline_tables.captured on pooled means. LoRA-RAG 0.9917 against a router of 0.99 that gains
     nothing over closed-book LoRA (0.99): a lead of 0.0017 prints as +0.00, so no '> router' and no
     share ('–'). 0.55 against router 0.52 over base 0.50: '> router (+0.03)'. 0.60 against router
     0.80 over pure 0.40: (0.60 − 0.40) / (0.80 − 0.40) = 0.50."""
@@ -115,11 +115,11 @@ def test_captured_hand_computed_edges():
 
 
 def test_the_caption_states_the_threshold_the_sentence_scorer_applies():
-    """Sentence answers count as right at token F1 >= 0.5 (study.headline.correct_fn), and the seeds'
+    """Sentence answers count as right at token F1 >= 0.5 (eval.scoring.correct_fn), and the seeds'
     tables say so, since their shares differ from the headline's mean F1. Gold 'red fort delhi':
     'red' has P 1, R 1/3, F1 2(1/3)/(4/3) = 0.5 (right); 'red gate' has P 1/2, R 1/3, F1 0.4 (not);
     the full answer given while abstaining is not right either."""
-    from lorarag.study.headline import correct_fn, right_text
+    from lorarag.eval.scoring import correct_fn, right_text
 
     correct = correct_fn("token_f1")
 

@@ -9,19 +9,19 @@ report still says what it was trained on, and its reuse is proven on their hashe
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import replace
 from functools import partial
-from typing import Sequence
 
 from lorarag.rag.generators.registry import build_generator
 from lorarag.rag.records import Chunk
 from lorarag.rag.retrieve import Retriever
 from lorarag.scenarios.perturb import Searcher, bm25_searcher, retriever_searcher
 from lorarag.scenarios.records import Scenario
-from lorarag.trained.config import RunConfig
 from lorarag.study.kb import KB, build_kb_sft, kb_scenarios, prepare_kb
-from lorarag.study.layout import Echo, Paths
 from lorarag.study.paraphrase import paraphrases_for, single_wording, tally, with_paraphrases
+from lorarag.study.run_folder import Echo, Paths
+from lorarag.trained.config import RunConfig
 
 Split = tuple[list[Scenario], list[Scenario], list[Scenario]]  # test, dev known, dev never-learned
 

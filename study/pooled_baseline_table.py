@@ -1,16 +1,16 @@
 """The seeds' baselines table: LoRA-RAG against every system that knows what the LoRA knows, per
 scenario x knowledge cell, pooled over training seeds.
 
-One seed's headline (study/baselines.py) names the best system per cell on that seed's adapter.
+One seed's headline (study/baseline_tables.py) names the best system per cell on that seed's adapter.
 A recipe's claim needs it over seeds: closed-book LoRA, memory_or_context, RAG-SFT and the
 baselines run with the adapter move with the training seed as LoRA-RAG does. Per cell, every
 system's accuracy is the mean over seeds of its per-seed accuracy on the cell's items, and LoRA-RAG
 minus each system is paired (the same items, seed by seed) with a 95 % CI that resamples seeds and
 clusters together (eval.stats.crossed_bootstrap; the cluster is the organisation or document, as in
-study/pooled.py, whose resampling this one draws identically). The oracle router (closed-book LoRA's
+study/pooled_targets.py, whose resampling this one draws identically). The oracle router (closed-book LoRA's
 answer where it is right, else base RAG's) is a column of its own, and "best" names the deployable
 system with the highest pooled accuracy (the `oracle` kind, which reads the gold chunk, and the
-router are not deployable). `captured` is study/baselines.py's column on the pooled means: the share
+router are not deployable). `captured` is study/baseline_tables.py's column on the pooled means: the share
 of the router's gain over the better of closed-book LoRA and base RAG that LoRA-RAG realises.
 
 Counts are held as arrays (seed x system x cell x cluster), so a resample costs index sums rather
@@ -20,16 +20,16 @@ than a pass over the items: 1,000 resamples of 5 seeds x 8 systems x 960 items t
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
 from lorarag.eval.records import ItemResult
 from lorarag.eval.stats import crossed_bootstrap
 from lorarag.scenarios.records import SCENARIO_TYPES
-from lorarag.study.baselines import MIN_ROUTER_GAIN, captured
-from lorarag.study.pooled import PooledRow, ci_text
+from lorarag.study.baseline_tables import MIN_ROUTER_GAIN, captured
+from lorarag.study.pooled_targets import PooledRow, ci_text
 
 ROUTER = "oracle router"
 
@@ -128,7 +128,7 @@ def _n(x: float) -> str:
 def baselines_markdown(seeds: Sequence[int], lora: str, cells: Sequence[BaselineCell], resamples: int,
                        right: str = "") -> str:
     """Markdown: per cell, LoRA-RAG and each system as `accuracy (LoRA-RAG − it [95% CI])`; `right`
-    says what counts as right (study.headline.right_text), which for sentence answers is a threshold
+    says what counts as right (eval.scoring.right_text), which for sentence answers is a threshold
     on token F1, not the mean F1 of the run's headline."""
     if not cells:
         return ""

@@ -1,4 +1,4 @@
-"""The seeds x facts pooled table (study/pooled.py, eval.stats.crossed_bootstrap), hand-computed."""
+"""The seeds x facts pooled table (study/pooled_targets.py, eval.stats.crossed_bootstrap), hand-computed."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from lorarag.eval.stats import crossed_bootstrap
-from lorarag.study.pooled import pooled_differences, pooled_markdown, pooled_rows
+from lorarag.study.pooled_targets import pooled_differences, pooled_markdown, pooled_rows
 from tests.eval_fixtures import make_item
 
 
@@ -80,7 +80,7 @@ def test_a_sentence_answer_kb_pools_by_its_own_rule_and_its_documents():
     base RAG repeats the wrong source, LoRA-RAG rewords the truth, so no gold substring: by
     `contains` both score 0, by the KB's rule (siding with the truth) LoRA-RAG 1. McNemar: 8
     discordant pairs, p = 2 * 0.5^8; one item a document, 4: p = 2 * 0.5^4 = 0.125."""
-    from lorarag.study.headline import correct_fn
+    from lorarag.eval.scoring import correct_fn
 
     gold, fake = "It is named after Reginald Punnett, the geneticist.", "It is named after a district in Mozambique."
 
@@ -95,7 +95,7 @@ def test_a_sentence_answer_kb_pools_by_its_own_rule_and_its_documents():
     assert (d.n_items, d.n_clusters) == (8, 4)
     assert (d.base.value, d.lora.value, d.diff.value) == (0.0, 1.0, 1.0)
     assert d.mcnemar_p == pytest.approx((2 * 0.5 ** 8,)) and d.mcnemar_p_cluster == pytest.approx((0.125,))
-    from lorarag.study.headline import right_text
+    from lorarag.eval.scoring import right_text
 
     md = pooled_markdown([1], [], [d], 200, right_text("token_f1"))
     assert "Share of items right (token F1 >= 0.5" in md
