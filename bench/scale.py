@@ -20,15 +20,15 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 
 from lorarag.rag.config import DenseIndexConfig
-from lorarag.rag.index.milvus import MilvusPart
 from lorarag.rag.index.bm25_faiss import DensePart
+from lorarag.rag.index.milvus import MilvusPart
 from lorarag.rag.records import Chunk
 
 Echo = Callable[[str], None]
@@ -92,10 +92,10 @@ def _eval_setup(work: Path, *, write: bool = False):
     from lorarag.eval.systems import build_system
     from lorarag.scenarios.from_corpus import corpus_scenarios
     from lorarag.scenarios.kb_splits import split_by_fact
-    from lorarag.trained.config import RunConfig, SystemConfig
-    from lorarag.trained.components import build_parts
     from lorarag.study.prepare import index_chunks
     from lorarag.testing.tiny import build_causal_lm
+    from lorarag.trained.components import build_parts
+    from lorarag.trained.config import RunConfig, SystemConfig
 
     cfg = load_config(packaged_config("run/ci-tiny.yaml"), RunConfig)
     model = work / "tiny-qwen3"

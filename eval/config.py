@@ -51,7 +51,7 @@ class EvalConfig(Strict):
         return v
 
     @model_validator(mode="after")
-    def _check(self) -> "EvalConfig":
+    def _check(self) -> EvalConfig:
         if self.batch_size < 1:
             raise ValueError("batch_size must be >= 1")
         if self.limit is not None and self.limit < 1:

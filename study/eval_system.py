@@ -15,9 +15,9 @@ one now at its path is refused before anything loads (study/provenance.py).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Sequence
 
 from lorarag.core import numerics
 from lorarag.core.config import load_config, validate_data
@@ -29,11 +29,11 @@ from lorarag.eval.systems import build_system
 from lorarag.rag.index.store import index_path
 from lorarag.rag.records import Chunk, read_jsonl
 from lorarag.scenarios.records import Scenario, validate_against_kb
-from lorarag.trained.config import RunConfig, SystemConfig
 from lorarag.study.evaluate import system_stamp
-from lorarag.trained.components import build_parts
 from lorarag.study.provenance import reads_index, row_parts
 from lorarag.trained.adapters import check_base, find_rag_sft, rag_sft_config, trained_adapter
+from lorarag.trained.components import build_parts
+from lorarag.trained.config import RunConfig, SystemConfig
 from lorarag.trained.load import gate_threshold, open_retriever
 
 

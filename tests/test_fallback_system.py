@@ -13,10 +13,10 @@ import pytest
 
 from lorarag.fallback.config import FallbackConfig, GateConfig, PolicyConfig
 from lorarag.fallback.format import VERDICTS
+from lorarag.fallback.policy import READ_NOTE, READ_NOTE_ROUTED
 from lorarag.fallback.system import AdvancedRAGSystem, Detector, conversation
 from lorarag.fallback.verdict import label_first_tokens, label_probs
 from lorarag.rag.config import GeneratorConfig
-from lorarag.fallback.policy import READ_NOTE, READ_NOTE_ROUTED
 from lorarag.rag.records import Answer, Chunk, Retrieved
 from tests.servers import needs_vllm
 

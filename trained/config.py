@@ -22,7 +22,6 @@ from lorarag.scenarios.config import DataConfig
 from lorarag.scenarios.records import ON_REQUEST, SCENARIO_TYPES, KnowledgeName, ScenarioName
 from lorarag.train.config import TrainConfig
 
-
 ADAPTER_KINDS = ("closed_book", "astute_rag", "prompted_detection", "memory_or_context",
                  "date_rule")  # kinds that take `adapter:`
 RAG_SFT = "rag_sft"  # the RAG-SFT adapter's name in the generator (study/training.py trains it)
@@ -60,7 +59,7 @@ class SystemConfig(Strict):
         return check_name(v, "system name")  # its results folder under the run's eval/
 
     @model_validator(mode="after")
-    def _adapter_kind(self) -> "SystemConfig":
+    def _adapter_kind(self) -> SystemConfig:
         if self.adapter is not None and self.kind not in ADAPTER_KINDS:
             raise ValueError(f"system {self.name!r}: adapter: means nothing for kind {self.kind!r} (it goes with "
                              f"{', '.join(ADAPTER_KINDS)}; lora_rag uses fallback.detector's)")
@@ -173,7 +172,7 @@ class RunConfig(Strict):
         return {**data, "systems": systems}
 
     @model_validator(mode="after")
-    def _check(self) -> "RunConfig":
+    def _check(self) -> RunConfig:
         if self.rag.generator is None:
             raise ValueError("rag.generator is required (the base model the LoRA is trained on)")
         self._check_kb()
