@@ -12,8 +12,8 @@ the fact) and the test is the sign-flip permutation test over cluster-summed dif
 (`compare_seeds`), a cluster is one organisation or document at one seed, so the CI and the test
 count seeds too. `unit="item"` treats every item as independent: the item bootstrap and the exact
 McNemar test, as a check against the cluster-level numbers.
-Also the items B fixed (A wrong, B right) and broke (A right, B wrong). Also the headline table
-`lorarag run` prints for a base-vs-LoRA pair.
+Also the items B fixed (A wrong, B right) and broke (A right, B wrong). The headline table of a
+base-vs-LoRA pair is eval/compare_headline.py.
 """
 
 from __future__ import annotations
@@ -30,15 +30,8 @@ import numpy as np
 from lorarag.core import outputs
 from lorarag.eval import conflict_metrics as cm
 from lorarag.eval.answer_metrics import exact_match, is_correct, token_f1
-from lorarag.eval.attribution import attribution_counts
-from lorarag.eval.records import (
-    WRONG_VALUE_SCENARIOS,
-    EvalError,
-    ItemResult,
-    check_unique,
-    output_dir,
-)
-from lorarag.eval.stats import cluster_permutation_test, mcnemar_exact, nan_to_none, paired_bootstrap, wilson_ci
+from lorarag.eval.records import WRONG_VALUE_SCENARIOS, EvalError, ItemResult, check_unique, output_dir
+from lorarag.eval.stats import cluster_permutation_test, mcnemar_exact, nan_to_none, paired_bootstrap
 
 log = logging.getLogger(__name__)
 
@@ -56,15 +49,18 @@ def _where(cond: Callable[[ItemResult], bool], hit: Callable[[ItemResult], bool]
 # Each metric as per-item (numerator, denominator): the rate is sum(num) / sum(den).
 METRICS: dict[str, Frac] = {
     "accuracy": _always(is_correct),
-    "exact_match": _where(lambda r: bool(r.gold_answers),
-                          lambda r: exact_match(r.answer, r.gold_answers, r.language) == 1.0),
+    "exact_match": _where(
+        lambda r: bool(r.gold_answers), lambda r: exact_match(r.answer, r.gold_answers, r.language) == 1.0
+    ),
     "f1": lambda r: (token_f1(r.answer, r.gold_answers, r.language), 1.0) if r.gold_answers else (0.0, 0.0),
-    "context_bias": _where(lambda r: r.scenario in WRONG_VALUE_SCENARIOS and cm.closed_book_correct(r) is True,
-                           cm.is_misled),
-    "prior_bias": _where(lambda r: r.scenario == "consistent" and cm.closed_book_correct(r) is False,
-                         cm.keeps_prior),
-    "fallback_success": _where(lambda r: r.scenario in WRONG_VALUE_SCENARIOS and r.route is not None,
-                               lambda r: r.route == "fallback" and is_correct(r)),
+    "context_bias": _where(
+        lambda r: r.scenario in WRONG_VALUE_SCENARIOS and cm.closed_book_correct(r) is True, cm.is_misled
+    ),
+    "prior_bias": _where(lambda r: r.scenario == "consistent" and cm.closed_book_correct(r) is False, cm.keeps_prior),
+    "fallback_success": _where(
+        lambda r: r.scenario in WRONG_VALUE_SCENARIOS and r.route is not None,
+        lambda r: r.route == "fallback" and is_correct(r),
+    ),
     "over_fallback": _where(lambda r: r.scenario == "consistent" and r.route is not None, cm.left_context),
 }
 
@@ -107,8 +103,9 @@ class Comparison:
     seeds: int = 1  # how many seeds' runs are pooled
 
 
-def pair(a: Sequence[ItemResult], b: Sequence[ItemResult], *, warn: bool = True
-         ) -> tuple[list[ItemResult], list[ItemResult]]:
+def pair(
+    a: Sequence[ItemResult], b: Sequence[ItemResult], *, warn: bool = True
+) -> tuple[list[ItemResult], list[ItemResult]]:
     """Items of both runs with the same qid, in A's order; EvalError when nothing pairs, RecordError
     when a run repeats a qid (it would be counted twice on one side and once on the other)."""
     check_unique(a, "run A")
@@ -117,8 +114,14 @@ def pair(a: Sequence[ItemResult], b: Sequence[ItemResult], *, warn: bool = True
     pa = [r for r in a if r.qid in bmap]
     if not pa:
         raise EvalError("the two runs share no qid: nothing to compare")
-    bad = next((r.qid for r in pa if (r.scenario, r.knowledge, r.question) !=
-                (bmap[r.qid].scenario, bmap[r.qid].knowledge, bmap[r.qid].question)), None)
+    bad = next(
+        (
+            r.qid
+            for r in pa
+            if (r.scenario, r.knowledge, r.question) != (bmap[r.qid].scenario, bmap[r.qid].knowledge, bmap[r.qid].question)
+        ),
+        None,
+    )
     if bad is not None:
         raise EvalError(f"qid {bad} is a different item in the two runs (other scenario set?)")
     if warn and len(pa) < max(len(a), len(b)):
@@ -131,14 +134,21 @@ def _fracs(items: Sequence[ItemResult], f: Frac) -> tuple[np.ndarray, np.ndarray
     return nd[:, 0], nd[:, 1]
 
 
-def compare_items(a: Sequence[ItemResult], b: Sequence[ItemResult], *, resamples: int = 2000,
-                  seed: int = 0, unit: str = "cluster") -> Comparison:
+def compare_items(
+    a: Sequence[ItemResult], b: Sequence[ItemResult], *, resamples: int = 2000, seed: int = 0, unit: str = "cluster"
+) -> Comparison:
     """Compare two runs item by item (see the module docstring)."""
     return compare_seeds([a], [b], resamples=resamples, seed=seed, unit=unit)
 
 
-def compare_seeds(a_runs: Sequence[Sequence[ItemResult]], b_runs: Sequence[Sequence[ItemResult]], *,
-                  resamples: int = 2000, seed: int = 0, unit: str = "cluster") -> Comparison:
+def compare_seeds(
+    a_runs: Sequence[Sequence[ItemResult]],
+    b_runs: Sequence[Sequence[ItemResult]],
+    *,
+    resamples: int = 2000,
+    seed: int = 0,
+    unit: str = "cluster",
+) -> Comparison:
     """Compare A with B over one or several seeds (the i-th run of A with the i-th of B): every seed's
     paired items pooled, a cluster being (seed, organisation or document) with unit "cluster", an
     item being (seed, qid) with unit "item" (see the module docstring)."""
@@ -155,8 +165,10 @@ def compare_seeds(a_runs: Sequence[Sequence[ItemResult]], b_runs: Sequence[Seque
         pb += y
         labels += [f"{i}/{r.unit if unit == 'cluster' else r.qid}" for r in x]
     units = np.array(labels)
-    idx_cells = [(s, k, [i for i, r in enumerate(pa) if (s == "all" or r.scenario == s)
-                         and (k == "all" or r.knowledge == k)]) for s, k, _ in cm.groups(pa)]
+    idx_cells = [
+        (s, k, [i for i, r in enumerate(pa) if (s == "all" or r.scenario == s) and (k == "all" or r.knowledge == k)])
+        for s, k, _ in cm.groups(pa)
+    ]
     rows: list[DiffRow] = []
     for name, f in METRICS.items():
         na, da = _fracs(pa, f)
@@ -165,149 +177,111 @@ def compare_seeds(a_runs: Sequence[Sequence[ItemResult]], b_runs: Sequence[Seque
             ix = np.array(idx, dtype=np.int64)
             if da[ix].sum() == 0 and db[ix].sum() == 0:
                 continue
-            d = paired_bootstrap(na[ix], nb[ix], den_a=da[ix], den_b=db[ix], resamples=resamples, seed=seed,
-                                 clusters=units[ix])
+            d = paired_bootstrap(
+                na[ix], nb[ix], den_a=da[ix], den_b=db[ix], resamples=resamples, seed=seed, clusters=units[ix]
+            )
             p = None
             if name == "accuracy":
-                p = (mcnemar_exact(na[ix] > 0, nb[ix] > 0)[2] if unit == "item" else
-                     cluster_permutation_test(na[ix], nb[ix], units[ix], seed=seed)[1])
-            rows.append(DiffRow(name, s, k, len(ix), d.a, d.b, d.diff, d.lo, d.hi, p,
-                                int(da[ix].sum()), int(db[ix].sum()), len(set(units[ix]))))
+                p = (
+                    mcnemar_exact(na[ix] > 0, nb[ix] > 0)[2]
+                    if unit == "item"
+                    else cluster_permutation_test(na[ix], nb[ix], units[ix], seed=seed)[1]
+                )
+            rows.append(
+                DiffRow(
+                    name,
+                    s,
+                    k,
+                    len(ix),
+                    d.a,
+                    d.b,
+                    d.diff,
+                    d.lo,
+                    d.hi,
+                    p,
+                    int(da[ix].sum()),
+                    int(db[ix].sum()),
+                    len(set(units[ix])),
+                )
+            )
     ca = [is_correct(r) for r in pa]
     cb = [is_correct(r) for r in pb]
 
     def brief(ra: ItemResult, rb: ItemResult) -> dict:
-        return {"qid": ra.qid, "scenario": ra.scenario, "knowledge": ra.knowledge, "question": ra.question,
-                "gold": list(ra.gold_answers), "answer_a": ra.answer, "answer_b": rb.answer,
-                "route_b": rb.route}
+        return {
+            "qid": ra.qid,
+            "scenario": ra.scenario,
+            "knowledge": ra.knowledge,
+            "question": ra.question,
+            "gold": list(ra.gold_answers),
+            "answer_a": ra.answer,
+            "answer_b": rb.answer,
+            "route_b": rb.route,
+        }
 
     fixed = tuple(brief(x, y) for x, y, u, v in zip(pa, pb, ca, cb) if v and not u)
     broken = tuple(brief(x, y) for x, y, u, v in zip(pa, pb, ca, cb) if u and not v)
     return Comparison(pa[0].system, pb[0].system, tuple(rows), fixed, broken, unit, len(a_runs))
 
 
-def _fmt(x: float | None, digits: int = 3) -> str:
+def fmt_value(x: float | None, digits: int = 3) -> str:
     return "—" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{digits}f}"
 
 
 def comparison_markdown(c: Comparison) -> str:
     """The comparison as Markdown: metric table, then fixed and broken items."""
-    what = ("whole clusters (organisation or document" + (", at each seed" if c.seeds > 1 else "") + ")"
-            if c.unit == "cluster" else "items, each as if independent")
-    out = [f"# {c.name_b} vs {c.name_a}\n",
-           "n: items in the cell (clusters resampled); a rate's own denominator is in parentheses when smaller. "
-           f"The 95 % CI and the test resample {what}" + (f", over {c.seeds} seeds" if c.seeds > 1 else "") + ".\n",
-           f"| metric | scenario | knowledge | n | {c.name_a} | {c.name_b} | diff | 95% CI | {TESTS[c.unit]} |",
-           "|---|---|---|---|---|---|---|---|---|"]
+    what = (
+        "whole clusters (organisation or document" + (", at each seed" if c.seeds > 1 else "") + ")"
+        if c.unit == "cluster"
+        else "items, each as if independent"
+    )
+    out = [
+        f"# {c.name_b} vs {c.name_a}\n",
+        "n: items in the cell (clusters resampled); a rate's own denominator is in parentheses when smaller. "
+        f"The 95 % CI and the test resample {what}" + (f", over {c.seeds} seeds" if c.seeds > 1 else "") + ".\n",
+        f"| metric | scenario | knowledge | n | {c.name_a} | {c.name_b} | diff | 95% CI | {TESTS[c.unit]} |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
 
     def val(x: float, den: int, n: int) -> str:
-        return _fmt(x) + (f" ({den})" if den != n else "")
+        return fmt_value(x) + (f" ({den})" if den != n else "")
 
     for r in c.rows:
-        out.append(f"| {r.metric} | {r.scenario} | {r.knowledge} | {r.n} ({r.clusters}) | {val(r.a, r.den_a, r.n)} | "
-                   f"{val(r.b, r.den_b, r.n)} | {_fmt(r.diff)} | [{_fmt(r.lo)}, {_fmt(r.hi)}] | "
-                   f"{_fmt(r.p_mcnemar, 4)} |")
+        out.append(
+            f"| {r.metric} | {r.scenario} | {r.knowledge} | {r.n} ({r.clusters}) | {val(r.a, r.den_a, r.n)} | "
+            f"{val(r.b, r.den_b, r.n)} | {fmt_value(r.diff)} | [{fmt_value(r.lo)}, {fmt_value(r.hi)}] | "
+            f"{fmt_value(r.p_mcnemar, 4)} |"
+        )
     for title, items in (("Fixed by", c.fixed), ("Broken by", c.broken)):
         out.append(f"\n## {title} {c.name_b} ({len(items)})\n")
-        out += [f"- `{x['qid']}` ({x['scenario']}/{x['knowledge']}): {x['question']} — gold "
-                f"{x['gold']}; {c.name_a}: {x['answer_a']!r}; {c.name_b}: {x['answer_b']!r}" for x in items]
+        out += [
+            f"- `{x['qid']}` ({x['scenario']}/{x['knowledge']}): {x['question']} — gold "
+            f"{x['gold']}; {c.name_a}: {x['answer_a']!r}; {c.name_b}: {x['answer_b']!r}"
+            for x in items
+        ]
     return "\n".join(out) + "\n"
 
 
-def write_comparison(c: Comparison, out_dir: str | Path, *, force: bool = False,
-                     inputs: Sequence[str | Path] = ()) -> Path:
+def write_comparison(c: Comparison, out_dir: str | Path, *, force: bool = False, inputs: Sequence[str | Path] = ()) -> Path:
     """Write `compare.md` and `compare.json` into out_dir; returns the Markdown path. Existing ones
     are replaced only when this code wrote them (core/outputs.py) or with `force`; `inputs` (the
     compared results) never."""
     out = output_dir(out_dir)
     files = [out / "compare.json", out / "compare.md"]
     outputs.claim(files, force=force, inputs=inputs)
-    data = {"a": c.name_a, "b": c.name_b, "unit": c.unit, "test": TESTS[c.unit], "seeds": c.seeds,
-            "rows": [asdict(r) for r in c.rows],
-            "fixed": list(c.fixed), "broken": list(c.broken)}
+    data = {
+        "a": c.name_a,
+        "b": c.name_b,
+        "unit": c.unit,
+        "test": TESTS[c.unit],
+        "seeds": c.seeds,
+        "rows": [asdict(r) for r in c.rows],
+        "fixed": list(c.fixed),
+        "broken": list(c.broken),
+    }
     text = json.dumps(nan_to_none(data), indent=1, ensure_ascii=False, allow_nan=False)
     (out / "compare.json").write_text(text, encoding="utf-8")
     path = out / "compare.md"
     path.write_text(comparison_markdown(c), encoding="utf-8")
     outputs.record(files)
     return path
-
-
-# --------------------------------------------------------------------------------------
-# The headline table of a base-vs-LoRA pair (printed by `lorarag run`).
-# --------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class HeadlineRow:
-    """One headline line: a metric for base and LoRA with 95 % CIs (accuracy: Wilson per system,
-    bootstrap on the difference; other rates: the bootstrap of the difference only); `p_mcnemar` is
-    the paired test of `compare_items` (by default over clusters)."""
-
-    metric: str
-    scenario: str
-    knowledge: str
-    n: int
-    base: float
-    base_lo: float
-    base_hi: float
-    lora: float
-    lora_lo: float
-    lora_hi: float
-    diff: float
-    diff_lo: float
-    diff_hi: float
-    p_mcnemar: float | None = None
-
-
-def headline_rows(base: Sequence[ItemResult], lora: Sequence[ItemResult], *, resamples: int = 2000,
-                  seed: int = 0, comparison: Comparison | None = None) -> list[HeadlineRow]:
-    """Accuracy by scenario/knowledge (with CIs), context bias, fallback success, over-fallback,
-    detector AUROC and attribution counts for a base-vs-LoRA pair (`comparison`: reuse one
-    already computed by `compare_items` on the same runs)."""
-    c = comparison or compare_items(base, lora, resamples=resamples, seed=seed)
-    pa, pb = pair(base, lora, warn=False)
-    nan = math.nan
-    rows: list[HeadlineRow] = []
-    for r in c.rows:
-        if r.metric == "accuracy":
-            sel_a = [x for x in pa if (r.scenario == "all" or x.scenario == r.scenario)
-                     and (r.knowledge == "all" or x.knowledge == r.knowledge)]
-            sel_b = [x for x in pb if (r.scenario == "all" or x.scenario == r.scenario)
-                     and (r.knowledge == "all" or x.knowledge == r.knowledge)]
-            la, ha = wilson_ci(sum(map(is_correct, sel_a)), len(sel_a))
-            lb, hb = wilson_ci(sum(map(is_correct, sel_b)), len(sel_b))
-            rows.append(HeadlineRow("accuracy", r.scenario, r.knowledge, r.n, r.a, la, ha, r.b, lb, hb,
-                                    r.diff, r.lo, r.hi, r.p_mcnemar))
-        elif (r.metric in ("context_bias", "fallback_success") and r.scenario == "all") or (
-                r.metric == "over_fallback" and r.scenario == "consistent"):
-            rows.append(HeadlineRow(r.metric, r.scenario, r.knowledge, r.n, r.a, nan, nan, r.b, nan, nan,
-                                    r.diff, r.lo, r.hi))
-    for k in sorted({x.knowledge for x in pa}) + ["all"]:
-        da = cm.detector([x for x in pa if k == "all" or x.knowledge == k])
-        db = cm.detector([x for x in pb if k == "all" or x.knowledge == k])
-        rows.append(HeadlineRow("detector_auroc", "all", k, db.n, da.auroc, nan, nan, db.auroc,
-                                nan, nan, db.auroc - da.auroc, nan, nan))
-    ca, cb = attribution_counts(pa), attribution_counts(pb)
-    for cls in ca:
-        rows.append(HeadlineRow(f"attribution:{cls}", "all", "all", len(pa), ca[cls], nan, nan, cb[cls],
-                                nan, nan, cb[cls] - ca[cls], nan, nan))
-    return rows
-
-
-def headline_rows_markdown(rows: Sequence[HeadlineRow], base_name: str = "base", lora_name: str = "lora") -> str:
-    """`headline_rows` as a Markdown table (values with [95% CI] where known): the base-vs-LoRA
-    table of the report (eval/report.py); a run's own headline is study/headline.py's."""
-    def v(x: float, lo: float, hi: float) -> str:
-        return _fmt(x) + ("" if math.isnan(lo) else f" [{_fmt(lo, 2)}, {_fmt(hi, 2)}]")
-
-    out = [f"| metric | scenario | knowledge | n | {base_name} | {lora_name} | diff [95% CI] | paired test p |",
-           "|---|---|---|---|---|---|---|---|"]
-    for r in rows:
-        fmt = (lambda x: str(int(x))) if r.metric.startswith("attribution:") else _fmt
-        base = v(r.base, r.base_lo, r.base_hi) if not r.metric.startswith("attribution:") else fmt(r.base)
-        lora = v(r.lora, r.lora_lo, r.lora_hi) if not r.metric.startswith("attribution:") else fmt(r.lora)
-        out.append(f"| {r.metric} | {r.scenario} | {r.knowledge} | {r.n} | {base} | {lora} | "
-                   f"{v(r.diff, r.diff_lo, r.diff_hi) if not r.metric.startswith('attribution:') else fmt(r.diff)}"
-                   f" | {_fmt(r.p_mcnemar, 4)} |")
-    return "\n".join(out) + "\n"

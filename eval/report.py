@@ -30,13 +30,9 @@ from lorarag.core import outputs
 from lorarag.eval import conflict_metrics as cm
 from lorarag.eval import retrieval_metrics as rm
 from lorarag.eval.answer_metrics import answer_summary, is_correct
-from lorarag.eval.attribution import CLASSES, attribute, attribution_table
-from lorarag.eval.compare import (
-    compare_items,
-    comparison_markdown,
-    headline_rows,
-    headline_rows_markdown,
-)
+from lorarag.eval.attribution import attribute, attribution_table
+from lorarag.eval.compare import compare_items, comparison_markdown
+from lorarag.eval.compare_headline import headline_rows, headline_rows_markdown
 from lorarag.eval.explorer import EXPLORER_FILE, plots_html, write_explorer
 from lorarag.eval.judge import JUDGED_FILE, judge_summary, load_judged
 from lorarag.eval.mdhtml import markdown_html, targets_verdict
@@ -50,6 +46,7 @@ from lorarag.eval.plots import (
     plot_roc,
 )
 from lorarag.eval.records import EvalError, ItemResult, check_unique, load_results, output_dir
+from lorarag.eval.report_tables import html_table, md_table, metric_sections
 from lorarag.eval.stats import nan_to_none
 from lorarag.eval.tables import ITEMS_FILE, cell_differences, write_items
 from lorarag.fallback.gate import GATE_FILE
@@ -87,8 +84,7 @@ def system_metrics(items: Sequence[ItemResult]) -> dict:
     """Every metric of one system's results (JSON-ready)."""
     return {
         "answer": answer_summary(items),
-        "retrieval": {"retrieved": rm.items_summary(items, "retrieved"),
-                      "final": rm.items_summary(items, "final")},
+        "retrieval": {"retrieved": rm.items_summary(items, "retrieved"), "final": rm.items_summary(items, "final")},
         "conflict": cm.conflict_table(items),
         "by_language": cm.language_table(items),
         "detector": cm.detector_table(items),
@@ -105,70 +101,21 @@ def export_ragas(items: Sequence[ItemResult], path: str | Path) -> int:
     path = Path(path)
     with path.open("w", encoding="utf-8") as fh:
         for r in items:
-            fh.write(json.dumps({"user_input": r.question, "response": r.answer,
-                                 "retrieved_contexts": list(r.final_texts),
-                                 "reference": r.gold_answers[0] if r.gold_answers else "",
-                                 "references": list(r.gold_answers), "qid": r.qid}, ensure_ascii=False) + "\n")
+            fh.write(
+                json.dumps(
+                    {
+                        "user_input": r.question,
+                        "response": r.answer,
+                        "retrieved_contexts": list(r.final_texts),
+                        "reference": r.gold_answers[0] if r.gold_answers else "",
+                        "references": list(r.gold_answers),
+                        "qid": r.qid,
+                    },
+                    ensure_ascii=False,
+                )
+                + "\n"
+            )
     return len(items)
-
-
-# --------------------------------------------------------------------------------------
-# Markdown and HTML.
-# --------------------------------------------------------------------------------------
-
-
-def _f(x) -> str:
-    if x is None:
-        return "—"
-    if isinstance(x, float):
-        return "—" if math.isnan(x) else f"{x:.3f}"
-    return str(x)
-
-
-def _md_table(rows: Sequence[dict], cols: Sequence[str]) -> str:
-    lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
-    lines += ["| " + " | ".join(_f(r.get(c)) for c in cols) + " |" for r in rows]
-    return "\n".join(lines) + "\n"
-
-
-def _html_table(rows: Sequence[dict], cols: Sequence[str]) -> str:
-    head = "".join(f"<th>{html.escape(c)}</th>" for c in cols)
-    body = "".join("<tr>" + "".join(f"<td>{html.escape(_f(r.get(c)))}</td>" for c in cols) + "</tr>"
-                   for r in rows)
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
-
-
-CONFLICT_COLS = ("scenario", "knowledge", "n", "accuracy", "acc_lo", "acc_hi", "context_bias", "prior_bias",
-                 "fallback_success", "over_fallback", "consistent_abstention", "abstain_rate",
-                 "correct_abstention")
-LANGUAGE_COLS = ("language", "scenario", "knowledge", "n", "accuracy", "acc_lo", "acc_hi")
-DETECTOR_COLS = ("knowledge", "positives", "n", "n_pos", "precision", "recall", "f1", "auroc", "n_invalid")
-ATTR_COLS = ("scenario", "knowledge", "n", *CLASSES)
-CLASHEVAL_COLS = ("context_bias", "context_bias_lo", "context_bias_hi", "n_context", "prior_bias",
-                  "prior_bias_lo", "prior_bias_hi", "n_prior", "balanced")
-
-
-def _sections(metrics: dict) -> list[tuple[str, list[dict], Sequence[str]]]:
-    out = []
-    for name, m in metrics["systems"].items():
-        ans = [{"metric": k, "value": v} for k, v in m["answer"].items()]
-        stages = m["retrieval"]
-        ret = [{"metric": k, **{st: stages[st].get(k) for st in stages}} for k in stages["final"]]
-        ans += [{"metric": f"judge_{k}", "value": v} for k, v in m.get("judge", {}).items()]
-        out += [(f"{name}: answers", ans, ("metric", "value")),
-                (f"{name}: conflict and fallback", m["conflict"], CONFLICT_COLS)]
-        if len({r["language"] for r in m["by_language"]}) > 1:
-            out.append((f"{name}: accuracy by language", m["by_language"], LANGUAGE_COLS))
-        if any(r["n"] for r in m["detector"]):
-            out.append((f"{name}: detector", m["detector"], DETECTOR_COLS))
-        if len(ret) > 1:  # more than the count: some item had a relevant chunk to find
-            out.append((f"{name}: retrieval (retrieved = top-N before rerank, final = given to the model)",
-                        ret, ("metric", *stages)))
-        out.append((f"{name}: error attribution", m["attribution"], ATTR_COLS))
-        if m["clasheval"]["n_context"] or m["clasheval"]["n_prior"]:
-            out.append((f"{name}: ClashEval biases (items where exactly one of prior and context is right; "
-                        "95 % bootstrap CIs)", [m["clasheval"]], CLASHEVAL_COLS))
-    return out
 
 
 def _gate(gate: Mapping | str | Path | None) -> tuple[dict | None, str]:
@@ -184,15 +131,23 @@ def _gate(gate: Mapping | str | Path | None) -> tuple[dict | None, str]:
         return None, f"skipped: {path} could not be read ({exc.__class__.__name__})"
 
 
-def report_plots(systems: Mapping[str, Sequence[ItemResult]], gate: Mapping | None, gate_note: str = "", *,
-                 pair: tuple[str, str] | None = None, correct: Correct = is_correct,
-                 score: Callable[[ItemResult], float] | None = None, resamples: int = 2000,
-                 seed: int = 0) -> dict[str, tuple[str, bytes | str]]:
+def report_plots(
+    systems: Mapping[str, Sequence[ItemResult]],
+    gate: Mapping | None,
+    gate_note: str = "",
+    *,
+    pair: tuple[str, str] | None = None,
+    correct: Correct = is_correct,
+    score: Callable[[ItemResult], float] | None = None,
+    resamples: int = 2000,
+    seed: int = 0,
+) -> dict[str, tuple[str, bytes | str]]:
     """Title -> (PLOT_FILES key, PNG bytes or a note saying why that plot is not there), the forest
     plot of `pair` = (baseline, LoRA-RAG) first: `score` per item (default: `correct` as 0/1)."""
     if pair is not None and all(p in systems for p in pair):
-        rows = cell_differences(systems[pair[0]], systems[pair[1]], score or (lambda r: float(correct(r))),
-                                resamples=resamples, seed=seed)
+        rows = cell_differences(
+            systems[pair[0]], systems[pair[1]], score or (lambda r: float(correct(r))), resamples=resamples, seed=seed
+        )
         forest = plot_forest(rows, *pair) or "skipped: no cell has a paired difference"
         forest_title = f"Headline: {pair[1]} − {pair[0]} per cell (paired, 95% CI)"
     else:
@@ -203,7 +158,8 @@ def report_plots(systems: Mapping[str, Sequence[ItemResult]], gate: Mapping | No
         "Accuracy by scenario x knowledge (95% CI)": ("accuracy", plot_accuracy(systems)),
         "Error attribution by system": ("attribution", plot_attribution(systems, correct)),
         "Detector ROC (flawed vs consistent contexts)": ("roc", plot_roc(systems) or no_score),
-        "Reliability of the verdict score": ("reliability", plot_reliability(systems) or no_score)}
+        "Reliability of the verdict score": ("reliability", plot_reliability(systems) or no_score),
+    }
     thr = gate.get("threshold") if gate else None
     if isinstance(thr, (int, float)) and math.isfinite(thr):
         gate_plot = plot_gate(systems, float(thr)) or "skipped: no item carries a gate reading in its trace notes"
@@ -213,21 +169,33 @@ def report_plots(systems: Mapping[str, Sequence[ItemResult]], gate: Mapping | No
     return plots
 
 
-CSS = ("body{font:14px/1.45 system-ui,sans-serif;max-width:1180px;margin:auto;padding:0 16px;color:#1d1d1d}"
-       "table{border-collapse:collapse;margin:8px 0;font-size:12px}td,th{border:1px solid #ccc;padding:2px 6px;"
-       "text-align:right}th{background:#eee}table.headline td:first-child,table.headline td:nth-child(2)"
-       "{text-align:left}tr.missed td{background:#fde3d6}tr.met td{background:#e0f3ec}"
-       ".verdict{font-size:15px;font-weight:600;padding:8px 12px;border-left:5px solid #0072B2;background:#eef5fb}"
-       ".plots{display:flex;flex-wrap:wrap;gap:18px;align-items:flex-start}.plots figure{margin:0;max-width:100%}"
-       ".plots img{max-width:100%;height:auto}.plots figcaption{font-weight:600}.note{color:#666;max-width:340px}"
-       "nav a{margin-right:14px}")
+CSS = (
+    "body{font:14px/1.45 system-ui,sans-serif;max-width:1180px;margin:auto;padding:0 16px;color:#1d1d1d}"
+    "table{border-collapse:collapse;margin:8px 0;font-size:12px}td,th{border:1px solid #ccc;padding:2px 6px;"
+    "text-align:right}th{background:#eee}table.headline td:first-child,table.headline td:nth-child(2)"
+    "{text-align:left}tr.missed td{background:#fde3d6}tr.met td{background:#e0f3ec}"
+    ".verdict{font-size:15px;font-weight:600;padding:8px 12px;border-left:5px solid #0072B2;background:#eef5fb}"
+    ".plots{display:flex;flex-wrap:wrap;gap:18px;align-items:flex-start}.plots figure{margin:0;max-width:100%}"
+    ".plots img{max-width:100%;height:auto}.plots figcaption{font-weight:600}.note{color:#666;max-width:340px}"
+    "nav a{margin-right:14px}"
+)
 
 
-def write_report(runs: Runs, out_dir: str | Path, *, resamples: int = 2000, seed: int = 0,
-                 title: str = "lorarag evaluation report", headline: str | None = None,
-                 gate: Mapping | str | Path | None = None, pair: tuple[str, str] | None = None,
-                 explorer: bool = True, force: bool = False, correct: Correct = is_correct,
-                 score: Callable[[ItemResult], float] | None = None) -> Path:
+def write_report(
+    runs: Runs,
+    out_dir: str | Path,
+    *,
+    resamples: int = 2000,
+    seed: int = 0,
+    title: str = "lorarag evaluation report",
+    headline: str | None = None,
+    gate: Mapping | str | Path | None = None,
+    pair: tuple[str, str] | None = None,
+    explorer: bool = True,
+    force: bool = False,
+    correct: Correct = is_correct,
+    score: Callable[[ItemResult], float] | None = None,
+) -> Path:
     """Write metrics.json, report.md, report.html, items.jsonl, exports and (`explorer`) explorer.html
     for `runs`; returns the HTML path.
 
@@ -248,8 +216,16 @@ def write_report(runs: Runs, out_dir: str | Path, *, resamples: int = 2000, seed
     names = list(systems)
     if pair is None and len(names) == 2:
         pair = (names[0], names[1])
-    drawn = report_plots(systems, gate_info, gate_note, pair=pair, correct=correct,
-                         score=score or (lambda r: float(correct(r))), resamples=resamples, seed=seed)
+    drawn = report_plots(
+        systems,
+        gate_info,
+        gate_note,
+        pair=pair,
+        correct=correct,
+        score=score or (lambda r: float(correct(r))),
+        resamples=resamples,
+        seed=seed,
+    )
     plots = {t: v for t, (_, v) in drawn.items()}  # title -> PNG or note (the pages' and explorer's form)
     pngs = {t: (PLOT_FILES[k], v) for t, (k, v) in drawn.items() if isinstance(v, bytes)}  # title -> (file, PNG)
     files = [out / f for f in ("metrics.json", "attribution.jsonl", ITEMS_FILE, "report.md", "report.html")]
@@ -264,34 +240,53 @@ def write_report(runs: Runs, out_dir: str | Path, *, resamples: int = 2000, seed
         a, b = systems[names[0]], systems[names[1]]
         comp = compare_items(a, b, resamples=resamples, seed=seed)
         rows = headline_rows(a, b, comparison=comp)
-        metrics["comparison"] = {"a": names[0], "b": names[1], "rows": [asdict(r) for r in comp.rows],
-                                 "fixed": list(comp.fixed), "broken": list(comp.broken)}
+        metrics["comparison"] = {
+            "a": names[0],
+            "b": names[1],
+            "rows": [asdict(r) for r in comp.rows],
+            "fixed": list(comp.fixed),
+            "broken": list(comp.broken),
+        }
         metrics["headline"] = [asdict(r) for r in rows]
         comp_md, head_md = comparison_markdown(comp), headline_rows_markdown(rows, names[0], names[1])
-    (out / "metrics.json").write_text(json.dumps(nan_to_none(metrics), indent=1, ensure_ascii=False,
-                                                allow_nan=False), encoding="utf-8")
+    (out / "metrics.json").write_text(
+        json.dumps(nan_to_none(metrics), indent=1, ensure_ascii=False, allow_nan=False), encoding="utf-8"
+    )
     with (out / "attribution.jsonl").open("w", encoding="utf-8") as fh:
         for items in systems.values():
             for r in items:
-                fh.write(json.dumps({"system": r.system, "qid": r.qid, "scenario": r.scenario,
-                                     "knowledge": r.knowledge, "label": attribute(r, correct)}, ensure_ascii=False) + "\n")
+                fh.write(
+                    json.dumps(
+                        {
+                            "system": r.system,
+                            "qid": r.qid,
+                            "scenario": r.scenario,
+                            "knowledge": r.knowledge,
+                            "label": attribute(r, correct),
+                        },
+                        ensure_ascii=False,
+                    )
+                    + "\n"
+                )
     write_items(systems, out / ITEMS_FILE, correct)
     for n, items in systems.items():
         export_ragas(items, out / f"ragas-{_safe(n)}.jsonl")
     for fname, png in pngs.values():
         (out / fname).write_bytes(png)
-    sections = _sections(metrics)
+    sections = metric_sections(metrics)
     if explorer:
-        write_explorer(systems, out / EXPLORER_FILE, pair=pair, gate=gate_info, plots=plots,
-                       title=f"{title}: explorer", correct=correct)
+        write_explorer(
+            systems, out / EXPLORER_FILE, pair=pair, gate=gate_info, plots=plots, title=f"{title}: explorer", correct=correct
+        )
     verdict = targets_verdict(headline) if headline else None
     first = next(iter(plots))  # the forest plot: the headline's picture, shown before its table
     rest = {t: v for t, v in plots.items() if t != first}
 
     md = [f"# {title}\n", f"Systems: {', '.join(names)}\n"]
     if explorer:
-        md.append("Every item, filterable, with its sources, reply, verdict and route: "
-                  f"[{EXPLORER_FILE}]({EXPLORER_FILE})\n")
+        md.append(
+            f"Every item, filterable, with its sources, reply, verdict and route: [{EXPLORER_FILE}]({EXPLORER_FILE})\n"
+        )
     md += [f"**{verdict}**\n"] if verdict else []
     md += [f"![{first}]({pngs[first][0]})\n" if first in pngs else f"{first}: {plots[first]}\n"]
     if headline:
@@ -303,37 +298,48 @@ def write_report(runs: Runs, out_dir: str | Path, *, resamples: int = 2000, seed
     if headline and head_md:
         md += [f"## Paired metrics: {names[1]} vs {names[0]}\n", head_md]
     for t, rows, cols in sections:
-        md += [f"## {t}\n", _md_table(rows, cols)]
+        md += [f"## {t}\n", md_table(rows, cols)]
     if comp_md:
         md += ["## Paired comparison\n", comp_md.split("\n", 1)[1]]
     (out / "report.md").write_text("\n".join(md), encoding="utf-8")
 
-    h = [f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>{html.escape(title)}</title>",
-         f"<style>{CSS}</style></head><body>", f"<h1>{html.escape(title)}</h1>",
-         f"<p>Systems: {html.escape(', '.join(names))}</p>",
-         "<nav><a href='#headline'>headline</a><a href='#plots'>plots</a><a href='#detail'>detail</a>"
-         + (f"<a href='{EXPLORER_FILE}'><b>run explorer: every item</b></a>" if explorer else "") + "</nav>",
-         "<section id='headline'>", f"<p class='verdict'>{html.escape(verdict)}</p>" if verdict else "",
-         f"<div class='plots'>{plots_html({first: plots[first]})}</div>"]
+    h = [
+        f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>{html.escape(title)}</title>",
+        f"<style>{CSS}</style></head><body>",
+        f"<h1>{html.escape(title)}</h1>",
+        f"<p>Systems: {html.escape(', '.join(names))}</p>",
+        "<nav><a href='#headline'>headline</a><a href='#plots'>plots</a><a href='#detail'>detail</a>"
+        + (f"<a href='{EXPLORER_FILE}'><b>run explorer: every item</b></a>" if explorer else "")
+        + "</nav>",
+        "<section id='headline'>",
+        f"<p class='verdict'>{html.escape(verdict)}</p>" if verdict else "",
+        f"<div class='plots'>{plots_html({first: plots[first]})}</div>",
+    ]
     if headline:
         h.append(markdown_html(headline))
     elif metrics.get("headline"):
-        h += [f"<h2>Headline: {html.escape(names[1])} vs {html.escape(names[0])}</h2>",
-              _html_table(metrics["headline"], list(metrics["headline"][0]))]
+        h += [
+            f"<h2>Headline: {html.escape(names[1])} vs {html.escape(names[0])}</h2>",
+            html_table(metrics["headline"], list(metrics["headline"][0])),
+        ]
     h.append("</section>")
     h.append(f"<section id='plots'><h2>Plots</h2><div class='plots'>{plots_html(rest)}</div></section>")
     h.append("<section id='detail'><h2>Detail</h2>")
     if headline and metrics.get("headline"):
-        h += [f"<h3>Paired metrics: {html.escape(names[1])} vs {html.escape(names[0])}</h3>",
-              _html_table(metrics["headline"], list(metrics["headline"][0]))]
+        h += [
+            f"<h3>Paired metrics: {html.escape(names[1])} vs {html.escape(names[0])}</h3>",
+            html_table(metrics["headline"], list(metrics["headline"][0])),
+        ]
     for t, rows, cols in sections:
-        h += [f"<h3>{html.escape(t)}</h3>", _html_table(rows, cols)]
+        h += [f"<h3>{html.escape(t)}</h3>", html_table(rows, cols)]
     if metrics.get("comparison"):
         c = metrics["comparison"]
-        h += ["<h3>Paired comparison</h3>", _html_table(c["rows"], list(c["rows"][0]) if c["rows"] else [])]
+        h += ["<h3>Paired comparison</h3>", html_table(c["rows"], list(c["rows"][0]) if c["rows"] else [])]
         for label in ("fixed", "broken"):
-            h += [f"<h4>{label.capitalize()} by {html.escape(c['b'])} ({len(c[label])})</h4>",
-                  _html_table(c[label], ("qid", "scenario", "knowledge", "question", "answer_a", "answer_b"))]
+            h += [
+                f"<h4>{label.capitalize()} by {html.escape(c['b'])} ({len(c[label])})</h4>",
+                html_table(c[label], ("qid", "scenario", "knowledge", "question", "answer_a", "answer_b")),
+            ]
     h.append("</section></body></html>")
     path = out / "report.html"
     path.write_text("\n".join(h), encoding="utf-8")

@@ -23,7 +23,7 @@ A known-fact cell whose items are asked in a wording training used (a single-wor
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import astuple, dataclass
 from typing import Any
 
@@ -35,21 +35,13 @@ from lorarag.eval.compare import pair
 from lorarag.eval.records import ItemResult
 from lorarag.eval.scoring import Score, correct_fn, metric_name, right_text, score_fn
 from lorarag.eval.shortcut import probe_lines
-from lorarag.eval.stats import (
-    ci_text,
-    cluster_permutation_test,
-    counts_text,
-    mcnemar_exact,
-    noninferior,
-    paired_bootstrap,
-    wilson_ci,
-)
-from lorarag.fallback.format import VERDICTS
+from lorarag.eval.stats import ci_text, cluster_permutation_test, counts_text, mcnemar_exact, noninferior, paired_bootstrap
 from lorarag.scenarios.records import SCENARIO_TYPES
 from lorarag.study.baseline_tables import Label, abstention_table, baseline_table, comparable, variant_table
 from lorarag.study.ledger import reads_note
 from lorarag.study.targets import Target, abstention_rows, judge, over_fallback_cell, target_rows
 from lorarag.study.targets import target_values as absolute_values
+from lorarag.study.verdict_tables import detection_table
 from lorarag.trained.config import RunConfig
 
 FE_GAIN = 0.40  # LoRA-RAG over base RAG, known facts with a wrong source
@@ -61,9 +53,12 @@ UNSEEN_REL_MARGIN = 0.25
 
 def system_pairs(cfg: RunConfig, results: Mapping[str, Sequence[ItemResult]]) -> list[tuple[str, str, str]]:
     """(context, base RAG system, LoRA-RAG system) for each context mode both kinds were run in."""
+
     def first(kind: str, ctx: str) -> str | None:
-        return next((s.name for s in cfg.systems if s.kind == kind and s.context == ctx and s.name in results
-                     and not s.is_variant), None)
+        return next(
+            (s.name for s in cfg.systems if s.kind == kind and s.context == ctx and s.name in results and not s.is_variant),
+            None,
+        )
 
     out = []
     for ctx in ("presented", "retrieved"):
@@ -89,8 +84,9 @@ class CellDiff:
     p_cluster: float
 
 
-def cell_diff(cfg: RunConfig, base: Sequence[ItemResult], lora: Sequence[ItemResult], scenario: str, knowledge: str,
-              score: Score) -> CellDiff | None:
+def cell_diff(
+    cfg: RunConfig, base: Sequence[ItemResult], lora: Sequence[ItemResult], scenario: str, knowledge: str, score: Score
+) -> CellDiff | None:
     """The paired difference of one cell (None when either side has no item of it)."""
     a = [r for r in base if r.scenario == scenario and r.knowledge == knowledge]
     b = [r for r in lora if r.scenario == scenario and r.knowledge == knowledge]
@@ -114,10 +110,11 @@ def _updates(cfg: RunConfig) -> bool:
 def diff_target_names(metric: str) -> tuple[str, str]:
     """The two paired-difference targets' names. They hold no measured number, so every seed of
     `lorarag seeds` reports the same targets (study/seeds.seed_rows compares their names)."""
-    return (f"LoRA-RAG − base RAG, {metric_name(metric, 'factual_error')}, factual error (known) >= {FE_GAIN:.2f}, "
-            "CI above 0",
-            f"LoRA-RAG − base RAG, {metric_name(metric, 'consistent')}, consistent (never-learned): lower 95 % "
-            f"CI bound > −{UNSEEN_REL_MARGIN:.2f} × base")
+    return (
+        f"LoRA-RAG − base RAG, {metric_name(metric, 'factual_error')}, factual error (known) >= {FE_GAIN:.2f}, CI above 0",
+        f"LoRA-RAG − base RAG, {metric_name(metric, 'consistent')}, consistent (never-learned): lower 95 % "
+        f"CI bound > −{UNSEEN_REL_MARGIN:.2f} × base",
+    )
 
 
 def kb_target_rows(cfg: RunConfig, base: Sequence[ItemResult], lora: Sequence[ItemResult]) -> list[Target]:
@@ -127,13 +124,19 @@ def kb_target_rows(cfg: RunConfig, base: Sequence[ItemResult], lora: Sequence[It
     targets per cell, and with any scoring the abstention target on unanswerable questions (study/targets.py)."""
     metric = cfg.data.answer_metric
     absolute = target_rows(base, lora, updates=_updates(cfg)) if metric == "contains" else abstention_rows(lora)
-    fe, cons = (cell_diff(cfg, base, lora, s, k, score_fn(metric)) for s, k in (("factual_error", "known"),
-                                                                                ("consistent", "unknown")))
+    fe, cons = (
+        cell_diff(cfg, base, lora, s, k, score_fn(metric))
+        for s, k in (("factual_error", "known"), ("consistent", "unknown"))
+    )
     (fe_name, cons_name), nan, how = diff_target_names(metric), math.nan, "paired cluster bootstrap"
     margin, ok = noninferior(cons.lo, cons.base, UNSEEN_REL_MARGIN) if cons else (nan, False)
-    return [judge(fe_name, fe.diff if fe else nan, fe.lo if fe else nan, nan, FE_GAIN, how),
-            Target(cons_name, cons.diff if cons else nan, ok, f"lower {_n(cons.lo if cons else nan)} against "
-                   f"−{_n(margin)} ({how})"), *absolute]
+    return [
+        judge(fe_name, fe.diff if fe else nan, fe.lo if fe else nan, nan, FE_GAIN, how),
+        Target(
+            cons_name, cons.diff if cons else nan, ok, f"lower {_n(cons.lo if cons else nan)} against −{_n(margin)} ({how})"
+        ),
+        *absolute,
+    ]
 
 
 def kb_targets(cfg: RunConfig, base: Sequence[ItemResult], lora: Sequence[ItemResult]) -> list[tuple[str, float, bool]]:
@@ -154,8 +157,11 @@ def target_values(cfg: RunConfig, base: Sequence[ItemResult], lora: Sequence[Ite
         return float(np.mean(b) - np.mean(a)) if a and b else math.nan
 
     asked = "unanswerable" in cfg.eval.scenarios  # a resample without such an item reports it undefined
-    absolute = (absolute_values(base, lora, updates=_updates(cfg), unanswerable=asked) if metric == "contains"
-                else [(t.name, t.value) for t in abstention_rows(lora, asked)])
+    absolute = (
+        absolute_values(base, lora, updates=_updates(cfg), unanswerable=asked)
+        if metric == "contains"
+        else [(t.name, t.value) for t in abstention_rows(lora, asked)]
+    )
     fe_name, cons_name = diff_target_names(metric)
     return [(fe_name, diff("factual_error", "known")), (cons_name, diff("consistent", "unknown")), *absolute]
 
@@ -173,14 +179,17 @@ def wording_label(summary: Mapping[str, Any]) -> Label:
         if knowledge != "known" or not items or (trained is None and "sft" not in summary):
             return knowledge
         k = len(items) if trained is None else sum(r.fact_id in trained for r in items)
-        return knowledge if not k else (f"{knowledge} (trained wording)" if k == len(items) else
-                                        f"{knowledge} (trained wording: {k} of {len(items)})")
+        return (
+            knowledge
+            if not k
+            else (
+                f"{knowledge} (trained wording)"
+                if k == len(items)
+                else f"{knowledge} (trained wording: {k} of {len(items)})"
+            )
+        )
 
     return label
-
-
-def plain(knowledge: str, items: Sequence[ItemResult]) -> str:
-    return knowledge
 
 
 def _n(x: float) -> str:
@@ -195,100 +204,67 @@ def update_note(summary: Mapping[str, Any]) -> str:
     """What the run's `update` cell holds, or why it does not apply (a set without older versions)."""
     upd = summary.get("updates") or {}
     if upd.get("taught_older"):
-        return (f"Knowledge updates: {upd['taught_older']} taught fact(s) learned in their older version "
-                f"(data.update_fraction {upd['fraction']}); {upd['tested']} asked on the `update` cell (the current "
-                "chunk is right, the memory stale), the others train the judgement.")
-    return ("Knowledge updates: the `update` cell does not apply: " +
-            ("the set supplies no older versions (`data.outdated`)." if not upd.get("older_versions")
-             else "`data.update_fraction` is 0, so no fact is taught in its older version."))
+        return (
+            f"Knowledge updates: {upd['taught_older']} taught fact(s) learned in their older version "
+            f"(data.update_fraction {upd['fraction']}); {upd['tested']} asked on the `update` cell (the current "
+            "chunk is right, the memory stale), the others train the judgement."
+        )
+    return "Knowledge updates: the `update` cell does not apply: " + (
+        "the set supplies no older versions (`data.outdated`)."
+        if not upd.get("older_versions")
+        else "`data.update_fraction` is 0, so no fact is taught in its older version."
+    )
 
 
 def _notes(summary: Mapping[str, Any]) -> list[str]:
     out = []
     if summary:
-        out.append(f"Knowledge base: {summary.get('documents')} documents, {summary.get('chunks')} chunks, "
-                   f"{summary.get('questions')} labelled questions; labels mapped to chunks (`data/labels.jsonl`) by rule "
-                   f"{counts_text(summary.get('label_rules'))}; facts split {counts_text(summary.get('splits'))}.")
+        out.append(
+            f"Knowledge base: {summary.get('documents')} documents, {summary.get('chunks')} chunks, "
+            f"{summary.get('questions')} labelled questions; labels mapped to chunks (`data/labels.jsonl`) by rule "
+            f"{counts_text(summary.get('label_rules'))}; facts split {counts_text(summary.get('splits'))}."
+        )
     sft = summary.get("sft") or {}
     wordings = counts_text({int(k): v for k, v in (sft.get("wordings") or {}).items()}, "{v} with {k}")
     tw = summary.get("test_wordings")
     if tw:
         by = tw["by"]
-        out.append(f"Known test items asked in a wording no SFT row uses: {tw['held_out']} of {tw['items']} (one of "
-                   f"the set's wordings held out of training: {by['set']}; trained in generated paraphrases, tested "
-                   f"in the set's own: {by['paraphrase']}); asked in a wording training used: {by['trained']}"
-                   + (" (their cells say `trained wording`)." if by["trained"] else ".")
-                   + (f" Taught questions by number of trained wordings: {wordings}." if wordings else ""))
+        out.append(
+            f"Known test items asked in a wording no SFT row uses: {tw['held_out']} of {tw['items']} (one of "
+            f"the set's wordings held out of training: {by['set']}; trained in generated paraphrases, tested "
+            f"in the set's own: {by['paraphrase']}); asked in a wording training used: {by['trained']}"
+            + (" (their cells say `trained wording`)." if by["trained"] else ".")
+            + (f" Taught questions by number of trained wordings: {wordings}." if wordings else "")
+        )
     elif wordings:
-        out.append(f"Taught questions by number of wordings the set offers: {wordings}. Known facts are tested "
-                   "in a wording they were trained in (every known cell says `trained wording`).")
+        out.append(
+            f"Taught questions by number of wordings the set offers: {wordings}. Known facts are tested "
+            "in a wording they were trained in (every known cell says `trained wording`)."
+        )
     # every flawed cell's probe; a run written before there was one a cell has the factual-error one alone
-    out += probe_lines(summary.get("shortcuts") or ({"factual_error": summary["shortcut"]}
-                                                    if summary.get("shortcut") else {}))
+    out += probe_lines(
+        summary.get("shortcuts") or ({"factual_error": summary["shortcut"]} if summary.get("shortcut") else {})
+    )
     para = summary.get("paraphrase")
     if para:
-        out.append(f"data.paraphrase: the generator reworded {para['questions']} single-wording taught question(s); "
-                   f"{para['kept']} of {para['replies']} replies kept as training wordings for "
-                   f"{para['questions_with_one']} of them (rejected: {counts_text(para['rejected']) or 'none'}); a "
-                   "known one with a kept paraphrase is tested in the set's own wording, which no SFT row asks.")
+        out.append(
+            f"data.paraphrase: the generator reworded {para['questions']} single-wording taught question(s); "
+            f"{para['kept']} of {para['replies']} replies kept as training wordings for "
+            f"{para['questions_with_one']} of them (rejected: {counts_text(para['rejected']) or 'none'}); a "
+            "known one with a kept paraphrase is tested in the set's own wording, which no SFT row asks."
+        )
     if sft.get("no_factual_error"):
-        out.append(f"{sft['no_factual_error']} taught question(s) got no factual-error training row (no conflict "
-                   "passage left and the answer is not a span of its chunk).")
+        out.append(
+            f"{sft['no_factual_error']} taught question(s) got no factual-error training row (no conflict "
+            "passage left and the answer is not a span of its chunk)."
+        )
     return out
-
-
-KNOWLEDGE_HEADER = ["| scenario | known facts | never-learned facts |", "|---|---|---|"]
-
-
-def _rows_by_knowledge(lora: Sequence[ItemResult], cell: Callable[[str, list[ItemResult]], str]) -> list[str]:
-    """Markdown rows, one a scenario, of `cell(knowledge, items)` over the items with a verdict on
-    known and on never-learned facts; `–` where a cell has none, no row where both have none."""
-    rows = []
-    for s in SCENARIO_TYPES:
-        cells = []
-        for k in ("known", "unknown"):
-            rs = [r for r in lora if r.scenario == s and r.knowledge == k and r.verdict is not None]
-            cells.append(cell(k, rs) if rs else "–")
-        if any(c != "–" for c in cells):
-            rows.append(f"| {s} | {cells[0]} | {cells[1]} |")
-    return rows
-
-
-def detection_table(lora: Sequence[ItemResult], label: Label = plain) -> list[str]:
-    """Markdown: how often the detector doubts its source (a verdict other than `supported`) per
-    scenario, on known and on never-learned facts. Memory can only help on known facts: a detector
-    that flags wrong passages of never-learned facts as often as of known ones reads their form."""
-    def doubt(k: str, rs: list[ItemResult]) -> str:
-        f = sum(r.verdict != "supported" for r in rs)
-        lo, hi = wilson_ci(f, len(rs))
-        return f"{f}/{len(rs)} = {f / len(rs):.2f} [{lo:.2f}, {hi:.2f}]{label(k, rs).removeprefix(k)}"
-
-    rows = _rows_by_knowledge(lora, doubt)
-    if not rows:
-        return []
-    return ["### Does detection rest on memory? The detector's doubt (verdict not `supported`), 95 % Wilson CI",
-            "", *KNOWLEDGE_HEADER, *rows, "", *doubt_kinds_table(lora)]
-
-
-def doubt_kinds_table(lora: Sequence[ItemResult]) -> list[str]:
-    """Markdown: which verdict each doubt is, per scenario and knowledge. A doubt gap made of
-    `insufficient` / `irrelevant` (no memory to read a right source by) is a reading gap, not an
-    accusation of right sources (`conflicting` / `outdated`)."""
-    kinds = [v for v in (*VERDICTS, "invalid") if v != "supported"]
-
-    def counts(_: str, rs: list[ItemResult]) -> str:
-        return " · ".join(f"{v} {n}" for v in kinds if (n := sum(r.verdict == v for r in rs))) or "none"
-
-    return ["What the doubt says: the verdicts other than `supported`, counted. `conflicting` and `outdated` "
-            "call the source wrong; `insufficient` and `irrelevant` say it does not settle the question.",
-            "", *KNOWLEDGE_HEADER, *_rows_by_knowledge(lora, counts), ""]
 
 
 def kb_name(cfg: RunConfig) -> str:
     """The knowledge base as the headline names it: the questions file, or the demo world's seed and size."""
     w = cfg.data.world
-    return (f"the demo world (seed {w.seed}, {w.n_orgs} organisations)" if w is not None
-            else str(cfg.data.questions.path))
+    return f"the demo world (seed {w.seed}, {w.n_orgs} organisations)" if w is not None else str(cfg.data.questions.path)
 
 
 def headline_markdown(cfg: RunConfig, results: Mapping[str, Sequence[ItemResult]], summary: Mapping[str, Any]) -> str:
@@ -302,10 +278,13 @@ def headline_markdown(cfg: RunConfig, results: Mapping[str, Sequence[ItemResult]
     pairs = system_pairs(cfg, results)
     for ctx, b, lo in pairs:
         base, lora = results[b], results[lo]
-        lines += [f"### {ctx} context: {b} vs {lo}", "",
-                  f"| scenario | knowledge | metric | n (clusters) | {b} | {lo} | {lo} − {b} [95% paired CI] | "
-                  f"McNemar p (items) | permutation p (clusters) | {lo} over-fallback [95% CI] (of which abstained) |",
-                  "|---|---|---|---|---|---|---|---|---|---|"]
+        lines += [
+            f"### {ctx} context: {b} vs {lo}",
+            "",
+            f"| scenario | knowledge | metric | n (clusters) | {b} | {lo} | {lo} − {b} [95% paired CI] | "
+            f"McNemar p (items) | permutation p (clusters) | {lo} over-fallback [95% CI] (of which abstained) |",
+            "|---|---|---|---|---|---|---|---|---|---|",
+        ]
         for s in SCENARIO_TYPES:
             for k in ("known", "unknown"):
                 c = cell_diff(cfg, base, lora, s, k, score)
@@ -314,14 +293,20 @@ def headline_markdown(cfg: RunConfig, results: Mapping[str, Sequence[ItemResult]
                 mine = [r for r in lora if r.knowledge == k]
                 ofb = over_fallback_cell(cfg, mine) if s == "consistent" else "–"
                 cell = label(k, [r for r in mine if r.scenario == s])
-                lines.append(f"| {s} | {cell} | {metric_name(metric, s)} | {c.n} ({c.clusters}) | {_n(c.base)} | "
-                             f"{_n(c.lora)} | {ci_text(c.diff, c.lo, c.hi)} | {_p(c.p_mcnemar)} | "
-                             f"{_p(c.p_cluster)} | {ofb} |")
+                lines.append(
+                    f"| {s} | {cell} | {metric_name(metric, s)} | {c.n} ({c.clusters}) | {_n(c.base)} | "
+                    f"{_n(c.lora)} | {ci_text(c.diff, c.lo, c.hi)} | {_p(c.p_mcnemar)} | "
+                    f"{_p(c.p_cluster)} | {ofb} |"
+                )
         lines.append("")
     if pairs:
         ctx, b, lo = pairs[0]
-        lines += [f"### Targets ({ctx} context)", "", "| target | measured | bound used (95 % CI) | met |",
-                  "|---|---|---|---|"]
+        lines += [
+            f"### Targets ({ctx} context)",
+            "",
+            "| target | measured | bound used (95 % CI) | met |",
+            "|---|---|---|---|",
+        ]
         fe_mark = label("known", [r for r in results[lo] if r.scenario == "factual_error" and r.knowledge == "known"])
         for name, v, ok, bound in (astuple(t) for t in kb_target_rows(cfg, results[b], results[lo])):
             if "(known)" in name and fe_mark != "known":
@@ -338,7 +323,11 @@ def headline_markdown(cfg: RunConfig, results: Mapping[str, Sequence[ItemResult]
         lines += variant_table(cfg, results, ctx, lo, score, label)
     for sc in cfg.systems:
         if sc.context == "retrieved" and sc.kind in ("base_rag", "lora_rag") and sc.name in results:
-            lines += [f"### Error attribution by labelled chunk id: {sc.name} (retrieved + poisoned context)", "",
-                      f"`correct`: {right_text(metric)}.", "",
-                      table_markdown(attribution_table(results[sc.name], correct_fn(metric)))]
+            lines += [
+                f"### Error attribution by labelled chunk id: {sc.name} (retrieved + poisoned context)",
+                "",
+                f"`correct`: {right_text(metric)}.",
+                "",
+                table_markdown(attribution_table(results[sc.name], correct_fn(metric))),
+            ]
     return "\n".join(lines).rstrip() + "\n"

@@ -8,18 +8,13 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from lorarag.eval.compare import (
-    compare_items,
-    headline_rows,
-    headline_rows_markdown,
-    write_comparison,
-)
+from lorarag.eval.compare import compare_items, write_comparison
+from lorarag.eval.compare_headline import headline_rows, headline_rows_markdown
 from lorarag.eval.stats import mcnemar_exact, paired_bootstrap
 from tests.eval_fixtures import make_item
 
 
-@pytest.mark.parametrize("only_a,only_b,both,neither", [(3, 12, 20, 5), (0, 0, 10, 10), (7, 7, 1, 1),
-                                                          (1, 30, 0, 0)])
+@pytest.mark.parametrize("only_a,only_b,both,neither", [(3, 12, 20, 5), (0, 0, 10, 10), (7, 7, 1, 1), (1, 30, 0, 0)])
 def test_mcnemar_matches_binomtest(only_a, only_b, both, neither):
     a = np.array([1] * only_a + [0] * only_b + [1] * both + [0] * neither, dtype=bool)
     b = np.array([0] * only_a + [1] * only_b + [1] * both + [0] * neither, dtype=bool)
@@ -34,9 +29,15 @@ def test_bootstrap_matches_scipy_percentile_ci():
     a = (rng.random(400) < 0.55).astype(float)
     b = (rng.random(400) < 0.70).astype(float)
     ours = paired_bootstrap(a, b, resamples=20000, seed=1)
-    ref = stats.bootstrap((a, b), lambda x, y, axis=-1: np.mean(y, axis=axis) - np.mean(x, axis=axis),
-                          paired=True, vectorized=True, n_resamples=20000, method="percentile",
-                          random_state=np.random.default_rng(7)).confidence_interval
+    ref = stats.bootstrap(
+        (a, b),
+        lambda x, y, axis=-1: np.mean(y, axis=axis) - np.mean(x, axis=axis),
+        paired=True,
+        vectorized=True,
+        n_resamples=20000,
+        method="percentile",
+        random_state=np.random.default_rng(7),
+    ).confidence_interval
     assert ours.diff == pytest.approx(b.mean() - a.mean())
     # Independent Monte-Carlo runs of the same estimator: equal within Monte-Carlo error.
     assert ours.lo == pytest.approx(ref.low, abs=0.01) and ours.hi == pytest.approx(ref.high, abs=0.01)
@@ -59,12 +60,24 @@ def _runs():
         right_a = i % 2 == 0  # A: 20/40
         right_b = i % 4 != 3  # B: 30/40
         sc = "consistent" if i < 20 else "factual_error"
-        common = dict(qid=f"q{i}", fact_id=f"f{i}", scenario=sc, context_answer=gold if sc == "consistent" else "70 km/h",
-                      closed_book_answer=gold)
+        common = dict(
+            qid=f"q{i}",
+            fact_id=f"f{i}",
+            scenario=sc,
+            context_answer=gold if sc == "consistent" else "70 km/h",
+            closed_book_answer=gold,
+        )
         a.append(make_item(system="base", answer=gold if right_a else "70 km/h", **common))
-        b.append(make_item(system="lora", answer=gold if right_b else "70 km/h", route="context",
-                           flag_score=0.2 if sc == "consistent" else 0.8,
-                           verdict="supported" if sc == "consistent" else "conflicting", **common))
+        b.append(
+            make_item(
+                system="lora",
+                answer=gold if right_b else "70 km/h",
+                route="context",
+                flag_score=0.2 if sc == "consistent" else 0.8,
+                verdict="supported" if sc == "consistent" else "conflicting",
+                **common,
+            )
+        )
     return a, b
 
 
@@ -131,8 +144,7 @@ def _clustered():
     for c, ds in diffs.items():
         for j, d in enumerate(ds):
             right_a, right_b = (d == -1) or (d == 0 and j % 2 == 0), d == 1 or (d == 0 and j % 2 == 0)
-            common = dict(qid=f"{c}-{j}", fact_id=f"{c}-{j}", cluster=c, scenario="factual_error",
-                          context_answer=wrong)
+            common = dict(qid=f"{c}-{j}", fact_id=f"{c}-{j}", cluster=c, scenario="factual_error", context_answer=wrong)
             a.append(make_item(system="base", answer=gold if right_a else wrong, **common))
             b.append(make_item(system="lora", answer=gold if right_b else wrong, **common))
     return a, b

@@ -27,18 +27,46 @@ def _kb_files(tmp: Path) -> dict[str, Path]:
         year, day = 1901 + 7 * i, DAYS[i % len(DAYS)]
         (docs / f"{town.lower()}.md").write_text(
             f"# {town}\n\nThe {town} lighthouse was first lit in {year}.\n\n"
-            f"The {town} market is held every {day} on the square.\n", encoding="utf-8")
-        rows.append({"id": f"{town}-light", "question": f"When was the {town} lighthouse first lit?",
-                     "answers": [str(year)], "relevant_ids": [f"{town.lower()}.md"],
-                     **({"paraphrases": [f"In which year did the {town} light start?"]} if i % 2 else {}),
-                     **({"conflicts": [{"text": f"The {town} lighthouse was first lit in {year + 40}.",
-                                        "answer": str(year + 40)}]} if i % 3 == 0 else {})})
-        rows.append({"id": f"{town}-market", "question": f"On which day is the {town} market held?",
-                     "answers": [day], "relevant_ids": [f"{town.lower()}.md"]})
+            f"The {town} market is held every {day} on the square.\n",
+            encoding="utf-8",
+        )
+        rows.append(
+            {
+                "id": f"{town}-light",
+                "question": f"When was the {town} lighthouse first lit?",
+                "answers": [str(year)],
+                "relevant_ids": [f"{town.lower()}.md"],
+                **({"paraphrases": [f"In which year did the {town} light start?"]} if i % 2 else {}),
+                **(
+                    {
+                        "conflicts": [
+                            {"text": f"The {town} lighthouse was first lit in {year + 40}.", "answer": str(year + 40)}
+                        ]
+                    }
+                    if i % 3 == 0
+                    else {}
+                ),
+            }
+        )
+        rows.append(
+            {
+                "id": f"{town}-market",
+                "question": f"On which day is the {town} market held?",
+                "answers": [day],
+                "relevant_ids": [f"{town.lower()}.md"],
+            }
+        )
         if i % 2 == 0:
             old.append({"id": f"{town}-light", "answer": str(year - 3), "date": str(year - 3)})
-    rows.append({"id": "nowhere", "question": "Who painted the lighthouses red?", "answers": [], "relevant_ids": [],
-                 "unanswerable": True})
+    rows.append(
+        {
+            "id": "nowhere",
+            "question": "Who painted the lighthouses red?",
+            "answers": [],
+            "relevant_ids": [],
+            "unanswerable": True,
+        }
+    )
     qa = tmp / "kb-qa.jsonl"
     qa.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
     older = tmp / "kb-older.jsonl"
@@ -53,25 +81,47 @@ def _in_tmp(tmp: Path) -> RunConfig:
     cfg = load_config(REPO / "configs/run/ci-kb-tiny.yaml", RunConfig)
     files = _kb_files(tmp)
     root = tmp / "runs" / cfg.name
-    train = cfg.train.model_copy(update={
-        "model": str(tmp / "tiny-qwen3"), "dataset": str(root / "sft/train.jsonl"),
-        "val_dataset": str(root / "sft/val.jsonl"), "runs_dir": str(tmp / "runs/train")})
-    rag = cfg.rag.model_copy(update={
-        "chunker": cfg.rag.chunker.model_copy(update={"kind": "heading", "chunk_size": 500}),
-        "index": cfg.rag.index.model_copy(update={"dir": str(root / "index")}),
-        "generator": cfg.rag.generator.model_copy(update={"model": str(tmp / "tiny-qwen3")})})
-    data = DataConfig(corpus=CorpusSource(kind="folder", path=str(files["docs"])),
-                      questions=QuestionSource(kind="jsonl", path=str(files["qa"])), outdated=str(files["older"]),
-                      splits=SplitConfig(seed=0, known_fraction=0.5, context_only_fraction=0.1, dev_fraction=0.2),
-                      update_fraction=0.5, snapshot=2024)
-    eval_ = cfg.eval.model_copy(update={"scenarios": ["consistent", "factual_error", "outdated", "irrelevant",
-                                                      "unanswerable", "update"]})
+    train = cfg.train.model_copy(
+        update={
+            "model": str(tmp / "tiny-qwen3"),
+            "dataset": str(root / "sft/train.jsonl"),
+            "val_dataset": str(root / "sft/val.jsonl"),
+            "runs_dir": str(tmp / "runs/train"),
+        }
+    )
+    rag = cfg.rag.model_copy(
+        update={
+            "chunker": cfg.rag.chunker.model_copy(update={"kind": "heading", "chunk_size": 500}),
+            "index": cfg.rag.index.model_copy(update={"dir": str(root / "index")}),
+            "generator": cfg.rag.generator.model_copy(update={"model": str(tmp / "tiny-qwen3")}),
+        }
+    )
+    data = DataConfig(
+        corpus=CorpusSource(kind="folder", path=str(files["docs"])),
+        questions=QuestionSource(kind="jsonl", path=str(files["qa"])),
+        outdated=str(files["older"]),
+        splits=SplitConfig(seed=0, known_fraction=0.5, context_only_fraction=0.1, dev_fraction=0.2),
+        update_fraction=0.5,
+        snapshot=2024,
+    )
+    eval_ = cfg.eval.model_copy(
+        update={"scenarios": ["consistent", "factual_error", "outdated", "irrelevant", "unanswerable", "update"]}
+    )
     rule = SystemConfig(name="date_rule", kind="date_rule", context="presented", max_new_tokens=8)
     # the same rule with the RAG-SFT adapter reading the sources (the LoRA's memory kept)
-    rule_sft = SystemConfig(name="date_rule_rag_sft", kind="date_rule", context="presented", max_new_tokens=8,
-                            adapter="rag_sft")
-    return cfg.model_copy(update={"runs_dir": str(tmp / "runs"), "train": train, "rag": rag, "data": data,
-                                  "eval": eval_, "systems": [*cfg.systems, rule, rule_sft]})
+    rule_sft = SystemConfig(
+        name="date_rule_rag_sft", kind="date_rule", context="presented", max_new_tokens=8, adapter="rag_sft"
+    )
+    return cfg.model_copy(
+        update={
+            "runs_dir": str(tmp / "runs"),
+            "train": train,
+            "rag": rag,
+            "data": data,
+            "eval": eval_,
+            "systems": [*cfg.systems, rule, rule_sft],
+        }
+    )
 
 
 def test_a_run_config_names_either_the_demo_world_or_a_kb(tmp_path):
@@ -99,8 +149,7 @@ def test_shipped_kb_configs_validate_and_dry_run_on_the_users_data(name):
     assert cfg.data.world is None and cfg.data.corpus is not None and cfg.data.questions is not None
     lines: list[str] = []
     run(cfg, dry_run=True, echo=lines.append)
-    assert [ln.split()[1] for ln in lines] == ["data", "index", "scenarios", "train", "calibrate", "evaluate",
-                                                 "report"]
+    assert [ln.split()[1] for ln in lines] == ["data", "index", "scenarios", "train", "calibrate", "evaluate", "report"]
     assert f"questions {cfg.data.questions.kind} {cfg.data.questions.path}" in lines[0]
     assert f"--dataset {cfg.train.dataset}" in lines[3] and cfg.train.dataset.startswith(f"runs/{name}/")
     if name == "qwen3-4b-kb":
@@ -124,8 +173,15 @@ def test_reduced_kb_run_end_to_end(tmp_path):
     lines: list[str] = []
     table = run(cfg, echo=lines.append)
     root = tmp_path / "runs" / cfg.name
-    assert [ln.split()[1] for ln in lines if ln.startswith("[")] == ["data", "index", "scenarios", "train",
-                                                                     "calibrate", "evaluate", "report"]
+    assert [ln.split()[1] for ln in lines if ln.startswith("[")] == [
+        "data",
+        "index",
+        "scenarios",
+        "train",
+        "calibrate",
+        "evaluate",
+        "report",
+    ]
     # the run ends with one question of a known fact to ask the trained system, and where it lives
     assert lines[-1].startswith("try: lorarag ask ") and lines[-1].endswith(f"--run {tmp_path / 'runs' / cfg.name}")
     # labels mapped to the chunk holding the answer (heading chunks: one per paragraph here)
@@ -134,8 +190,10 @@ def test_reduced_kb_run_end_to_end(tmp_path):
     chunks = {c.chunk_id: c for c in read_jsonl(root / "data/chunks.jsonl", Chunk)}
     assert all(len(r["chunk_ids"]) == 1 for r in labels)
     # splits saved and hashed with the inputs
-    splits = {g: read_jsonl(root / f"data/splits/{g}.jsonl", QAItem)
-              for g in ("known", "known_dev", "context_only", "unseen_dev", "unseen")}
+    splits = {
+        g: read_jsonl(root / f"data/splits/{g}.jsonl", QAItem)
+        for g in ("known", "known_dev", "context_only", "unseen_dev", "unseen")
+    }
     hashes = json.loads((root / "run.json").read_text())["data_hashes"]
     assert str(root / "data/splits/unseen.jsonl") in hashes and str(cfg.data.questions.path) in hashes
     assert str(cfg.data.outdated) in hashes
@@ -199,20 +257,45 @@ def test_kb_targets_side_with_the_truth_by_token_f1_and_compare_paired_items():
     from tests.eval_fixtures import make_item
 
     gold, fake = "It is named after Reginald Punnett, the geneticist.", "It is named after a district in Mozambique."
-    r = make_item(scenario="factual_error", knowledge="known", gold_answers=(gold,), context_answer=fake,
-                  answer="Named after the geneticist Reginald Punnett.")
+    r = make_item(
+        scenario="factual_error",
+        knowledge="known",
+        gold_answers=(gold,),
+        context_answer=fake,
+        answer="Named after the geneticist Reginald Punnett.",
+    )
     assert sides_with_truth(r) and not sides_with_truth(make_item(**{**r.__dict__, "answer": fake}))
     assert not sides_with_truth(make_item(**{**r.__dict__, "answer": ""}))  # abstaining sides with nobody
     assert score_fn("token_f1")(r) == 1.0 and score_fn("contains")(r) == 0.0
     cfg = load_config(REPO / "configs/run/conflictnq-kb.yaml", RunConfig)
 
     def items(system: str, right_fe: int, right_cons: int) -> list:
-        out = [make_item(system=system, qid=f"fe{i}", fact_id=f"fe{i}", scenario="factual_error", knowledge="known",
-                         gold_answers=(gold,), context_answer=fake, answer=gold if i < right_fe else fake)
-               for i in range(20)]
-        return out + [make_item(system=system, qid=f"c{i}", fact_id=f"c{i}", scenario="consistent", knowledge="unknown",
-                                gold_answers=(gold,), context_answer=gold, answer=gold if i < right_cons else "")
-                      for i in range(20)]
+        out = [
+            make_item(
+                system=system,
+                qid=f"fe{i}",
+                fact_id=f"fe{i}",
+                scenario="factual_error",
+                knowledge="known",
+                gold_answers=(gold,),
+                context_answer=fake,
+                answer=gold if i < right_fe else fake,
+            )
+            for i in range(20)
+        ]
+        return out + [
+            make_item(
+                system=system,
+                qid=f"c{i}",
+                fact_id=f"c{i}",
+                scenario="consistent",
+                knowledge="unknown",
+                gold_answers=(gold,),
+                context_answer=gold,
+                answer=gold if i < right_cons else "",
+            )
+            for i in range(20)
+        ]
 
     (fe, fe_v, fe_ok), (cons, cons_v, cons_ok) = kb_targets(cfg, items("b", 2, 18), items("l", 16, 17))
     assert fe_v == pytest.approx(0.7) and fe_ok and cons_v == pytest.approx(-0.05) and cons_ok
@@ -232,12 +315,33 @@ def test_a_contains_kb_gets_the_absolute_targets_beside_the_paired_differences()
     from tests.eval_fixtures import make_item
 
     def items(system: str, right_fe: int, right_cons: int) -> list:
-        fe = [make_item(system=system, qid=f"fe{i}", fact_id=f"fe{i}", scenario="factual_error", knowledge="known",
-                        gold_answers=("Oslo",), context_answer="Bergen", answer="Oslo" if i < right_fe else "Bergen")
-              for i in range(20)]
-        return fe + [make_item(system=system, qid=f"c{k}{i}", fact_id=f"c{k}{i}", scenario="consistent", knowledge=k,
-                               gold_answers=("Oslo",), context_answer="Oslo", answer="Oslo" if i < right_cons else "Rome")
-                     for k in ("known", "unknown") for i in range(20)]
+        fe = [
+            make_item(
+                system=system,
+                qid=f"fe{i}",
+                fact_id=f"fe{i}",
+                scenario="factual_error",
+                knowledge="known",
+                gold_answers=("Oslo",),
+                context_answer="Bergen",
+                answer="Oslo" if i < right_fe else "Bergen",
+            )
+            for i in range(20)
+        ]
+        return fe + [
+            make_item(
+                system=system,
+                qid=f"c{k}{i}",
+                fact_id=f"c{k}{i}",
+                scenario="consistent",
+                knowledge=k,
+                gold_answers=("Oslo",),
+                context_answer="Oslo",
+                answer="Oslo" if i < right_cons else "Rome",
+            )
+            for k in ("known", "unknown")
+            for i in range(20)
+        ]
 
     demo = load_config(REPO / "configs/run/ci-tiny.yaml", RunConfig)
     assert demo.data.answer_metric == "contains" and "update" in demo.eval.scenarios
@@ -258,8 +362,11 @@ def test_a_contains_kb_gets_the_absolute_targets_beside_the_paired_differences()
     assert by["base RAG, consistent (known) >= 0.9"] == (pytest.approx(0.95), False)
     v, ok = by["LoRA-RAG, update (known) >= 0.85"]  # asked for, no item: undefined, never met
     assert v != v and not ok
-    no_update = demo.model_copy(update={"eval": demo.eval.model_copy(update={
-        "scenarios": ["consistent", "factual_error", "outdated", "irrelevant"]})})
+    no_update = demo.model_copy(
+        update={
+            "eval": demo.eval.model_copy(update={"scenarios": ["consistent", "factual_error", "outdated", "irrelevant"]})
+        }
+    )
     assert not any("update" in n for n, _, _ in kb_targets(no_update, base, lora))
 
 
@@ -267,8 +374,7 @@ def test_seeds_dry_run_plans_every_seed_of_a_kb_config():
     from lorarag.study.seeds import run_seeds
 
     lines: list[str] = []
-    run_seeds(load_config(REPO / "configs/run/ci-kb-tiny.yaml", RunConfig), [42, 43], dry_run=True,
-              echo=lines.append)
+    run_seeds(load_config(REPO / "configs/run/ci-kb-tiny.yaml", RunConfig), [42, 43], dry_run=True, echo=lines.append)
     assert sum(ln.startswith("[1/7] data") for ln in lines) == 2 and "ci-kb-tiny-qwen3-seed43" in "\n".join(lines)
 
 
@@ -280,15 +386,26 @@ def test_kb_headline_gives_mcnemar_p_the_shortcut_probe_and_detection_by_knowled
     gold, fake = "Reginald Punnett", "a district in Mozambique"
 
     def items(system: str, right: int, flagged: dict[str, int] | None = None) -> list:
-        return [make_item(system=system, qid=f"{k}{i}", fact_id=f"{k}{i}", scenario="factual_error", knowledge=k,
-                          gold_answers=(gold,),
-                          context_answer=fake, answer=gold if i < right else fake,
-                          verdict=None if flagged is None else ("conflicting" if i < flagged[k] else "supported"))
-                for k in ("known", "unknown") for i in range(20)]
+        return [
+            make_item(
+                system=system,
+                qid=f"{k}{i}",
+                fact_id=f"{k}{i}",
+                scenario="factual_error",
+                knowledge=k,
+                gold_answers=(gold,),
+                context_answer=fake,
+                answer=gold if i < right else fake,
+                verdict=None if flagged is None else ("conflicting" if i < flagged[k] else "supported"),
+            )
+            for k in ("known", "unknown")
+            for i in range(20)
+        ]
 
     summary = {"shortcut": {"n_pos": 40, "n_neg": 40, "auroc": 0.97, "auroc_splits": [0.97], "length_auroc": 0.48}}
-    md = headline_markdown(cfg, {"base_rag": items("base_rag", 2),
-                                 "lora_rag": items("lora_rag", 14, {"known": 15, "unknown": 13})}, summary)
+    md = headline_markdown(
+        cfg, {"base_rag": items("base_rag", 2), "lora_rag": items("lora_rag", 14, {"known": 15, "unknown": 13})}, summary
+    )
     # base right on 2 of 20, LoRA on 14, never the other way: 12 discordant pairs all one way,
     # exact McNemar p = 2 * 0.5**12 = 0.00049; each item its own fact, so 20 clusters and the
     # cluster permutation p is the same 2 of 2**12 sign patterns
@@ -299,22 +416,29 @@ def test_kb_headline_gives_mcnemar_p_the_shortcut_probe_and_detection_by_knowled
     det = next(ln for ln in md.splitlines() if ln.startswith("| factual_error | 15/20"))
     assert det == "| factual_error | 15/20 = 0.75 [0.53, 0.89] | 13/20 = 0.65 [0.43, 0.82] |"
     # every doubt here is `conflicting`: 15 known, 13 never learned, in the table of what the doubt says
-    kinds = md[md.index("What the doubt says"):]
+    kinds = md[md.index("What the doubt says") :]
     assert "| factual_error | conflicting 15 | conflicting 13 |" in kinds.splitlines()
 
 
 def test_what_the_doubt_says_counts_each_verdict_per_cell():
-    from lorarag.study.headline import doubt_kinds_table
+    from lorarag.study.verdict_tables import doubt_kinds_table
     from tests.eval_fixtures import make_item
 
-    verdicts = {"known": ["supported"] * 3 + ["conflicting", "irrelevant", "irrelevant"],
-                "unknown": ["supported", "insufficient", "insufficient", "insufficient", "outdated", "invalid"]}
-    lora = [make_item(qid=f"{k}{i}", fact_id=f"{k}{i}", scenario="consistent", knowledge=k, verdict=v)
-            for k, vs in verdicts.items() for i, v in enumerate(vs)]
+    verdicts = {
+        "known": ["supported"] * 3 + ["conflicting", "irrelevant", "irrelevant"],
+        "unknown": ["supported", "insufficient", "insufficient", "insufficient", "outdated", "invalid"],
+    }
+    lora = [
+        make_item(qid=f"{k}{i}", fact_id=f"{k}{i}", scenario="consistent", knowledge=k, verdict=v)
+        for k, vs in verdicts.items()
+        for i, v in enumerate(vs)
+    ]
     lora.append(make_item(qid="f0", fact_id="f0", scenario="factual_error", knowledge="known", verdict="supported"))
     rows = [ln for ln in doubt_kinds_table(lora) if ln.startswith("| ")]
-    assert rows[1:] == ["| consistent | conflicting 1 · irrelevant 2 | outdated 1 · insufficient 3 · invalid 1 |",
-                        "| factual_error | none | – |"]
+    assert rows[1:] == [
+        "| consistent | conflicting 1 · irrelevant 2 | outdated 1 · insufficient 3 · invalid 1 |",
+        "| factual_error | none | – |",
+    ]
 
 
 def test_attribution_of_a_token_f1_kb_counts_right_sentence_answers_as_correct():
@@ -325,8 +449,15 @@ def test_attribution_of_a_token_f1_kb_counts_right_sentence_answers_as_correct()
 
     gold = ("the geneticist Reginald Punnett",)
     # same words, other order: token F1 1.0 (articles dropped), but no gold substring
-    r = make_item(scenario="consistent", gold_answers=gold, answer="Reginald Punnett, geneticist",
-                  context_answer=gold[0], final_ids=("c1",), target_ids=("c1",), retrieved_ids=("c1",))
+    r = make_item(
+        scenario="consistent",
+        gold_answers=gold,
+        answer="Reginald Punnett, geneticist",
+        context_answer=gold[0],
+        final_ids=("c1",),
+        target_ids=("c1",),
+        retrieved_ids=("c1",),
+    )
     assert not is_correct(r) and attribute(r) == "generation_failure"
     assert attribute(r, correct_fn("token_f1")) == "correct"
     half = make_item(**{**r.__dict__, "answer": "Punnett"})  # P 1, R 1/3: F1 0.5, counts as right
@@ -334,8 +465,14 @@ def test_attribution_of_a_token_f1_kb_counts_right_sentence_answers_as_correct()
     low = make_item(**{**r.__dict__, "answer": "a district somewhere"})
     assert attribute(low, correct_fn("token_f1")) == "generation_failure"
     # on a wrong source only siding with the truth is right
-    fe = make_item(**{**r.__dict__, "scenario": "factual_error", "context_answer": "a district in Mozambique",
-                      "answer": "It is a district in Mozambique."})
+    fe = make_item(
+        **{
+            **r.__dict__,
+            "scenario": "factual_error",
+            "context_answer": "a district in Mozambique",
+            "answer": "It is a district in Mozambique.",
+        }
+    )
     assert attribute(fe, correct_fn("token_f1")) == "conflict_missed"
     assert attribute(make_item(**{**fe.__dict__, "answer": "Reginald Punnett"}), correct_fn("token_f1")) == "correct"
 
@@ -359,14 +496,20 @@ def test_reduced_kb_run_with_dense_distractors_and_generated_wordings(tmp_path, 
     from lorarag.study.pipeline import run
 
     cfg = _in_tmp(tmp_path)
-    emb = EmbedderConfig(kind="transformers", model=str(tiny_models["embedder"]), batch_size=2,
-                         query_instruction=None)
-    rag = cfg.rag.model_copy(update={
-        "embedder": emb, "retrieval": cfg.rag.retrieval.model_copy(update={"mode": "dense"}),
-        "index": cfg.rag.index.model_copy(update={"dense": DenseIndexConfig(kind="flat")})})
-    data = cfg.data.model_copy(update={"distractors": "retrieval",
-                                       "paraphrase": cfg.data.paraphrase.model_copy(
-                                           update={"enabled": True, "prompts": 1, "max_new_tokens": 12})})
+    emb = EmbedderConfig(kind="transformers", model=str(tiny_models["embedder"]), batch_size=2, query_instruction=None)
+    rag = cfg.rag.model_copy(
+        update={
+            "embedder": emb,
+            "retrieval": cfg.rag.retrieval.model_copy(update={"mode": "dense"}),
+            "index": cfg.rag.index.model_copy(update={"dense": DenseIndexConfig(kind="flat")}),
+        }
+    )
+    data = cfg.data.model_copy(
+        update={
+            "distractors": "retrieval",
+            "paraphrase": cfg.data.paraphrase.model_copy(update={"enabled": True, "prompts": 1, "max_new_tokens": 12}),
+        }
+    )
     keep = [s for s in cfg.systems if s.name in ("base_rag", "lora_rag")]
     cfg = cfg.model_copy(update={"rag": rag, "data": data, "systems": keep})
     lines: list[str] = []
@@ -380,8 +523,7 @@ def test_reduced_kb_run_with_dense_distractors_and_generated_wordings(tmp_path, 
     assert single and sorted(p.qid for p in rows) == single
     assert (root / "data/paraphrases.stamp.json").is_file()
     kept = sum(not p.why_not for p in rows)
-    assert any(ln.strip().startswith(f"paraphrases: {kept} of {len(rows)} kept for {len(single)} ")
-               for ln in lines), lines
+    assert any(ln.strip().startswith(f"paraphrases: {kept} of {len(rows)} kept for {len(single)} ") for ln in lines), lines
     assert f"reworded {len(single)} single-wording taught question(s)" in table
 
     # irrelevant contexts: the dense retriever's ranking, own chunks and answer-bearing ones skipped
@@ -393,6 +535,9 @@ def test_reduced_kb_run_with_dense_distractors_and_generated_wordings(tmp_path, 
     for s in irrelevant:
         ranked, _ = retriever.rank([s.question], len(ids))[0]
         own = set(s.relevant_ids) | set(s.removes)
-        expect = [ids[int(i)] for i in ranked if ids[int(i)] not in own
-                  and not (s.gold_answers and find_answer(texts[ids[int(i)]], s.gold_answers))]
-        assert [p.chunk_id for p in s.presented] == expect[:len(s.presented)], s.qid
+        expect = [
+            ids[int(i)]
+            for i in ranked
+            if ids[int(i)] not in own and not (s.gold_answers and find_answer(texts[ids[int(i)]], s.gold_answers))
+        ]
+        assert [p.chunk_id for p in s.presented] == expect[: len(s.presented)], s.qid

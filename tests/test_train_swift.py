@@ -20,14 +20,7 @@ from lorarag.train.config import SFTConfig, TrainConfig, check_swift_args
 from lorarag.train.export import export_command
 from lorarag.train.runs import find_adapter, last_checkpoint, run_dir
 from lorarag.train.sft import write_sft
-from lorarag.train.swift import (
-    command_for,
-    launch_env,
-    load_train_config,
-    slurm_script,
-    swift_command,
-    train,
-)
+from lorarag.train.swift import command_for, launch_env, load_train_config, slurm_script, swift_command, train
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -75,8 +68,14 @@ def test_a_checkpoint_makes_the_command_resume(tmp_path, sft_file):
 
 
 def test_multi_node_env_deepspeed_and_slurm(tmp_path, sft_file):
-    cfg = _cfg(tmp_path, Path("/m"), sft_file, nproc_per_node=8, nnodes=2,
-               swift={"deepspeed": "zero3", "target_modules": ["q_proj", "v_proj"], "template": "qwen3"})
+    cfg = _cfg(
+        tmp_path,
+        Path("/m"),
+        sft_file,
+        nproc_per_node=8,
+        nnodes=2,
+        swift={"deepspeed": "zero3", "target_modules": ["q_proj", "v_proj"], "template": "qwen3"},
+    )
     text = train(cfg, dry_run=True)
     assert text.startswith("NPROC_PER_NODE=8 NNODES=2 swift sft") or "NPROC_PER_NODE=8" in text
     assert "--deepspeed zero3" in text and "--target_modules q_proj v_proj" in text
@@ -110,8 +109,16 @@ def test_find_adapter(tmp_path):
     (tmp_path / "run1/adapter.json").write_text(json.dumps({"adapter": str(ad), "base_model": "/m"}))
     assert find_adapter("run1", tmp_path) == ad
     cmd = export_command("run1", str(tmp_path / "merged"), str(tmp_path))
-    assert cmd[:8] == ["swift", "export", "--adapters", str(ad), "--merge_lora", "true", "--output_dir",
-                       str(tmp_path / "merged")]
+    assert cmd[:8] == [
+        "swift",
+        "export",
+        "--adapters",
+        str(ad),
+        "--merge_lora",
+        "true",
+        "--output_dir",
+        str(tmp_path / "merged"),
+    ]
     assert cmd[cmd.index("--model") + 1] == "/m"  # no args.json: the base is named
 
 
@@ -119,10 +126,14 @@ def test_peft_kind_rejects_swift_arguments_it_would_not_honour(tmp_path):
     """gradient_accumulation_steps would change the training under ms-swift; the peft loop does not
     implement it, so the config is refused rather than trained differently without a word."""
     base = {"kind": "peft", "run_name": "r", "model": "/m", "dataset": "/d.jsonl"}
-    with pytest.raises(ValueError, match=r"swift.gradient_accumulation_steps: not implemented by the peft kind"
-                                         r".*also lr_scheduler_kwargs"):
-        TrainConfig.model_validate({**base, "swift": {"gradient_accumulation_steps": 2, "lora_rank": 8,
-                                                      "lr_scheduler_kwargs": {}}})
+    with pytest.raises(
+        ValueError,
+        match=r"swift.gradient_accumulation_steps: not implemented by the peft kind"
+        r".*also lr_scheduler_kwargs",
+    ):
+        TrainConfig.model_validate(
+            {**base, "swift": {"gradient_accumulation_steps": 2, "lora_rank": 8, "lr_scheduler_kwargs": {}}}
+        )
     ok = {"model_type": "qwen3", "template": "qwen3", "logging_steps": 5, "bf16": True, "lora_rank": 8}
     assert TrainConfig.model_validate({**base, "swift": ok}).swift == ok
     with pytest.raises(ValueError, match="not implemented"):  # the swift kind takes it (ms-swift checks)
@@ -137,8 +148,16 @@ def test_peft_kind_trains_writes_the_adapter_format_and_resumes(tmp_path, tiny_m
     torch.set_num_threads(1)
     from lorarag.train.peft_trainer import train_peft
 
-    args = {"lora_rank": 4, "lora_alpha": 8, "max_steps": 4, "save_steps": 2, "per_device_train_batch_size": 4,
-            "max_length": 512, "torch_dtype": "float32", "learning_rate": 5e-3}
+    args = {
+        "lora_rank": 4,
+        "lora_alpha": 8,
+        "max_steps": 4,
+        "save_steps": 2,
+        "per_device_train_batch_size": 4,
+        "max_length": 512,
+        "torch_dtype": "float32",
+        "learning_rate": 5e-3,
+    }
     out = tmp_path / "peft"
     final = train_peft(str(tiny_models["lm"]), str(sft_file), str(out), args, seed=0)
     assert final.name == "checkpoint-4"
@@ -161,9 +180,18 @@ def test_peft_kind_upper_layers_bf16_base_eager(tmp_path, tiny_models, sft_file)
     torch.set_num_threads(1)
     from lorarag.train.peft_trainer import train_peft
 
-    args = {"lora_rank": 4, "lora_alpha": 8, "max_steps": 2, "save_steps": 2, "per_device_train_batch_size": 4,
-            "max_length": 512, "torch_dtype": "bfloat16", "attn_impl": "eager", "learning_rate": 5e-3,
-            "target_regex": r".*\.layers\.1\.(self_attn\.[qkvo]_proj|mlp\.(gate|up|down)_proj)"}
+    args = {
+        "lora_rank": 4,
+        "lora_alpha": 8,
+        "max_steps": 2,
+        "save_steps": 2,
+        "per_device_train_batch_size": 4,
+        "max_length": 512,
+        "torch_dtype": "bfloat16",
+        "attn_impl": "eager",
+        "learning_rate": 5e-3,
+        "target_regex": r".*\.layers\.1\.(self_attn\.[qkvo]_proj|mlp\.(gate|up|down)_proj)",
+    }
     final = train_peft(str(tiny_models["lm"]), str(sft_file), str(tmp_path / "p"), args, seed=0)
     weights = load_file(str(final / "adapter_model.safetensors"))
     layers = {k.split(".layers.")[1].split(".")[0] for k in weights}
@@ -179,8 +207,13 @@ def test_peft_labels_cover_only_the_reply(tiny_models):
     from lorarag.train.peft_trainer import tokenize_rows
 
     tok = AutoTokenizer.from_pretrained(tiny_models["lm"])
-    row = {"messages": [{"role": "system", "content": "s"}, {"role": "user", "content": "Question: q?"},
-                        {"role": "assistant", "content": "Lyon"}]}
+    row = {
+        "messages": [
+            {"role": "system", "content": "s"},
+            {"role": "user", "content": "Question: q?"},
+            {"role": "assistant", "content": "Lyon"},
+        ]
+    }
     [(ids, labels)] = tokenize_rows(tok, [row], 512)
     kept = [t for t, lab in zip(ids, labels) if lab != -100]
     # The reply and its end token; with Qwen3's template the empty think block belongs to the reply
@@ -218,13 +251,17 @@ def test_swift_sft_kill_resume_export_reload(tmp_path, tiny_models, sft_file):
     end, merged with `swift export`, and the merged model's logits match peft's adapter."""
     import torch
 
-    cfg = _cfg(tmp_path, tiny_models["lm"], sft_file,
-               swift={**load_train_config(REPO / "configs/train/tiny.yaml").swift, "max_steps": 40,
-                      "save_steps": 2})
+    cfg = _cfg(
+        tmp_path,
+        tiny_models["lm"],
+        sft_file,
+        swift={**load_train_config(REPO / "configs/train/tiny.yaml").swift, "max_steps": 40, "save_steps": 2},
+    )
     out = run_dir(cfg) / "output"
     env = launch_env({**os.environ, "OMP_NUM_THREADS": "1"})  # as train() launches it
-    proc = subprocess.Popen(swift_command(cfg), env=env, start_new_session=True,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        swift_command(cfg), env=env, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
     try:
         deadline = time.time() + 300
         while last_checkpoint(out) is None and time.time() < deadline and proc.poll() is None:
@@ -264,8 +301,18 @@ def test_peft_main_reports_rows_that_do_not_fit_in_one_line(tmp_path, tiny_model
     from lorarag.train.peft_trainer import main
 
     with pytest.raises(SystemExit) as exc:
-        main(["--model", str(tiny_models["lm"]), "--dataset", str(sft_file), "--output_dir", str(tmp_path / "o"),
-              "--args", json.dumps({"max_length": 8})])
+        main(
+            [
+                "--model",
+                str(tiny_models["lm"]),
+                "--dataset",
+                str(sft_file),
+                "--output_dir",
+                str(tmp_path / "o"),
+                "--args",
+                json.dumps({"max_length": 8}),
+            ]
+        )
     msg = str(exc.value.code)
     assert msg.startswith("error: no training row fits max_length=8") and "\n" not in msg
 
@@ -291,12 +338,7 @@ def test_share_prefix_gives_the_padded_batch_loss_and_gradients(tiny_models, sft
     from transformers import AutoTokenizer
 
     from lorarag.train.config import DEFAULTS
-    from lorarag.train.peft_trainer import (
-        lora_model,
-        loss_backward,
-        shared_prefix,
-        tokenize_rows,
-    )
+    from lorarag.train.peft_trainer import lora_model, loss_backward, shared_prefix, tokenize_rows
     from lorarag.train.sft import read_sft
 
     torch.set_num_threads(1)
@@ -336,8 +378,16 @@ def test_config_changes_name_what_differs_from_the_trained_run(tmp_path):
     from lorarag.core.runinfo import start_run
     from lorarag.train.runs import config_changes
 
-    cfg = TrainConfig.model_validate({"kind": "peft", "run_name": "r", "model": "/m", "dataset": "/d.jsonl",
-                                      "runs_dir": str(tmp_path), "swift": {"lora_rank": 8}})
+    cfg = TrainConfig.model_validate(
+        {
+            "kind": "peft",
+            "run_name": "r",
+            "model": "/m",
+            "dataset": "/d.jsonl",
+            "runs_dir": str(tmp_path),
+            "swift": {"lora_rank": 8},
+        }
+    )
     assert config_changes(cfg) == []  # never trained: nothing to compare
     start_run(run_dir(cfg), cfg)
     assert config_changes(cfg) == []
@@ -368,8 +418,7 @@ def test_a_killed_parent_takes_its_training_child_with_it(tmp_path):
 
     pidfile = tmp_path / "child.pid"
     child = f"import os, time; open({str(pidfile)!r}, 'w').write(str(os.getpid())); time.sleep(120)"
-    parent = ("import sys; from lorarag.train.swift import run_child; "
-              f"run_child([sys.executable, '-c', {child!r}], {{}})")
+    parent = f"import sys; from lorarag.train.swift import run_child; run_child([sys.executable, '-c', {child!r}], {{}})"
     p = subprocess.Popen([sys.executable, "-c", parent], cwd=Path(__file__).resolve().parents[1])
     for _ in range(300):
         if pidfile.exists() and pidfile.read_text():
@@ -407,7 +456,7 @@ class _RunsCode:
 def test_resume_state_is_loaded_without_running_code(tmp_path):
     import torch
 
-    from lorarag.train.peft_trainer import load_trainer_state
+    from lorarag.train.trainer_state import load_trainer_state
 
     p = torch.nn.Linear(3, 2)
     opt = torch.optim.AdamW(p.parameters(), lr=1e-3)

@@ -29,18 +29,17 @@ import time
 from pathlib import Path
 from typing import Any
 
-from lorarag.core.errors import ConfigError
 from lorarag.rag.generators.hf import shared_len
 from lorarag.train.config import DEFAULTS
 from lorarag.train.sft import read_sft
+from lorarag.train.trainer_state import last_saved, load_trainer_state, save_checkpoint
 
 log = logging.getLogger(__name__)
 
 _ALL_LINEAR = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 
 
-def tokenize_rows(tok, rows: list[dict], max_length: int,
-                  truncation: str = "delete") -> list[tuple[list[int], list[int]]]:
+def tokenize_rows(tok, rows: list[dict], max_length: int, truncation: str = "delete") -> list[tuple[list[int], list[int]]]:
     """(input ids, labels) per messages row: labels only on the last assistant reply + <|im_end|>.
 
     Rows longer than `max_length` tokens are dropped (`delete`, ms-swift's default) or cut from
@@ -56,7 +55,7 @@ def tokenize_rows(tok, rows: list[dict], max_length: int,
         full = tok.apply_chat_template(msgs, tokenize=False)
         if not full.startswith(prompt):
             raise ValueError("chat template does not render the prompt as a prefix of the full chat")
-        reply = full[len(prompt):].rstrip("\n")  # "<content><|im_end|>"
+        reply = full[len(prompt) :].rstrip("\n")  # "<content><|im_end|>"
         p_ids = tok(prompt, add_special_tokens=False).input_ids
         r_ids = tok(reply, add_special_tokens=False).input_ids
         if len(p_ids) + len(r_ids) > max_length and (truncation == "delete" or len(p_ids) >= max_length):
@@ -64,8 +63,13 @@ def tokenize_rows(tok, rows: list[dict], max_length: int,
             continue
         out.append(((p_ids + r_ids)[:max_length], ([-100] * len(p_ids) + r_ids)[:max_length]))
     if dropped:
-        log.warning("%d of %d rows are longer than max_length=%d tokens: %s", dropped, len(rows), max_length,
-                    "dropped (truncation_strategy delete)" if truncation == "delete" else "reply cut away, dropped")
+        log.warning(
+            "%d of %d rows are longer than max_length=%d tokens: %s",
+            dropped,
+            len(rows),
+            max_length,
+            "dropped (truncation_strategy delete)" if truncation == "delete" else "reply cut away, dropped",
+        )
     if not out:
         raise ValueError(f"no training row fits max_length={max_length} tokens; raise swift.max_length")
     return out
@@ -78,8 +82,8 @@ def length_batches(lengths: list[int], batch_size: int, rng: random.Random) -> l
     pool = batch_size * 8
     batches = []
     for s in range(0, len(idx), pool):
-        part = sorted(idx[s:s + pool], key=lambda i: lengths[i])
-        batches += [part[j:j + batch_size] for j in range(0, len(part), batch_size)]
+        part = sorted(idx[s : s + pool], key=lambda i: lengths[i])
+        batches += [part[j : j + batch_size] for j in range(0, len(part), batch_size)]
     rng.shuffle(batches)
     return batches
 
@@ -105,15 +109,14 @@ def lora_model(model_dir: str, a: dict[str, Any]):
     """The base (`load_base`) with fresh LoRA weights on `lora_targets(a)`."""
     from peft import LoraConfig, get_peft_model
 
-    lcfg = LoraConfig(r=int(a["lora_rank"]), lora_alpha=int(a["lora_alpha"]), lora_dropout=float(a["lora_dropout"]),
-                      target_modules=lora_targets(a), task_type="CAUSAL_LM")
+    lcfg = LoraConfig(
+        r=int(a["lora_rank"]),
+        lora_alpha=int(a["lora_alpha"]),
+        lora_dropout=float(a["lora_dropout"]),
+        target_modules=lora_targets(a),
+        task_type="CAUSAL_LM",
+    )
     return get_peft_model(load_base(model_dir, a), lcfg)
-
-
-def _last_checkpoint(out: Path) -> Path | None:
-    cks = sorted((p for p in out.glob("checkpoint-*") if (p / "trainer_state.pt").is_file()),
-                 key=lambda p: int(p.name.split("-")[1]))
-    return cks[-1] if cks else None
 
 
 def tensorboard_writer(report_to: Any, out: Path):
@@ -131,8 +134,16 @@ def tensorboard_writer(report_to: Any, out: Path):
     return SummaryWriter(str(out / "runs"))
 
 
-def train_peft(model_dir: str, dataset: str, output_dir: str, args: dict[str, Any], seed: int,
-               resume: bool = True, share_prefix: bool = False, val_dataset: str | None = None) -> Path:
+def train_peft(
+    model_dir: str,
+    dataset: str,
+    output_dir: str,
+    args: dict[str, Any],
+    seed: int,
+    resume: bool = True,
+    share_prefix: bool = False,
+    val_dataset: str | None = None,
+) -> Path:
     """Train a LoRA on messages JSONL (`share_prefix`: see `loss_backward`; `val_dataset`: see the module
     docstring); returns the final checkpoint folder."""
     import torch
@@ -141,7 +152,6 @@ def train_peft(model_dir: str, dataset: str, output_dir: str, args: dict[str, An
     from tqdm import tqdm
     from transformers import AutoTokenizer
 
-
     a = {**DEFAULTS, **args}
     out = Path(output_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -149,11 +159,15 @@ def train_peft(model_dir: str, dataset: str, output_dir: str, args: dict[str, An
     tok = AutoTokenizer.from_pretrained(model_dir)
     rows = read_sft(dataset)
     if a["system"]:
-        rows = [{"messages": ([{"role": "system", "content": a["system"]}] if r["messages"][0]["role"] != "system"
-                              else []) + r["messages"]} for r in rows]
+        rows = [
+            {
+                "messages": ([{"role": "system", "content": a["system"]}] if r["messages"][0]["role"] != "system" else [])
+                + r["messages"]
+            }
+            for r in rows
+        ]
     data = tokenize_rows(tok, rows, int(a["max_length"]), a["truncation_strategy"])
-    val = tokenize_rows(tok, read_sft(val_dataset), int(a["max_length"]), a["truncation_strategy"]) \
-        if val_dataset else []
+    val = tokenize_rows(tok, read_sft(val_dataset), int(a["max_length"]), a["truncation_strategy"]) if val_dataset else []
     eval_every = int(a["eval_steps"] or 0)  # 0: at the end only (each pass costs forward time on a CPU)
     # Like ms-swift, the GPU when one is visible (CUDA_VISIBLE_DEVICES= keeps it on the CPU).
     device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -166,7 +180,7 @@ def train_peft(model_dir: str, dataset: str, output_dir: str, args: dict[str, An
     rng = random.Random(seed)
     plan = [b for _ in range(epochs) for b in length_batches([len(d[0]) for d in data], bs, rng)]
     if int(a["max_steps"]) > 0:
-        plan = plan[:int(a["max_steps"])]
+        plan = plan[: int(a["max_steps"])]
     total = len(plan)
     warm = max(1, int(total * float(a["warmup_ratio"])))
 
@@ -177,7 +191,7 @@ def train_peft(model_dir: str, dataset: str, output_dir: str, args: dict[str, An
         return 0.5 * (1 + math.cos(math.pi * frac)) if a["lr_scheduler_type"] == "cosine" else 1 - frac
 
     start = 0
-    ck = _last_checkpoint(out) if resume else None
+    ck = last_saved(out) if resume else None
     if ck is not None:
         set_peft_model_state_dict(model, load_file(str(ck / "adapter_model.safetensors")))
         state = load_trainer_state(ck, device)
@@ -199,14 +213,22 @@ def train_peft(model_dir: str, dataset: str, output_dir: str, args: dict[str, An
     for step in bar:
         for g in opt.param_groups:
             g["lr"] = float(a["learning_rate"]) * lr_at(step)
-        loss = loss_backward(body, lm_head, [data[i] for i in plan[step]], tok.pad_token_id, use_bf16, device,
-                             share_prefix)
+        loss = loss_backward(body, lm_head, [data[i] for i in plan[step]], tok.pad_token_id, use_bf16, device, share_prefix)
         torch.nn.utils.clip_grad_norm_(params, 1.0)
         opt.step()
         opt.zero_grad(set_to_none=True)
         bar.set_postfix(loss=f"{loss.item():.3f}")
-        logf.write(json.dumps({"step": step + 1, "loss": round(loss.item(), 4),
-                               "lr": opt.param_groups[0]["lr"], "elapsed_s": round(time.time() - t0, 1)}) + "\n")
+        logf.write(
+            json.dumps(
+                {
+                    "step": step + 1,
+                    "loss": round(loss.item(), 4),
+                    "lr": opt.param_groups[0]["lr"],
+                    "elapsed_s": round(time.time() - t0, 1),
+                }
+            )
+            + "\n"
+        )
         done = step + 1
         if board is not None:
             board.add_scalar("train/loss", loss.item(), done)
@@ -221,13 +243,13 @@ def train_peft(model_dir: str, dataset: str, output_dir: str, args: dict[str, An
                 board.add_scalar("eval/loss", vl, done)
         logf.flush()
         if done % int(a["save_steps"]) == 0 or done == total:
-            _save(model, opt, out / f"checkpoint-{done}", done)
+            save_checkpoint(model, opt, out / f"checkpoint-{done}", done)
     logf.close()
     if board is not None:
         board.close()
     final = out / f"checkpoint-{total}"
     if not (final / "adapter_model.safetensors").is_file():
-        _save(model, opt, final, total)
+        save_checkpoint(model, opt, final, total)
     return final
 
 
@@ -235,11 +257,18 @@ def shared_prefix(batch: list[tuple[list[int], list[int]]], min_tokens: int = 8)
     """Leading tokens every row of `batch` has in common, stopping before the position that
     predicts any row's first label (so no label falls in it); 0 when under `min_tokens` or one row."""
 
-    return shared_len([ids[:next(i for i, y in enumerate(lab) if y != -100)] for ids, lab in batch], min_tokens)
+    return shared_len([ids[: next(i for i, y in enumerate(lab) if y != -100)] for ids, lab in batch], min_tokens)
 
 
-def loss_backward(body, lm_head, batch: list[tuple[list[int], list[int]]], pad: int, bf16: bool,
-                  device: str = "cpu", share_prefix: bool = False):
+def loss_backward(
+    body,
+    lm_head,
+    batch: list[tuple[list[int], list[int]]],
+    pad: int,
+    bf16: bool,
+    device: str = "cpu",
+    share_prefix: bool = False,
+):
     """Forward + backward of one right-padded batch of (ids, labels); returns the mean loss
     (`forward_loss` with `share_prefix` as it says)."""
     loss = forward_loss(body, lm_head, batch, pad, bf16, device, share_prefix)
@@ -247,8 +276,9 @@ def loss_backward(body, lm_head, batch: list[tuple[list[int], list[int]]], pad: 
     return loss
 
 
-def val_loss(body, lm_head, rows: list[tuple[list[int], list[int]]], pad: int, bf16: bool, device: str,
-             batch_size: int) -> float:
+def val_loss(
+    body, lm_head, rows: list[tuple[list[int], list[int]]], pad: int, bf16: bool, device: str, batch_size: int
+) -> float:
     """Mean cross-entropy per label token over `rows` (batches in length order, no gradients)."""
     import torch
 
@@ -256,14 +286,22 @@ def val_loss(body, lm_head, rows: list[tuple[list[int], list[int]]], pad: int, b
     total, count = 0.0, 0
     with torch.no_grad():
         for s in range(0, len(order), batch_size):
-            batch = order[s:s + batch_size]
+            batch = order[s : s + batch_size]
             total += forward_loss(body, lm_head, batch, pad, bf16, device, reduction="sum").item()
             count += sum(sum(1 for y in lab[1:] if y != -100) for _, lab in batch)
     return total / count
 
 
-def forward_loss(body, lm_head, batch: list[tuple[list[int], list[int]]], pad: int, bf16: bool,
-                 device: str = "cpu", share_prefix: bool = False, reduction: str = "mean"):
+def forward_loss(
+    body,
+    lm_head,
+    batch: list[tuple[list[int], list[int]]],
+    pad: int,
+    bf16: bool,
+    device: str = "cpu",
+    share_prefix: bool = False,
+    reduction: str = "mean",
+):
     """The loss of one right-padded batch of (ids, labels) over its label tokens (`reduction` as in
     torch's cross_entropy).
 
@@ -284,49 +322,16 @@ def forward_loss(body, lm_head, batch: list[tuple[list[int], list[int]]], pad: i
         if n:  # one pass over the prefix, its cache repeated to the batch: [1, heads, n, d] -> [B, ...]
             cache = body(input_ids=torch.tensor([batch[0][0][:n]], device=device), use_cache=True).past_key_values
             cache.batch_repeat_interleave(len(rows))
-            kw = {"past_key_values": cache, "use_cache": True,
-                  "position_ids": torch.arange(n, n + width, device=device).expand(len(rows), -1)}
+            kw = {
+                "past_key_values": cache,
+                "use_cache": True,
+                "position_ids": torch.arange(n, n + width, device=device).expand(len(rows), -1),
+            }
         hidden = body(input_ids=ids, attention_mask=att, **kw).last_hidden_state  # [B, T - n, H]
         tgt = lab[:, 1:]
         keep = tgt != -100  # logits only where a label is: [N, V] instead of [B, T, V]
         logits = lm_head(hidden[:, :-1][keep])
     return torch.nn.functional.cross_entropy(logits.float(), tgt[keep], reduction=reduction)
-
-
-STATE_FILE = "trainer_state.pt"
-
-
-def load_trainer_state(folder: Path, device: str = "cpu") -> dict[str, Any]:
-    """A checkpoint's optimizer state and step, read with `weights_only=True`: tensors and plain
-    containers only, so a run folder someone hands you cannot run code when it is resumed (a
-    pickled object is refused: ConfigError naming the file)."""
-    import pickle
-
-    import torch
-
-    path = folder / STATE_FILE
-    try:
-        state = torch.load(path, weights_only=True, map_location=device)
-    except (pickle.UnpicklingError, RuntimeError, EOFError, OSError) as exc:
-        lines = [x.strip() for x in str(exc).splitlines() if x.strip()] or [type(exc).__name__]
-        why = next((x for x in lines if "GLOBAL" in x), lines[0])[:120]
-        raise ConfigError(f"{path}: not a plain optimizer state, refused ({why}); "
-                          "delete this checkpoint folder to resume from an earlier one") from None
-    step = state.get("step") if isinstance(state, dict) else None
-    if not isinstance(state, dict) or not isinstance(state.get("optimizer"), dict) or type(step) is not int:
-        raise ConfigError(f"{path}: expected {{'optimizer': state dict, 'step': int}}")
-    return state
-
-
-def _save(model, opt, folder: Path, step: int) -> None:
-    """Adapter in ms-swift/peft format, plus optimizer state for resuming (written last)."""
-    import torch
-
-    folder.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(folder, safe_serialization=True)
-    tmp = folder / (STATE_FILE + ".tmp")
-    torch.save({"optimizer": opt.state_dict(), "step": step}, tmp)  # tensors and plain values only
-    tmp.replace(folder / STATE_FILE)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -344,8 +349,15 @@ def main(argv: list[str] | None = None) -> None:
     ns = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     try:
-        final = train_peft(ns.model, ns.dataset, ns.output_dir, json.loads(ns.args), ns.seed,
-                           share_prefix=ns.share_prefix, val_dataset=ns.val_dataset)
+        final = train_peft(
+            ns.model,
+            ns.dataset,
+            ns.output_dir,
+            json.loads(ns.args),
+            ns.seed,
+            share_prefix=ns.share_prefix,
+            val_dataset=ns.val_dataset,
+        )
     except ValueError as exc:  # bad rows or arguments: one line, the caller names the run
         raise SystemExit(f"error: {exc}") from None
     print(f"final adapter: {final}")

@@ -36,8 +36,9 @@ from pathlib import Path
 from typing import Any
 
 from lorarag.train.config import DEFAULTS
-from lorarag.train.peft_trainer import _save, load_base, tokenize_rows
+from lorarag.train.peft_trainer import load_base, tokenize_rows
 from lorarag.train.preference import read_pairs
+from lorarag.train.trainer_state import save_checkpoint
 
 log = logging.getLogger(__name__)
 
@@ -47,8 +48,7 @@ Tokens = tuple[list[int], list[int]]  # (input ids, labels; -100 off the reply)
 def tokenize_pairs(tok, rows: list[dict], max_length: int) -> list[tuple[Tokens, Tokens]]:
     """(chosen, rejected) token rows per pair; a pair either side of which does not fit is dropped."""
     chosen = [{"messages": r["messages"]} for r in rows]
-    rejected = [{"messages": r["messages"][:-1] + [{"role": "assistant", "content": r["rejected_response"]}]}
-                for r in rows]
+    rejected = [{"messages": r["messages"][:-1] + [{"role": "assistant", "content": r["rejected_response"]}]} for r in rows]
     out = []
     for c, r in zip(chosen, rejected):
         try:
@@ -59,8 +59,9 @@ def tokenize_pairs(tok, rows: list[dict], max_length: int) -> list[tuple[Tokens,
     if not out:
         raise ValueError(f"no preference pair fits max_length={max_length} tokens; raise swift.max_length")
     if len(out) < len(rows):
-        log.warning("%d of %d pairs are longer than max_length=%d tokens: dropped", len(rows) - len(out),
-                    len(rows), max_length)
+        log.warning(
+            "%d of %d pairs are longer than max_length=%d tokens: dropped", len(rows) - len(out), len(rows), max_length
+        )
     return out
 
 
@@ -114,15 +115,16 @@ def reference_logps(model, data: list[tuple[Tokens, Tokens]], pad: int, device: 
     with torch.no_grad(), torch.autocast(torch.device(device).type, dtype=torch.bfloat16, enabled=bf16):
         # a research-scale pass (766 pairs, 96 batches) takes ~8 min on 2 cores: shown, not silent
         for s in tqdm(range(0, len(data), bs), desc="reference log-probs", unit="batch"):
-            part = data[s:s + bs]
+            part = data[s : s + bs]
             lp, _ = sequence_logps(model, [c for c, _ in part] + [r for _, r in part], pad, device)
-            cs.append(lp[:len(part)])
-            rs.append(lp[len(part):])
+            cs.append(lp[: len(part)])
+            rs.append(lp[len(part) :])
     return torch.cat(cs), torch.cat(rs)
 
 
-def run_cpu_loop(model_dir: str, sft_adapter: str, pairs: str, output_dir: str, pref: dict[str, Any],
-                     args: dict[str, Any], seed: int) -> Path:
+def run_cpu_loop(
+    model_dir: str, sft_adapter: str, pairs: str, output_dir: str, pref: dict[str, Any], args: dict[str, Any], seed: int
+) -> Path:
     """Train the SFT adapter on the pairs; `pref`: PreferenceConfig fields, `args`: the SFT run's
     ms-swift arguments (dtype, max_length, attention kernel). Returns the final checkpoint folder."""
     import torch
@@ -141,8 +143,7 @@ def run_cpu_loop(model_dir: str, sft_adapter: str, pairs: str, output_dir: str, 
     model.eval()  # no dropout: the policy equals the reference at step 0
     bs, beta, kind = int(pref["per_device_train_batch_size"]), float(pref["beta"]), pref["type"]
     use_bf16 = a["torch_dtype"] == "bfloat16" and device == "cpu"
-    ref_c, ref_r = (reference_logps(model, data, tok.pad_token_id, device, bs, use_bf16) if kind == "dpo"
-                    else (None, None))
+    ref_c, ref_r = reference_logps(model, data, tok.pad_token_id, device, bs, use_bf16) if kind == "dpo" else (None, None)
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=float(pref["learning_rate"]), weight_decay=0.0)
     rng = random.Random(seed)
@@ -150,9 +151,9 @@ def run_cpu_loop(model_dir: str, sft_adapter: str, pairs: str, output_dir: str, 
     for _ in range(int(math.ceil(float(pref["num_train_epochs"])))):
         idx = list(range(len(data)))
         rng.shuffle(idx)
-        plan += [idx[s:s + bs] for s in range(0, len(idx), bs)]
+        plan += [idx[s : s + bs] for s in range(0, len(idx), bs)]
     if int(pref["max_steps"]) > 0:
-        plan = (plan * int(math.ceil(int(pref["max_steps"]) / len(plan))))[:int(pref["max_steps"])]
+        plan = (plan * int(math.ceil(int(pref["max_steps"]) / len(plan))))[: int(pref["max_steps"])]
     total, warm = len(plan), max(1, int(len(plan) * float(a["warmup_ratio"])))
     t0 = time.perf_counter()
     with (out / "logging.jsonl").open("w", encoding="utf-8") as logf:
@@ -165,12 +166,11 @@ def run_cpu_loop(model_dir: str, sft_adapter: str, pairs: str, output_dir: str, 
             rows = [data[i][0] for i in batch] + [data[i][1] for i in batch]
             with torch.autocast(torch.device(device).type, dtype=torch.bfloat16, enabled=use_bf16):
                 lp, n = sequence_logps(model, rows, tok.pad_token_id, device)
-            pc, pr = lp[:len(batch)], lp[len(batch):]
+            pc, pr = lp[: len(batch)], lp[len(batch) :]
             if kind == "dpo":
-                losses, margin = dpo_loss(pc, pr, ref_c[batch], ref_r[batch], beta, n[:len(batch)],
-                                          pref.get("rpo_alpha"))
+                losses, margin = dpo_loss(pc, pr, ref_c[batch], ref_r[batch], beta, n[: len(batch)], pref.get("rpo_alpha"))
             else:
-                losses, margin = orpo_loss(pc, pr, n[:len(batch)], n[len(batch):], beta)
+                losses, margin = orpo_loss(pc, pr, n[: len(batch)], n[len(batch) :], beta)
             loss = losses.mean()
             loss.backward()
             torch.nn.utils.clip_grad_norm_(params, 1.0)
@@ -178,13 +178,22 @@ def run_cpu_loop(model_dir: str, sft_adapter: str, pairs: str, output_dir: str, 
             opt.zero_grad(set_to_none=True)
             value, ranked = loss.item(), (margin > 0).float().mean().item()  # ranked: pairs ordered right
             bar.set_postfix(loss=f"{value:.3f}", acc=f"{ranked:.2f}")
-            logf.write(json.dumps({"step": step + 1, "loss": round(value, 6),
-                                   "margin": round(margin.mean().item(), 6),
-                                   "accuracy": round(ranked, 4),
-                                   "lr": opt.param_groups[0]["lr"], "elapsed_s": round(time.perf_counter() - t0, 3)}) + "\n")
+            logf.write(
+                json.dumps(
+                    {
+                        "step": step + 1,
+                        "loss": round(value, 6),
+                        "margin": round(margin.mean().item(), 6),
+                        "accuracy": round(ranked, 4),
+                        "lr": opt.param_groups[0]["lr"],
+                        "elapsed_s": round(time.perf_counter() - t0, 3),
+                    }
+                )
+                + "\n"
+            )
             logf.flush()
     final = out / f"checkpoint-{total}"
-    _save(model, opt, final, total)
+    save_checkpoint(model, opt, final, total)
     return final
 
 
