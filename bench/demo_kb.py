@@ -48,6 +48,7 @@ def load_world_kb(world: WorldConfig, chunker: ChunkerConfig, folder: str | Path
 def world_rows(kb: WorldKB, splits: SplitConfig, sft: SFTConfig) -> list[SFTRow]:
     """The SFT training rows of `kb` split by fact (every taught fact in all its wordings: no test
     wording is held out, these rows train no adapter that is evaluated)."""
-    rows, _, _ = build_rows(split_by_fact(kb.items, splits), list(kb.corpus.chunks), sft, conflict_seed=splits.seed,
-                            outdated=kb.outdated)
+    rows, _, _ = build_rows(
+        split_by_fact(kb.items, splits), list(kb.corpus.chunks), sft, conflict_seed=splits.seed, outdated=kb.outdated
+    )
     return rows

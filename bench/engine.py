@@ -126,30 +126,37 @@ def compare(ref: Readings, got: Readings) -> dict:
     scored reply, every pass's tokens (greedy agreement), top-k and verdict probabilities, NLL."""
     n = len(ref.texts)
     pairs = [(a, b) for pa, pb in zip(ref.passes, got.passes) for a, b in zip(pa, pb)]
-    nll = [abs(a.doubt - b.doubt) for a, b in zip(ref.judged, got.judged)
-           if a.doubt is not None and b.doubt is not None]
-    return {"answer_agreement": sum(a == b for a, b in zip(ref.texts, got.texts)) / n,
-            "raw_reply_agreement": sum(a.verdict.raw == b.verdict.raw for a, b in zip(ref.judged, got.judged)) / n,
-            "pass_token_agreement": sum(a.tokens == b.tokens for a, b in pairs) / max(len(pairs), 1),
-            "max_topk_prob_diff": max((_topk_gap(a, b) for a, b in pairs), default=0.0),
-            "max_verdict_prob_diff": max((_probs_gap(a, b) for a, b in zip(ref.judged, got.judged)), default=0.0),
-            "max_nll_diff": max(nll, default=0.0)}
+    nll = [abs(a.doubt - b.doubt) for a, b in zip(ref.judged, got.judged) if a.doubt is not None and b.doubt is not None]
+    return {
+        "answer_agreement": sum(a == b for a, b in zip(ref.texts, got.texts)) / n,
+        "raw_reply_agreement": sum(a.verdict.raw == b.verdict.raw for a, b in zip(ref.judged, got.judged)) / n,
+        "pass_token_agreement": sum(a.tokens == b.tokens for a, b in pairs) / max(len(pairs), 1),
+        "max_topk_prob_diff": max((_topk_gap(a, b) for a, b in pairs), default=0.0),
+        "max_verdict_prob_diff": max((_probs_gap(a, b) for a, b in zip(ref.judged, got.judged)), default=0.0),
+        "max_nll_diff": max(nll, default=0.0),
+    }
 
 
 def _agreement(r: dict) -> str:
-    return (f"same answer {r['answer_agreement']:.3f}, same reply {r['raw_reply_agreement']:.3f}, same tokens per "
-            f"pass {r['pass_token_agreement']:.3f}, max |dP top-k| {r['max_topk_prob_diff']:.1e}, max |dP verdict| "
-            f"{r['max_verdict_prob_diff']:.1e}, max |dNLL| {r['max_nll_diff']:.1e}")
+    return (
+        f"same answer {r['answer_agreement']:.3f}, same reply {r['raw_reply_agreement']:.3f}, same tokens per "
+        f"pass {r['pass_token_agreement']:.3f}, max |dP top-k| {r['max_topk_prob_diff']:.1e}, max |dP verdict| "
+        f"{r['max_verdict_prob_diff']:.1e}, max |dNLL| {r['max_nll_diff']:.1e}"
+    )
 
 
 def _row(name: str, r: Readings) -> dict:
     lat = sorted(r.seconds)
-    return {"engine": name, "answers": len(lat), "answers_per_s": len(lat) / sum(lat),
-            "p50_s": statistics.median(lat), "p95_s": lat[min(len(lat) - 1, int(0.95 * len(lat)))]}
+    return {
+        "engine": name,
+        "answers": len(lat),
+        "answers_per_s": len(lat) / sum(lat),
+        "p50_s": statistics.median(lat),
+        "p95_s": lat[min(len(lat) - 1, int(0.95 * len(lat)))],
+    }
 
 
-def run(questions: int, out: Path, names: list[str] | None = None,
-        echo: Callable[[str], None] = print) -> list[dict]:
+def run(questions: int, out: Path, names: list[str] | None = None, echo: Callable[[str], None] = print) -> list[dict]:
     """The benchmark (module docstring) over `questions` distinct demo questions, for the engines
     `names` of ENGINES (default: all; the first is the reference); writes `out`."""
     from lorarag.bench.serve import demo_system
@@ -183,11 +190,15 @@ def run(questions: int, out: Path, names: list[str] | None = None,
         row["p50_speedup_vs_" + ref_name] = rows[0]["p50_s"] / row["p50_s"] if rows else 1.0
         pair = twin(name, engines)
         if pair is not None:
-            row["vs_" + pair] = {**compare(readings[pair], r), "p50_speedup": _row(pair, readings[pair])["p50_s"]
-                                 / row["p50_s"]}
+            row["vs_" + pair] = {
+                **compare(readings[pair], r),
+                "p50_speedup": _row(pair, readings[pair])["p50_s"] / row["p50_s"],
+            }
         rows.append(row)
-        echo(f"  {name:<22} {row['answers_per_s']:.3f} answers/s, p50 {row['p50_s']:.2f} s, p95 {row['p95_s']:.2f} s; "
-             f"{_agreement(row)}")
+        echo(
+            f"  {name:<22} {row['answers_per_s']:.3f} answers/s, p50 {row['p50_s']:.2f} s, p95 {row['p95_s']:.2f} s; "
+            f"{_agreement(row)}"
+        )
         if pair is not None:
             v = row["vs_" + pair]
             echo(f"    vs {pair}: p50 {v['p50_speedup']:.2f}x, {_agreement(v)}")

@@ -60,10 +60,16 @@ def _vectorised(runs, qrels) -> tuple[dict[str, float], float]:
 
 
 def _loop(runs, qrels) -> dict[str, float]:
-    out: dict[str, float] = {"mrr": float(np.nanmean([rm.item_mrr(r[:max(KS)], q) for r, q in zip(runs, qrels)]))}
+    out: dict[str, float] = {"mrr": float(np.nanmean([rm.item_mrr(r[: max(KS)], q) for r, q in zip(runs, qrels)]))}
     for k in KS:
-        for name, fn in (("p", rm.item_precision), ("r", rm.item_recall), ("hit", rm.item_hit),
-                         ("ndcg", rm.item_ndcg), ("map", rm.item_map), ("cp", rm.item_context_precision)):
+        for name, fn in (
+            ("p", rm.item_precision),
+            ("r", rm.item_recall),
+            ("hit", rm.item_hit),
+            ("ndcg", rm.item_ndcg),
+            ("map", rm.item_map),
+            ("cp", rm.item_context_precision),
+        ):
             out[f"{name}@{k}"] = float(np.nanmean([fn(r, q, k) for r, q in zip(runs, qrels)]))
     return out
 

@@ -36,17 +36,49 @@ from lorarag.trained.config import RunConfig
 # no token id the tokenizer cannot decode.
 SHAPES = {
     "qwen3-4b": {
-        "lm": dict(hidden_size=2560, intermediate_size=9728, num_hidden_layers=36, num_attention_heads=32,
-                   num_key_value_heads=8, head_dim=128, vocab_size=None, max_position_embeddings=40960),
+        "lm": dict(
+            hidden_size=2560,
+            intermediate_size=9728,
+            num_hidden_layers=36,
+            num_attention_heads=32,
+            num_key_value_heads=8,
+            head_dim=128,
+            vocab_size=None,
+            max_position_embeddings=40960,
+        ),
         # Qwen3-Embedding-0.6B and Qwen3-Reranker-0.6B are both Qwen3-0.6B bodies.
-        "small": dict(hidden_size=1024, intermediate_size=3072, num_hidden_layers=28, num_attention_heads=16,
-                      num_key_value_heads=8, head_dim=128, vocab_size=None, max_position_embeddings=40960),
+        "small": dict(
+            hidden_size=1024,
+            intermediate_size=3072,
+            num_hidden_layers=28,
+            num_attention_heads=16,
+            num_key_value_heads=8,
+            head_dim=128,
+            vocab_size=None,
+            max_position_embeddings=40960,
+        ),
     },
     "tiny": {
-        "lm": dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-                   num_key_value_heads=2, head_dim=32, vocab_size=None, max_position_embeddings=4096),
-        "small": dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-                      num_key_value_heads=2, head_dim=32, vocab_size=None, max_position_embeddings=4096),
+        "lm": dict(
+            hidden_size=64,
+            intermediate_size=128,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            head_dim=32,
+            vocab_size=None,
+            max_position_embeddings=4096,
+        ),
+        "small": dict(
+            hidden_size=64,
+            intermediate_size=128,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            head_dim=32,
+            vocab_size=None,
+            max_position_embeddings=4096,
+        ),
     },
 }
 
@@ -56,19 +88,26 @@ def build_random(out: Path, shape: dict, device: str, dtype: str, seed: int) -> 
     import torch
     from transformers import GenerationConfig, Qwen3Config, Qwen3ForCausalLM
 
-
     if (out / "model.safetensors.index.json").is_file() or (out / "model.safetensors").is_file():
         return out
     tok = build_tokenizer(out)
     kw = {**shape, "vocab_size": shape["vocab_size"] or len(tok)}
-    config = Qwen3Config(**kw, tie_word_embeddings=True, rope_theta=1_000_000.0, rms_norm_eps=1e-6,
-                         bos_token_id=None, eos_token_id=tok.convert_tokens_to_ids("<|im_end|>"),
-                         pad_token_id=tok.pad_token_id, torch_dtype=dtype)
+    config = Qwen3Config(
+        **kw,
+        tie_word_embeddings=True,
+        rope_theta=1_000_000.0,
+        rms_norm_eps=1e-6,
+        bos_token_id=None,
+        eos_token_id=tok.convert_tokens_to_ids("<|im_end|>"),
+        pad_token_id=tok.pad_token_id,
+        torch_dtype=dtype,
+    )
     torch.manual_seed(seed)
     with torch.device(device):  # a 4B model is built in seconds on the GPU, minutes on the CPU
         model = Qwen3ForCausalLM(config).to(getattr(torch, dtype))
     model.generation_config = GenerationConfig(
-        eos_token_id=[config.eos_token_id, tok.pad_token_id], pad_token_id=config.pad_token_id, do_sample=False)
+        eos_token_id=[config.eos_token_id, tok.pad_token_id], pad_token_id=config.pad_token_id, do_sample=False
+    )
     model.save_pretrained(out, safe_serialization=True)
     del model
     if device.startswith("cuda"):
@@ -83,8 +122,12 @@ def derive_config(base: dict, name: str, models: dict[str, Path], args) -> dict:
     root = f"{cfg.get('runs_dir', 'runs')}/{name}"
     cfg["name"] = name
     t = cfg["train"]
-    t.update(model=str(models["lm"]), run_name=f"{name}-lora", dataset=f"{root}/sft/train.jsonl",
-             val_dataset=f"{root}/sft/val.jsonl")
+    t.update(
+        model=str(models["lm"]),
+        run_name=f"{name}-lora",
+        dataset=f"{root}/sft/train.jsonl",
+        val_dataset=f"{root}/sft/val.jsonl",
+    )
     data = cfg.setdefault("data", {})
     if data.get("world") is not None:  # the demo world, resized; a user's knowledge base stays as it is
         data["world"] = {**data["world"], "n_orgs": args.n_orgs}
@@ -92,7 +135,6 @@ def derive_config(base: dict, name: str, models: dict[str, Path], args) -> dict:
         t["kind"] = args.train_kind
     t["swift"].update(max_steps=args.steps, save_steps=args.steps, torch_dtype=dtype)
     if t.get("kind", "swift") == "peft":  # the loop refuses what it would not honour: say what is dropped
-
         dropped = unsupported_args(t["swift"])
         print(f"peft kind: dropping ms-swift-only arguments {dropped}", flush=True)
         for k in dropped:
@@ -135,8 +177,12 @@ class GpuMemory:
     def _poll(self) -> None:
         while not self._stop.is_set():
             try:
-                out = subprocess.run(["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits"],
-                                     capture_output=True, text=True, timeout=5).stdout
+                out = subprocess.run(
+                    ["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits"],
+                    capture_output=True,
+                    text=True,
+                    timeout=5,
+                ).stdout
                 used = [int(x) for x in out.split() if x.isdigit()]
                 if used:
                     self.samples.append((time.time() - self.t0, max(used)))
@@ -159,8 +205,10 @@ def _torch_memory() -> dict[str, int]:
 
     if not torch.cuda.is_initialized():
         return {}
-    out = {"torch_max_allocated_mib": torch.cuda.max_memory_allocated() >> 20,
-           "torch_reserved_mib": torch.cuda.memory_reserved() >> 20}
+    out = {
+        "torch_max_allocated_mib": torch.cuda.max_memory_allocated() >> 20,
+        "torch_reserved_mib": torch.cuda.memory_reserved() >> 20,
+    }
     torch.cuda.reset_peak_memory_stats()
     return out
 
@@ -178,12 +226,15 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--n-orgs", type=int, default=30, help="organisations of the config's demo world (data.world)")
     ap.add_argument("--per-cell", type=int, default=25)
     ap.add_argument("--cal-items", type=int, default=40)
-    ap.add_argument("--max-batch-tokens", type=int, default=65536,
-                    help="transformers generator: padded tokens per batch (KV-cache bound)")
+    ap.add_argument(
+        "--max-batch-tokens",
+        type=int,
+        default=65536,
+        help="transformers generator: padded tokens per batch (KV-cache bound)",
+    )
     ap.add_argument("--conflictnq", default=None, help="a ConflictNQ folder to evaluate beside the world")
     ap.add_argument("--out", default=None, help="write the summary JSON here too")
     args = ap.parse_args(argv)
-
 
     t0 = time.time()
     stamps: list[tuple[float, str]] = []
@@ -199,31 +250,44 @@ def main(argv: list[str] | None = None) -> None:
     root = Path(args.models) / args.shape
     with GpuMemory(t0) as mem:
         echo(f"building random checkpoints ({args.shape}) on {args.device}")
-        models = {"lm": build_random(root / "lm", shape["lm"], args.device, dtype, 0),
-                  "embedder": build_random(root / "embedder", shape["small"], args.device, dtype, 1),
-                  "reranker": build_random(root / "reranker", shape["small"], args.device, dtype, 2)}
+        models = {
+            "lm": build_random(root / "lm", shape["lm"], args.device, dtype, 0),
+            "embedder": build_random(root / "embedder", shape["small"], args.device, dtype, 1),
+            "reranker": build_random(root / "reranker", shape["small"], args.device, dtype, 2),
+        }
         echo(f"random checkpoints ({args.shape}) ready under {root}")
         base = yaml.safe_load(Path(args.config).read_text(encoding="utf-8"))
         cfg = RunConfig.model_validate(derive_config(base, f"gpu-check-{args.shape}", models, args))
         run_dir = Path(cfg.runs_dir) / cfg.name
         run_dir.mkdir(parents=True, exist_ok=True)
-        (run_dir / "derived-config.yaml").write_text(yaml.safe_dump(cfg.model_dump(), sort_keys=False),
-                                                     encoding="utf-8")
+        (run_dir / "derived-config.yaml").write_text(yaml.safe_dump(cfg.model_dump(), sort_keys=False), encoding="utf-8")
         run(cfg, fresh=True, echo=echo)
-    summary = {"shape": args.shape, "device": args.device, "generator": args.generator, "train": cfg.train.kind,
-               "steps": args.steps, "wall_s": round(time.time() - t0, 1), "peak_gpu_mib": mem.peak,
-               # peak from each stage line to the next (MiB): which stage holds the memory
-               # and torch's own view in this process when the NEXT line came (the swift trainer is
-               # a subprocess: its memory shows in nvidia-smi's peak only)
-               "stages": [{"t_s": round(t, 1), "peak_gpu_mib": mem.peak_between(t, nxt), **tm_next, "msg": m}
-                          for (t, m), nxt, tm_next in zip(stamps, [s for s, _ in stamps[1:]] + [float("inf")],
-                                                          [*torch_mem[1:], _torch_memory()])]}
+    summary = {
+        "shape": args.shape,
+        "device": args.device,
+        "generator": args.generator,
+        "train": cfg.train.kind,
+        "steps": args.steps,
+        "wall_s": round(time.time() - t0, 1),
+        "peak_gpu_mib": mem.peak,
+        # peak from each stage line to the next (MiB): which stage holds the memory
+        # and torch's own view in this process when the NEXT line came (the swift trainer is
+        # a subprocess: its memory shows in nvidia-smi's peak only)
+        "stages": [
+            {"t_s": round(t, 1), "peak_gpu_mib": mem.peak_between(t, nxt), **tm_next, "msg": m}
+            for (t, m), nxt, tm_next in zip(
+                stamps, [s for s, _ in stamps[1:]] + [float("inf")], [*torch_mem[1:], _torch_memory()]
+            )
+        ],
+    }
     print(json.dumps({k: v for k, v in summary.items() if k != "stages"}))
     for st in summary["stages"]:
         if st["peak_gpu_mib"]:
-            print(f"{st['t_s']:8.1f}s {st['peak_gpu_mib']:7d} MiB (torch: max allocated "
-                  f"{st.get('torch_max_allocated_mib', 0)}, reserved {st.get('torch_reserved_mib', 0)})  "
-                  f"{st['msg'].splitlines()[0][:80]}")
+            print(
+                f"{st['t_s']:8.1f}s {st['peak_gpu_mib']:7d} MiB (torch: max allocated "
+                f"{st.get('torch_max_allocated_mib', 0)}, reserved {st.get('torch_reserved_mib', 0)})  "
+                f"{st['msg'].splitlines()[0][:80]}"
+            )
     for path in (run_dir / "gpu-check.json", *([Path(args.out)] if args.out else [])):
         path.write_text(json.dumps(summary, indent=1), encoding="utf-8")
 

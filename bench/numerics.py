@@ -37,11 +37,27 @@ from lorarag.core.numerics import NumericsConfig, cpu_flags, pinned_env
 REFERENCE = Path(__file__).with_name("numerics_reference.json")
 PINS = NumericsConfig(cpu_isa="avx2", threads=1)
 STEPS = 3
-STAGES = ("base", "rows", "forward", *(f"loss@{i}" for i in range(1, STEPS + 1)), "init", "grad@1", "clipped@1",
-          *(f"adapter@{i}" for i in range(1, STEPS + 1)))
-TRAIN_ARGS = {"lora_rank": 4, "lora_alpha": 8, "max_steps": STEPS, "save_steps": 1, "save_total_limit": STEPS,
-              "per_device_train_batch_size": 4, "max_length": 512, "torch_dtype": "float32",
-              "learning_rate": 5e-3}
+STAGES = (
+    "base",
+    "rows",
+    "forward",
+    *(f"loss@{i}" for i in range(1, STEPS + 1)),
+    "init",
+    "grad@1",
+    "clipped@1",
+    *(f"adapter@{i}" for i in range(1, STEPS + 1)),
+)
+TRAIN_ARGS = {
+    "lora_rank": 4,
+    "lora_alpha": 8,
+    "max_steps": STEPS,
+    "save_steps": 1,
+    "save_total_limit": STEPS,
+    "per_device_train_batch_size": 4,
+    "max_length": 512,
+    "torch_dtype": "float32",
+    "learning_rate": 5e-3,
+}
 
 
 def _sha(data: bytes) -> str:
@@ -74,8 +90,9 @@ def first_step(lm: Path, data: Path) -> dict[str, str]:
     out = {"init": _sha_tensors(params)}
     batch = length_batches([len(r[0]) for r in rows], int(a["per_device_train_batch_size"]), random.Random(0))[0]
     model.train()
-    loss = loss_backward(model.get_base_model().model, model.get_output_embeddings(), [rows[i] for i in batch],
-                         tok.pad_token_id, False)
+    loss = loss_backward(
+        model.get_base_model().model, model.get_output_embeddings(), [rows[i] for i in batch], tok.pad_token_id, False
+    )
     out["loss"] = f"{loss.item():.4f}"
     out["grad@1"] = _sha_tensors([(n, p.grad) for n, p in params])
     torch.nn.utils.clip_grad_norm_([p for _, p in params], 1.0)
@@ -126,8 +143,9 @@ def fingerprint(work: Path, *, pinned: bool = True) -> dict[str, str]:
     work.mkdir(parents=True, exist_ok=True)
     env = {k: v for k, v in os.environ.items() if k not in pinned_env(PINS)}
     env.update(pinned_env(PINS) if pinned else {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"})
-    res = subprocess.run([sys.executable, "-m", "lorarag.bench.numerics", str(work)], env=env,
-                         capture_output=True, text=True, timeout=900)
+    res = subprocess.run(
+        [sys.executable, "-m", "lorarag.bench.numerics", str(work)], env=env, capture_output=True, text=True, timeout=900
+    )
     if res.returncode != 0:
         raise RuntimeError(f"the pinned fingerprint run failed:\n{res.stderr[-3000:]}")
     return json.loads(res.stdout.strip().splitlines()[-1])
@@ -139,9 +157,16 @@ def first_difference(mine: dict[str, str], ref: dict[str, str]) -> str | None:
     return next((s for s in STAGES if s in ref and mine.get(s) != ref[s]), None)
 
 
-WHERE = {"base": "model build (the RNG's kernels)", "rows": "the data", "forward": "the forward pass",
-         "loss@1": "the forward pass at the LoRA's init", "init": "the LoRA's init (the RNG's kernels)",
-         "grad@1": "the backward pass", "clipped@1": "the gradient-norm clip", "adapter@1": "the optimiser (AdamW)"}
+WHERE = {
+    "base": "model build (the RNG's kernels)",
+    "rows": "the data",
+    "forward": "the forward pass",
+    "loss@1": "the forward pass at the LoRA's init",
+    "init": "the LoRA's init (the RNG's kernels)",
+    "grad@1": "the backward pass",
+    "clipped@1": "the gradient-norm clip",
+    "adapter@1": "the optimiser (AdamW)",
+}
 
 
 def where_parted(stage: str, ref: dict[str, str]) -> str:
@@ -155,31 +180,44 @@ def where_parted(stage: str, ref: dict[str, str]) -> str:
 def run(work: Path, out: Path, record: bool, echo: Callable[[str], None]) -> dict:
     """Fingerprint this machine, compare with every committed reference, write `out`."""
     flags = cpu_flags()
-    echo(f"numerics: pinned tiny run ({', '.join(f'{k}={v}' for k, v in pinned_env(PINS).items())}) "
-         f"on a CPU with {', '.join(flags) or 'no reported flags'}")
+    echo(
+        f"numerics: pinned tiny run ({', '.join(f'{k}={v}' for k, v in pinned_env(PINS).items())}) "
+        f"on a CPU with {', '.join(flags) or 'no reported flags'}"
+    )
     mine = fingerprint(work / "pinned")
     own = fingerprint(work / "own", pinned=False)
     refs = json.loads(REFERENCE.read_text(encoding="utf-8")) if REFERENCE.is_file() else []
     own_diff = first_difference(own, mine)
-    echo("this machine's own kernels (unpinned): " + ("the same bits as pinned" if own_diff is None else
-                                                      f"first differ from pinned at {own_diff}"))
-    report = {"cpu_flags": flags, "pins": pinned_env(PINS), "fingerprint": mine, "unpinned": own,
-              "unpinned_first_difference": own_diff, "against": []}
+    echo(
+        "this machine's own kernels (unpinned): "
+        + ("the same bits as pinned" if own_diff is None else f"first differ from pinned at {own_diff}")
+    )
+    report = {
+        "cpu_flags": flags,
+        "pins": pinned_env(PINS),
+        "fingerprint": mine,
+        "unpinned": own,
+        "unpinned_first_difference": own_diff,
+        "against": [],
+    }
     echo("| stage | this machine | " + " | ".join(r["machine"] for r in refs) + " |")
     echo("|---|---|" + "---|" * len(refs))
     for s in STAGES:
-        echo(f"| {s} | {mine.get(s)} | " + " | ".join(
-            ("same" if r["fingerprint"].get(s) == mine.get(s) else r["fingerprint"].get(s, "–")) for r in refs) + " |")
+        echo(
+            f"| {s} | {mine.get(s)} | "
+            + " | ".join(("same" if r["fingerprint"].get(s) == mine.get(s) else r["fingerprint"].get(s, "–")) for r in refs)
+            + " |"
+        )
     for r in refs:
         diff = first_difference(mine, r["fingerprint"])
-        where = ("identical bits" if diff is None else
-                 f"first differs at {diff}: {where_parted(diff, r['fingerprint'])}")
+        where = "identical bits" if diff is None else f"first differs at {diff}: {where_parted(diff, r['fingerprint'])}"
         report["against"].append({"machine": r["machine"], "first_difference": diff})
         echo(f"against {r['machine']}: {where}")
     if record:
         name = "+".join(f for f in flags if f != "avx2") or "avx2"
-        refs = [r for r in refs if r["machine"] != name] + [{"machine": name, "cpu_flags": flags,
-                                                              "pins": pinned_env(PINS), "fingerprint": mine}]
+        refs = [r for r in refs if r["machine"] != name] + [
+            {"machine": name, "cpu_flags": flags, "pins": pinned_env(PINS), "fingerprint": mine}
+        ]
         REFERENCE.write_text(json.dumps(refs, indent=1) + "\n", encoding="utf-8")
         echo(f"recorded as {name} in {REFERENCE}")
     out.parent.mkdir(parents=True, exist_ok=True)

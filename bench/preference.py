@@ -31,8 +31,10 @@ from lorarag.testing.tiny import build_causal_lm
 from lorarag.train.config import PreferenceConfig
 from lorarag.train.preference import PreferencePair, write_pairs
 
-WORDS = ("company founded headquarters chief executive officer net profit fiscal year version product "
-         "flagship city robotics energy logistics source memory verdict answer outdated archive").split()
+WORDS = (
+    "company founded headquarters chief executive officer net profit fiscal year version product "
+    "flagship city robotics energy logistics source memory verdict answer outdated archive"
+).split()
 LOG2_TOL = 1e-3  # |loss at step 1 - log 2| below which it counts as log 2
 
 
@@ -48,11 +50,16 @@ def make_pairs(n: int, seed: int) -> list[PreferencePair]:
     for i in range(n):
         mem, src = words(2), words(2)
         user = f"Sources:\n[S1] {words(14)}.\n[S2] {words(14)}.\nQuestion: {words(6)}?"
-        out.append(PreferencePair(
-            prompt=(("system", system), ("user", user)),
-            chosen=f"memory: {mem} | source: {src} | verdict: conflicting | answer: {mem}",
-            rejected=f"memory: {src} | source: {src} | verdict: supported | answer: {src}",
-            kind="wrong_source", variant=0, fact_id=f"bench/{i}"))
+        out.append(
+            PreferencePair(
+                prompt=(("system", system), ("user", user)),
+                chosen=f"memory: {mem} | source: {src} | verdict: conflicting | answer: {mem}",
+                rejected=f"memory: {src} | source: {src} | verdict: supported | answer: {src}",
+                kind="wrong_source",
+                variant=0,
+                fact_id=f"bench/{i}",
+            )
+        )
     return out
 
 
@@ -62,9 +69,10 @@ def build_sft_lora(base: Path, out_dir: Path, rank: int, seed: int) -> Path:
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM
 
-    model = get_peft_model(AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32),
-                           LoraConfig(r=rank, lora_alpha=2 * rank, target_modules="all-linear", lora_dropout=0.0,
-                                      task_type="CAUSAL_LM"))
+    model = get_peft_model(
+        AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32),
+        LoraConfig(r=rank, lora_alpha=2 * rank, target_modules="all-linear", lora_dropout=0.0, task_type="CAUSAL_LM"),
+    )
     gen = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for name, p in model.named_parameters():
@@ -85,8 +93,15 @@ def run_hand(model: Path, lora: Path, pairs: Path, work: Path, pref: dict[str, A
     """The hand loop on the pairs: steps/s and its loss at step 1 (from its logging.jsonl)."""
     from lorarag.train.preference_loop import run_cpu_loop
 
-    run_cpu_loop(str(model), str(lora), str(pairs), str(work), pref,
-                 {"torch_dtype": "float32", "max_length": 512, "warmup_ratio": 0.0}, seed)
+    run_cpu_loop(
+        str(model),
+        str(lora),
+        str(pairs),
+        str(work),
+        pref,
+        {"torch_dtype": "float32", "max_length": 512, "warmup_ratio": 0.0},
+        seed,
+    )
     rows = [json.loads(x) for x in (work / "logging.jsonl").read_text(encoding="utf-8").splitlines()]
     return {"steps_per_s": steps_per_s([r["elapsed_s"] for r in rows]), "first_loss": rows[0]["loss"]}
 
@@ -109,19 +124,42 @@ def run_trl(model: Path, lora: Path, pairs: list[PreferencePair], work: Path, pr
 
     torch.manual_seed(seed)
     tok = AutoTokenizer.from_pretrained(model)
-    policy = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(model, dtype=torch.float32), lora,
-                                       is_trainable=True)  # TRL copies it to a frozen "ref" adapter
-    args = DPOConfig(output_dir=str(work), max_steps=int(pref["max_steps"]),
-                     per_device_train_batch_size=int(pref["per_device_train_batch_size"]),
-                     gradient_accumulation_steps=1, learning_rate=float(pref["learning_rate"]),
-                     lr_scheduler_type="cosine", warmup_steps=0, weight_decay=0.0, max_grad_norm=1.0,
-                     beta=float(pref["beta"]), loss_type=["sigmoid"], precompute_ref_log_probs=True, max_length=512,
-                     seed=seed, use_cpu=True, bf16=False, fp16=False, gradient_checkpointing=False,
-                     logging_steps=1, save_strategy="no", report_to="none", dataloader_num_workers=0,
-                     disable_tqdm=True)
+    policy = PeftModel.from_pretrained(
+        AutoModelForCausalLM.from_pretrained(model, dtype=torch.float32), lora, is_trainable=True
+    )  # TRL copies it to a frozen "ref" adapter
+    args = DPOConfig(
+        output_dir=str(work),
+        max_steps=int(pref["max_steps"]),
+        per_device_train_batch_size=int(pref["per_device_train_batch_size"]),
+        gradient_accumulation_steps=1,
+        learning_rate=float(pref["learning_rate"]),
+        lr_scheduler_type="cosine",
+        warmup_steps=0,
+        weight_decay=0.0,
+        max_grad_norm=1.0,
+        beta=float(pref["beta"]),
+        loss_type=["sigmoid"],
+        precompute_ref_log_probs=True,
+        max_length=512,
+        seed=seed,
+        use_cpu=True,
+        bf16=False,
+        fp16=False,
+        gradient_checkpointing=False,
+        logging_steps=1,
+        save_strategy="no",
+        report_to="none",
+        dataloader_num_workers=0,
+        disable_tqdm=True,
+    )
     clock = Clock()
-    trainer = DPOTrainer(model=policy, args=args, train_dataset=Dataset.from_list([q.to_trl() for q in pairs]),
-                         processing_class=tok, callbacks=[clock])
+    trainer = DPOTrainer(
+        model=policy,
+        args=args,
+        train_dataset=Dataset.from_list([q.to_trl() for q in pairs]),
+        processing_class=tok,
+        callbacks=[clock],
+    )
     trainer.remove_callback(PrinterCallback)  # its per-step dicts on stdout: the table says what matters
     trainer.train()
     first = next(r["loss"] for r in trainer.state.log_history if "loss" in r)
@@ -132,13 +170,21 @@ def summarise(hand: list[dict], trl: list[dict] | str) -> dict:
     """The best run of each (highest steps/s), the ratio hand/TRL and the log 2 checks; `trl` is the
     error text where TRL did not run."""
     best_hand = max(hand, key=lambda r: r["steps_per_s"])
-    out: dict[str, Any] = {"hand": {**best_hand, "first_loss_is_log2": abs(best_hand["first_loss"] - math.log(2))
-                                     < LOG2_TOL, "runs": [r["steps_per_s"] for r in hand]}}
+    out: dict[str, Any] = {
+        "hand": {
+            **best_hand,
+            "first_loss_is_log2": abs(best_hand["first_loss"] - math.log(2)) < LOG2_TOL,
+            "runs": [r["steps_per_s"] for r in hand],
+        }
+    }
     if isinstance(trl, str):
         return {**out, "trl": None, "trl_error": trl, "ratio_hand_over_trl": None}
     best_trl = max(trl, key=lambda r: r["steps_per_s"])
-    out["trl"] = {**best_trl, "first_loss_is_log2": abs(best_trl["first_loss"] - math.log(2)) < LOG2_TOL,
-                  "runs": [r["steps_per_s"] for r in trl]}
+    out["trl"] = {
+        **best_trl,
+        "first_loss_is_log2": abs(best_trl["first_loss"] - math.log(2)) < LOG2_TOL,
+        "runs": [r["steps_per_s"] for r in trl],
+    }
     return {**out, "trl_error": None, "ratio_hand_over_trl": best_hand["steps_per_s"] / best_trl["steps_per_s"]}
 
 
@@ -149,8 +195,10 @@ def table(summary: dict, trl_version: str) -> list[str]:
         r = summary.get(key)
         if r is not None:
             runs = ", ".join(f"{x:.2f}" for x in r["runs"])
-            lines.append(f"| {name} | {r['steps_per_s']:.2f} | {runs} | {r['first_loss']:.6f} | "
-                         f"{'yes' if r['first_loss_is_log2'] else 'NO'} |")
+            lines.append(
+                f"| {name} | {r['steps_per_s']:.2f} | {runs} | {r['first_loss']:.6f} | "
+                f"{'yes' if r['first_loss_is_log2'] else 'NO'} |"
+            )
     if summary["trl_error"]:
         lines.append(f"TRL {trl_version} DPOTrainer cannot run this configuration on CPU: {summary['trl_error']}")
     else:
@@ -159,8 +207,16 @@ def table(summary: dict, trl_version: str) -> list[str]:
     return lines
 
 
-def run(model: Path | None, steps: int, batch: int, n_pairs: int, seed: int, repeats: int, out: Path,
-        echo: Callable[[str], None] = print) -> dict:
+def run(
+    model: Path | None,
+    steps: int,
+    batch: int,
+    n_pairs: int,
+    seed: int,
+    repeats: int,
+    out: Path,
+    echo: Callable[[str], None] = print,
+) -> dict:
     """Both loops `repeats` times each, in turn; echoes the table and writes JSON to `out`."""
     import torch
 
@@ -168,8 +224,9 @@ def run(model: Path | None, steps: int, batch: int, n_pairs: int, seed: int, rep
         trl_version = version("trl")
     except PackageNotFoundError:
         trl_version = "(not installed)"
-    pref = PreferenceConfig(enabled=True, beta=0.1, learning_rate=1e-4, max_steps=steps,
-                            per_device_train_batch_size=batch).model_dump()
+    pref = PreferenceConfig(
+        enabled=True, beta=0.1, learning_rate=1e-4, max_steps=steps, per_device_train_batch_size=batch
+    ).model_dump()
     label = str(model) if model is not None else "tiny Qwen3 (hidden 128, 4 layers)"
     isa = torch.backends.cpu.get_cpu_capability()
     with tempfile.TemporaryDirectory(prefix="lorarag-bench-preference-") as tmp:
@@ -179,8 +236,10 @@ def run(model: Path | None, steps: int, batch: int, n_pairs: int, seed: int, rep
         lora = build_sft_lora(model, root / "sft", rank=8, seed=seed)
         pairs = make_pairs(n_pairs, seed)
         pairs_file = write_pairs(pairs, root / "bench.pairs.jsonl")
-        echo(f"model {label}, {torch.get_num_threads()} threads ({isa}), {n_pairs} pairs, {steps} steps of {batch} "
-             f"pairs, {repeats} run(s) each")
+        echo(
+            f"model {label}, {torch.get_num_threads()} threads ({isa}), {n_pairs} pairs, {steps} steps of {batch} "
+            f"pairs, {repeats} run(s) each"
+        )
         hand: list[dict] = []
         trl_runs: list[dict] | str = []
         for i in range(repeats):
@@ -195,10 +254,21 @@ def run(model: Path | None, steps: int, batch: int, n_pairs: int, seed: int, rep
         summary = summarise(hand, trl_runs)
     for line in table(summary, trl_version):
         echo(line)
-    result = {"model": label, "threads": torch.get_num_threads(), "cpu_count": os.cpu_count(),
-              "cpu_capability": isa, "machine": platform.machine(), "torch": torch.__version__, "trl": trl_version,
-              "steps": steps, "batch": batch, "pairs": n_pairs, "seed": seed,
-              "repeats": repeats, **summary}
+    result = {
+        "model": label,
+        "threads": torch.get_num_threads(),
+        "cpu_count": os.cpu_count(),
+        "cpu_capability": isa,
+        "machine": platform.machine(),
+        "torch": torch.__version__,
+        "trl": trl_version,
+        "steps": steps,
+        "batch": batch,
+        "pairs": n_pairs,
+        "seed": seed,
+        "repeats": repeats,
+        **summary,
+    }
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
     echo(f"results -> {out}")

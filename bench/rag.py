@@ -33,8 +33,10 @@ from lorarag.testing.servers import free_port, launched, vllm_server_cmd
 from lorarag.testing.tiny import build_all
 
 SEED = 0
-WORDS = ("vehicle registration office owner licence plate traffic police safety road driver "
-         "accident fine permit company founded headquarters capital city river law article").split()
+WORDS = (
+    "vehicle registration office owner licence plate traffic police safety road driver "
+    "accident fine permit company founded headquarters capital city river law article"
+).split()
 
 
 def _texts(n: int, words: int, seed: int) -> list[str]:
@@ -60,10 +62,18 @@ def bench_rerank(model: Path, n: int, work: Path) -> dict:
 
     port = free_port()
     docs = _texts(n, 60, SEED)
-    with _server(model, port, work / "score.log", "--runner", "pooling", "--hf-overrides",
-                 json.dumps(VLLM_OVERRIDES), "--served-model-name", "rr") as base:
-        cfg = RerankerConfig(kind="qwen3", backend="http", model="rr", base_url=base + "/v1",
-                             batch_size=n)
+    with _server(
+        model,
+        port,
+        work / "score.log",
+        "--runner",
+        "pooling",
+        "--hf-overrides",
+        json.dumps(VLLM_OVERRIDES),
+        "--served-model-name",
+        "rr",
+    ) as base:
+        cfg = RerankerConfig(kind="qwen3", backend="http", model="rr", base_url=base + "/v1", batch_size=n)
         r = Qwen3HTTPReranker(cfg)
         r.score(["warm up"], ["warm up"])
         q = "which office registers a vehicle"
@@ -80,10 +90,10 @@ def bench_embed(model: Path, n: int, work: Path) -> dict:
 
     port = free_port()
     chunks = _texts(n, 80, SEED + 1)
-    with _server(model, port, work / "embed.log", "--runner", "pooling", "--convert", "embed",
-                 "--served-model-name", "emb") as base:
-        e = make_embedder(EmbedderConfig(kind="openai", model="emb", base_url=base + "/v1",
-                                         batch_size=n))
+    with _server(
+        model, port, work / "embed.log", "--runner", "pooling", "--convert", "embed", "--served-model-name", "emb"
+    ) as base:
+        e = make_embedder(EmbedderConfig(kind="openai", model="emb", base_url=base + "/v1", batch_size=n))
         e.embed_documents(["warm up"])
         got: dict[str, list] = {}
         one = _timed(lambda: got.update(one=[e.embed_documents([c])[0] for c in chunks]))
@@ -99,23 +109,34 @@ def bench_answer(model: Path, n: int, max_new_tokens: int, work: Path) -> dict:
     questions = _texts(n, 12, SEED + 2)
     convs = [[Message("system", "Answer from the sources."), Message("user", q)] for q in questions]
     with _server(model, port, work / "chat.log", "--served-model-name", "lm") as base:
-        g = OpenAIGenerator(GeneratorConfig(kind="openai", model="lm", base_url=base + "/v1",
-                                            max_new_tokens=max_new_tokens, batch_size=n,
-                                            max_model_len=512))
+        g = OpenAIGenerator(
+            GeneratorConfig(
+                kind="openai",
+                model="lm",
+                base_url=base + "/v1",
+                max_new_tokens=max_new_tokens,
+                batch_size=n,
+                max_model_len=512,
+            )
+        )
         g.generate(convs[:1])
         # ignore_eos is not portable: the same greedy work on both sides, checked below
         got: dict[str, list] = {}
         one = _timed(lambda: got.update(one=[g.generate([c])[0] for c in convs]))
         batched = _timed(lambda: got.update(batched=g.generate(convs)))
         g.close()
-    return {"n": n, "one_by_one_s": one, "batched_s": batched, "max_new_tokens": max_new_tokens,
-            "tokens_one_by_one": sum(len(x.tokens) for x in got["one"]),
-            "tokens_batched": sum(len(x.tokens) for x in got["batched"]),
-            "same_answers": sum(a.text == b.text for a, b in zip(got["one"], got["batched"]))}
+    return {
+        "n": n,
+        "one_by_one_s": one,
+        "batched_s": batched,
+        "max_new_tokens": max_new_tokens,
+        "tokens_one_by_one": sum(len(x.tokens) for x in got["one"]),
+        "tokens_batched": sum(len(x.tokens) for x in got["batched"]),
+        "same_answers": sum(a.text == b.text for a, b in zip(got["one"], got["batched"])),
+    }
 
 
-def run_bench(models: Path | None, *, candidates: int, chunks: int, questions: int,
-              max_new_tokens: int, out: Path) -> dict:
+def run_bench(models: Path | None, *, candidates: int, chunks: int, questions: int, max_new_tokens: int, out: Path) -> dict:
     """Run (a), (b), (c) and write the results JSON to `out`."""
     with tempfile.TemporaryDirectory(prefix="bench-rag-") as tmp:
         work = Path(tmp)
@@ -133,9 +154,12 @@ def run_bench(models: Path | None, *, candidates: int, chunks: int, questions: i
         }
     for r in results.values():
         r["ratio"] = r["one_by_one_s"] / r["batched_s"]
-    res = {"results": results, "models": str(models or "tiny Qwen3 (lorarag.testing.tiny)"),
-           "machine": {"python": sys.version.split()[0], "platform": platform.platform()},
-           "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    res = {
+        "results": results,
+        "models": str(models or "tiny Qwen3 (lorarag.testing.tiny)"),
+        "machine": {"python": sys.version.split()[0], "platform": platform.platform()},
+        "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(res, indent=1), encoding="utf-8")
     return res

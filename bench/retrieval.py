@@ -32,8 +32,7 @@ Qrels = dict[str, dict[str, int]]  # query id -> {doc id: grade}
 Run = dict[str, list[str]]  # query id -> ranked doc ids
 
 # Numbers measured for the issue with a plain character-bigram BM25 (the bar to meet).
-REFERENCE = {"lecoqa": {"recall@10": 0.635, "mrr@10": 0.534},
-             "piaf-fr": {"recall@10": 0.981, "mrr@10": 0.813}}
+REFERENCE = {"lecoqa": {"recall@10": 0.635, "mrr@10": 0.534}, "piaf-fr": {"recall@10": 0.981, "mrr@10": 0.813}}
 _CJK = re.compile(r"[\u3400-\u9fff\uf900-\ufaff]")
 
 
@@ -66,9 +65,15 @@ def ndcg_at(ranked: list[str], rel: dict[str, int], k: int) -> float:
 
 def evaluate(run: Run, qrels: Qrels) -> dict[str, float]:
     """Mean Recall@5/10, MRR@10, nDCG@10 over the judged queries."""
-    rows = [(recall_at(run.get(q, []), rel, 5), recall_at(run.get(q, []), rel, 10),
-             mrr_at(run.get(q, []), rel, 10), ndcg_at(run.get(q, []), rel, 10))
-            for q, rel in qrels.items()]
+    rows = [
+        (
+            recall_at(run.get(q, []), rel, 5),
+            recall_at(run.get(q, []), rel, 10),
+            mrr_at(run.get(q, []), rel, 10),
+            ndcg_at(run.get(q, []), rel, 10),
+        )
+        for q, rel in qrels.items()
+    ]
     names = ("recall@5", "recall@10", "mrr@10", "ndcg@10")
     return {n: float(np.mean([r[i] for r in rows])) for i, n in enumerate(names)}
 
@@ -113,7 +118,7 @@ def run_ours(docs: list[tuple[str, str]], queries: list[tuple[str, str]], k: int
 def _baseline_tokens(text: str) -> list[str]:
     if _CJK.search(text):
         s = re.sub(r"\s+", "", text)
-        return [s[i:i + 2] for i in range(len(s) - 1)] or [s]
+        return [s[i : i + 2] for i in range(len(s) - 1)] or [s]
     return re.findall(r"\w+", text.lower())
 
 
@@ -145,10 +150,14 @@ def run(data_root: Path, datasets: list[str], split: str, out: Path) -> dict:
         judged = [(q, queries[q]) for q in sorted(qrels) if q in queries]
         ours, secs = run_ours(docs, judged, 10)
         base = run_baseline(docs, judged, 10)
-        results[name] = {"n_docs": len(docs), "n_queries": len(judged),
-                         "ours": evaluate(ours, qrels), "baseline": evaluate(base, qrels),
-                         "reference": REFERENCE.get(name, {}),
-                         "ours_queries_per_s": len(judged) / secs if secs else None}
+        results[name] = {
+            "n_docs": len(docs),
+            "n_queries": len(judged),
+            "ours": evaluate(ours, qrels),
+            "baseline": evaluate(base, qrels),
+            "reference": REFERENCE.get(name, {}),
+            "ours_queries_per_s": len(judged) / secs if secs else None,
+        }
     _print(results)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(results, indent=1), encoding="utf-8")
@@ -160,8 +169,11 @@ def _print(results: dict) -> None:
     metrics = ("recall@5", "recall@10", "mrr@10", "ndcg@10")
     print(f"{'dataset':10} {'system':22} " + " ".join(f"{m:>9}" for m in metrics))
     for name, r in results.items():
-        rows = [("ours (bm25, auto tok)", r["ours"]), ("baseline (bigram bm25)", r["baseline"]),
-                ("issue reference", r["reference"])]
+        rows = [
+            ("ours (bm25, auto tok)", r["ours"]),
+            ("baseline (bigram bm25)", r["baseline"]),
+            ("issue reference", r["reference"]),
+        ]
         for label, vals in rows:
             cells = " ".join(f"{vals[m]:9.3f}" if m in vals else f"{'':>9}" for m in metrics)
             print(f"{name:10} {label:22} {cells}")

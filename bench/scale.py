@@ -52,15 +52,24 @@ def bench_index(n: int, d: int, work: Path, echo: Echo) -> dict:
     chunks = [Chunk(f"c{i}", f"d{i // 10}", f"doc{i // 10}.md", "", 0, 0) for i in range(n)]
     out: dict = {"n": n, "dim": d}
     truth = None
-    engines = [("faiss_flat", DenseIndexConfig(kind="flat")), ("faiss_hnsw", DenseIndexConfig(kind="hnsw")),
-               ("milvus_flat", DenseIndexConfig(kind="milvus", milvus_index="FLAT",
-                                                milvus_uri=str(work / f"m{n}.db"))),
-               ("milvus_hnsw", DenseIndexConfig(kind="milvus", milvus_index="HNSW",
-                                                milvus_uri=str(work / f"m{n}.db"), milvus_collection="hnsw"))]
+    engines = [
+        ("faiss_flat", DenseIndexConfig(kind="flat")),
+        ("faiss_hnsw", DenseIndexConfig(kind="hnsw")),
+        ("milvus_flat", DenseIndexConfig(kind="milvus", milvus_index="FLAT", milvus_uri=str(work / f"m{n}.db"))),
+        (
+            "milvus_hnsw",
+            DenseIndexConfig(
+                kind="milvus", milvus_index="HNSW", milvus_uri=str(work / f"m{n}.db"), milvus_collection="hnsw"
+            ),
+        ),
+    ]
     for name, cfg in engines:
         t0 = time.perf_counter()
-        part = (MilvusPart.build(vecs, cfg, chunks=chunks, index_dir=work / f"i{n}") if cfg.kind == "milvus"
-                else DensePart.build(vecs, cfg))
+        part = (
+            MilvusPart.build(vecs, cfg, chunks=chunks, index_dir=work / f"i{n}")
+            if cfg.kind == "milvus"
+            else DensePart.build(vecs, cfg)
+        )
         if cfg.kind == "milvus":
             part.publish()
         build = time.perf_counter() - t0
@@ -69,8 +78,10 @@ def bench_index(n: int, d: int, work: Path, echo: Echo) -> dict:
         qps = len(queries) / (time.perf_counter() - t0)
         truth = hits if truth is None else truth
         out[name] = {"build_s": build, "queries_per_s": qps, "recall@10": _recall(truth, hits)}
-        echo(f"  {n:>9,} x {d}: {name:<12} build {build:7.1f} s   {qps:9.0f} queries/s   "
-             f"recall@10 {out[name]['recall@10']:.3f}")
+        echo(
+            f"  {n:>9,} x {d}: {name:<12} build {build:7.1f} s   {qps:9.0f} queries/s   "
+            f"recall@10 {out[name]['recall@10']:.3f}"
+        )
     return out
 
 
@@ -101,24 +112,37 @@ def _eval_setup(work: Path, *, write: bool = False):
     model = work / "tiny-qwen3"
     if not (model / "config.json").is_file():
         build_causal_lm(model)
-    cfg = cfg.model_copy(update={"rag": cfg.rag.model_copy(update={
-        "generator": cfg.rag.generator.model_copy(update={"model": str(model)}),
-        "index": cfg.rag.index.model_copy(update={"dir": str(work / "index")})})})
+    cfg = cfg.model_copy(
+        update={
+            "rag": cfg.rag.model_copy(
+                update={
+                    "generator": cfg.rag.generator.model_copy(update={"model": str(model)}),
+                    "index": cfg.rag.index.model_copy(update={"dir": str(work / "index")}),
+                }
+            )
+        }
+    )
     assert cfg.data.world is not None  # ci-tiny is a world config
     kb = load_world_kb(cfg.data.world, cfg.rag.chunker, work / "world", write=write)
     groups = split_by_fact(kb.items, cfg.data.splits)
-    items = [s for group, knowledge in (("known", "known"), ("unseen", "unknown"))
-             for s in corpus_scenarios(groups[group], list(kb.corpus.chunks), name="kb", knowledge=knowledge, seed=0,
-                                       outdated=kb.outdated)]
-    retriever = index_chunks(cfg, list(kb.corpus.chunks), len(kb.corpus.documents), cfg.rag.index) \
-        if not (work / "index" / "manifest.json").is_file() else None
+    items = [
+        s
+        for group, knowledge in (("known", "known"), ("unseen", "unknown"))
+        for s in corpus_scenarios(
+            groups[group], list(kb.corpus.chunks), name="kb", knowledge=knowledge, seed=0, outdated=kb.outdated
+        )
+    ]
+    retriever = (
+        index_chunks(cfg, list(kb.corpus.chunks), len(kb.corpus.documents), cfg.rag.index)
+        if not (work / "index" / "manifest.json").is_file()
+        else None
+    )
     if retriever is None:
         from lorarag.rag.retrieve import load_retriever
 
         retriever = load_retriever(cfg.rag.index, cfg.rag.retrieval)
     parts = build_parts(cfg, retriever, None, list(kb.corpus.chunks))
-    system = build_system(SystemConfig(name="base_rag", kind="base_rag", context="retrieved", max_new_tokens=8),
-                          parts)
+    system = build_system(SystemConfig(name="base_rag", kind="base_rag", context="retrieved", max_new_tokens=8), parts)
     return sorted(items, key=lambda s: s.qid), system
 
 
@@ -147,8 +171,13 @@ def bench_shards(count: int, work: Path, echo: Echo) -> dict:
     t_one = time.perf_counter() - t0
     sharded = work / "sharded"
     t0 = time.perf_counter()
-    procs = [subprocess.Popen([sys.executable, "-c", _SHARD_CODE, str(work), str(i), str(count),
-                               str(shard_dir(sharded, Shard(i, count)))], env=env) for i in range(count)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", _SHARD_CODE, str(work), str(i), str(count), str(shard_dir(sharded, Shard(i, count)))],
+            env=env,
+        )
+        for i in range(count)
+    ]
     if any(p.wait() != 0 for p in procs):
         raise RuntimeError("a shard process failed")
     t_sharded = time.perf_counter() - t0
@@ -156,11 +185,19 @@ def bench_shards(count: int, work: Path, echo: Echo) -> dict:
         write_stamp(shard_dir(sharded, Shard(i, count)), {"bench": "scale"})
     merged = merge_shards(sharded, count, [s.qid for s in items])
     same = [replace(r, latency_s=0.0) for r in merged] == [replace(r, latency_s=0.0) for r in load_results(one)]
-    out = {"items": len(items), "shards": count, "one_process_items_per_s": len(items) / t_one,
-           "sharded_items_per_s": len(items) / t_sharded, "speedup": t_one / t_sharded, "identical_rows": same}
-    echo(f"  eval {len(items)} items: one process {out['one_process_items_per_s']:.1f} items/s, "
-         f"{count} shards {out['sharded_items_per_s']:.1f} items/s ({out['speedup']:.2f}x); merged rows "
-         f"{'identical' if same else 'DIFFER'}")
+    out = {
+        "items": len(items),
+        "shards": count,
+        "one_process_items_per_s": len(items) / t_one,
+        "sharded_items_per_s": len(items) / t_sharded,
+        "speedup": t_one / t_sharded,
+        "identical_rows": same,
+    }
+    echo(
+        f"  eval {len(items)} items: one process {out['one_process_items_per_s']:.1f} items/s, "
+        f"{count} shards {out['sharded_items_per_s']:.1f} items/s ({out['speedup']:.2f}x); merged rows "
+        f"{'identical' if same else 'DIFFER'}"
+    )
     return out
 
 
@@ -177,8 +214,10 @@ def run(sizes: list[int], dim: int, shards: int, out: Path, echo: Echo = print) 
             res["shards"] = bench_shards(shards, work, echo)
     for r in res["index"]:
         f = r["faiss_flat"]
-        echo(f"  {r['n']:,}: Milvus Lite FLAT / FAISS flat: build {r['milvus_flat']['build_s'] / f['build_s']:.1f}x "
-             f"the time, queries/s {r['milvus_flat']['queries_per_s'] / f['queries_per_s']:.2f}x")
+        echo(
+            f"  {r['n']:,}: Milvus Lite FLAT / FAISS flat: build {r['milvus_flat']['build_s'] / f['build_s']:.1f}x "
+            f"the time, queries/s {r['milvus_flat']['queries_per_s'] / f['queries_per_s']:.2f}x"
+        )
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(res, indent=1), encoding="utf-8")
     echo(f"-> {out}")

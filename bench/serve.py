@@ -57,7 +57,8 @@ def _zero_lora(base: str, rank: int, alpha: int, out: Path) -> Path:
 
     model = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32)
     get_peft_model(model, LoraConfig(r=rank, lora_alpha=alpha, target_modules="all-linear")).save_pretrained(
-        out, safe_serialization=True)
+        out, safe_serialization=True
+    )
     return out
 
 
@@ -75,27 +76,27 @@ def demo_system(work: Path, generator: dict | None = None) -> tuple[AdvancedRAGS
     assert cfg.data.world is not None  # the demo config is a world config
     kb = load_world_kb(cfg.data.world, cfg.rag.chunker, work / "world")
     chunks = list(kb.corpus.chunks)
-    retriever = index_chunks(cfg, chunks, len(kb.corpus.documents),
-                             cfg.rag.index.model_copy(update={"dir": str(work / "index")}))
+    retriever = index_chunks(
+        cfg, chunks, len(kb.corpus.documents), cfg.rag.index.model_copy(update={"dir": str(work / "index")})
+    )
     sw = cfg.train.swift
     adapter = _zero_lora(cfg.train.model, sw["lora_rank"], sw["lora_alpha"], work / "adapter")
     parts = build_parts(cfg, retriever, adapter, chunks)
-    system = AdvancedRAGSystem(parts.rag, Detector(parts.generator, parts.first_tokens, cfg.fallback, None),
-                               cfg.fallback)
+    system = AdvancedRAGSystem(parts.rag, Detector(parts.generator, parts.first_tokens, cfg.fallback, None), cfg.fallback)
     return system, question_pool(kb)
 
 
 def question_pool(kb: WorldKB) -> list[str]:
     """Every fact of the world (each question with an answer) asked in each of its wordings,
     distinct, in a seeded shuffled order (so each slice holds a mix of facts, attributes and wordings)."""
-    pool = list(dict.fromkeys(w for it in sorted(kb.items, key=lambda it: it.qid) if it.answers
-                              for w in it.all_wordings))
+    pool = list(dict.fromkeys(w for it in sorted(kb.items, key=lambda it: it.qid) if it.answers for w in it.all_wordings))
     random.Random(0).shuffle(pool)
     return pool
 
 
 def _run_clients(url: str, name: str, questions: list[str], clients: int) -> tuple[float, list[float]]:
     """Wall seconds and per-request latencies for `questions` sent by `clients` threads."""
+
     def one(q: str) -> float:
         t0 = time.perf_counter()
         r = client.post(url, json={"model": name, "messages": [{"role": "user", "content": q}]})
@@ -108,8 +109,13 @@ def _run_clients(url: str, name: str, questions: list[str], clients: int) -> tup
         return time.perf_counter() - t0, lat
 
 
-def measure(system: AnswerSystem, pool: list[str], requests: int, echo: Callable[[str], None] = print,
-            clients: tuple[int, ...] = CLIENTS) -> list[dict]:
+def measure(
+    system: AnswerSystem,
+    pool: list[str],
+    requests: int,
+    echo: Callable[[str], None] = print,
+    clients: tuple[int, ...] = CLIENTS,
+) -> list[dict]:
     """One server; each client count in `clients` over its own `requests` questions of `pool` (after
     one warm-up request with a question of none of them)."""
     need = requests * len(CLIENTS) + 1
@@ -132,18 +138,27 @@ def measure(system: AnswerSystem, pool: list[str], requests: int, echo: Callable
         _run_clients(url, settings.model_name, pool[-1:], 1)  # warm-up: first-call costs
         rows = []
         for k, n in enumerate(clients):
-            questions = pool[k * requests:(k + 1) * requests]
+            questions = pool[k * requests : (k + 1) * requests]
             batches = app.state.batcher.batches
             before = len(batches)
             wall, lat = _run_clients(url, settings.model_name, questions, n)
             sizes = batches[before:]
             lat.sort()
-            rows.append({"clients": n, "requests": len(questions), "wall_s": wall,
-                         "answers_per_s": len(questions) / wall, "p50_s": statistics.median(lat),
-                         "p95_s": lat[min(len(lat) - 1, int(0.95 * len(lat)))],
-                         "mean_batch": sum(sizes) / len(sizes)})
-            echo(f"  {n:>2} client(s): {rows[-1]['answers_per_s']:.2f} answers/s, p50 {rows[-1]['p50_s']:.2f} s, "
-                 f"p95 {rows[-1]['p95_s']:.2f} s, mean batch {rows[-1]['mean_batch']:.1f}")
+            rows.append(
+                {
+                    "clients": n,
+                    "requests": len(questions),
+                    "wall_s": wall,
+                    "answers_per_s": len(questions) / wall,
+                    "p50_s": statistics.median(lat),
+                    "p95_s": lat[min(len(lat) - 1, int(0.95 * len(lat)))],
+                    "mean_batch": sum(sizes) / len(sizes),
+                }
+            )
+            echo(
+                f"  {n:>2} client(s): {rows[-1]['answers_per_s']:.2f} answers/s, p50 {rows[-1]['p50_s']:.2f} s, "
+                f"p95 {rows[-1]['p95_s']:.2f} s, mean batch {rows[-1]['mean_batch']:.1f}"
+            )
     finally:
         server.should_exit = True
         thread.join(timeout=60)
@@ -160,8 +175,10 @@ def run(run_dir: Path | None, requests: int, out: Path, echo: Callable[[str], No
     if run_dir is not None:
         cfg = read_run(run_dir).config  # a bad run dir fails before any model loads
         if cfg.data.world is None:
-            raise ConfigError(f"{run_dir}: bench serve draws its questions from the demo world; this run "
-                              "has a user's knowledge base (data.corpus) instead")
+            raise ConfigError(
+                f"{run_dir}: bench serve draws its questions from the demo world; this run "
+                "has a user's knowledge base (data.corpus) instead"
+            )
         pool = question_pool(load_world_kb(cfg.data.world, cfg.rag.chunker, work / "world"))
         system = load_run(run_dir)
         what = f"run {run_dir}"
@@ -169,8 +186,7 @@ def run(run_dir: Path | None, requests: int, out: Path, echo: Callable[[str], No
         system, pool = demo_system(work)
         what = "SmolLM2-135M-Instruct fp32, zero-B LoRA, demo world BM25 index"
     lookup = system.detector.generator.cfg.prompt_lookup if run_dir is None else None
-    echo(f"bench serve: {what}{f', prompt_lookup {lookup}' if lookup else ''}; {requests} distinct questions "
-         "per setting")
+    echo(f"bench serve: {what}{f', prompt_lookup {lookup}' if lookup else ''}; {requests} distinct questions per setting")
     rows = measure(system, pool, requests, echo)
     result: dict = {"system": what, "rows": rows}
     if lookup:  # the same one-client slice on plain transformers decoding, for the engine's ratio
@@ -180,8 +196,10 @@ def run(run_dir: Path | None, requests: int, out: Path, echo: Callable[[str], No
         ref = measure(system, pool, requests, echo, clients=(1,))[0]
         ref["p50_ratio_reference_over_engine"] = ref["p50_s"] / rows[0]["p50_s"]
         result["reference_one_client"] = ref
-        echo(f"one client: p50 {ref['p50_s']:.2f} s plain, {rows[0]['p50_s']:.2f} s with prompt_lookup "
-             f"({ref['p50_ratio_reference_over_engine']:.2f}x)")
+        echo(
+            f"one client: p50 {ref['p50_s']:.2f} s plain, {rows[0]['p50_s']:.2f} s with prompt_lookup "
+            f"({ref['p50_ratio_reference_over_engine']:.2f}x)"
+        )
     system.close()
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=1), encoding="utf-8")

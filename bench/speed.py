@@ -21,12 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from lorarag.rag.config import (
-    BM25Config,
-    DenseIndexConfig,
-    IndexConfig,
-    RetrievalConfig,
-)
+from lorarag.rag.config import BM25Config, DenseIndexConfig, IndexConfig, RetrievalConfig
 from lorarag.rag.index.bm25_faiss import DensePart
 from lorarag.rag.index.store import build_from_chunks
 from lorarag.rag.records import Chunk
@@ -39,17 +34,15 @@ CHUNKS_PER_FILE = 1000
 def make_corpus(n_chunks: int, seed: int = SEED) -> list[str]:
     """n_chunks texts of 40-80 words drawn from a 30k-word Zipf vocabulary."""
     rng = np.random.default_rng(seed)
-    syll = np.array(["ka", "lo", "mi", "ne", "ru", "sa", "ti", "vo", "ze", "pa", "qu", "de",
-                     "fi", "go", "ha", "ju"])
-    vocab = np.array(["".join(rng.choice(syll, size=rng.integers(2, 5))) + str(i % 7)
-                      for i in range(30_000)])
+    syll = np.array(["ka", "lo", "mi", "ne", "ru", "sa", "ti", "vo", "ze", "pa", "qu", "de", "fi", "go", "ha", "ju"])
+    vocab = np.array(["".join(rng.choice(syll, size=rng.integers(2, 5))) + str(i % 7) for i in range(30_000)])
     probs = 1.0 / np.arange(1, len(vocab) + 1) ** 1.07
     probs /= probs.sum()
     lengths = rng.integers(40, 81, size=n_chunks)
     words = rng.choice(len(vocab), size=int(lengths.sum()), p=probs)
     out, pos = [], 0
     for n in lengths:
-        out.append(" ".join(vocab[words[pos:pos + n]]))
+        out.append(" ".join(vocab[words[pos : pos + n]]))
         pos += n
     return out
 
@@ -61,7 +54,7 @@ def make_queries(texts: list[str], n: int, seed: int = SEED + 1) -> list[str]:
     for i in rng.integers(0, len(texts), size=n):
         w = texts[i].split()
         j = rng.integers(0, len(w) - 5)
-        out.append(" ".join(w[j:j + 5]))
+        out.append(" ".join(w[j : j + 5]))
     return out
 
 
@@ -71,7 +64,7 @@ def write_files(texts: list[str], folder: Path) -> list[Path]:
     paths = []
     for f, i in enumerate(range(0, len(texts), CHUNKS_PER_FILE)):
         p = folder / f"doc{f:04d}.md"
-        p.write_text("\n\n".join(texts[i:i + CHUNKS_PER_FILE]) + "\n", encoding="utf-8")
+        p.write_text("\n\n".join(texts[i : i + CHUNKS_PER_FILE]) + "\n", encoding="utf-8")
         paths.append(p)
     return paths
 
@@ -110,8 +103,9 @@ def run(n_chunks: int, n_queries: int, baseline_queries: int, dim: int, out: Pat
     res: dict = {"n_chunks": n_chunks, "n_queries": n_queries, "dim": dim}
     with tempfile.TemporaryDirectory(prefix="lorarag-speed-") as tmp:
         files = write_files(texts, Path(tmp) / "corpus")
-        chunks = [Chunk(chunk_id=f"c{i}", doc_id="gen", source="gen", text=t, start=0, end=len(t))
-                  for i, t in enumerate(texts)]
+        chunks = [
+            Chunk(chunk_id=f"c{i}", doc_id="gen", source="gen", text=t, start=0, end=len(t)) for i, t in enumerate(texts)
+        ]
         icfg = IndexConfig(dir=f"{tmp}/idx", bm25=BM25Config(tokenizer="auto"))
         _, res["bm25_build_s"] = _timed(lambda: build_from_chunks(chunks, icfg))
         retriever, res["bm25_load_s"] = _timed(lambda: load_retriever(icfg, RetrievalConfig()))
@@ -144,14 +138,22 @@ def run(n_chunks: int, n_queries: int, baseline_queries: int, dim: int, out: Pat
 def _print(r: dict) -> None:
     n = f"{r['n_chunks']:,} chunks"
     print(f"{'system':44} {'build s':>9} {'queries/s':>11} {'s/query':>10}")
-    print(f"{'BM25 index (bm25s, ' + n + ')':44} {r['bm25_build_s']:9.2f} "
-          f"{r['bm25_queries_per_s']:11.1f} {r['ours_s_per_query']:10.5f}")
+    print(
+        f"{'BM25 index (bm25s, ' + n + ')':44} {r['bm25_build_s']:9.2f} "
+        f"{r['bm25_queries_per_s']:11.1f} {r['ours_s_per_query']:10.5f}"
+    )
     for kind in ("flat", "hnsw"):
         label = f"FAISS {kind} ({n}, d={r['dim']})"
-        print(f"{label:44} {r[f'faiss_{kind}_build_s']:9.2f} "
-              f"{r[f'faiss_{kind}_queries_per_s']:11.1f} {1 / r[f'faiss_{kind}_queries_per_s']:10.5f}")
-    print(f"{'original: re-read + re-fit TF-IDF per query':44} {'':>9} "
-          f"{1 / r['original_s_per_query']:11.3f} {r['original_s_per_query']:10.3f}")
-    print(f"speed-up per query, BM25 index vs original: {r['speedup_per_query']:,.0f}x "
-          f"(BM25 found the query's source chunk in the top 10 for "
-          f"{100 * r['bm25_found_in_top10']:.1f}% of queries)")
+        print(
+            f"{label:44} {r[f'faiss_{kind}_build_s']:9.2f} "
+            f"{r[f'faiss_{kind}_queries_per_s']:11.1f} {1 / r[f'faiss_{kind}_queries_per_s']:10.5f}"
+        )
+    print(
+        f"{'original: re-read + re-fit TF-IDF per query':44} {'':>9} "
+        f"{1 / r['original_s_per_query']:11.3f} {r['original_s_per_query']:10.3f}"
+    )
+    print(
+        f"speed-up per query, BM25 index vs original: {r['speedup_per_query']:,.0f}x "
+        f"(BM25 found the query's source chunk in the top 10 for "
+        f"{100 * r['bm25_found_in_top10']:.1f}% of queries)"
+    )

@@ -60,8 +60,11 @@ def _print_version(value: bool) -> None:
 
 
 @app.callback()
-def _options(version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True,
-                                          help="print lorarag's version and exit")) -> None:
+def _options(
+    version: bool = typer.Option(
+        False, "--version", callback=_print_version, is_eager=True, help="print lorarag's version and exit"
+    ),
+) -> None:
     """RAG with a LoRA-fine-tuned fallback: index, ask, train, evaluate, compare."""
 
 
@@ -74,8 +77,15 @@ CONFIG_SCHEMAS: dict[str, str] = {
     "check": "lorarag.rag.generators.agreement:BackendsCheckConfig",
 }
 
-_SUBCOMMAND_MODULES = ("lorarag.cli.rag", "lorarag.cli.generate", "lorarag.cli.train", "lorarag.cli.eval",
-                       "lorarag.cli.study", "lorarag.cli.serve", "lorarag.cli.bench")
+_SUBCOMMAND_MODULES = (
+    "lorarag.cli.rag",
+    "lorarag.cli.generate",
+    "lorarag.cli.train",
+    "lorarag.cli.eval",
+    "lorarag.cli.study",
+    "lorarag.cli.serve",
+    "lorarag.cli.bench",
+)
 
 
 def _schema(name: str) -> type:
@@ -110,19 +120,26 @@ def explain_key(key: str) -> str:
                 raise
         return explain(_schema(kind), rest, kind)
     if kind not in CONFIG_SCHEMAS:
-        raise ConfigError(f"{key}: unknown config kind '{kind}' (known: {', '.join(sorted(CONFIG_SCHEMAS))}; "
-                          f"or a run config's key: {', '.join(run_model.model_fields)})")
+        raise ConfigError(
+            f"{key}: unknown config kind '{kind}' (known: {', '.join(sorted(CONFIG_SCHEMAS))}; "
+            f"or a run config's key: {', '.join(run_model.model_fields)})"
+        )
     return explain(_schema(kind), rest, kind)
 
 
 @app.command()
-def validate(paths: list[Path] = typer.Argument(None, help="YAML files or folders (default: configs/)"),
-             explain: str | None = typer.Option(None, "--explain", metavar="KEY",
-                                                   help="print what a config key means instead (type, default, "
-                                                   "description), e.g. rag.retrieval.top_k; a section lists "
-                                                   "its keys"),
-             sets: list[str] | None = typer.Option(None, "--set", metavar="KEY=VALUE", help=OVERRIDES_HELP)
-             ) -> None:
+def validate(
+    paths: list[Path] = typer.Argument(None, help="YAML files or folders (default: configs/)"),
+    explain: str | None = typer.Option(
+        None,
+        "--explain",
+        metavar="KEY",
+        help="print what a config key means instead (type, default, "
+        "description), e.g. rag.retrieval.top_k; a section lists "
+        "its keys",
+    ),
+    sets: list[str] | None = typer.Option(None, "--set", metavar="KEY=VALUE", help=OVERRIDES_HELP),
+) -> None:
     """Validate every YAML config (unknown keys are errors), or explain one key."""
     if explain is not None:
         typer.echo(explain_key(explain))
@@ -160,8 +177,21 @@ for _mod in _SUBCOMMAND_MODULES:
 # What the user's machine can refuse a command (a folder without write permission, a read-only or
 # full disk, a path through a file, a missing file): one line naming the path, exit 2, like a
 # UserError. Any other OSError is a bug and keeps its traceback.
-USER_ERRNOS = frozenset({errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOSPC, errno.EDQUOT, errno.ENOENT,
-                         errno.ENOTDIR, errno.EISDIR, errno.EEXIST, errno.ENAMETOOLONG, errno.ELOOP})
+USER_ERRNOS = frozenset(
+    {
+        errno.EACCES,
+        errno.EPERM,
+        errno.EROFS,
+        errno.ENOSPC,
+        errno.EDQUOT,
+        errno.ENOENT,
+        errno.ENOTDIR,
+        errno.EISDIR,
+        errno.EEXIST,
+        errno.ENAMETOOLONG,
+        errno.ELOOP,
+    }
+)
 USER_OS_ERRORS = (FileNotFoundError, PermissionError, NotADirectoryError, IsADirectoryError, FileExistsError)
 INTERRUPTED = 130  # the shell's code for a command stopped by Ctrl-C (128 + SIGINT)
 
@@ -176,8 +206,7 @@ def os_error_line(exc: OSError) -> str:
 def main() -> None:
     """Entry point: run the app, turning user errors (and what the machine refuses, see
     `USER_ERRNOS`) into one-line messages and exit 2; Ctrl-C anywhere is one line `interrupted`, exit 130."""
-    logging.basicConfig(level=os.environ.get("LORARAG_LOG", "INFO"),
-                        format="%(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(level=os.environ.get("LORARAG_LOG", "INFO"), format="%(levelname)s %(name)s: %(message)s")
 
     try:
         app()

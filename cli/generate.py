@@ -1,8 +1,8 @@
 """`lorarag` commands for answering (heavy imports stay inside the commands).
 
-    lorarag ask "QUESTION" --config CONFIG [--json] [--adapter NAME]   base RAG: answer with sources
-    lorarag ask "QUESTION" --run RUN_DIR [--json]                     the run's trained LoRA-RAG system
-    lorarag check-backends CONFIG [--min-rate R]                      greedy agreement across backends
+lorarag ask "QUESTION" --config CONFIG [--json] [--adapter NAME]   base RAG: answer with sources
+lorarag ask "QUESTION" --run RUN_DIR [--json]                     the run's trained LoRA-RAG system
+lorarag check-backends CONFIG [--min-rate R]                      greedy agreement across backends
 """
 
 from __future__ import annotations
@@ -20,8 +20,9 @@ def ask_cmd(
     as_json: bool = typer.Option(False, "--json", help="print the Answer record (with its Trace) as JSON"),
     adapter: str | None = typer.Option(None, help="--config only: LoRA adapter name (default: base model)"),
     trace: Path = typer.Option(Path("runs/traces/ask.jsonl"), help="--config only: JSONL file the trace is appended to"),
-    force: bool = typer.Option(False, "--force", help="let --trace append to a file lorarag did not write (never the "
-                               "config)"),
+    force: bool = typer.Option(
+        False, "--force", help="let --trace append to a file lorarag did not write (never the config)"
+    ),
 ) -> None:
     """Answer QUESTION: base RAG from a RAG config, or the trained fallback system of a run dir."""
     from lorarag.core.errors import UserError
@@ -66,8 +67,9 @@ def ask_cmd(
     t = answer.trace
     if run is not None and t is not None:
         score = f" (p={t.verdict_score:.2f})" if t.verdict_score is not None else ""
-        typer.echo(f"route: {t.route}   verdict: {t.verdict}{score}"
-                   + (f"   memory: {t.memory_answer}" if t.memory_answer else ""))
+        typer.echo(
+            f"route: {t.route}   verdict: {t.verdict}{score}" + (f"   memory: {t.memory_answer}" if t.memory_answer else "")
+        )
     if answer.abstained:
         typer.echo("(abstained)")
     ctx = t.reranked or t.retrieved[: top_k or len(t.retrieved)]
@@ -75,8 +77,7 @@ def ask_cmd(
     for i, r in enumerate(ctx, 1):
         mark = "*" if f"S{i}" in answer.cited else " "
         head = " > ".join(r.chunk.heading_path)
-        typer.echo(f" {mark}[S{i}] {r.score:.3f}  {r.chunk.source}{'  ' + head if head else ''}  "
-                   f"({r.chunk.chunk_id})")
+        typer.echo(f" {mark}[S{i}] {r.score:.3f}  {r.chunk.source}{'  ' + head if head else ''}  ({r.chunk.chunk_id})")
     if answer.bad_citations:
         typer.echo(f"warning: cites sources that were not given: {', '.join(answer.bad_citations)}")
     if run is None:
@@ -96,8 +97,7 @@ def check_backends_cmd(
     ref = next(iter(cfg.generators))
     typer.echo(f"reference: {ref} ({cfg.generators[ref].kind})")
     for r in rows:
-        typer.echo(f"{r.backend:<16} adapter={r.adapter or 'base':<10} agreement "
-                   f"{r.agree}/{r.total} = {r.rate:.3f}")
+        typer.echo(f"{r.backend:<16} adapter={r.adapter or 'base':<10} agreement {r.agree}/{r.total} = {r.rate:.3f}")
         for q, a, b in r.examples:
             typer.echo(f"    differs on {q!r}: {a[:60]!r} vs {b[:60]!r}")
     if cfg.adapters:

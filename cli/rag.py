@@ -1,7 +1,7 @@
 """`lorarag` subcommands of the rag package (heavy imports stay inside the commands).
 
-    lorarag index CONFIG [--strict]             ingest, chunk, write the index; print the ingest report
-    lorarag search "QUESTION" --config CONFIG   ranked chunks + last-retrieval.json trace
+lorarag index CONFIG [--strict]             ingest, chunk, write the index; print the ingest report
+lorarag search "QUESTION" --config CONFIG   ranked chunks + last-retrieval.json trace
 """
 
 from __future__ import annotations
@@ -37,14 +37,18 @@ def _build(cfg, strict: bool = False, err: bool = False):
     return build_index(corpus, cfg.chunker, cfg.index, cfg.embedder, report=report)
 
 
-def index_cmd(config: Path = typer.Argument(..., help="RAG config YAML (configs/rag/*.yaml)"),
-              strict: bool = typer.Option(False, "--strict", help="fail on any bad file")) -> None:
+def index_cmd(
+    config: Path = typer.Argument(..., help="RAG config YAML (configs/rag/*.yaml)"),
+    strict: bool = typer.Option(False, "--strict", help="fail on any bad file"),
+) -> None:
     """Ingest the corpus, chunk it and write the BM25/FAISS index with its manifest."""
     cfg = _load(config)
     m = _build(cfg, strict)
     parts = [p for p, on in (("bm25", m.bm25_tokenizer), ("dense", m.dimension)) if on]
-    typer.echo(f"indexed {m.n_chunks} chunks from {m.n_documents} document(s) "
-               f"[{'+'.join(parts)}] in {m.build_seconds:.2f}s -> {cfg.index.dir}")
+    typer.echo(
+        f"indexed {m.n_chunks} chunks from {m.n_documents} document(s) "
+        f"[{'+'.join(parts)}] in {m.build_seconds:.2f}s -> {cfg.index.dir}"
+    )
 
 
 def search_cmd(
@@ -54,8 +58,7 @@ def search_cmd(
     mode: str | None = typer.Option(None, help="bm25 | dense | hybrid (default: config)"),
     as_json: bool = typer.Option(False, "--json", help="print the trace as JSON"),
     trace: Path | None = typer.Option(None, help="trace path (default: INDEX_DIR/last-retrieval.json)"),
-    force: bool = typer.Option(False, "--force", help="let --trace replace a file lorarag did not write (never "
-                               "the config)"),
+    force: bool = typer.Option(False, "--force", help="let --trace replace a file lorarag did not write (never the config)"),
 ) -> None:
     """Print the chunks ranked for QUESTION and write the retrieval trace JSON."""
     from lorarag.core import outputs
@@ -81,16 +84,21 @@ def search_cmd(
     retrieval = cfg.retrieval
     k = retrieval.top_k
     if not (Path(cfg.index.dir) / "manifest.json").exists():
-        typer.echo(f"no index at {cfg.index.dir}: building it (same as `lorarag index {config}`)",
-                   err=True)
+        typer.echo(f"no index at {cfg.index.dir}: building it (same as `lorarag index {config}`)", err=True)
         _build(cfg, err=True)  # keep stdout for the results
     manifest = check_fresh(cfg.corpus, cfg.chunker, cfg.index)
     hits = load_retriever(cfg.index, retrieval, cfg.embedder).retrieve([question], k)[0]
     sources = list(dict.fromkeys(h.chunk.source for h in hits))
-    record = {"question": question, "mode": retrieval.mode, "k": k, "index": cfg.index.dir,
-              "corpus_hash": manifest.corpus_hash,
-              "results": [to_dict(h) for h in hits], "scores": [h.score for h in hits],
-              "sources": sources}
+    record = {
+        "question": question,
+        "mode": retrieval.mode,
+        "k": k,
+        "index": cfg.index.dir,
+        "corpus_hash": manifest.corpus_hash,
+        "results": [to_dict(h) for h in hits],
+        "scores": [h.score for h in hits],
+        "sources": sources,
+    }
     text = json.dumps(record, ensure_ascii=False, indent=1)
     if trace is None:  # the index folder's own file (rag/index_dir.OUR_FILES): no manifest there
         path.parent.mkdir(parents=True, exist_ok=True)

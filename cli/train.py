@@ -22,11 +22,13 @@ def register(app: typer.Typer) -> None:
     """Add this package's commands (listed above) to the main app."""
 
     @app.command("world")
-    def world_cmd(out: Path = typer.Option(Path("data/generated/demo"), help="output folder"),
-                  seed: int = typer.Option(0), n_orgs: int = typer.Option(40, "--n-orgs"),
-                  wordings: int = typer.Option(None, help="wordings each question is written in (2-10; "
-                                               "default: WorldConfig's)"),
-                  force: bool = typer.Option(False, "--force", help="replace files lorarag did not write")) -> None:
+    def world_cmd(
+        out: Path = typer.Option(Path("data/generated/demo"), help="output folder"),
+        seed: int = typer.Option(0),
+        n_orgs: int = typer.Option(40, "--n-orgs"),
+        wordings: int = typer.Option(None, help="wordings each question is written in (2-10; default: WorldConfig's)"),
+        force: bool = typer.Option(False, "--force", help="replace files lorarag did not write"),
+    ) -> None:
         """Write the seeded demo world as a knowledge base: corpus.jsonl, questions.jsonl, older.jsonl."""
         from lorarag.core import outputs
         from lorarag.core.config import validate_data
@@ -39,8 +41,10 @@ def register(app: typer.Typer) -> None:
         files = write_world_kb(cfg, out)
         outputs.record(files.paths)
         lines = [sum(1 for _ in p.open(encoding="utf-8")) for p in files.paths]
-        typer.echo(f"{lines[0]} documents -> {files.paths[0]}\n{lines[1]} questions ({cfg.wordings} wordings each) -> "
-                   f"{files.paths[1]}\n{lines[2]} older versions -> {files.paths[2]}")
+        typer.echo(
+            f"{lines[0]} documents -> {files.paths[0]}\n{lines[1]} questions ({cfg.wordings} wordings each) -> "
+            f"{files.paths[1]}\n{lines[2]} older versions -> {files.paths[2]}"
+        )
 
     @app.command("sft")
     def sft_cmd(config: Path = typer.Argument(..., help="configs/run/*.yaml (a run config)")) -> None:
@@ -57,13 +61,15 @@ def register(app: typer.Typer) -> None:
         typer.echo(f"{len(read_sft(cfg.train.dataset))} training rows (leak check passed)")
 
     @app.command("train")
-    def train_cmd(config: Path = typer.Argument(..., help="configs/train/*.yaml"),
-                  dry_run: bool = typer.Option(False, "--dry-run", help="print the exact command, run nothing"),
-                  slurm: Path = typer.Option(None, "--slurm", help="write an sbatch script here and exit"),
-                  force: bool = typer.Option(False, "--force", help="with --slurm: replace an existing file "
-                                             "lorarag did not write (never the config)"),
-                  sets: list[str] | None = typer.Option(None, "--set", metavar="KEY=VALUE", help=OVERRIDES_HELP)
-                  ) -> None:
+    def train_cmd(
+        config: Path = typer.Argument(..., help="configs/train/*.yaml"),
+        dry_run: bool = typer.Option(False, "--dry-run", help="print the exact command, run nothing"),
+        slurm: Path = typer.Option(None, "--slurm", help="write an sbatch script here and exit"),
+        force: bool = typer.Option(
+            False, "--force", help="with --slurm: replace an existing file lorarag did not write (never the config)"
+        ),
+        sets: list[str] | None = typer.Option(None, "--set", metavar="KEY=VALUE", help=OVERRIDES_HELP),
+    ) -> None:
         """Train a LoRA (ms-swift, or the CPU peft loop); resumes from the last checkpoint."""
         from lorarag.core.config import load_config
         from lorarag.core.errors import UserError
@@ -89,11 +95,15 @@ def register(app: typer.Typer) -> None:
         pairs = pairs_path(cfg.dataset)
         if not dry_run:  # both inputs are checked before hours of SFT, not after
             if not Path(cfg.dataset).is_file():
-                raise UserError(f"{config}: dataset {cfg.dataset} does not exist; build the rows with "
-                                "`lorarag sft <run config>` (or `lorarag run`) whose train.dataset is this path")
+                raise UserError(
+                    f"{config}: dataset {cfg.dataset} does not exist; build the rows with "
+                    "`lorarag sft <run config>` (or `lorarag run`) whose train.dataset is this path"
+                )
             if cfg.preference.enabled and not pairs.is_file():
-                raise UserError(f"{config}: train.preference needs the pairs {pairs}; `lorarag sft <run config>` "
-                                "(or `lorarag run`) with train.preference enabled writes them beside the rows")
+                raise UserError(
+                    f"{config}: train.preference needs the pairs {pairs}; `lorarag sft <run config>` "
+                    "(or `lorarag run`) with train.preference enabled writes them beside the rows"
+                )
         if not dry_run and Path(cfg.model).name == "smollm2-135m-instruct":
             from lorarag.train.smollm2 import ensure_smollm2
 
@@ -110,22 +120,25 @@ def register(app: typer.Typer) -> None:
             typer.echo(f"adapter: {train_preference(cfg, pairs)}")
 
     @app.command("export")
-    def export_cmd(run: str = typer.Argument(..., help="run name, run dir or adapter folder"),
-                   out: str = typer.Option(None, help="merged model folder (default: <run>/output/merged)"),
-                   runs_dir: str = typer.Option("runs/train"),
-                   dry_run: bool = typer.Option(False, "--dry-run")) -> None:
+    def export_cmd(
+        run: str = typer.Argument(..., help="run name, run dir or adapter folder"),
+        out: str = typer.Option(None, help="merged model folder (default: <run>/output/merged)"),
+        runs_dir: str = typer.Option("runs/train"),
+        dry_run: bool = typer.Option(False, "--dry-run"),
+    ) -> None:
         """Merge the LoRA into the base model (swift export --merge_lora true)."""
         from lorarag.train.export import export
 
         typer.echo(export(run, out, runs_dir, dry_run))
 
     @app.command("import-conflicts")
-    def import_cmd(name: str = typer.Argument(..., help="conflictnq or conflictqa"),
-                   out: Path = typer.Option(..., help="scenario JSONL to write"),
-                   data: Path = typer.Option(Path("../shared/data"), help="the shared data folder"),
-                   split: str = typer.Option("test", help="conflictnq split: test or val"),
-                   force: bool = typer.Option(False, "--force", help="replace output files lorarag did not write")
-                   ) -> None:
+    def import_cmd(
+        name: str = typer.Argument(..., help="conflictnq or conflictqa"),
+        out: Path = typer.Option(..., help="scenario JSONL to write"),
+        data: Path = typer.Option(Path("../shared/data"), help="the shared data folder"),
+        split: str = typer.Option("test", help="conflictnq split: test or val"),
+        force: bool = typer.Option(False, "--force", help="replace output files lorarag did not write"),
+    ) -> None:
         """Convert a shared conflict data set into scenario records (+ its KB chunks next to it)."""
         from lorarag.scenarios.importers import import_set
 

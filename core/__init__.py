@@ -4,4 +4,3 @@
 # would load a second copy of every module, with its own registries and records.
 if __name__ != "lorarag.core":
     raise ImportError(f"import lorarag.core, not {__name__}: the folder core/ is installed as lorarag.core")
-

@@ -56,8 +56,9 @@ def default_text(field: FieldInfo) -> str:
 
 
 def _bounds(field: FieldInfo) -> str:
-    marks = [f"{sign} {getattr(m, name)}" for m in field.metadata for name, sign in _BOUNDS
-             if getattr(m, name, None) is not None]
+    marks = [
+        f"{sign} {getattr(m, name)}" for m in field.metadata for name, sign in _BOUNDS if getattr(m, name, None) is not None
+    ]
     return f", {' and '.join(marks)}" if marks else ""
 
 
@@ -88,8 +89,10 @@ def explain(model: type[BaseModel], key: str, prefix: str = "") -> str:
     for i, part in enumerate(parts):
         fields = model.model_fields
         if part not in fields:
-            raise ConfigError(f"{'.'.join(filter(None, (full, part)))}: unknown key "
-                              f"(keys of {full or model.__name__}: {', '.join(fields)})")
+            raise ConfigError(
+                f"{'.'.join(filter(None, (full, part)))}: unknown key "
+                f"(keys of {full or model.__name__}: {', '.join(fields)})"
+            )
         field = fields[part]
         full = f"{full}.{part}" if full else part
         inner = _models_in(field.annotation)
@@ -99,7 +102,6 @@ def explain(model: type[BaseModel], key: str, prefix: str = "") -> str:
                 return _section(head, field.description or "", inner[0])
             return f"{head}\n  {field.description or '(no description)'}"
         if len(inner) != 1:
-            raise ConfigError(f"{full}.{parts[i + 1]}: unknown key ({full} is {type_name(field.annotation)}, "
-                              "not a section)")
+            raise ConfigError(f"{full}.{parts[i + 1]}: unknown key ({full} is {type_name(field.annotation)}, not a section)")
         model = inner[0]
     return _section(f"{full or model.__name__}: {model.__name__}", "", model)

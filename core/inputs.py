@@ -26,8 +26,13 @@ MAX_INPUT_BYTES = 2 * 1024**3  # 2 GiB: far above any QA set or corpus file, far
 MAX_DOCUMENT_BYTES = 256 * 1024**2
 MAX_CONFIG_BYTES = 1024**2  # 1 MiB of YAML: a hundred times the largest config
 
-_KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
-          (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
+_KINDS = (
+    (stat.S_ISDIR, "a directory"),
+    (stat.S_ISFIFO, "a FIFO (named pipe)"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+)
 
 
 def size_text(n: int) -> str:
@@ -83,7 +88,7 @@ def read_input_text(path: str | Path, what: str, *, max_bytes: int | None = None
     try:
         return raw.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
-        line = raw[:exc.start].count(b"\n") + 1
+        line = raw[: exc.start].count(b"\n") + 1
         raise RecordError(f"{path}:{line}: not UTF-8 (byte 0x{raw[exc.start]:02x} at offset {exc.start})") from None
 
 
@@ -103,8 +108,9 @@ def check_zip_size(path: str | Path, what: str, *, max_bytes: int | None = None)
     except (zipfile.BadZipFile, OSError, EOFError):
         return p
     if total > max_bytes:
-        raise RecordError(f"{p}: {what} unpacks to {size_text(total)}, over the {size_text(max_bytes)} "
-                          "input limit (a zip bomb?)")
+        raise RecordError(
+            f"{p}: {what} unpacks to {size_text(total)}, over the {size_text(max_bytes)} input limit (a zip bomb?)"
+        )
     return p
 
 

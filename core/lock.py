@@ -87,8 +87,10 @@ def hold(folder: str | Path, what: str = "folder") -> Path:
             return folder
         raise
     if fd is None:
-        raise FolderLocked(f"{folder}: this {what} is being written by {holder(path)}; wait for it to "
-                           "finish or stop it (a lock left by a process that died is taken over)")
+        raise FolderLocked(
+            f"{folder}: this {what} is being written by {holder(path)}; wait for it to "
+            "finish or stop it (a lock left by a process that died is taken over)"
+        )
     info = json.dumps({"pid": os.getpid(), "host": platform.node(), "command": sys.argv}).encode()
     os.ftruncate(fd, 0)
     os.pwrite(fd, info, 0)

@@ -30,7 +30,7 @@ from lorarag.core.errors import ConfigError
 from lorarag.core.precision import REPORTED_FLAGS, cpu_flags  # noqa: F401 - this module's public names too
 
 PINS: dict[str, dict[str, str]] = {
-    "avx2": {"ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "AVX2,STRICT", "ONEDNN_MAX_CPU_ISA": "AVX2"},
+    "avx2": {"ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "AVX2,STRICT", "ONEDNN_MAX_CPU_ISA": "AVX2"}
 }
 THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
 
@@ -38,11 +38,16 @@ THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
 class NumericsConfig(Strict):
     """`numerics:` of a run config (see the module docstring); the defaults leave the machine's choice."""
 
-    cpu_isa: Literal["avx2"] | None = Field(None, description=(
-        "`avx2`: pin ATen, MKL and oneDNN to their AVX2 code paths, the same on every x86-64 CPU (slower on wider "
-        "CPUs); null: the machine's choice"))
-    threads: int | None = Field(default=None, ge=1, description=(
-        "pin the thread count of torch and the math libraries; null: the machine's choice"))
+    cpu_isa: Literal["avx2"] | None = Field(
+        None,
+        description=(
+            "`avx2`: pin ATen, MKL and oneDNN to their AVX2 code paths, the same on every x86-64 CPU (slower on wider "
+            "CPUs); null: the machine's choice"
+        ),
+    )
+    threads: int | None = Field(
+        default=None, ge=1, description=("pin the thread count of torch and the math libraries; null: the machine's choice")
+    )
 
 
 def pinned_env(cfg: NumericsConfig) -> dict[str, str]:
@@ -63,8 +68,10 @@ def apply(cfg: NumericsConfig, environ: dict[str, str] | None = None) -> dict[st
     differ = {k: v for k, v in want.items() if env.get(k) != v}
     if differ and "torch" in sys.modules and environ is None:
         names = " ".join(f"{k}={v}" for k, v in differ.items())
-        raise ConfigError(f"numerics: torch is already loaded, so its kernels are chosen; set {names} "
-                          "before it loads (the lorarag command does) or remove numerics: from the config")
+        raise ConfigError(
+            f"numerics: torch is already loaded, so its kernels are chosen; set {names} "
+            "before it loads (the lorarag command does) or remove numerics: from the config"
+        )
     env.update(want)
     return want
 
@@ -73,8 +80,11 @@ def describe(environ: Mapping[str, str] | None = None) -> dict[str, object]:
     """What run.json records: the CPU's features, the kernel variables in effect, ATen's choice."""
     env = os.environ if environ is None else environ
     keys = sorted({k for pin in PINS.values() for k in pin} | set(THREAD_VARS))
-    out: dict[str, object] = {"cpu_flags": cpu_flags(), "cpu_count": os.cpu_count(),
-                              "env": {k: env[k] for k in keys if k in env}}
+    out: dict[str, object] = {
+        "cpu_flags": cpu_flags(),
+        "cpu_count": os.cpu_count(),
+        "env": {k: env[k] for k in keys if k in env},
+    }
     torch = sys.modules.get("torch")
     if torch is not None:  # never imported for this: run.json must not load torch
         out["aten_capability"] = torch.backends.cpu.get_cpu_capability()

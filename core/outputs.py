@@ -87,28 +87,33 @@ def claim(paths: Iterable[str | Path], *, force: bool = False, inputs: Iterable[
     for raw in paths:
         path = Path(raw)
         if _escapes(path):
-            raise OutputError(f"{path}: is a link to {path.resolve()}, outside {path.parent}; refusing to write "
-                              "through it, even with --force: give another output path")
+            raise OutputError(
+                f"{path}: is a link to {path.resolve()}, outside {path.parent}; refusing to write "
+                "through it, even with --force: give another output path"
+            )
         for src in inputs:
             if _same(path, src):
-                raise OutputError(f"{path}: is an input of this command ({src}); refusing to overwrite it, "
-                                   "even with --force: give another output path")
+                raise OutputError(
+                    f"{path}: is an input of this command ({src}); refusing to overwrite it, "
+                    "even with --force: give another output path"
+                )
         if not path.exists() and not path.is_symlink():
             continue
         if path.is_dir():
             raise OutputError(f"{path}: is a folder; name a file to write")
         if force or is_ours(path):
             continue
-        raise OutputError(f"{path}: exists and was not written by lorarag (or was edited since); refusing "
-                           "to overwrite it: give another path, or --force to replace it")
+        raise OutputError(
+            f"{path}: exists and was not written by lorarag (or was edited since); refusing "
+            "to overwrite it: give another path, or --force to replace it"
+        )
 
 
 def _save(folder: Path, known: dict[str, str]) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     tmp = folder / f"{MANIFEST}.{os.getpid()}.tmp"
     try:
-        tmp.write_text(json.dumps({"format": _FORMAT, "files": dict(sorted(known.items()))}, indent=1),
-                       encoding="utf-8")
+        tmp.write_text(json.dumps({"format": _FORMAT, "files": dict(sorted(known.items()))}, indent=1), encoding="utf-8")
         os.replace(tmp, folder / MANIFEST)
     except OSError as exc:
         raise OutputError(f"{folder / MANIFEST}: cannot write it ({exc.strerror or exc})") from None
@@ -203,15 +208,16 @@ def remove_run_folder(folder: str | Path, what: str = "run folder") -> bool:
     line) otherwise, with nothing removed. False when there was nothing there."""
     folder = Path(folder)
     if folder.is_symlink():
-        raise OutputError(f"{folder}: is a link; --fresh never removes through it: remove it yourself or name "
-                          "another run")
+        raise OutputError(f"{folder}: is a link; --fresh never removes through it: remove it yourself or name another run")
     if not folder.exists():
         return False
     if not folder.is_dir():
         raise OutputError(f"{folder}: is a file, not a {what}; refusing to remove it")
     if not _started_here(folder) and any(folder.iterdir()):
-        raise OutputError(f"{folder}: holds files but no run.json lorarag wrote; --fresh removes only a {what} "
-                          "lorarag made: remove it yourself or name another run")
+        raise OutputError(
+            f"{folder}: holds files but no run.json lorarag wrote; --fresh removes only a {what} "
+            "lorarag made: remove it yourself or name another run"
+        )
     shutil.rmtree(folder)
     return True
 

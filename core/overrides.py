@@ -35,7 +35,7 @@ def parse_sets(items: list[str] | None) -> dict[str, Any]:
         for i, part in enumerate(parts[:-1]):
             node = node.setdefault(part.strip(), {})
             if not isinstance(node, dict):
-                raise ConfigError(f"--set {key.strip()}: {'.'.join(parts[:i + 1])} is set to a value above")
+                raise ConfigError(f"--set {key.strip()}: {'.'.join(parts[: i + 1])} is set to a value above")
         leaf = parts[-1].strip()
         if isinstance(node.get(leaf), dict):
             raise ConfigError(f"--set {key.strip()}: its keys are set one by one above")

@@ -26,8 +26,7 @@ def check_name(name: str, what: str = "name") -> str:
         raise ValueError(f"{what} must not be empty: it names a folder")
     bad = next((c for c in ("/", "\\", "\0") if c in name), None)
     if bad is not None:
-        raise ValueError(f"{what} {name!r}: holds {'NUL' if bad == chr(0) else repr(bad)}; it names one folder, "
-                         "not a path")
+        raise ValueError(f"{what} {name!r}: holds {'NUL' if bad == chr(0) else repr(bad)}; it names one folder, not a path")
     if name.strip() in (".", "..") or name != name.strip():
         raise ValueError(f"{what} {name!r}: not a folder name (no '.', '..', or spaces around it)")
     return name

@@ -90,8 +90,11 @@ def _walk(data: Any, flags: list[str], native: bool, where: str) -> Any:
 
 
 def _warn(key: str, flags: list[str]) -> None:
-    log.warning("%s: bf16 on a CPU with %s is emulated and many times slower than fp32; `auto` picks fp32 here",
-                key, cpu_bf16_why(flags))
+    log.warning(
+        "%s: bf16 on a CPU with %s is emulated and many times slower than fp32; `auto` picks fp32 here",
+        key,
+        cpu_bf16_why(flags),
+    )
 
 
 def describe(config: dict[str, Any], flags: list[str] | None = None) -> dict[str, str]:
@@ -102,13 +105,15 @@ def describe(config: dict[str, Any], flags: list[str] | None = None) -> dict[str
     parts = {}
     if isinstance(train, dict) and train.get("kind") == "peft":
         swift = train.get("swift") or {}
-        parts["train"] = "bfloat16" if swift.get("bf16") is True or swift.get("torch_dtype") == "bfloat16" \
-            else "float32"
+        parts["train"] = "bfloat16" if swift.get("bf16") is True or swift.get("torch_dtype") == "bfloat16" else "float32"
     if gen.get("dtype") and not _on_gpu(gen):
         parts["generator"] = gen["dtype"]
     values = set(parts.values())
-    out = {"dtype": values.pop() if len(values) == 1 else ", ".join(f"{k} {v}" for k, v in parts.items()) or "n/a",
-           **parts, "why": cpu_bf16_why(flags)}
+    out = {
+        "dtype": values.pop() if len(values) == 1 else ", ".join(f"{k} {v}" for k, v in parts.items()) or "n/a",
+        **parts,
+        "why": cpu_bf16_why(flags),
+    }
     if "bfloat16" in parts.values() and not native_bf16(flags):
         out["why"] += ": bf16 set explicitly, emulated and slow"
     return out

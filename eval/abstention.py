@@ -50,8 +50,9 @@ def _rate(r: Rate) -> str:
     return "–" if not r.n else f"{r.value:.2f} [{r.lo:.2f}, {r.hi:.2f}] ({r.k}/{r.n})"
 
 
-def abstention_lines(results: Mapping[str, Sequence[ItemResult]], names: Sequence[str], ctx: str, *,
-                     asked: bool = True) -> list[str]:
+def abstention_lines(
+    results: Mapping[str, Sequence[ItemResult]], names: Sequence[str], ctx: str, *, asked: bool = True
+) -> list[str]:
     """Markdown lines: abstention recall and precision of each system in `names` (those in
     `results`), side by side; where no listed system has an unanswerable item, one line saying why:
     the set has none, or (`asked` False) the run does not evaluate the `unanswerable` scenario."""
@@ -60,12 +61,18 @@ def abstention_lines(results: Mapping[str, Sequence[ItemResult]], names: Sequenc
     if not any(a.unanswerable for a in rows):
         why = NO_UNANSWERABLE if asked else "the run does not evaluate the `unanswerable` scenario"
         return [*title, f"The `unanswerable` cell has no items: {why}.", ""]
-    return [*title,
-            "Recall: the share of unanswerable questions (nothing in the sources answers them) the system "
-            "abstained on. Precision: the share of its abstentions that were on unanswerable questions; the "
-            "rest declined an answerable item (by cell in the declined table). Wilson 95 % CIs; `–`: no "
-            "abstention.", "",
-            "| system | unanswerable | abstention recall [95% CI] | answerable | declined | "
-            "abstention precision [95% CI] |", "|---|---|---|---|---|---|",
-            *(f"| {a.system} | {a.unanswerable} | {_rate(a.recall)} | {a.answerable} | {a.declined} | "
-              f"{_rate(a.precision)} |" for a in rows), ""]
+    return [
+        *title,
+        "Recall: the share of unanswerable questions (nothing in the sources answers them) the system "
+        "abstained on. Precision: the share of its abstentions that were on unanswerable questions; the "
+        "rest declined an answerable item (by cell in the declined table). Wilson 95 % CIs; `–`: no "
+        "abstention.",
+        "",
+        "| system | unanswerable | abstention recall [95% CI] | answerable | declined | abstention precision [95% CI] |",
+        "|---|---|---|---|---|---|",
+        *(
+            f"| {a.system} | {a.unanswerable} | {_rate(a.recall)} | {a.answerable} | {a.declined} | {_rate(a.precision)} |"
+            for a in rows
+        ),
+        "",
+    ]

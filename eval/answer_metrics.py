@@ -82,8 +82,7 @@ def _contains(hay: Sequence[str], needle: Sequence[str]) -> bool:
     if n == 0:
         return False
     first = needle[0]
-    return any(hay[i] == first and tuple(hay[i:i + n]) == tuple(needle)
-               for i in range(len(hay) - n + 1))
+    return any(hay[i] == first and tuple(hay[i : i + n]) == tuple(needle) for i in range(len(hay) - n + 1))
 
 
 def contains_gold(answer: str, golds: Sequence[str], language: str = "en") -> bool:
@@ -143,9 +142,9 @@ def citation_accuracy(item) -> float:
         m = re.fullmatch(r"S(\d+)", label)
         i = int(m.group(1)) - 1 if m else -1
         if 0 <= i < len(item.final_ids) and (
-                item.final_ids[i] in relevant
-                or (i < len(item.final_texts) and contains_gold(item.final_texts[i], item.gold_answers,
-                                                               item.language))):
+            item.final_ids[i] in relevant
+            or (i < len(item.final_texts) and contains_gold(item.final_texts[i], item.gold_answers, item.language))
+        ):
             ok += 1
     return ok / total
 
@@ -160,8 +159,11 @@ def names_wrong_value(item) -> bool:
     if not item.gold_answers:
         return False
     wrongs = [w for w in (getattr(item, "context_answer", None), *getattr(item, "superseded", ())) if w]
-    return any(contains_gold(item.answer, (w,), item.language) for w in wrongs
-               if not any(contains_gold(g, (w,), item.language) for g in item.gold_answers))
+    return any(
+        contains_gold(item.answer, (w,), item.language)
+        for w in wrongs
+        if not any(contains_gold(g, (w,), item.language) for g in item.gold_answers)
+    )
 
 
 def is_correct(item) -> bool:
@@ -169,8 +171,9 @@ def is_correct(item) -> bool:
     value (`names_wrong_value`); unanswerable -> abstained."""
     if not item.gold_answers:
         return bool(item.abstained)
-    return ((not item.abstained) and contains_gold(item.answer, item.gold_answers, item.language)
-            and not names_wrong_value(item))
+    return (
+        (not item.abstained) and contains_gold(item.answer, item.gold_answers, item.language) and not names_wrong_value(item)
+    )
 
 
 def _nanmean(xs: Iterable[float]) -> float:

@@ -40,8 +40,18 @@ from lorarag.eval.answer_metrics import is_correct, names_wrong_value
 from lorarag.eval.records import ItemResult
 from lorarag.scenarios.records import SCENARIO_TYPES
 
-CLASSES = ("correct", "retrieval_miss", "rerank_drop", "generation_failure", "conflict_missed",
-           "memory_overrode", "wrong_route", "fallback_wrong", "abstained_correctly", "abstained_wrongly")
+CLASSES = (
+    "correct",
+    "retrieval_miss",
+    "rerank_drop",
+    "generation_failure",
+    "conflict_missed",
+    "memory_overrode",
+    "wrong_route",
+    "fallback_wrong",
+    "abstained_correctly",
+    "abstained_wrongly",
+)
 FLAWED_CONTEXT = ("factual_error", "fabricated", "outdated", "irrelevant")
 Correct = Callable[[ItemResult], bool]
 
@@ -110,10 +120,24 @@ def write_attribution(items: Sequence[ItemResult], out_dir: str | Path) -> tuple
     jpath, mpath = out / "attribution.jsonl", out / "attribution.md"
     with jpath.open("w", encoding="utf-8") as fh:
         for r in items:
-            fh.write(json.dumps({"system": r.system, "qid": r.qid, "scenario": r.scenario,
-                                 "knowledge": r.knowledge, "label": attribute(r), "question": r.question,
-                                 "answer": r.answer, "gold_answers": list(r.gold_answers),
-                                 "context_answer": r.context_answer, "route": r.route,
-                                 "verdict": r.verdict}, ensure_ascii=False) + "\n")
+            fh.write(
+                json.dumps(
+                    {
+                        "system": r.system,
+                        "qid": r.qid,
+                        "scenario": r.scenario,
+                        "knowledge": r.knowledge,
+                        "label": attribute(r),
+                        "question": r.question,
+                        "answer": r.answer,
+                        "gold_answers": list(r.gold_answers),
+                        "context_answer": r.context_answer,
+                        "route": r.route,
+                        "verdict": r.verdict,
+                    },
+                    ensure_ascii=False,
+                )
+                + "\n"
+            )
     mpath.write_text(table_markdown(attribution_table(items)), encoding="utf-8")
     return jpath, mpath

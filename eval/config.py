@@ -37,10 +37,10 @@ class EvalConfig(Strict):
     batch_size: int = Field(16, description="scenarios per system call")
     limit: int | None = Field(None, description="evaluate only the first N scenarios (smoke runs)")
     closed_book_run: str | None = Field(None, description="run dir or results.jsonl of the same model, closed-book")
-    judge: JudgeConfig = Field(JudgeConfig(), description=(
-        "LLM-as-judge for faithfulness and answer relevance (off by default)"))
-    bootstrap_resamples: int = Field(2000, description=(
-        "paired-bootstrap resamples of the confidence intervals (>= 1000)"))
+    judge: JudgeConfig = Field(
+        JudgeConfig(), description=("LLM-as-judge for faithfulness and answer relevance (off by default)")
+    )
+    bootstrap_resamples: int = Field(2000, description=("paired-bootstrap resamples of the confidence intervals (>= 1000)"))
     seed: int = Field(0, description="seed of the bootstrap")
 
     @field_validator("system")
@@ -59,4 +59,3 @@ class EvalConfig(Strict):
         if self.bootstrap_resamples < 1000:
             raise ValueError("bootstrap_resamples must be >= 1000")
         return self
-

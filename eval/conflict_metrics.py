@@ -55,8 +55,9 @@ def is_misled(r: ItemResult) -> bool:
     """The answer states the context's value and no gold answer."""
     if r.abstained or not r.context_answer:
         return False
-    return (contains_gold(r.answer, (r.context_answer,), r.language)
-            and not contains_gold(r.answer, r.gold_answers, r.language))
+    return contains_gold(r.answer, (r.context_answer,), r.language) and not contains_gold(
+        r.answer, r.gold_answers, r.language
+    )
 
 
 def keeps_prior(r: ItemResult) -> bool:
@@ -91,8 +92,7 @@ class DetectorScore:
     n_invalid: int
 
 
-def _rate(items: Iterable[ItemResult], where: Callable[[ItemResult], bool],
-          hit: Callable[[ItemResult], bool]) -> Rate:
+def _rate(items: Iterable[ItemResult], where: Callable[[ItemResult], bool], hit: Callable[[ItemResult], bool]) -> Rate:
     sel = [r for r in items if where(r)]
     k = sum(1 for r in sel if hit(r))
     lo, hi = wilson_ci(k, len(sel))
@@ -117,20 +117,21 @@ def cell_rate(items: Sequence[ItemResult]) -> Rate:
 
 def context_bias(items: Sequence[ItemResult]) -> Rate:
     """P(misled by the context's wrong value | closed-book answer right)."""
-    return _rate(items, lambda r: r.scenario in WRONG_VALUE_SCENARIOS and closed_book_correct(r) is True,
-                 is_misled)
+    return _rate(items, lambda r: r.scenario in WRONG_VALUE_SCENARIOS and closed_book_correct(r) is True, is_misled)
 
 
 def prior_bias(items: Sequence[ItemResult]) -> Rate:
     """P(keeps its own wrong closed-book answer | context right)."""
-    return _rate(items, lambda r: r.scenario == "consistent" and closed_book_correct(r) is False,
-                 keeps_prior)
+    return _rate(items, lambda r: r.scenario == "consistent" and closed_book_correct(r) is False, keeps_prior)
 
 
 def fallback_success(items: Sequence[ItemResult]) -> Rate:
     """P(fell back and answered correctly) on factual_error/outdated items."""
-    return _rate(items, lambda r: r.scenario in WRONG_VALUE_SCENARIOS and r.route is not None,
-                 lambda r: r.route == "fallback" and is_correct(r))
+    return _rate(
+        items,
+        lambda r: r.scenario in WRONG_VALUE_SCENARIOS and r.route is not None,
+        lambda r: r.route == "fallback" and is_correct(r),
+    )
 
 
 def left_context(r: ItemResult) -> bool:
@@ -155,8 +156,9 @@ def consistent_abstention(items: Sequence[ItemResult]) -> Rate:
     return _rate(items, routed_consistent, lambda r: r.abstained)
 
 
-def detector(items: Sequence[ItemResult], positives: Sequence[str] | None = None,
-             negatives: Sequence[str] = SOUND_CONTEXTS) -> DetectorScore:
+def detector(
+    items: Sequence[ItemResult], positives: Sequence[str] | None = None, negatives: Sequence[str] = SOUND_CONTEXTS
+) -> DetectorScore:
     """Precision, recall, F1 of the verdict flag and AUROC of flag_score.
 
     `positives`: flawed scenario types to score against the `negatives` (default: every flawed type
@@ -165,12 +167,16 @@ def detector(items: Sequence[ItemResult], positives: Sequence[str] | None = None
     from sklearn.metrics import roc_auc_score
 
     pos = set(positives) if positives else {s for s in SCENARIO_TYPES if s not in SOUND_CONTEXTS}
-    sel = [r for r in items if (r.flag_score is not None or r.verdict == "invalid")
-           and (r.scenario in pos or r.scenario in negatives)]
+    sel = [
+        r
+        for r in items
+        if (r.flag_score is not None or r.verdict == "invalid") and (r.scenario in pos or r.scenario in negatives)
+    ]
     y = [r.scenario in pos for r in sel]
     # an invalid reply is wrong either way: not flagged when flawed, flagged when consistent
-    pred = [(not t) if r.verdict == "invalid" else (r.verdict is not None and r.verdict != "supported")
-            for r, t in zip(sel, y)]
+    pred = [
+        (not t) if r.verdict == "invalid" else (r.verdict is not None and r.verdict != "supported") for r, t in zip(sel, y)
+    ]
     scores = [(0.0 if t else 1.0) if r.verdict == "invalid" else r.flag_score for r, t in zip(sel, y)]
     tp = sum(1 for t, p in zip(y, pred) if t and p)
     fp = sum(1 for t, p in zip(y, pred) if p and not t)
@@ -190,8 +196,7 @@ def roc_points(items: Sequence[ItemResult]) -> tuple[list[float], list[float]]:
     y = [r.scenario not in SOUND_CONTEXTS for r in sel]
     if not 0 < sum(y) < len(y):
         return [], []
-    fpr, tpr, _ = roc_curve(y, [(0.0 if t else 1.0) if r.verdict == "invalid" else r.flag_score
-                                for r, t in zip(sel, y)])
+    fpr, tpr, _ = roc_curve(y, [(0.0 if t else 1.0) if r.verdict == "invalid" else r.flag_score for r, t in zip(sel, y)])
     return fpr.tolist(), tpr.tolist()
 
 
@@ -215,16 +220,24 @@ def conflict_table(items: Sequence[ItemResult]) -> list[dict]:
     rows = []
     for s, k, sel in groups(items):
         acc = accuracy(sel)
-        rows.append({
-            "scenario": s, "knowledge": k, "n": len(sel),
-            "accuracy": acc.value, "acc_lo": acc.lo, "acc_hi": acc.hi,
-            "context_bias": context_bias(sel).value, "prior_bias": prior_bias(sel).value,
-            "fallback_success": fallback_success(sel).value, "over_fallback": over_fallback(sel).value,
-            "consistent_abstention": consistent_abstention(sel).value,
-            "fallback_rate": _rate(sel, lambda r: r.route is not None, lambda r: r.route == "fallback").value,
-            "abstain_rate": sum(r.abstained for r in sel) / len(sel),
-            "correct_abstention": correct_abstention(sel).value,
-        })
+        rows.append(
+            {
+                "scenario": s,
+                "knowledge": k,
+                "n": len(sel),
+                "accuracy": acc.value,
+                "acc_lo": acc.lo,
+                "acc_hi": acc.hi,
+                "context_bias": context_bias(sel).value,
+                "prior_bias": prior_bias(sel).value,
+                "fallback_success": fallback_success(sel).value,
+                "over_fallback": over_fallback(sel).value,
+                "consistent_abstention": consistent_abstention(sel).value,
+                "fallback_rate": _rate(sel, lambda r: r.route is not None, lambda r: r.route == "fallback").value,
+                "abstain_rate": sum(r.abstained for r in sel) / len(sel),
+                "correct_abstention": correct_abstention(sel).value,
+            }
+        )
     return rows
 
 
@@ -244,6 +257,7 @@ def sides_with_source(items: Sequence[ItemResult]) -> Rate:
     """P(the answer is closer, in token F1, to the context's wrong value than to the true answer) over
     the factual-error/outdated items that name such a value: `sides_with_truth` the other way round,
     as a rate; a reply equally far from both counts as siding with neither."""
+
     def closer(r: ItemResult) -> bool:
         return token_f1(r.answer, (r.context_answer,), r.language) > token_f1(r.answer, r.gold_answers, r.language)
 
@@ -259,8 +273,17 @@ def language_table(items: Sequence[ItemResult]) -> list[dict]:
         mine = [r for r in items if r.language == lang]
         for s, k, sel in groups(mine)[:-1]:  # the cells and ("all", knowledge); the grand total below
             acc = accuracy(sel)
-            rows.append({"language": lang, "scenario": s, "knowledge": k, "n": len(sel),
-                         "accuracy": acc.value, "acc_lo": acc.lo, "acc_hi": acc.hi})
+            rows.append(
+                {
+                    "language": lang,
+                    "scenario": s,
+                    "knowledge": k,
+                    "n": len(sel),
+                    "accuracy": acc.value,
+                    "acc_lo": acc.lo,
+                    "acc_hi": acc.hi,
+                }
+            )
     return rows
 
 

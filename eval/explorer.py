@@ -33,11 +33,33 @@ from lorarag.scenarios.records import SCENARIO_TYPES
 
 EXPLORER_FILE = "explorer.html"
 TEMPLATE = "explorer_page.html"
-QUESTION_FIELDS = ("qid", "scenario", "knowledge", "language", "question", "gold", "ctx", "relevant", "target",
-                   "fact_id")
-ITEM_FIELDS = ("s", "q", "cls", "route", "verdict", "ok", "abst", "answer", "raw", "flag", "vscore", "probs",
-               "final", "retrieved", "notes", "cb", "mem", "ctxm", "lat", "cited", "badcite", "mark", "doubt",
-               "gated")
+QUESTION_FIELDS = ("qid", "scenario", "knowledge", "language", "question", "gold", "ctx", "relevant", "target", "fact_id")
+ITEM_FIELDS = (
+    "s",
+    "q",
+    "cls",
+    "route",
+    "verdict",
+    "ok",
+    "abst",
+    "answer",
+    "raw",
+    "flag",
+    "vscore",
+    "probs",
+    "final",
+    "retrieved",
+    "notes",
+    "cb",
+    "mem",
+    "ctxm",
+    "lat",
+    "cited",
+    "badcite",
+    "mark",
+    "doubt",
+    "gated",
+)
 
 
 def _num(x: float | None, nd: int = 4) -> float | None:
@@ -46,8 +68,9 @@ def _num(x: float | None, nd: int = 4) -> float | None:
     return round(float(x), nd)
 
 
-def pair_marks(base: Sequence[ItemResult], lora: Sequence[ItemResult],
-               correct: Callable[[ItemResult], bool] = is_correct) -> dict[str, int]:
+def pair_marks(
+    base: Sequence[ItemResult], lora: Sequence[ItemResult], correct: Callable[[ItemResult], bool] = is_correct
+) -> dict[str, int]:
     """qid -> 1 when `lora` fixed it (base wrong, LoRA right), -1 when it broke it, 0 otherwise."""
     right = {r.qid: correct(r) for r in base}
     return {r.qid: (int(correct(r)) - int(right[r.qid])) for r in lora if r.qid in right}
@@ -67,8 +90,20 @@ class _Tables:
         key = (r.qid, r.question)
         if key not in self._q:
             self._q[key] = len(self.questions)
-            self.questions.append([r.qid, r.scenario, r.knowledge, r.language, r.question, list(r.gold_answers),
-                                   r.context_answer, list(r.relevant_ids), list(r.target_ids), r.fact_id])
+            self.questions.append(
+                [
+                    r.qid,
+                    r.scenario,
+                    r.knowledge,
+                    r.language,
+                    r.question,
+                    list(r.gold_answers),
+                    r.context_answer,
+                    list(r.relevant_ids),
+                    list(r.target_ids),
+                    r.fact_id,
+                ]
+            )
         return self._q[key]
 
     def chunk(self, cid: str, text: str | None) -> int:
@@ -83,9 +118,14 @@ class _Tables:
         return self._c[key]
 
 
-def explorer_data(systems: Mapping[str, Sequence[ItemResult]], *, pair: tuple[str, str] | None = None,
-                  gate: Mapping | None = None, report_href: str | None = None,
-                  correct: Callable[[ItemResult], bool] = is_correct) -> dict:
+def explorer_data(
+    systems: Mapping[str, Sequence[ItemResult]],
+    *,
+    pair: tuple[str, str] | None = None,
+    gate: Mapping | None = None,
+    report_href: str | None = None,
+    correct: Callable[[ItemResult], bool] = is_correct,
+) -> dict:
     """The page's JSON: systems, question and chunk tables, one row per (system, item) (see module doc).
 
     `pair` = (base, LoRA) system names: their items get a fixed/broken mark and the page shows them
@@ -102,29 +142,55 @@ def explorer_data(systems: Mapping[str, Sequence[ItemResult]], *, pair: tuple[st
         in_pair = pair is not None and name in pair
         for r in systems[name]:
             final = [t.chunk(c, x) for c, x in zip(r.final_ids, r.final_texts)]
-            final += [t.chunk(c, None) for c in r.final_ids[len(r.final_texts):]]
+            final += [t.chunk(c, None) for c in r.final_ids[len(r.final_texts) :]]
             g = gate_doubt(r.notes)
-            row = {"s": s, "q": t.question(r), "cls": CLASSES.index(attribute(r, correct)), "route": r.route,
-                   "verdict": r.verdict, "ok": int(correct(r)), "abst": int(r.abstained), "answer": r.answer,
-                   "raw": r.raw_output if r.raw_output and r.raw_output != r.answer else None,
-                   "flag": _num(r.flag_score), "vscore": _num(r.verdict_score),
-                   "probs": [[lab, _num(p)] for lab, p in r.verdict_probs], "final": final,
-                   "retrieved": [t.chunk(c, None) for c in r.retrieved_ids], "notes": list(r.notes),
-                   "cb": r.closed_book_answer, "mem": r.memory_answer, "ctxm": r.context_answer_model,
-                   "lat": _num(r.latency_s, 3), "cited": list(r.cited), "badcite": list(r.bad_citations),
-                   "mark": marks.get(r.qid, 0) if in_pair else 0, "doubt": _num(g[1]) if g else None,
-                   "gated": int(any(n.startswith("gate: memory") for n in r.notes))}
+            row = {
+                "s": s,
+                "q": t.question(r),
+                "cls": CLASSES.index(attribute(r, correct)),
+                "route": r.route,
+                "verdict": r.verdict,
+                "ok": int(correct(r)),
+                "abst": int(r.abstained),
+                "answer": r.answer,
+                "raw": r.raw_output if r.raw_output and r.raw_output != r.answer else None,
+                "flag": _num(r.flag_score),
+                "vscore": _num(r.verdict_score),
+                "probs": [[lab, _num(p)] for lab, p in r.verdict_probs],
+                "final": final,
+                "retrieved": [t.chunk(c, None) for c in r.retrieved_ids],
+                "notes": list(r.notes),
+                "cb": r.closed_book_answer,
+                "mem": r.memory_answer,
+                "ctxm": r.context_answer_model,
+                "lat": _num(r.latency_s, 3),
+                "cited": list(r.cited),
+                "badcite": list(r.bad_citations),
+                "mark": marks.get(r.qid, 0) if in_pair else 0,
+                "doubt": _num(g[1]) if g else None,
+                "gated": int(any(n.startswith("gate: memory") for n in r.notes)),
+            }
             items.append([row[f] for f in ITEM_FIELDS])
     gate_info = None
     if gate is not None:
         gate_info = {k: gate.get(k) for k in ("threshold", "signal", "rule", "auroc", "known_kept", "unseen_rejected")}
         gate_info = {k: (_num(v) if isinstance(v, float) else v) for k, v in gate_info.items()}
-    return {"systems": names, "pair": [names.index(p) for p in pair] if pair else None,
-            "fixed": sum(1 for v in marks.values() if v == 1), "broken": sum(1 for v in marks.values() if v == -1),
-            "classes": list(CLASSES), "scenario_order": list(SCENARIO_TYPES),
-            "wrong_value_scenarios": list(WRONG_VALUE_SCENARIOS), "gate": gate_info, "report": report_href,
-            "question_fields": list(QUESTION_FIELDS), "item_fields": list(ITEM_FIELDS),
-            "questions": t.questions, "chunks": t.chunks, "items": items}
+    return {
+        "systems": names,
+        "pair": [names.index(p) for p in pair] if pair else None,
+        "fixed": sum(1 for v in marks.values() if v == 1),
+        "broken": sum(1 for v in marks.values() if v == -1),
+        "classes": list(CLASSES),
+        "scenario_order": list(SCENARIO_TYPES),
+        "wrong_value_scenarios": list(WRONG_VALUE_SCENARIOS),
+        "gate": gate_info,
+        "report": report_href,
+        "question_fields": list(QUESTION_FIELDS),
+        "item_fields": list(ITEM_FIELDS),
+        "questions": t.questions,
+        "chunks": t.chunks,
+        "items": items,
+    }
 
 
 def _script_json(data: dict) -> str:
@@ -146,15 +212,23 @@ def plots_html(plots: Mapping[str, bytes | str]) -> str:
     return "\n".join(out)
 
 
-def write_explorer(systems: Mapping[str, Sequence[ItemResult]], path: str | Path, *,
-                   pair: tuple[str, str] | None = None, gate: Mapping | None = None,
-                   plots: Mapping[str, bytes | str] | None = None, title: str = "lorarag run explorer",
-                   report_href: str | None = "report.html", correct: Callable[[ItemResult], bool] = is_correct) -> Path:
+def write_explorer(
+    systems: Mapping[str, Sequence[ItemResult]],
+    path: str | Path,
+    *,
+    pair: tuple[str, str] | None = None,
+    gate: Mapping | None = None,
+    plots: Mapping[str, bytes | str] | None = None,
+    title: str = "lorarag run explorer",
+    report_href: str | None = "report.html",
+    correct: Callable[[ItemResult], bool] = is_correct,
+) -> Path:
     """Write the explorer page for `systems` to `path` (see the module docstring); returns the path."""
     page = resources.files("lorarag.eval").joinpath(TEMPLATE).read_text(encoding="utf-8")
     data = _script_json(explorer_data(systems, pair=pair, gate=gate, report_href=report_href, correct=correct))
-    page = (page.replace("__TITLE__", html.escape(title)).replace("__PLOTS__", plots_html(plots or {}))
-            .replace("__DATA__", data))
+    page = (
+        page.replace("__TITLE__", html.escape(title)).replace("__PLOTS__", plots_html(plots or {})).replace("__DATA__", data)
+    )
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(page, encoding="utf-8")

@@ -114,8 +114,7 @@ def parse_faithfulness(raw: str) -> float | None | bool:
     """Supported share of claims; None for no claims; False when the reply does not parse."""
     obj = _json_object(raw)
     claims = obj.get("claims") if obj else None
-    if not isinstance(claims, list) or not all(isinstance(c, dict) and isinstance(c.get("supported"), bool)
-                                               for c in claims):
+    if not isinstance(claims, list) or not all(isinstance(c, dict) and isinstance(c.get("supported"), bool) for c in claims):
         return False
     if not claims:
         return None
@@ -138,8 +137,9 @@ class Judge:
         self.cfg = cfg
         self.cache = Path(cfg.cache_dir)
         self.cache.mkdir(parents=True, exist_ok=True)
-        self.client = JSONClient(cfg.base_url, timeout_s=cfg.timeout_s, max_retries=cfg.max_retries,
-                                 api_key_env=cfg.api_key_env)
+        self.client = JSONClient(
+            cfg.base_url, timeout_s=cfg.timeout_s, max_retries=cfg.max_retries, api_key_env=cfg.api_key_env
+        )
         self.calls = 0  # endpoint calls made (cache misses)
 
     def close(self) -> None:
@@ -149,19 +149,25 @@ class Judge:
     def complete(self, messages: list[dict[str, str]]) -> str:
         """The judge's reply text (cached by hash of model, messages and max_tokens)."""
 
-        key_src = json.dumps({"model": self.cfg.model, "messages": messages, "max_tokens": self.cfg.max_tokens},
-                             sort_keys=True, ensure_ascii=False)
+        key_src = json.dumps(
+            {"model": self.cfg.model, "messages": messages, "max_tokens": self.cfg.max_tokens},
+            sort_keys=True,
+            ensure_ascii=False,
+        )
         path = self.cache / (hashlib.sha256(key_src.encode()).hexdigest() + ".json")
         if path.exists():
             return json.loads(path.read_text(encoding="utf-8"))["raw"]
-        resp = self.client.post("/chat/completions", {"model": self.cfg.model, "messages": messages,
-                                                      "temperature": 0, "max_tokens": self.cfg.max_tokens})
+        resp = self.client.post(
+            "/chat/completions",
+            {"model": self.cfg.model, "messages": messages, "temperature": 0, "max_tokens": self.cfg.max_tokens},
+        )
         self.calls += 1
         raw = field(resp, "choices", 0, "message", "content", endpoint=self.cfg.base_url)
         raw = raw if isinstance(raw, str) else ""
         tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps({"model": self.cfg.model, "messages": messages, "raw": raw},
-                                  ensure_ascii=False), encoding="utf-8")
+        tmp.write_text(
+            json.dumps({"model": self.cfg.model, "messages": messages, "raw": raw}, ensure_ascii=False), encoding="utf-8"
+        )
         tmp.replace(path)
         return raw
 
@@ -177,16 +183,22 @@ class Judge:
         raw_r = self.complete(relevance_messages(x))
         rel = parse_relevance(raw_r)
         if f is False or rel is False:
-            log.warning("%s: judge reply did not parse (%s)", r.qid,
-                        ", ".join(n for n, v in (("faithfulness", f), ("relevance", rel)) if v is False))
+            log.warning(
+                "%s: judge reply did not parse (%s)",
+                r.qid,
+                ", ".join(n for n, v in (("faithfulness", f), ("relevance", rel)) if v is False),
+            )
         return JudgedItem(
-            r.system, r.qid,
+            r.system,
+            r.qid,
             JudgeVerdict("faithfulness", None if f is False else f, f is not False, m, raw_f),
-            JudgeVerdict("answer_relevance", None if rel is False else rel, rel is not False, m, raw_r))
+            JudgeVerdict("answer_relevance", None if rel is False else rel, rel is not False, m, raw_r),
+        )
 
 
-def judge_items(items: Sequence[ItemResult], cfg: JudgeConfig, out_path: str | Path | None = None,
-                *, progress: bool = True) -> list[JudgedItem]:
+def judge_items(
+    items: Sequence[ItemResult], cfg: JudgeConfig, out_path: str | Path | None = None, *, progress: bool = True
+) -> list[JudgedItem]:
     """Judge every item (cached); optionally write them as JSONL to `out_path`."""
 
     judge = Judge(cfg)
@@ -214,12 +226,16 @@ def load_judged(path: str | Path) -> list[JudgedItem]:
 
 def judge_summary(judged: Sequence[JudgedItem]) -> dict[str, float | str]:
     """Mean faithfulness and relevance over parsed, applicable items; unparsed replies counted."""
+
     def mean(xs):
         xs = [x for x in xs if x is not None]
         return sum(xs) / len(xs) if xs else math.nan
 
-    return {"faithfulness": mean(j.faithfulness.score for j in judged),
-            "answer_relevance": mean(j.answer_relevance.score for j in judged),
-            "unparsed_faithfulness": sum(not j.faithfulness.parsed for j in judged),
-            "unparsed_relevance": sum(not j.answer_relevance.parsed for j in judged),
-            "n": len(judged), "model": judged[0].faithfulness.model if judged else ""}
+    return {
+        "faithfulness": mean(j.faithfulness.score for j in judged),
+        "answer_relevance": mean(j.answer_relevance.score for j in judged),
+        "unparsed_faithfulness": sum(not j.faithfulness.parsed for j in judged),
+        "unparsed_relevance": sum(not j.answer_relevance.parsed for j in judged),
+        "n": len(judged),
+        "model": judged[0].faithfulness.model if judged else "",
+    }

@@ -25,21 +25,53 @@ from lorarag.scenarios.records import SCENARIO_TYPES, SOUND_CONTEXTS
 # Okabe & Ito (2008), "Color Universal Design": blue, orange, bluish green, vermillion, sky blue,
 # reddish purple, yellow, black; systems take them in this order.
 OKABE_ITO = ("#0072B2", "#E69F00", "#009E73", "#D55E00", "#56B4E9", "#CC79A7", "#F0E442", "#000000")
-CLASS_COLOURS = {"correct": "#009E73", "retrieval_miss": "#56B4E9", "rerank_drop": "#0072B2",
-                 "generation_failure": "#999999", "conflict_missed": "#D55E00", "memory_overrode": "#882255",
-                 "wrong_route": "#E69F00",
-                 "fallback_wrong": "#CC79A7", "abstained_correctly": "#F0E442", "abstained_wrongly": "#000000"}
+CLASS_COLOURS = {
+    "correct": "#009E73",
+    "retrieval_miss": "#56B4E9",
+    "rerank_drop": "#0072B2",
+    "generation_failure": "#999999",
+    "conflict_missed": "#D55E00",
+    "memory_overrode": "#882255",
+    "wrong_route": "#E69F00",
+    "fallback_wrong": "#CC79A7",
+    "abstained_correctly": "#F0E442",
+    "abstained_wrongly": "#000000",
+}
 _DOUBT = re.compile(r"^gate doubt \(([^)]*)\)=(\S+)$")
 
 
 # matplotlib's tab20, its ten dark hues first, then their light twins.
-TAB20 = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22",
-         "#17becf", "#aec7e8", "#ffbb78", "#98df8a", "#ff9896", "#c5b0d5", "#c49c94", "#f7b6d2", "#c7c7c7",
-         "#dbdb8d", "#9edae5")
+TAB20 = (
+    "#1f77b4",
+    "#ff7f0e",
+    "#2ca02c",
+    "#d62728",
+    "#9467bd",
+    "#8c564b",
+    "#e377c2",
+    "#7f7f7f",
+    "#bcbd22",
+    "#17becf",
+    "#aec7e8",
+    "#ffbb78",
+    "#98df8a",
+    "#ff9896",
+    "#c5b0d5",
+    "#c49c94",
+    "#f7b6d2",
+    "#c7c7c7",
+    "#dbdb8d",
+    "#9edae5",
+)
 # Report title -> file name, by what the plot shows; the forest plot of the headline comes first.
-PLOT_FILES = {"forest": "headline-forest.png", "accuracy": "accuracy-by-cell.png",
-              "attribution": "attribution-by-system.png", "roc": "detector-roc.png",
-              "reliability": "verdict-reliability.png", "gate": "gate-doubt.png"}
+PLOT_FILES = {
+    "forest": "headline-forest.png",
+    "accuracy": "accuracy-by-cell.png",
+    "attribution": "attribution-by-system.png",
+    "roc": "detector-roc.png",
+    "reliability": "verdict-reliability.png",
+    "gate": "gate-doubt.png",
+}
 
 
 def palette(n: int) -> tuple[str, ...]:
@@ -96,10 +128,11 @@ def _legend_right(ax, **kw) -> None:
 def plot_accuracy(systems: Mapping[str, Sequence[ItemResult]]) -> bytes:
     """Grouped bars: accuracy per scenario x knowledge cell for every system, Wilson 95 % CI whiskers."""
     plt = _plt()
-    tables = {name: [r for r in cm.conflict_table(items) if r["scenario"] != "all"]
-              for name, items in systems.items()}
-    cells = sorted({(r["scenario"], r["knowledge"]) for rows in tables.values() for r in rows},
-                   key=lambda c: (SCENARIO_TYPES.index(c[0]), c[1]))
+    tables = {name: [r for r in cm.conflict_table(items) if r["scenario"] != "all"] for name, items in systems.items()}
+    cells = sorted(
+        {(r["scenario"], r["knowledge"]) for rows in tables.values() for r in rows},
+        key=lambda c: (SCENARIO_TYPES.index(c[0]), c[1]),
+    )
     fig, ax = plt.subplots(figsize=(min(11.0, max(6.0, 0.3 * len(cells) * max(2, len(tables)))), 3.8))
     width = 0.8 / max(1, len(tables))
     for j, (name, rows) in enumerate(tables.items()):
@@ -113,8 +146,18 @@ def plot_accuracy(systems: Mapping[str, Sequence[ItemResult]]) -> bytes:
                 # max(0, .): at p = 0 or 1 the Wilson bound equals p up to rounding.
                 err[0].append(max(0.0, r["accuracy"] - r["acc_lo"]))
                 err[1].append(max(0.0, r["acc_hi"] - r["accuracy"]))
-        ax.bar(xs, ys, width, yerr=err, capsize=2, label=name, color=colour(j, len(tables)), edgecolor="white", lw=0.5,
-               error_kw={"elinewidth": 0.8, "ecolor": "#333333"})
+        ax.bar(
+            xs,
+            ys,
+            width,
+            yerr=err,
+            capsize=2,
+            label=name,
+            color=colour(j, len(tables)),
+            edgecolor="white",
+            lw=0.5,
+            error_kw={"elinewidth": 0.8, "ecolor": "#333333"},
+        )
     for i in range(1, len(cells)):
         ax.axvline(i - 0.5, color="#dddddd", lw=0.6, zorder=0)
     ax.set_xticks(range(len(cells)), [f"{s.replace('_', ' ')}\n({k})" for s, k in cells], fontsize=8)
@@ -126,8 +169,9 @@ def plot_accuracy(systems: Mapping[str, Sequence[ItemResult]]) -> bytes:
     return _png(fig)
 
 
-def plot_attribution(systems: Mapping[str, Sequence[ItemResult]], correct: Callable[[ItemResult], bool] = is_correct
-                     ) -> bytes:
+def plot_attribution(
+    systems: Mapping[str, Sequence[ItemResult]], correct: Callable[[ItemResult], bool] = is_correct
+) -> bytes:
     """One horizontal stacked bar per system: the share of its items in each attribution class
     (`correct` decides the `correct` class, as in eval/attribution.py)."""
     plt = _plt()
@@ -141,8 +185,16 @@ def plot_attribution(systems: Mapping[str, Sequence[ItemResult]], correct: Calla
         for c in CLASSES:
             shares[c].append(100.0 * labels.count(c) / max(1, len(items)))
     for c in CLASSES:
-        ax.barh(range(len(names)), shares[c], 0.7, left=left, label=c.replace("_", " "), color=CLASS_COLOURS[c],
-                edgecolor="white", lw=0.5)
+        ax.barh(
+            range(len(names)),
+            shares[c],
+            0.7,
+            left=left,
+            label=c.replace("_", " "),
+            color=CLASS_COLOURS[c],
+            edgecolor="white",
+            lw=0.5,
+        )
         left = [a + b for a, b in zip(left, shares[c])]
     ax.set_yticks(range(len(names)), [f"{n} (n={len(systems[n])})" for n in names], fontsize=8)
     ax.invert_yaxis()
@@ -153,8 +205,11 @@ def plot_attribution(systems: Mapping[str, Sequence[ItemResult]], correct: Calla
 
 
 def _scored(systems: Mapping[str, Sequence[ItemResult]]) -> dict[str, list[ItemResult]]:
-    return {n: [r for r in items if r.flag_score is not None] for n, items in systems.items()
-            if any(r.flag_score is not None for r in items)}
+    return {
+        n: [r for r in items if r.flag_score is not None]
+        for n, items in systems.items()
+        if any(r.flag_score is not None for r in items)
+    }
 
 
 def plot_roc(systems: Mapping[str, Sequence[ItemResult]]) -> bytes | None:
@@ -168,8 +223,14 @@ def plot_roc(systems: Mapping[str, Sequence[ItemResult]]) -> bytes | None:
     fig, ax = plt.subplots(figsize=(4.2, 3.8))
     for name, (fpr, tpr) in curves.items():
         auc = cm.detector(systems[name]).auroc
-        ax.plot(fpr, tpr, label=f"{name} (AUROC {auc:.2f})", color=colour(names.index(name), len(names)), lw=1.6,
-                drawstyle="steps-post")
+        ax.plot(
+            fpr,
+            tpr,
+            label=f"{name} (AUROC {auc:.2f})",
+            color=colour(names.index(name), len(names)),
+            lw=1.6,
+            drawstyle="steps-post",
+        )
     ax.plot([0, 1], [0, 1], ls="--", color="grey", lw=0.8, label="chance")
     ax.set_xlim(0, 1)
     ax.set_ylim(0, 1.02)
@@ -213,10 +274,16 @@ def plot_reliability(systems: Mapping[str, Sequence[ItemResult]]) -> bytes | Non
     for j, (name, items) in enumerate(scored.items()):
         pts = reliability(items)
         c = colour(names.index(name), len(names))
-        ax.plot([p for p, _, _ in pts], [o for _, o, _ in pts], marker="o", ms=4, color=c, lw=1.4,
-                label=f"{name} (ECE {expected_calibration_error(pts):.2f})")
-        hx.bar([min(9, int(p * 10)) / 10 + (j + 0.5) * width for p, _, _ in pts], [k for _, _, k in pts], width,
-               color=c)
+        ax.plot(
+            [p for p, _, _ in pts],
+            [o for _, o, _ in pts],
+            marker="o",
+            ms=4,
+            color=c,
+            lw=1.4,
+            label=f"{name} (ECE {expected_calibration_error(pts):.2f})",
+        )
+        hx.bar([min(9, int(p * 10)) / 10 + (j + 0.5) * width for p, _, _ in pts], [k for _, _, k in pts], width, color=c)
     ax.set_xlim(0, 1)
     ax.set_ylim(0, 1.02)
     ax.set_ylabel("observed share of flawed contexts")
@@ -249,11 +316,17 @@ def plot_gate(systems: Mapping[str, Sequence[ItemResult]], threshold: float) -> 
     multi = len({n for n, _ in readings}) > 1
     for (n, k), v in sorted(readings.items(), key=lambda kv: kv[0][1]):
         c, label = style.get(k, ("#999999", k))
-        ax.hist(v, bins=edges, color=c, alpha=0.55, label=f"{label}{f' — {n}' if multi else ''} (n={len(v)})",
-                edgecolor="white", lw=0.4)
+        ax.hist(
+            v,
+            bins=edges,
+            color=c,
+            alpha=0.55,
+            label=f"{label}{f' — {n}' if multi else ''} (n={len(v)})",
+            edgecolor="white",
+            lw=0.4,
+        )
     ax.axvline(threshold, color="black", ls="--", lw=1.2, label=f"fitted threshold {threshold:.3f}")
-    ax.annotate(" memory counts as unknown →", (threshold, 1.0), xycoords=("data", "axes fraction"), va="top",
-                fontsize=8)
+    ax.annotate(" memory counts as unknown →", (threshold, 1.0), xycoords=("data", "axes fraction"), va="top", fontsize=8)
     ax.set_xlabel(f"gate doubt: {signal or 'score'} (nats per token)")
     ax.set_ylabel("test items")
     _legend_right(ax, title="fact")
@@ -281,8 +354,7 @@ def plot_forest(rows: Sequence[Mapping], base: str, lora: str, metric: str = "me
         note = f"{d:+.2f} [{lo:+.2f}, {hi:+.2f}]" if has_ci else f"{d:+.2f} (one cluster: no CI)"
         ax.annotate(f"  {note}", (1.0, y), xycoords=("axes fraction", "data"), va="center", fontsize=8, color=c)
     ax.axvline(0, color="black", lw=0.9)
-    ax.set_yticks(range(len(rows)), [f"{r['label']}  n={r['n']} ({r['clusters']} clusters)" for r in rows],
-                  fontsize=8)
+    ax.set_yticks(range(len(rows)), [f"{r['label']}  n={r['n']} ({r['clusters']} clusters)" for r in rows], fontsize=8)
     ax.invert_yaxis()
     ax.set_xlim(-1.05, 1.05)
     ax.set_xlabel(f"{lora} − {base}: {metric} on the same items (95% CI resampling clusters)")

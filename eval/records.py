@@ -87,8 +87,15 @@ def _flag_score(probs: tuple[tuple[str, float], ...]) -> float | None:
     return float(min(1.0, max(0.0, 1.0 - dict(probs).get("supported", 0.0))))
 
 
-def item_result(system: str, scenario, answer: Answer, closed_book_answer: str | None = None,
-                *, latency_s: float | None = None, made_by: tuple[tuple[str, str], ...] = ()) -> ItemResult:
+def item_result(
+    system: str,
+    scenario,
+    answer: Answer,
+    closed_book_answer: str | None = None,
+    *,
+    latency_s: float | None = None,
+    made_by: tuple[tuple[str, str], ...] = (),
+) -> ItemResult:
     """Build the ItemResult of one (Scenario, Answer, closed-book answer) triple.
 
     `latency_s` defaults to the sum of the trace's stage timings; `made_by`: the row's stamp
@@ -109,22 +116,39 @@ def item_result(system: str, scenario, answer: Answer, closed_book_answer: str |
     if route is not None and route not in ROUTES:
         raise RecordError(f"{scenario.qid}: unknown route {route!r} (expected one of {', '.join(ROUTES)})")
     return ItemResult(
-        system=system, qid=scenario.qid, fact_id=scenario.fact_id, scenario=scenario.scenario,
-        knowledge=scenario.knowledge, language=scenario.language, question=scenario.question,
-        gold_answers=tuple(scenario.gold_answers), context_answer=scenario.context_answer,
-        relevant_ids=tuple(scenario.relevant_ids), target_ids=tuple(targets),
-        retrieved_ids=retrieved, final_ids=final_ids, final_texts=final_texts,
-        answer=answer.text, abstained=bool(answer.abstained or route == "abstain"),
-        cited=tuple(answer.cited), bad_citations=tuple(answer.bad_citations),
-        verdict=tr.verdict if tr else None, verdict_score=tr.verdict_score if tr else None,
-        flag_score=_flag_score(tr.verdict_probs) if tr else None, route=route,
+        system=system,
+        qid=scenario.qid,
+        fact_id=scenario.fact_id,
+        scenario=scenario.scenario,
+        knowledge=scenario.knowledge,
+        language=scenario.language,
+        question=scenario.question,
+        gold_answers=tuple(scenario.gold_answers),
+        context_answer=scenario.context_answer,
+        relevant_ids=tuple(scenario.relevant_ids),
+        target_ids=tuple(targets),
+        retrieved_ids=retrieved,
+        final_ids=final_ids,
+        final_texts=final_texts,
+        answer=answer.text,
+        abstained=bool(answer.abstained or route == "abstain"),
+        cited=tuple(answer.cited),
+        bad_citations=tuple(answer.bad_citations),
+        verdict=tr.verdict if tr else None,
+        verdict_score=tr.verdict_score if tr else None,
+        flag_score=_flag_score(tr.verdict_probs) if tr else None,
+        route=route,
         context_answer_model=tr.context_answer if tr else None,
         memory_answer=tr.memory_answer if tr else None,
-        closed_book_answer=closed_book_answer, latency_s=latency_s,
-        phrasing=scenario.phrasing, source_set=scenario.source_set,
+        closed_book_answer=closed_book_answer,
+        latency_s=latency_s,
+        phrasing=scenario.phrasing,
+        source_set=scenario.source_set,
         notes=tuple(tr.notes) if tr else (),
-        raw_output=tr.raw_output if tr else "", verdict_probs=tuple(tr.verdict_probs) if tr else (),
-        cluster=scenario.cluster or scenario.fact_id, superseded=tuple(scenario.superseded),
+        raw_output=tr.raw_output if tr else "",
+        verdict_probs=tuple(tr.verdict_probs) if tr else (),
+        cluster=scenario.cluster or scenario.fact_id,
+        superseded=tuple(scenario.superseded),
         made_by=tuple(made_by),
     )
 
@@ -151,8 +175,10 @@ def load_results(run: str | Path, *, system: str | None = None) -> list[ItemResu
     first: dict[str, int] = {}
     for line, r in rows:
         if r.system != want:
-            raise RecordError(f"{path}:{line}: a result of system {r.system!r} in a file of {want!r} "
-                              "(one system per results file; use another out_dir)")
+            raise RecordError(
+                f"{path}:{line}: a result of system {r.system!r} in a file of {want!r} "
+                "(one system per results file; use another out_dir)"
+            )
         if r.qid in first:
             raise RecordError(f"{path}:{line}: duplicate result for qid {r.qid!r} (first at line {first[r.qid]})")
         first[r.qid] = line

@@ -41,8 +41,9 @@ from lorarag.fallback.policy import (
 )
 
 
-def reroute(items: Sequence[ItemResult], policy: PolicyConfig, system: str,
-            readings: Mapping[str, ItemResult] | None = None) -> list[ItemResult]:
+def reroute(
+    items: Sequence[ItemResult], policy: PolicyConfig, system: str, readings: Mapping[str, ItemResult] | None = None
+) -> list[ItemResult]:
     """`items` (one lora_rag system's results) routed by `policy`, renamed `system`; every other
     field (verdict, passes, contexts, latency) is the replayed system's own. `readings`: base RAG's
     results by qid, the base model's reading where the variant reads and the record did not."""
@@ -61,19 +62,42 @@ def reroute(items: Sequence[ItemResult], policy: PolicyConfig, system: str,
                 out.append(_supported(replace(r, system=system, notes=(*notes, *tag)), policy))
             elif readings is not None and r.qid in readings:
                 b = readings[r.qid]
-                out.append(_supported(replace(r, system=system, route="context", answer=b.answer,
-                                              abstained=b.abstained, cited=b.cited, bad_citations=b.bad_citations,
-                                              notes=(*notes, *tag, f"reading: {b.system}'s answer")), policy))
+                out.append(
+                    _supported(
+                        replace(
+                            r,
+                            system=system,
+                            route="context",
+                            answer=b.answer,
+                            abstained=b.abstained,
+                            cited=b.cited,
+                            bad_citations=b.bad_citations,
+                            notes=(*notes, *tag, f"reading: {b.system}'s answer"),
+                        ),
+                        policy,
+                    )
+                )
             else:
-                raise RecordError(f"{r.system} {r.qid}: the variant reads the sources where this record was routed "
-                                  "by its verdict, and no base_rag reading of the item is given (evaluate base_rag "
-                                  "on the same context, or the variant through the model)")
+                raise RecordError(
+                    f"{r.system} {r.qid}: the variant reads the sources where this record was routed "
+                    "by its verdict, and no base_rag reading of the item is given (evaluate base_rag "
+                    "on the same context, or the variant through the model)"
+                )
             continue
         reply = parse_reply(r.raw_output).answer if r.raw_output else ""
         answer = final_answer(route, r.memory_answer or "", r.context_answer_model or "", reply, policy)
-        out.append(replace(r, system=system, route=route, answer=answer, abstained=route == "abstain",
-                           cited=() if was_read else r.cited, bad_citations=() if was_read else r.bad_citations,
-                           notes=(*notes, f"route replayed from {r.system}: {r.route} -> {route}")))
+        out.append(
+            replace(
+                r,
+                system=system,
+                route=route,
+                answer=answer,
+                abstained=route == "abstain",
+                cited=() if was_read else r.cited,
+                bad_citations=() if was_read else r.bad_citations,
+                notes=(*notes, f"route replayed from {r.system}: {r.route} -> {route}"),
+            )
+        )
     return out
 
 
@@ -81,5 +105,6 @@ def _supported(r: ItemResult, policy: PolicyConfig) -> ItemResult:
     """`r` (a reading) as an abstention where `policy.read_support` finds its answer unsupported."""
     if r.abstained or supported(r.question, r.answer, r.final_texts, policy.read_support):
         return r
-    return replace(r, route="abstain", answer="", abstained=True, cited=(), bad_citations=(),
-                   notes=(*r.notes, UNSUPPORTED_NOTE))
+    return replace(
+        r, route="abstain", answer="", abstained=True, cited=(), bad_citations=(), notes=(*r.notes, UNSUPPORTED_NOTE)
+    )

@@ -64,8 +64,7 @@ def _dedupe(ranked: Sequence[str]) -> list[str]:
     return list(dict.fromkeys(ranked))  # first occurrence kept, order preserved
 
 
-def relevance_matrix(runs: Sequence[Sequence[str]], qrels: Sequence[Mapping[str, int]],
-                     depth: int) -> RelMatrix:
+def relevance_matrix(runs: Sequence[Sequence[str]], qrels: Sequence[Mapping[str, int]], depth: int) -> RelMatrix:
     """Build the (Q, depth) relevance matrix of ranked lists against graded qrels."""
     if len(runs) != len(qrels):
         raise ValueError(f"{len(runs)} ranked lists but {len(qrels)} qrels")
@@ -79,10 +78,10 @@ def relevance_matrix(runs: Sequence[Sequence[str]], qrels: Sequence[Mapping[str,
         if not rel:  # no judged document: the row stays zero (n_rel 0 -> NaN)
             continue
         row = [rel.get(d, 0) for d in _dedupe(ranked)[:depth]]
-        gains[i, :len(row)] = row
+        gains[i, : len(row)] = row
         grades = sorted((g for g in rel.values() if g > 0), reverse=True)
         n_rel[i] = len(grades)
-        ideal[i, :min(depth, len(grades))] = grades[:depth]
+        ideal[i, : min(depth, len(grades))] = grades[:depth]
     return RelMatrix(np.maximum(gains, 0.0), n_rel, ideal)
 
 
@@ -250,8 +249,9 @@ def item_context_recall(ranked: Sequence[str], qrels: Mapping[str, int]) -> floa
 # --------------------------------------------------------------------------------------
 
 
-def retrieval_summary(runs: Sequence[Sequence[str]], qrels: Sequence[Mapping[str, int]],
-                      ks: Sequence[int] = (1, 3, 5, 10)) -> dict[str, float]:
+def retrieval_summary(
+    runs: Sequence[Sequence[str]], qrels: Sequence[Mapping[str, int]], ks: Sequence[int] = (1, 3, 5, 10)
+) -> dict[str, float]:
     """Mean of every metric at every K over queries with a relevant document (n = count)."""
     if not runs:
         return {"n": 0}
@@ -261,17 +261,23 @@ def retrieval_summary(runs: Sequence[Sequence[str]], qrels: Sequence[Mapping[str
     if out["n"] == 0:
         return out
     for k in ks:
-        for name, fn in (("recall", recall_at_k), ("precision", precision_at_k), ("hit", hit_at_k),
-                         ("ndcg", ndcg_at_k), ("map", map_at_k),
-                         ("context_precision", context_precision_at_k)):
+        for name, fn in (
+            ("recall", recall_at_k),
+            ("precision", precision_at_k),
+            ("hit", hit_at_k),
+            ("ndcg", ndcg_at_k),
+            ("map", map_at_k),
+            ("context_precision", context_precision_at_k),
+        ):
             out[f"{name}@{k}"] = float(np.nanmean(fn(m, k)))
     out["mrr"] = float(np.nanmean(mrr(m)))
     out["context_recall"] = float(np.nanmean(context_recall(m)))
     return out
 
 
-def items_summary(items, stage: Literal["retrieved", "final"] = "retrieved",
-                  ks: Sequence[int] = (1, 3, 5, 10)) -> dict[str, float]:
+def items_summary(
+    items, stage: Literal["retrieved", "final"] = "retrieved", ks: Sequence[int] = (1, 3, 5, 10)
+) -> dict[str, float]:
     """Retrieval metrics of ItemResults at one stage, relevance = the item's `target_ids`.
 
     Items with no retrieval at all (closed-book: no retrieved and no final ids) are left out; in

@@ -26,14 +26,7 @@ from lorarag.core import outputs
 from lorarag.core.errors import RecordError, UserError
 from lorarag.core.runinfo import git_sha, start_run
 from lorarag.eval import stamps
-from lorarag.eval.records import (
-    RESULTS_FILE,
-    ItemResult,
-    item_result,
-    load_results,
-    lookup_closed_book,
-    results_path,
-)
+from lorarag.eval.records import RESULTS_FILE, ItemResult, item_result, load_results, lookup_closed_book, results_path
 from lorarag.rag.records import Answer, to_dict
 
 if TYPE_CHECKING:
@@ -102,8 +95,7 @@ def _rewrite(path: Path, rows: Sequence[ItemResult]) -> None:
     tmp.replace(path)
 
 
-def _keep_matching(done: list[ItemResult], want: Mapping[str, stamps.Stamp], path: Path
-                   ) -> tuple[list[ItemResult], Counter]:
+def _keep_matching(done: list[ItemResult], want: Mapping[str, stamps.Stamp], path: Path) -> tuple[list[ItemResult], Counter]:
     """The rows whose stamp is the one their item gets now, and why the others go (by part); the
     file is rewritten without those others, so they are answered again."""
     keep, why = [], Counter()
@@ -121,8 +113,9 @@ def _keep_matching(done: list[ItemResult], want: Mapping[str, stamps.Stamp], pat
 def _check_existing(done: list[ItemResult], wanted: set[str], path: Path) -> None:
     stray = sorted({r.qid for r in done} - wanted)
     if stray:
-        raise RecordError(f"{path}: {len(stray)} result(s) for qids not in this scenario set "
-                          f"(e.g. {stray[0]}); use another out_dir")
+        raise RecordError(
+            f"{path}: {len(stray)} result(s) for qids not in this scenario set (e.g. {stray[0]}); use another out_dir"
+        )
 
 
 STAMP_FILE = "stamp.json"
@@ -183,18 +176,29 @@ def claim_run_dir(out: Path, stamp: Mapping[str, Any], *, on_change: str = "refu
             old = json.loads(marker.read_text(encoding="utf-8"))
         except (OSError, UnicodeDecodeError, json.JSONDecodeError):
             old = "unreadable"
-    if marker.exists() and not started and old != stamp and not (
-            outputs.is_ours(marker) or (isinstance(old, dict) and set(old) == set(stamp))):
-        raise outputs.OutputError(f"{marker}: exists and was not written by lorarag (or was edited since); refusing "
-                                  "to overwrite it: give another out_dir")
+    if (
+        marker.exists()
+        and not started
+        and old != stamp
+        and not (outputs.is_ours(marker) or (isinstance(old, dict) and set(old) == set(stamp)))
+    ):
+        raise outputs.OutputError(
+            f"{marker}: exists and was not written by lorarag (or was edited since); refusing "
+            "to overwrite it: give another out_dir"
+        )
     cleared = False
     if started and old != stamp:
-        keys = (stamp_differences(old, stamp) if isinstance(old, dict)
-                else [f"({'no' if old is None else 'an unreadable'} {STAMP_FILE}: results from an older version)"])
+        keys = (
+            stamp_differences(old, stamp)
+            if isinstance(old, dict)
+            else [f"({'no' if old is None else 'an unreadable'} {STAMP_FILE}: results from an older version)"]
+        )
         if on_change == "refuse":
             shown = ", ".join(keys[:6]) + (f" and {len(keys) - 6} more" if len(keys) > 6 else "")
-            raise ResumeMismatch(f"{out}: holds results made with another config ({shown} differ); "
-                                 "start over with --fresh or use another out_dir")
+            raise ResumeMismatch(
+                f"{out}: holds results made with another config ({shown} differ); "
+                "start over with --fresh or use another out_dir"
+            )
         log.info("%s: config changed (%s): starting over", out, ", ".join(keys[:6]))
         clear_run_dir(out)
         cleared = True
@@ -207,10 +211,20 @@ def claim_run_dir(out: Path, stamp: Mapping[str, Any], *, on_change: str = "refu
     return cleared
 
 
-def run_eval(system: ScenarioSystem, scenarios: Sequence, out_dir: str | Path, *, batch_size: int = 16,
-             closed_book: Mapping[str, str] | None = None, config: BaseModel | None = None,
-             data: Iterable[str | Path] = (), progress: bool = True, stamp: Mapping[str, Any] | None = None,
-             on_change: str = "refuse", made_by: Mapping[str, str] | None = None) -> list[ItemResult]:
+def run_eval(
+    system: ScenarioSystem,
+    scenarios: Sequence,
+    out_dir: str | Path,
+    *,
+    batch_size: int = 16,
+    closed_book: Mapping[str, str] | None = None,
+    config: BaseModel | None = None,
+    data: Iterable[str | Path] = (),
+    progress: bool = True,
+    stamp: Mapping[str, Any] | None = None,
+    on_change: str = "refuse",
+    made_by: Mapping[str, str] | None = None,
+) -> list[ItemResult]:
     """Answer every scenario not yet in `out_dir/results.jsonl`; return all results in scenario order.
 
     `closed_book` maps qid (or "q:" + question, see `records.closed_book_map`) to the same model's
@@ -247,8 +261,17 @@ def run_eval(system: ScenarioSystem, scenarios: Sequence, out_dir: str | Path, *
 
     if done or why or (out / "run.json").exists():
         with (out / "resumes.jsonl").open("a", encoding="utf-8") as fh:
-            fh.write(json.dumps({"resumed": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "git_sha": git_sha(),
-                                 "already_done": len(done), "recomputed": dict(why)}) + "\n")
+            fh.write(
+                json.dumps(
+                    {
+                        "resumed": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+                        "git_sha": git_sha(),
+                        "already_done": len(done),
+                        "recomputed": dict(why),
+                    }
+                )
+                + "\n"
+            )
         log.info("%s", resume_message(path, len(done), len(qids), why))
     else:
         start_run(out, config, data=data)
@@ -262,16 +285,23 @@ def run_eval(system: ScenarioSystem, scenarios: Sequence, out_dir: str | Path, *
         bar = tqdm(total=len(qids), initial=len(done), desc=f"eval {system.name}", unit="item")
     try:
         for start in range(0, len(todo), batch_size):
-            batch = todo[start:start + batch_size]
+            batch = todo[start : start + batch_size]
             t0 = time.perf_counter()
             answers = system.answer_scenarios(list(batch))
             wall = (time.perf_counter() - t0) / len(batch)
             if len(answers) != len(batch):
                 raise RuntimeError(f"{system.name}: answered {len(answers)} of {len(batch)} scenarios")
-            rows = [item_result(system.name, s, a, lookup_closed_book(closed_book, s.qid, s.question),
-                                latency_s=None if (a.trace and a.trace.timings_s) else wall,
-                                made_by=want[s.qid] if want is not None else ())
-                    for s, a in zip(batch, answers)]
+            rows = [
+                item_result(
+                    system.name,
+                    s,
+                    a,
+                    lookup_closed_book(closed_book, s.qid, s.question),
+                    latency_s=None if (a.trace and a.trace.timings_s) else wall,
+                    made_by=want[s.qid] if want is not None else (),
+                )
+                for s, a in zip(batch, answers)
+            ]
             _append_batch(path, rows)
             by_qid.update((r.qid, r) for r in rows)
             if bar is not None:
@@ -288,13 +318,14 @@ def resume_message(path: Path, reused: int, total: int, why: Counter) -> str:
     redo = sum(why.values())
     text = f"{path}: resuming: {reused} of {total} items reused"
     if redo:
-        text += (f", {redo} recomputed (their item, index, prompt or model changed: {stamps.describe(why)})")
+        text += f", {redo} recomputed (their item, index, prompt or model changed: {stamps.describe(why)})"
     rest = total - reused - redo
     return text + (f", {rest} not done yet" if rest else "")
 
 
-def write_results(items: Sequence[ItemResult], out_dir: str | Path, *, stamp: Mapping[str, Any],
-                  config: BaseModel | None = None) -> list[ItemResult]:
+def write_results(
+    items: Sequence[ItemResult], out_dir: str | Path, *, stamp: Mapping[str, Any], config: BaseModel | None = None
+) -> list[ItemResult]:
     """Results made without a model call (eval.reroute), written whole under `stamp` with the run
     manifest; a folder holding them under the same stamp (and each row made by what made its
     counterpart in `items`) is read back, one under another is cleared."""

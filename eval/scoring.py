@@ -33,8 +33,7 @@ def score_fn(metric: str) -> Score:
         if r.scenario in WRONG_VALUE_SCENARIOS and r.context_answer:
             return float(sides_with_truth(r))
         if r.scenario == "update" and r.superseded:  # closer to the current answer than to the stale one
-            return float(token_f1(r.answer, r.gold_answers, r.language)
-                         > token_f1(r.answer, r.superseded, r.language))
+            return float(token_f1(r.answer, r.gold_answers, r.language) > token_f1(r.answer, r.superseded, r.language))
         return token_f1(r.answer, r.gold_answers, r.language)
 
     return f1
@@ -46,17 +45,25 @@ def correct_fn(metric: str) -> Callable[[ItemResult], bool]:
     if metric == "contains":
         return is_correct
     score = score_fn(metric)
-    return lambda r: not r.abstained and score(r) >= (1.0 if (r.scenario in WRONG_VALUE_SCENARIOS and r.context_answer)
-                                                       or (r.scenario == "update" and r.superseded) else F1_CORRECT)
+    return lambda r: (
+        not r.abstained
+        and score(r)
+        >= (
+            1.0
+            if (r.scenario in WRONG_VALUE_SCENARIOS and r.context_answer) or (r.scenario == "update" and r.superseded)
+            else F1_CORRECT
+        )
+    )
 
 
 def right_text(metric: str) -> str:
     """What `correct_fn(metric)` counts as right, for the captions of tables that share items right."""
     if metric == "contains":
-        return ("a gold answer in the reply and not the source's wrong value; on an unanswerable item, an "
-                "abstention")
-    return (f"token F1 >= {F1_CORRECT} to the true answer; on a wrong source, closer to the truth than to its "
-            "value; never an abstention on an answerable item")
+        return "a gold answer in the reply and not the source's wrong value; on an unanswerable item, an abstention"
+    return (
+        f"token F1 >= {F1_CORRECT} to the true answer; on a wrong source, closer to the truth than to its "
+        "value; never an abstention on an answerable item"
+    )
 
 
 def metric_name(metric: str, scenario: str) -> str:

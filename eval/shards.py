@@ -89,15 +89,18 @@ def _check_stamp(folder: Path, name: str, text: str, want: dict) -> None:
     diff = stamp_differences(got, want)
     if diff:
         shown = ", ".join(diff[:6]) + (f" and {len(diff) - 6} more" if len(diff) > 6 else "")
-        raise ShardError(f"shard {name} ({folder}) was evaluated under another config than the one merging "
-                         f"({shown} differ): re-run `--shard {name}` under this config")
+        raise ShardError(
+            f"shard {name} ({folder}) was evaluated under another config than the one merging "
+            f"({shown} differ): re-run `--shard {name}` under this config"
+        )
 
 
 _PLURAL = {"index": "indexes", "prompt": "prompt settings", "model": "models"}
 
 
-def _check_rows(rows: Mapping[str, ItemResult], shard_of_row: Mapping[str, str],
-                made_by: Mapping[str, stamps.Stamp] | None) -> None:
+def _check_rows(
+    rows: Mapping[str, ItemResult], shard_of_row: Mapping[str, str], made_by: Mapping[str, stamps.Stamp] | None
+) -> None:
     """ShardError when rows were made by different models, indexes or prompt settings (a base model
     swapped between two shards' runs), or, with `made_by` (qid -> the stamp the merging config
     gives it), by another item, index, prompt or model than the merging config's."""
@@ -108,21 +111,28 @@ def _check_rows(rows: Mapping[str, ItemResult], shard_of_row: Mapping[str, str],
             part = stamps.changed_part(r.made_by, made_by[qid])
             if part is not None:
                 what = "no stamp (an older lorarag)" if part == "no stamp" else f"another {part}"
-                raise ShardError(f"shard {name}: item {qid} was evaluated with {what} than the config merging "
-                                 f"now: re-run `--shard {name}` under this config")
+                raise ShardError(
+                    f"shard {name}: item {qid} was evaluated with {what} than the config merging "
+                    f"now: re-run `--shard {name}` under this config"
+                )
         shared = stamps.shared_parts(r.made_by)
         if first is None:
             first = (name, shared)
         elif shared != first[1]:
             part = stamps.changed_part(first[1], shared) if first[1] and shared else None
             what = _PLURAL.get(part or "", "lorarag versions (one wrote no row stamps)")
-            raise ShardError(f"shards {first[0]} and {name} were evaluated with different {what} "
-                             f"(item {qid}): re-run one of them")
+            raise ShardError(
+                f"shards {first[0]} and {name} were evaluated with different {what} (item {qid}): re-run one of them"
+            )
 
 
-def merge_shards(out_dir: str | Path, count: int, qids: Sequence[str],
-                 stamp: Mapping[str, Any] | None = None,
-                 made_by: Mapping[str, stamps.Stamp] | None = None) -> list[ItemResult]:
+def merge_shards(
+    out_dir: str | Path,
+    count: int,
+    qids: Sequence[str],
+    stamp: Mapping[str, Any] | None = None,
+    made_by: Mapping[str, stamps.Stamp] | None = None,
+) -> list[ItemResult]:
     """Every shard's rows, checked (module docstring), in the order of `qids`; written to
     `<out_dir>/results.jsonl` (which must not exist yet: a merge never overwrites results).
     `stamp`: the stamp of the config merging; every shard must have been run under exactly it
@@ -156,26 +166,40 @@ def merge_shards(out_dir: str | Path, count: int, qids: Sequence[str],
     if len(set(stamps.values())) > 1:
         first = next(iter(stamps))
         other = next(k for k, v in stamps.items() if v != stamps[first])
-        raise ShardError(f"shards {first} and {other} were evaluated under different stamps "
-                         f"(config, system, adapter or gate differ): re-run one of them")
+        raise ShardError(
+            f"shards {first} and {other} were evaluated under different stamps "
+            f"(config, system, adapter or gate differ): re-run one of them"
+        )
     missing = [q for q in qids if q not in rows]
     extra = sorted(set(rows) - set(qids))
     if missing or extra:
-        what = f"{len(missing)} item(s) missing (first {missing[0]})" if missing else \
-            f"{len(extra)} item(s) not in the scenario set (first {extra[0]})"
+        what = (
+            f"{len(missing)} item(s) missing (first {missing[0]})"
+            if missing
+            else f"{len(extra)} item(s) not in the scenario set (first {extra[0]})"
+        )
         raise ShardError(f"shards do not cover the scenario set: {what}")
     _check_rows(rows, where, made_by)
     merged = [rows[q] for q in qids]
     save_results(final, merged)
-    kept = json.dumps(plain_stamp(dict(stamp)), indent=1, sort_keys=True) if stamp is not None \
-        else next(iter(stamps.values()))
+    kept = (
+        json.dumps(plain_stamp(dict(stamp)), indent=1, sort_keys=True) if stamp is not None else next(iter(stamps.values()))
+    )
     (out / STAMP_FILE).write_text(kept, encoding="utf-8")
     return merged
 
 
-def slurm_array(config: str | Path, count: int, out: str | Path, *, partition: str | None = None,
-                gpus_per_task: int = 1, time_limit: str = "24:00:00", python: str = "python",
-                force: bool = False) -> Path:
+def slurm_array(
+    config: str | Path,
+    count: int,
+    out: str | Path,
+    *,
+    partition: str | None = None,
+    gpus_per_task: int = 1,
+    time_limit: str = "24:00:00",
+    python: str = "python",
+    force: bool = False,
+) -> Path:
     """An sbatch script running `lorarag eval CONFIG --shard $SLURM_ARRAY_TASK_ID/N`, one shard per
     task, then (a dependent job is the user's call) `lorarag eval CONFIG --merge N`. An existing
     `out` is replaced only when lorarag wrote it (core/outputs.py) or with `force`; CONFIG never."""
@@ -184,13 +208,20 @@ def slurm_array(config: str | Path, count: int, out: str | Path, *, partition: s
     out = Path(out)
     if out.exists() and out.is_dir():
         raise ConfigError(f"{out}: is a folder; name the sbatch file to write")
-    lines = ["#!/bin/bash", "#SBATCH --job-name=lorarag-eval", f"#SBATCH --array=0-{count - 1}",
-             f"#SBATCH --gpus-per-task={gpus_per_task}", f"#SBATCH --time={time_limit}",
-             "#SBATCH --output=lorarag-eval-%A_%a.out"]
+    lines = [
+        "#!/bin/bash",
+        "#SBATCH --job-name=lorarag-eval",
+        f"#SBATCH --array=0-{count - 1}",
+        f"#SBATCH --gpus-per-task={gpus_per_task}",
+        f"#SBATCH --time={time_limit}",
+        "#SBATCH --output=lorarag-eval-%A_%a.out",
+    ]
     if partition:
         lines.append(f"#SBATCH --partition={partition}")
     cfg = shlex.quote(str(config))
-    lines += ["set -euo pipefail",
-              f"{python} -m lorarag.cli eval {cfg} --shard \"$SLURM_ARRAY_TASK_ID/{count}\"",
-              f"# when every task has finished: {python} -m lorarag.cli eval {cfg} --merge {count}"]
+    lines += [
+        "set -euo pipefail",
+        f'{python} -m lorarag.cli eval {cfg} --shard "$SLURM_ARRAY_TASK_ID/{count}"',
+        f"# when every task has finished: {python} -m lorarag.cli eval {cfg} --merge {count}",
+    ]
     return outputs.write_text(out, "\n".join(lines) + "\n", force=force, inputs=[config])

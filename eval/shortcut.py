@@ -72,8 +72,7 @@ def text_auroc(texts: Sequence[str], labels: Sequence[int], groups: Sequence[str
 FLAWED_CELLS = ("factual_error", "fabricated", "outdated", "irrelevant", "unanswerable")
 
 
-def context_probe(scenarios: Sequence[Scenario], splits: int = 3,
-                  flawed: str = "factual_error") -> ShortcutProbe | None:
+def context_probe(scenarios: Sequence[Scenario], splits: int = 3, flawed: str = "factual_error") -> ShortcutProbe | None:
     """Both probes on the `flawed` vs consistent scenarios; None without both kinds."""
     import math
 
@@ -102,12 +101,16 @@ def probe_lines(probes: dict[str, dict]) -> list[str]:
     out = []
     for cell, p in probes.items():
         auc = "–" if p["auroc"] is None else f"{p['auroc']:.2f}"
-        line = (f"Context-only probe, {cell.replace('_', ' ')} (eval/shortcut.py; {p['n_pos']} {cell} vs {p['n_neg']} "
-                f"consistent test contexts): TF-IDF + logistic regression on held-out facts AUROC {auc}, length "
-                f"alone {p['length_auroc']:.2f} (0.5 = chance).")
+        line = (
+            f"Context-only probe, {cell.replace('_', ' ')} (eval/shortcut.py; {p['n_pos']} {cell} vs {p['n_neg']} "
+            f"consistent test contexts): TF-IDF + logistic regression on held-out facts AUROC {auc}, length "
+            f"alone {p['length_auroc']:.2f} (0.5 = chance)."
+        )
         if max(p["auroc"] or 0.0, p["length_auroc"]) > SHORTCUT_AUROC:
-            line += (f" **Above {SHORTCUT_AUROC}: this cell's contexts can be told by their form**, so a detector "
-                     "may flag them without consulting its memory; the detection table below compares known with "
-                     "never-learned facts, where memory cannot help.")
+            line += (
+                f" **Above {SHORTCUT_AUROC}: this cell's contexts can be told by their form**, so a detector "
+                "may flag them without consulting its memory; the detection table below compares known with "
+                "never-learned facts, where memory cannot help."
+            )
         out.append(line)
     return out

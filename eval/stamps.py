@@ -52,8 +52,10 @@ def row_stamp(scenario: Any, shared: Mapping[str, str]) -> Stamp:
     """The `made_by` of `scenario`'s row: its item hash and the run's `shared` parts."""
     unknown = set(shared) - set(PARTS) - {"item"}
     if unknown or "item" in shared:
-        raise ValueError(f"row stamp parts are {', '.join(PARTS[1:])} (the item's is added here), not "
-                         f"{', '.join(sorted(unknown | ({'item'} & set(shared))))}")
+        raise ValueError(
+            f"row stamp parts are {', '.join(PARTS[1:])} (the item's is added here), not "
+            f"{', '.join(sorted(unknown | ({'item'} & set(shared))))}"
+        )
     return tuple(sorted({"item": item_sha256(scenario), **shared}.items()))
 
 

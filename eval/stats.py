@@ -54,9 +54,17 @@ def _cluster_index(clusters: Sequence[str] | np.ndarray, n: int) -> tuple[np.nda
     return idx.reshape(-1), int(idx.max()) + 1
 
 
-def paired_bootstrap(a: np.ndarray, b: np.ndarray, *, den_a: np.ndarray | None = None,
-                     den_b: np.ndarray | None = None, resamples: int = 2000, seed: int = 0,
-                     alpha: float = 0.05, clusters: Sequence[str] | np.ndarray | None = None) -> PairedDiff:
+def paired_bootstrap(
+    a: np.ndarray,
+    b: np.ndarray,
+    *,
+    den_a: np.ndarray | None = None,
+    den_b: np.ndarray | None = None,
+    resamples: int = 2000,
+    seed: int = 0,
+    alpha: float = 0.05,
+    clusters: Sequence[str] | np.ndarray | None = None,
+) -> PairedDiff:
     """Percentile bootstrap CI of B's rate minus A's rate, resampling paired items.
 
     Without denominators the rates are means of `a` and `b` (NaN pairs dropped). With
@@ -94,14 +102,15 @@ def paired_bootstrap(a: np.ndarray, b: np.ndarray, *, den_a: np.ndarray | None =
     for s in range(0, resamples, step):
         draw = rng.integers(0, k, size=(min(step, resamples - s), k))
         with np.errstate(invalid="ignore", divide="ignore"):
-            diffs[s:s + len(draw)] = b[draw].sum(1) / db[draw].sum(1) - a[draw].sum(1) / da[draw].sum(1)
+            diffs[s : s + len(draw)] = b[draw].sum(1) / db[draw].sum(1) - a[draw].sum(1) / da[draw].sum(1)
     diffs = diffs[np.isfinite(diffs)]
     lo, hi = np.quantile(diffs, [alpha / 2, 1 - alpha / 2]) if len(diffs) else (math.nan, math.nan)
     return PairedDiff(float(ra), float(rb), float(rb - ra), float(lo), float(hi), n, resamples)
 
 
-def cluster_rate(hits: np.ndarray, clusters: Sequence[str] | np.ndarray, *, resamples: int = 2000, seed: int = 0,
-                 alpha: float = 0.05) -> tuple[float, float, float]:
+def cluster_rate(
+    hits: np.ndarray, clusters: Sequence[str] | np.ndarray, *, resamples: int = 2000, seed: int = 0, alpha: float = 0.05
+) -> tuple[float, float, float]:
     """(rate, lo, hi): a share of items with a percentile bootstrap CI that resamples whole clusters
     (each resample's rate is its hits over its items). One system's rate, where `paired_bootstrap`
     takes two: the same resampling, against a system that never hits."""
@@ -118,8 +127,16 @@ def _auc(pos: np.ndarray, neg: np.ndarray) -> float:
     return float(gt / (len(pos) * len(neg)))
 
 
-def paired_auroc(a: np.ndarray, b: np.ndarray, labels: np.ndarray, clusters: Sequence[str] | np.ndarray, *,
-                 resamples: int = 2000, seed: int = 0, alpha: float = 0.05) -> PairedDiff:
+def paired_auroc(
+    a: np.ndarray,
+    b: np.ndarray,
+    labels: np.ndarray,
+    clusters: Sequence[str] | np.ndarray,
+    *,
+    resamples: int = 2000,
+    seed: int = 0,
+    alpha: float = 0.05,
+) -> PairedDiff:
     """AUROC of score B minus AUROC of score A for telling `labels` 1 from 0, on the same items,
     with a percentile CI from a stratified cluster bootstrap: the clusters of each class are
     drawn with replacement within that class (whole clusters, so items of one organisation move
@@ -140,8 +157,15 @@ def paired_auroc(a: np.ndarray, b: np.ndarray, labels: np.ndarray, clusters: Seq
     return PairedDiff(auc_a, auc_b, auc_b - auc_a, float(lo), float(hi), len(y), resamples)
 
 
-def crossed_bootstrap(stat: Callable[[np.ndarray, np.ndarray], Sequence[float]], n_seeds: int, n_units: int, *,
-                      resamples: int = 1000, seed: int = 0, alpha: float = 0.05) -> list[tuple[float, float]]:
+def crossed_bootstrap(
+    stat: Callable[[np.ndarray, np.ndarray], Sequence[float]],
+    n_seeds: int,
+    n_units: int,
+    *,
+    resamples: int = 1000,
+    seed: int = 0,
+    alpha: float = 0.05,
+) -> list[tuple[float, float]]:
     """Percentile CIs of statistics read on every (training seed, unit) pair, resampling both.
 
     A recipe's number moves with the training seed and with the items it is read on. Each resample
@@ -154,18 +178,24 @@ def crossed_bootstrap(stat: Callable[[np.ndarray, np.ndarray], Sequence[float]],
     if n_seeds < 1 or n_units < 1:
         raise ValueError(f"crossed bootstrap needs seeds and units, got {n_seeds} x {n_units}")
     rng = np.random.default_rng(seed)
-    draws = np.array([np.asarray(stat(rng.integers(0, n_seeds, n_seeds), rng.integers(0, n_units, n_units)),
-                                 dtype=np.float64) for _ in range(resamples)])
+    draws = np.array(
+        [
+            np.asarray(stat(rng.integers(0, n_seeds, n_seeds), rng.integers(0, n_units, n_units)), dtype=np.float64)
+            for _ in range(resamples)
+        ]
+    )
     out = []
     for col in draws.T:
         col = col[np.isfinite(col)]
-        out.append(tuple(float(q) for q in np.quantile(col, [alpha / 2, 1 - alpha / 2])) if len(col)
-                   else (math.nan, math.nan))
+        out.append(
+            tuple(float(q) for q in np.quantile(col, [alpha / 2, 1 - alpha / 2])) if len(col) else (math.nan, math.nan)
+        )
     return out
 
 
-def cluster_permutation_test(a: np.ndarray, b: np.ndarray, clusters: Sequence[str] | np.ndarray, *,
-                             resamples: int = 10000, seed: int = 0) -> tuple[int, float]:
+def cluster_permutation_test(
+    a: np.ndarray, b: np.ndarray, clusters: Sequence[str] | np.ndarray, *, resamples: int = 10000, seed: int = 0
+) -> tuple[int, float]:
     """Paired permutation test of B's total minus A's at the cluster level: (clusters, two-sided p).
 
     Under "no difference", the two systems' results of one cluster are exchangeable, so each
@@ -188,7 +218,7 @@ def cluster_permutation_test(a: np.ndarray, b: np.ndarray, clusters: Sequence[st
     tol = 1e-9 * max(1.0, observed)
     m = len(d)
     if m <= 16:
-        signs = 1 - 2 * ((np.arange(2 ** m)[:, None] >> np.arange(m)) & 1)
+        signs = 1 - 2 * ((np.arange(2**m)[:, None] >> np.arange(m)) & 1)
         return k, float(np.mean(np.abs(signs @ d) >= observed - tol))
     rng = np.random.default_rng(seed)
     hits = 0

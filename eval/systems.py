@@ -39,16 +39,20 @@ from lorarag.trained.config import RAG_SFT, SystemConfig
 from lorarag.trained.contexts import ScenarioContexts
 
 # The prompted-detection baseline gets the format spelled out (the LoRA learned it from data).
-PROMPTED_SYSTEM = (SYSTEM_RAG + " Reply in exactly one line of this form: memory: <what you remember, "
-                   "or unknown> | source: <what the sources say, or none> | verdict: <supported, "
-                   "conflicting, outdated, irrelevant or insufficient> | answer: <your final answer>")
+PROMPTED_SYSTEM = (
+    SYSTEM_RAG + " Reply in exactly one line of this form: memory: <what you remember, "
+    "or unknown> | source: <what the sources say, or none> | verdict: <supported, "
+    "conflicting, outdated, irrelevant or insufficient> | answer: <your final answer>"
+)
 
 
 # Astute-RAG-style consolidation (Wang et al. 2024, prompt-only): the model's own answer, elicited
 # closed-book first, is set beside the sources as one more passage; the model reconciles them.
-ASTUTE_SYSTEM = ("You answer questions from numbered sources and from your own knowledge. Sources can be "
-                 "wrong, outdated or irrelevant, and so can your own knowledge. Compare them, keep what is "
-                 "consistent and reliable, then give only the final answer in a few words.")
+ASTUTE_SYSTEM = (
+    "You answer questions from numbered sources and from your own knowledge. Sources can be "
+    "wrong, outdated or irrelevant, and so can your own knowledge. Compare them, keep what is "
+    "consistent and reliable, then give only the final answer in a few words."
+)
 
 
 def astute_user_turn(question: str, sources: list[SourceText], own: str) -> str:
@@ -62,8 +66,15 @@ def astute_user_turn(question: str, sources: list[SourceText], own: str) -> str:
 class AstuteRAG:
     """A prompt-only baseline: elicit the model's own answer, consolidate it with the sources."""
 
-    def __init__(self, name: str, generator: Generator, ctx: ScenarioContexts, mode: str, max_new_tokens: int,
-                 adapter: str | None = None) -> None:
+    def __init__(
+        self,
+        name: str,
+        generator: Generator,
+        ctx: ScenarioContexts,
+        mode: str,
+        max_new_tokens: int,
+        adapter: str | None = None,
+    ) -> None:
         self.name, self.generator, self.ctx, self.mode, self.max_new = name, generator, ctx, mode, max_new_tokens
         self.adapter = adapter  # None: the base model; the LoRA's name: what it learned is its own knowledge
 
@@ -73,16 +84,31 @@ class AstuteRAG:
         questions = [s.question for s in items]
         ctxs = self.ctx.contexts(items, self.mode)
         own = closed_book(self.generator, self.adapter, questions)
-        convs = [[Message("system", ASTUTE_SYSTEM),
-                  Message("user", astute_user_turn(q, [SourceText(r.chunk.text, r.chunk.date) for r in c[1]], o.answer))]
-                 for q, c, o in zip(questions, ctxs, own)]
+        convs = [
+            [
+                Message("system", ASTUTE_SYSTEM),
+                Message("user", astute_user_turn(q, [SourceText(r.chunk.text, r.chunk.date) for r in c[1]], o.answer)),
+            ]
+            for q, c, o in zip(questions, ctxs, own)
+        ]
         gens = self.generator.generate(convs, adapter=self.adapter, max_new_tokens=self.max_new)
-        return [Answer(question=q, text=g.text.strip(),
-                       sources=tuple(dict.fromkeys(r.chunk.source for r in c[1])),
-                       trace=Trace(question=q, retrieved=tuple(c[0]), reranked=tuple(c[1]), prompt=g.prompt,
-                                   raw_output=g.text, memory_answer=o.answer,
-                                   notes=(f"own knowledge (closed-book): {o.answer!r}",)))
-                for q, c, o, g in zip(questions, ctxs, own, gens)]
+        return [
+            Answer(
+                question=q,
+                text=g.text.strip(),
+                sources=tuple(dict.fromkeys(r.chunk.source for r in c[1])),
+                trace=Trace(
+                    question=q,
+                    retrieved=tuple(c[0]),
+                    reranked=tuple(c[1]),
+                    prompt=g.prompt,
+                    raw_output=g.text,
+                    memory_answer=o.answer,
+                    notes=(f"own knowledge (closed-book): {o.answer!r}",),
+                ),
+            )
+            for q, c, o, g in zip(questions, ctxs, own, gens)
+        ]
 
 
 class LoRARAG:
@@ -100,21 +126,25 @@ class BaseRAG:
     """The plain grounded RAG prompt (no detection) on scenario or oracle contexts, answered by the
     base model or by `adapter` (the RAG-SFT adapter)."""
 
-    def __init__(self, name: str, rag: RAGSystem, ctx: ScenarioContexts, mode: str, max_new_tokens: int,
-                 adapter: str | None = None) -> None:
+    def __init__(
+        self, name: str, rag: RAGSystem, ctx: ScenarioContexts, mode: str, max_new_tokens: int, adapter: str | None = None
+    ) -> None:
         self.name, self.rag, self.ctx, self.mode, self.max_new = name, rag, ctx, mode, max_new_tokens
         self.adapter = adapter
 
     def answer_scenarios(self, items: list[Scenario]) -> list[Answer]:
         """Answer from the context, as the base RAGSystem does."""
         ctxs = self.ctx.oracle(items) if self.mode == "oracle" else self.ctx.contexts(items, self.mode)
-        answers = self.rag.answer_with_context([s.question for s in items], [list(c[1]) for c in ctxs],
-                                               self.adapter, candidates=[list(c[0] or c[1]) for c in ctxs],
-                                               max_new_tokens=self.max_new)
+        answers = self.rag.answer_with_context(
+            [s.question for s in items],
+            [list(c[1]) for c in ctxs],
+            self.adapter,
+            candidates=[list(c[0] or c[1]) for c in ctxs],
+            max_new_tokens=self.max_new,
+        )
         # Record the sources actually given as the final list (RAGSystem leaves `reranked` empty
         # without a reranker, which would make the top-N candidates look like the model's input).
-        return [replace(a, trace=replace(a.trace, reranked=tuple(c[1]))) if a.trace else a
-                for a, c in zip(answers, ctxs)]
+        return [replace(a, trace=replace(a.trace, reranked=tuple(c[1]))) if a.trace else a for a, c in zip(answers, ctxs)]
 
 
 class ClosedBook:
@@ -131,9 +161,14 @@ class ClosedBook:
         # top_logprobs=1 as `fallback.system.closed_book` asks: the LoRA-RAG memory pass is then
         # the same request, answered from the memo
         gens = self.generator.generate(convs, adapter=self.adapter, max_new_tokens=self.max_new, top_logprobs=1)
-        return [Answer(question=s.question, text=g.text.strip(),
-                       trace=Trace(question=s.question, prompt=g.prompt, raw_output=g.text))
-                for s, g in zip(items, gens)]
+        return [
+            Answer(
+                question=s.question,
+                text=g.text.strip(),
+                trace=Trace(question=s.question, prompt=g.prompt, raw_output=g.text),
+            )
+            for s, g in zip(items, gens)
+        ]
 
 
 class MemoryOrContext:
@@ -144,9 +179,18 @@ class MemoryOrContext:
     source with its memory, so LoRA-RAG beats it only where reading the source against memory
     pays: a newer source over an older memory, or a memory the gate keeps wrongly."""
 
-    def __init__(self, name: str, rag: RAGSystem, generator: Generator, adapter: str | None,
-                 threshold: float | None, ctx: ScenarioContexts, mode: str, max_new_tokens: int,
-                 reader: str | None = None) -> None:
+    def __init__(
+        self,
+        name: str,
+        rag: RAGSystem,
+        generator: Generator,
+        adapter: str | None,
+        threshold: float | None,
+        ctx: ScenarioContexts,
+        mode: str,
+        max_new_tokens: int,
+        reader: str | None = None,
+    ) -> None:
         self.name, self.rag, self.generator, self.adapter = name, rag, generator, adapter
         self.threshold, self.ctx, self.mode, self.max_new = threshold, ctx, mode, max_new_tokens
         self.reader = reader
@@ -156,30 +200,61 @@ class MemoryOrContext:
         ctxs = self.ctx.contexts(items, self.mode)
         return self.route([s.question for s in items], ctxs, [list(c[1]) for c in ctxs])
 
-    def route(self, questions: list[str], shown: list[Context], read: list[list[Retrieved]],
-              notes: list[tuple[str, ...]] | None = None) -> list[Answer]:
+    def route(
+        self,
+        questions: list[str],
+        shown: list[Context],
+        read: list[list[Retrieved]],
+        notes: list[tuple[str, ...]] | None = None,
+    ) -> list[Answer]:
         """Memory where the gate keeps it, else the reader over `read` (a subset of each `shown`
         context; none left: abstain). Traces record `shown`, with `notes` per question."""
         cb = closed_book(self.generator, self.adapter, questions)
-        keep = [not is_unknown(c.answer) and (self.threshold is None or not gate_fires(c.nll, self.threshold))
-                for c in cb]
+        keep = [not is_unknown(c.answer) and (self.threshold is None or not gate_fires(c.nll, self.threshold)) for c in cb]
         rest = [i for i, k in enumerate(keep) if not k]
-        answered = self.rag.answer_with_context([questions[i] for i in rest], [read[i] for i in rest], self.reader,
-                                                candidates=[list(shown[i][0] or shown[i][1]) for i in rest],
-                                                max_new_tokens=self.max_new)
+        answered = self.rag.answer_with_context(
+            [questions[i] for i in rest],
+            [read[i] for i in rest],
+            self.reader,
+            candidates=[list(shown[i][0] or shown[i][1]) for i in rest],
+            max_new_tokens=self.max_new,
+        )
         from_context = dict(zip(rest, answered))
         out = []
         for i, (q, c, m) in enumerate(zip(questions, shown, cb)):
-            note = (f"gate doubt={m.nll:.4f} memory {m.answer!r} " + ("kept" if keep[i] else "rejected"),
-                    *(notes[i] if notes else ()))
+            note = (
+                f"gate doubt={m.nll:.4f} memory {m.answer!r} " + ("kept" if keep[i] else "rejected"),
+                *(notes[i] if notes else ()),
+            )
             if keep[i]:
-                out.append(Answer(question=q, text=m.answer, trace=Trace(
-                    question=q, retrieved=tuple(c[0]), reranked=tuple(c[1]), route="fallback",
-                    memory_answer=m.answer, notes=note)))
+                out.append(
+                    Answer(
+                        question=q,
+                        text=m.answer,
+                        trace=Trace(
+                            question=q,
+                            retrieved=tuple(c[0]),
+                            reranked=tuple(c[1]),
+                            route="fallback",
+                            memory_answer=m.answer,
+                            notes=note,
+                        ),
+                    )
+                )
             else:
                 a = from_context[i]
-                out.append(replace(a, trace=replace(a.trace or Trace(question=q), retrieved=tuple(c[0]),
-                                                    reranked=tuple(c[1]), route="context", notes=note)))
+                out.append(
+                    replace(
+                        a,
+                        trace=replace(
+                            a.trace or Trace(question=q),
+                            retrieved=tuple(c[0]),
+                            reranked=tuple(c[1]),
+                            route="context",
+                            notes=note,
+                        ),
+                    )
+                )
         return out
 
 
@@ -218,18 +293,31 @@ class DateRule:
         newer = [[r for r, y in zip(c[1], ys) if y is not None and y > self.snapshot] for c, ys in zip(ctxs, years)]
         read = [i for i, n in enumerate(newer) if n]
         rest = [i for i, n in enumerate(newer) if not n]
-        answered = self.moc.rag.answer_with_context([questions[i] for i in read], [newer[i] for i in read],
-                                                    self.moc.reader,
-                                                    candidates=[list(ctxs[i][0] or ctxs[i][1]) for i in read],
-                                                    max_new_tokens=self.moc.max_new)
+        answered = self.moc.rag.answer_with_context(
+            [questions[i] for i in read],
+            [newer[i] for i in read],
+            self.moc.reader,
+            candidates=[list(ctxs[i][0] or ctxs[i][1]) for i in read],
+            max_new_tokens=self.moc.max_new,
+        )
         out: dict[int, Answer] = {}
         for i, a in zip(read, answered):
             note = (f"date rule: {len(newer[i])} source(s) dated after {self.snapshot}: read those",)
-            out[i] = replace(a, trace=replace(a.trace or Trace(question=questions[i]), retrieved=tuple(ctxs[i][0]),
-                                              reranked=tuple(ctxs[i][1]), route="context", notes=note))
+            out[i] = replace(
+                a,
+                trace=replace(
+                    a.trace or Trace(question=questions[i]),
+                    retrieved=tuple(ctxs[i][0]),
+                    reranked=tuple(ctxs[i][1]),
+                    route="context",
+                    notes=note,
+                ),
+            )
         undated = [[r for r, y in zip(ctxs[i][1], years[i]) if y is None] for i in rest]
-        notes = [(f"date rule: {len(ctxs[i][1]) - len(u)} source(s) dated by {self.snapshot} dropped",)
-                 for i, u in zip(rest, undated)]
+        notes = [
+            (f"date rule: {len(ctxs[i][1]) - len(u)} source(s) dated by {self.snapshot} dropped",)
+            for i, u in zip(rest, undated)
+        ]
         out.update(zip(rest, self.moc.route([questions[i] for i in rest], [ctxs[i] for i in rest], undated, notes)))
         return [out[i] for i in range(len(items))]
 
@@ -243,8 +331,9 @@ def _lora_rag(cfg: SystemConfig, parts: Parts) -> LoRARAG:
     fb = parts.fallback if cfg.policy is None else parts.fallback.model_copy(update={"policy": cfg.policy})
     det = Detector(parts.generator, parts.first_tokens, fb, parts.gate_threshold)
     # the base model's reading where the gate rejects the memory: base RAG's prompt and budget
-    return LoRARAG(cfg.name, AdvancedRAGSystem(parts.rag, det, fb, read_max_new_tokens=cfg.max_new_tokens),
-                   parts.contexts, cfg.context)
+    return LoRARAG(
+        cfg.name, AdvancedRAGSystem(parts.rag, det, fb, read_max_new_tokens=cfg.max_new_tokens), parts.contexts, cfg.context
+    )
 
 
 def _prompted(cfg: SystemConfig, parts: Parts) -> LoRARAG:
@@ -252,26 +341,41 @@ def _prompted(cfg: SystemConfig, parts: Parts) -> LoRARAG:
     # Same format and policy, the base model (or `adapter`), no gate (memory `fields` has no gated
     # closed-book reading); each field forced in turn, so the verdict is read even where the model
     # cannot keep the format.
-    fb = fb.model_copy(update={"detector": fb.detector.model_copy(update={"adapter": cfg.adapter}),
-                               "gate": fb.gate.model_copy(update={"enabled": False})})
+    fb = fb.model_copy(
+        update={
+            "detector": fb.detector.model_copy(update={"adapter": cfg.adapter}),
+            "gate": fb.gate.model_copy(update={"enabled": False}),
+        }
+    )
     det = Detector(parts.generator, parts.first_tokens, fb, None, system_prompt=PROMPTED_SYSTEM, memory="fields")
     return LoRARAG(cfg.name, AdvancedRAGSystem(parts.rag, det, fb), parts.contexts, cfg.context)
 
 
 def _rag_sft(cfg: SystemConfig, parts: Parts) -> BaseRAG:
     if parts.rag_sft is None:
-        raise ConfigError(f"system {cfg.name!r} (rag_sft) needs the RAG-SFT adapter: `lorarag run` trains it "
-                          "when the config lists the system")
+        raise ConfigError(
+            f"system {cfg.name!r} (rag_sft) needs the RAG-SFT adapter: `lorarag run` trains it "
+            "when the config lists the system"
+        )
     return BaseRAG(cfg.name, parts.rag, parts.contexts, cfg.context, cfg.max_new_tokens, adapter=RAG_SFT)
 
 
 def _memory_or_context(cfg: SystemConfig, parts: Parts) -> MemoryOrContext:
     if cfg.adapter == RAG_SFT and parts.rag_sft is None:
-        raise ConfigError(f"system {cfg.name!r} reads with the RAG-SFT adapter: `lorarag run` trains it when the "
-                          "config lists the system")
-    return MemoryOrContext(cfg.name, parts.rag, parts.generator, parts.fallback.detector.adapter,
-                           parts.gate_threshold if parts.fallback.gate.enabled else None, parts.contexts,
-                           cfg.context, cfg.max_new_tokens, reader=cfg.adapter)
+        raise ConfigError(
+            f"system {cfg.name!r} reads with the RAG-SFT adapter: `lorarag run` trains it when the config lists the system"
+        )
+    return MemoryOrContext(
+        cfg.name,
+        parts.rag,
+        parts.generator,
+        parts.fallback.detector.adapter,
+        parts.gate_threshold if parts.fallback.gate.enabled else None,
+        parts.contexts,
+        cfg.context,
+        cfg.max_new_tokens,
+        reader=cfg.adapter,
+    )
 
 
 def _date_rule(cfg: SystemConfig, parts: Parts) -> DateRule:
@@ -287,8 +391,7 @@ SYSTEMS: dict[str, Callable[[SystemConfig, Parts], ScenarioSystem]] = {
     "oracle": lambda cfg, p: BaseRAG(cfg.name, p.rag, p.contexts, "oracle", cfg.max_new_tokens),
     "rag_sft": _rag_sft,
     "closed_book": lambda cfg, p: ClosedBook(cfg.name, p.generator, cfg.adapter, cfg.max_new_tokens),
-    "astute_rag": lambda cfg, p: AstuteRAG(cfg.name, p.generator, p.contexts, cfg.context, cfg.max_new_tokens,
-                                           cfg.adapter),
+    "astute_rag": lambda cfg, p: AstuteRAG(cfg.name, p.generator, p.contexts, cfg.context, cfg.max_new_tokens, cfg.adapter),
     "memory_or_context": _memory_or_context,
     "date_rule": _date_rule,
 }

@@ -32,19 +32,51 @@ ITEMS_FILE = "items.jsonl"
 Correct = Callable[[ItemResult], bool]
 Score = Callable[[ItemResult], float]
 # The columns of items.jsonl, in order (docs/outputs.md describes each).
-ITEM_COLUMNS = ("system", "qid", "scenario", "knowledge", "cluster", "fact_id", "language", "source_set", "question",
-                "gold", "context_answer", "answer", "abstained", "route", "verdict", "flag_score", "correct",
-                "attribution")
+ITEM_COLUMNS = (
+    "system",
+    "qid",
+    "scenario",
+    "knowledge",
+    "cluster",
+    "fact_id",
+    "language",
+    "source_set",
+    "question",
+    "gold",
+    "context_answer",
+    "answer",
+    "abstained",
+    "route",
+    "verdict",
+    "flag_score",
+    "correct",
+    "attribution",
+)
 
 
 def item_row(r: ItemResult, correct: Correct = is_correct) -> dict:
     """One item of one system as a flat row (ITEM_COLUMNS); `gold` lists the gold answers (empty:
     unanswerable), `cluster` is the resampling unit (organisation or document)."""
-    return {"system": r.system, "qid": r.qid, "scenario": r.scenario, "knowledge": r.knowledge, "cluster": r.unit,
-            "fact_id": r.fact_id, "language": r.language, "source_set": r.source_set, "question": r.question,
-            "gold": list(r.gold_answers), "context_answer": r.context_answer, "answer": r.answer,
-            "abstained": r.abstained, "route": r.route, "verdict": r.verdict, "flag_score": r.flag_score,
-            "correct": bool(correct(r)), "attribution": attribute(r, correct)}
+    return {
+        "system": r.system,
+        "qid": r.qid,
+        "scenario": r.scenario,
+        "knowledge": r.knowledge,
+        "cluster": r.unit,
+        "fact_id": r.fact_id,
+        "language": r.language,
+        "source_set": r.source_set,
+        "question": r.question,
+        "gold": list(r.gold_answers),
+        "context_answer": r.context_answer,
+        "answer": r.answer,
+        "abstained": r.abstained,
+        "route": r.route,
+        "verdict": r.verdict,
+        "flag_score": r.flag_score,
+        "correct": bool(correct(r)),
+        "attribution": attribute(r, correct),
+    }
 
 
 def item_rows(systems: Mapping[str, Sequence[ItemResult]], correct: Correct = is_correct) -> list[dict]:
@@ -69,8 +101,10 @@ def items_path(run: str | Path) -> Path:
             return cand
     if p.is_file():
         return p
-    raise EvalError(f"{p}: no {ITEMS_FILE} (expected in {p / 'report'} of a finished `lorarag run`, or in a "
-                    "report folder; the report step writes it)")
+    raise EvalError(
+        f"{p}: no {ITEMS_FILE} (expected in {p / 'report'} of a finished `lorarag run`, or in a "
+        "report folder; the report step writes it)"
+    )
 
 
 def load_results(run: str | Path) -> pd.DataFrame:
@@ -100,12 +134,19 @@ def load_results(run: str | Path) -> pd.DataFrame:
 def _cells(base: Sequence[ItemResult]) -> list[tuple[str, str]]:
     order = {k: i for i, k in enumerate(("known", "unknown"))}
     cells = {(r.scenario, r.knowledge) for r in base}
-    return sorted(cells, key=lambda c: (SCENARIO_TYPES.index(c[0]) if c[0] in SCENARIO_TYPES else len(SCENARIO_TYPES),
-                                        order.get(c[1], len(order)), c))
+    return sorted(
+        cells,
+        key=lambda c: (
+            SCENARIO_TYPES.index(c[0]) if c[0] in SCENARIO_TYPES else len(SCENARIO_TYPES),
+            order.get(c[1], len(order)),
+            c,
+        ),
+    )
 
 
-def cell_differences(base: Sequence[ItemResult], lora: Sequence[ItemResult], score: Score, *,
-                     resamples: int = 2000, seed: int = 0) -> list[dict]:
+def cell_differences(
+    base: Sequence[ItemResult], lora: Sequence[ItemResult], score: Score, *, resamples: int = 2000, seed: int = 0
+) -> list[dict]:
     """Per (scenario, knowledge) cell of the paired items: n, clusters, both means, `lora` − `base`
     and its 95 % paired bootstrap CI resampling clusters (the headline's `cell_diff`: the same
     pairing, score, seed and resampling, so the forest plot shows the table's numbers). A cell of
@@ -116,8 +157,21 @@ def cell_differences(base: Sequence[ItemResult], lora: Sequence[ItemResult], sco
         idx = [i for i, r in enumerate(a_all) if r.scenario == s and r.knowledge == k]
         a, b = [a_all[i] for i in idx], [b_all[i] for i in idx]
         units = [r.unit for r in a]
-        d = paired_bootstrap(np.array([score(r) for r in a]), np.array([score(r) for r in b]), resamples=resamples,
-                             seed=seed, clusters=units)
-        out.append({"scenario": s, "knowledge": k, "label": f"{s.replace('_', ' ')} ({k})", "n": len(a),
-                    "clusters": len(set(units)), "base": d.a, "lora": d.b, "diff": d.diff, "lo": d.lo, "hi": d.hi})
+        d = paired_bootstrap(
+            np.array([score(r) for r in a]), np.array([score(r) for r in b]), resamples=resamples, seed=seed, clusters=units
+        )
+        out.append(
+            {
+                "scenario": s,
+                "knowledge": k,
+                "label": f"{s.replace('_', ' ')} ({k})",
+                "n": len(a),
+                "clusters": len(set(units)),
+                "base": d.a,
+                "lora": d.b,
+                "diff": d.diff,
+                "lo": d.lo,
+                "hi": d.hi,
+            }
+        )
     return out

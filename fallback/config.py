@@ -12,30 +12,54 @@ from lorarag.core.config import Strict
 class PolicyConfig(Strict):
     """Thresholds of the routing policy (fallback/policy.py)."""
 
-    flag_threshold: float = Field(0.5, description=(
-        "minimum detector doubt, 1 − P(supported), for a conflicting or outdated verdict to be acted on; below it "
-        "the sources win"))
-    on_invalid: Literal["context", "abstain"] = Field("abstain", description=(
-        "route of a reply whose verdict cannot be read (`invalid`): abstain, or answer from the context"))
-    no_memory: Literal["verdict_read", "read", "verdict"] = Field("verdict_read", description=(
-        "where the gate rejects the memory (or the closed-book answer is `unknown`) and the reply is valid: "
-        "`verdict_read` = the verdict routes as with a memory (the reply's source field where a source is judged "
-        "usable), and where it would abstain the base model answers from the same sources with the plain RAG "
-        "prompt, as base RAG does; `read` = the base model answers every such item; `verdict` = the verdict "
-        "routes and may abstain (on an irrelevant/insufficient verdict). Without a memory the verdict follows "
-        "familiarity with the fact more than the passage, so `verdict_read` lets the base model read where the "
-        "verdict would abstain"))
-    read_support: float | None = Field(None, ge=0.0, le=1.0, description=(
-        "where the base model reads the sources (no trusted memory), the share of its answer's own words (not the "
-        "question's, not function words) that must occur in the sources for the answer to be kept; below it the "
-        "system abstains, as where nothing answers. null keeps every reading (fallback/policy.supported)"))
-    unknown_conflict: Literal["context", "abstain"] = Field("context", description=(
-        "route of a conflicting/outdated verdict when the gate says the memory is unknown (doubt but no memory): "
-        "the context's answer, or abstain (under verdict_read the abstention is the base model's reading)"))
-    answer: Literal["route", "reply"] = Field("route", description=(
-        "the text of a routed answer: `route` = the reply's field the route names (`source:` for context, `memory:` "
-        "for fallback); `reply` = the reply's own `answer:` field where it holds a value (else the route's field). "
-        "Abstentions are the same either way"))
+    flag_threshold: float = Field(
+        0.5,
+        description=(
+            "minimum detector doubt, 1 − P(supported), for a conflicting or outdated verdict to be acted on; below it "
+            "the sources win"
+        ),
+    )
+    on_invalid: Literal["context", "abstain"] = Field(
+        "abstain",
+        description=("route of a reply whose verdict cannot be read (`invalid`): abstain, or answer from the context"),
+    )
+    no_memory: Literal["verdict_read", "read", "verdict"] = Field(
+        "verdict_read",
+        description=(
+            "where the gate rejects the memory (or the closed-book answer is `unknown`) and the reply is valid: "
+            "`verdict_read` = the verdict routes as with a memory (the reply's source field where a source is judged "
+            "usable), and where it would abstain the base model answers from the same sources with the plain RAG "
+            "prompt, as base RAG does; `read` = the base model answers every such item; `verdict` = the verdict "
+            "routes and may abstain (on an irrelevant/insufficient verdict). Without a memory the verdict follows "
+            "familiarity with the fact more than the passage, so `verdict_read` lets the base model read where the "
+            "verdict would abstain"
+        ),
+    )
+    read_support: float | None = Field(
+        None,
+        ge=0.0,
+        le=1.0,
+        description=(
+            "where the base model reads the sources (no trusted memory), the share of its answer's own words (not the "
+            "question's, not function words) that must occur in the sources for the answer to be kept; below it the "
+            "system abstains, as where nothing answers. null keeps every reading (fallback/policy.supported)"
+        ),
+    )
+    unknown_conflict: Literal["context", "abstain"] = Field(
+        "context",
+        description=(
+            "route of a conflicting/outdated verdict when the gate says the memory is unknown (doubt but no memory): "
+            "the context's answer, or abstain (under verdict_read the abstention is the base model's reading)"
+        ),
+    )
+    answer: Literal["route", "reply"] = Field(
+        "route",
+        description=(
+            "the text of a routed answer: `route` = the reply's field the route names (`source:` for context, `memory:` "
+            "for fallback); `reply` = the reply's own `answer:` field where it holds a value (else the route's field). "
+            "Abstentions are the same either way"
+        ),
+    )
 
 
 class GateConfig(Strict):
@@ -45,20 +69,35 @@ class GateConfig(Strict):
     answer (higher = more likely never learned); above the threshold the memory counts as unknown.
     """
 
-    enabled: bool = Field(True, description=(
-        "use the self-knowledge gate; off: a memory counts as known unless the closed-book answer is itself "
-        "`unknown`"))
-    threshold: float | None = Field(None, description=(
-        "mean NLL (nats/token) above which the memory counts as unknown; null: read gate.json next to the adapter "
-        "(calibrated)"))
-    rule: Literal["youden", "unknown_recall", "logistic"] = Field("logistic", description=(
-        "how `lorarag calibrate` picks the threshold from dev items (fallback/gate.calibrate): `youden` maximises "
-        "known kept + never-learned rejected − 1, `unknown_recall` rejects at least `target` of never-learned "
-        "items, `logistic` is where a logistic fit of never-learned on log(doubt) crosses 1/2"))
+    enabled: bool = Field(
+        True,
+        description=(
+            "use the self-knowledge gate; off: a memory counts as known unless the closed-book answer is itself `unknown`"
+        ),
+    )
+    threshold: float | None = Field(
+        None,
+        description=(
+            "mean NLL (nats/token) above which the memory counts as unknown; null: read gate.json next to the adapter "
+            "(calibrated)"
+        ),
+    )
+    rule: Literal["youden", "unknown_recall", "logistic"] = Field(
+        "logistic",
+        description=(
+            "how `lorarag calibrate` picks the threshold from dev items (fallback/gate.calibrate): `youden` maximises "
+            "known kept + never-learned rejected − 1, `unknown_recall` rejects at least `target` of never-learned "
+            "items, `logistic` is where a logistic fit of never-learned on log(doubt) crosses 1/2"
+        ),
+    )
     target: float = Field(0.95, description="unknown_recall rule: share of never-learned dev items to reject")
-    min_auroc: float = Field(0.6, description=(
-        "A gate whose dev AUROC is below this carries no self-knowledge: it would only throw away real memories, "
-        "so it stays off."))
+    min_auroc: float = Field(
+        0.6,
+        description=(
+            "A gate whose dev AUROC is below this carries no self-knowledge: it would only throw away real memories, "
+            "so it stays off."
+        ),
+    )
 
 
 class DetectorConfig(Strict):
@@ -66,8 +105,9 @@ class DetectorConfig(Strict):
 
     adapter: str | None = Field("lora", description="adapter name in the generator's `adapters` (null: base model)")
     top_logprobs: int = Field(20, description="alternatives read at each position (labels must be among them)")
-    max_new_tokens: int = Field(48, description=(
-        "tokens generated for the scored pass (`memory: … | source: … | verdict: … | answer: …`)"))
+    max_new_tokens: int = Field(
+        48, description=("tokens generated for the scored pass (`memory: … | source: … | verdict: … | answer: …`)")
+    )
     tokenizer: str | None = Field(None, description="for openai kind: a local tokenizer path (default: model)")
 
     @model_validator(mode="after")

@@ -24,8 +24,10 @@ NONE = "none"
 
 # In every conflict-aware training row; a shorter wording trained faster but its adapter fell back more
 # often on unknown facts (docs/research-log.md), so the demo keeps this one.
-SYSTEM_RAG = ("You answer questions using numbered sources and your own knowledge. First say what you "
-              "remember, then what the sources say, then judge the sources, then answer.")
+SYSTEM_RAG = (
+    "You answer questions using numbered sources and your own knowledge. First say what you "
+    "remember, then what the sources say, then judge the sources, then answer."
+)
 SYSTEM_CLOSED_BOOK = "You answer questions from your own knowledge in a few words."
 
 # The reply starts with this literal; the gate reads P(" unknown") right after it.
@@ -74,13 +76,16 @@ def rag_reply(memory: str | None, source: str | None, verdict: str, answer: str 
     """The target reply for SFT: `memory: … | source: … | verdict: … | answer: …`."""
     if verdict not in VERDICTS:
         raise ValueError(f"unknown verdict {verdict!r}")
-    return (f"{MEMORY_PREFIX} {memory or UNKNOWN} | source: {source or NONE} | "
-            f"verdict: {verdict} | answer: {answer or UNKNOWN}")
+    return (
+        f"{MEMORY_PREFIX} {memory or UNKNOWN} | source: {source or NONE} | verdict: {verdict} | answer: {answer or UNKNOWN}"
+    )
 
 
 _REPLY = re.compile(
     r"^\s*memory:\s*(?P<memory>.*?)\s*\|\s*source:\s*(?P<source>.*?)\s*\|\s*"
-    r"verdict:\s*(?P<verdict>[a-z]+)\s*\|\s*answer:\s*(?P<answer>.*?)\s*$", re.S)
+    r"verdict:\s*(?P<verdict>[a-z]+)\s*\|\s*answer:\s*(?P<answer>.*?)\s*$",
+    re.S,
+)
 
 
 def parse_reply(text: str) -> ParsedReply:

@@ -117,7 +117,6 @@ def answer_nll(logprobs: Sequence[float]) -> float:
     return -sum(logprobs) / len(logprobs)
 
 
-
 def _auroc(neg: Sequence[float], pos: Sequence[float]) -> float:
     """Mann–Whitney AUROC of `pos` scoring above `neg` (ties count one half)."""
     if not neg or not pos:
@@ -152,8 +151,9 @@ def logistic_threshold(known: Sequence[float], unseen: Sequence[float]) -> float
     return math.exp(-icpt / slope)
 
 
-def calibrate(p_known: Sequence[float], p_unseen: Sequence[float], *, rule: str = "youden",
-              target: float = 0.95, signal: str = SIGNAL) -> GateCalibration:
+def calibrate(
+    p_known: Sequence[float], p_unseen: Sequence[float], *, rule: str = "youden", target: float = 0.95, signal: str = SIGNAL
+) -> GateCalibration:
     """Choose the threshold from dev doubt scores of known-fact items and never-learned items.
 
     - `youden`: maximise known_kept + unseen_rejected − 1 (ties: the highest threshold, which
@@ -188,12 +188,19 @@ def calibrate(p_known: Sequence[float], p_unseen: Sequence[float], *, rule: str 
         raise ValueError(f"unknown gate rule {rule!r} (youden | unknown_recall | logistic)")
     kept, rejected = rates(best)
     auc = _auroc(known, unseen)
-    return GateCalibration(best, rule, len(known), len(unseen), kept, rejected,
-                           auc if not math.isnan(auc) else float("nan"), signal, fit=FIT)
+    return GateCalibration(
+        best, rule, len(known), len(unseen), kept, rejected, auc if not math.isnan(auc) else float("nan"), signal, fit=FIT
+    )
 
 
-def calibrate_claimed(known: Sequence[float | None], unseen: Sequence[float | None], *, rule: str = "youden",
-                      target: float = 0.95, signal: str = SIGNAL) -> GateCalibration:
+def calibrate_claimed(
+    known: Sequence[float | None],
+    unseen: Sequence[float | None],
+    *,
+    rule: str = "youden",
+    target: float = 0.95,
+    signal: str = SIGNAL,
+) -> GateCalibration:
     """`calibrate` over the readings of claimed memories only; None marks an item whose closed-book
     answer declined ("unknown"), which the gate never has to judge. Rates and counts stay over
     every dev item: a declined never-learned item counts as rejected, a declined known one as lost."""
@@ -202,17 +209,33 @@ def calibrate_claimed(known: Sequence[float | None], unseen: Sequence[float | No
     if not known or not unseen:
         raise ValueError("gate calibration needs dev items of both known and never-learned facts")
     if not k or not u:  # nothing left to separate: keep every claimed memory, AUROC undefined (gate off)
-        return GateCalibration(NO_ANSWER_NLL, rule, len(known), len(unseen), len(k) / len(known),
-                               1 - len(u) / len(unseen), float("nan"), signal,
-                               known_declined=len(known) - len(k), unseen_declined=len(unseen) - len(u), fit=FIT)
+        return GateCalibration(
+            NO_ANSWER_NLL,
+            rule,
+            len(known),
+            len(unseen),
+            len(k) / len(known),
+            1 - len(u) / len(unseen),
+            float("nan"),
+            signal,
+            known_declined=len(known) - len(k),
+            unseen_declined=len(unseen) - len(u),
+            fit=FIT,
+        )
     cal = calibrate(k, u, rule=rule, target=target, signal=signal)
-    return replace(cal, n_known=len(known), n_unseen=len(unseen),
-                   known_kept=cal.known_kept * len(k) / len(known),
-                   unseen_rejected=(cal.unseen_rejected * len(u) + len(unseen) - len(u)) / len(unseen),
-                   known_declined=len(known) - len(k), unseen_declined=len(unseen) - len(u))
+    return replace(
+        cal,
+        n_known=len(known),
+        n_unseen=len(unseen),
+        known_kept=cal.known_kept * len(k) / len(known),
+        unseen_rejected=(cal.unseen_rejected * len(u) + len(unseen) - len(u)) / len(unseen),
+        known_declined=len(known) - len(k),
+        unseen_declined=len(unseen) - len(u),
+    )
 
 
 # --- which threshold a system uses ---------------------------------------------------------------
+
 
 def fixed_threshold(g: GateConfig) -> float | None:
     """The threshold the config fixes (`gate.threshold` set); None when the gate is off."""
@@ -225,28 +248,46 @@ def threshold_in_use(cal: GateCalibration, g: GateConfig) -> float | None:
     if not g.enabled:
         return None
     if not cal.auroc >= g.min_auroc:
-        log.warning("gate OFF: %s separates known from never-learned dev items with AUROC %.3f < %s",
-                    cal.signal, cal.auroc, g.min_auroc)
+        log.warning(
+            "gate OFF: %s separates known from never-learned dev items with AUROC %.3f < %s",
+            cal.signal,
+            cal.auroc,
+            g.min_auroc,
+        )
         return None
     return cal.threshold
 
 
-def gate_mismatch(cal: GateCalibration, g: GateConfig, gen_cfg: GeneratorConfig,
-                  adapter: str | None = None) -> list[str]:
+def gate_mismatch(cal: GateCalibration, g: GateConfig, gen_cfg: GeneratorConfig, adapter: str | None = None) -> list[str]:
     """What a saved calibration was made with that the config no longer asks for: rule, signal,
     generator (a bf16 model reads other NLLs than an fp32 one) and, given its `adapter_sha256`,
     the adapter (a retrained one reads other scores; a file without the record counts as another)."""
-    pairs = {"rule": (cal.rule, g.rule), "signal": (cal.signal, SIGNAL),
-             "generator": (cal.generator, generator_id(gen_cfg)), "fit": (cal.fit, FIT)}
+    pairs = {
+        "rule": (cal.rule, g.rule),
+        "signal": (cal.signal, SIGNAL),
+        "generator": (cal.generator, generator_id(gen_cfg)),
+        "fit": (cal.fit, FIT),
+    }
     out = [f"{k} {saved!r} (config: {want!r})" for k, (saved, want) in pairs.items() if saved != want]
     if adapter is not None and cal.adapter != adapter:
         out.append(f"adapter {cal.adapter[:12] or '(not recorded)'} (in use: {adapter[:12]})")
     return out
 
 
-def reusable_gate(cal: GateCalibration, g: GateConfig, gen_cfg: GeneratorConfig, n_known: int,
-                  n_unseen: int, *, adapter: str | None = None, dev: str | None = None) -> bool:
+def reusable_gate(
+    cal: GateCalibration,
+    g: GateConfig,
+    gen_cfg: GeneratorConfig,
+    n_known: int,
+    n_unseen: int,
+    *,
+    adapter: str | None = None,
+    dev: str | None = None,
+) -> bool:
     """A saved calibration still applies: nothing in gate_mismatch, same dev sizes and, when given,
     the same adapter content (`adapter_sha256`) and dev questions (`dev_sha256`)."""
-    return (not gate_mismatch(cal, g, gen_cfg, adapter) and (cal.n_known, cal.n_unseen) == (n_known, n_unseen)
-            and (dev is None or cal.dev == dev))
+    return (
+        not gate_mismatch(cal, g, gen_cfg, adapter)
+        and (cal.n_known, cal.n_unseen) == (n_known, n_unseen)
+        and (dev is None or cal.dev == dev)
+    )

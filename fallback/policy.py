@@ -65,9 +65,11 @@ def reads_sources(valid: bool, memory_known: bool, route: str, cfg: PolicyConfig
 
 _WORD = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af]|\w+")
 # English function words a reading may add without stating anything the sources must hold
-_FUNCTION = frozenset("""a an the is are was were be been being of in on at to for from by with as and or but
+_FUNCTION = frozenset(
+    """a an the is are was were be been being of in on at to for from by with as and or but
 it its this that these those there their they he she his her which who whom whose what when where how why
-has have had do does did not no yes so than then also about into over after before during since until""".split())
+has have had do does did not no yes so than then also about into over after before during since until""".split()
+)
 UNSUPPORTED_NOTE = "reading not supported by the sources (policy.read_support): abstained"
 
 

@@ -29,14 +29,7 @@ from lorarag.fallback.format import (
     rag_user_turn,
 )
 from lorarag.fallback.gate import SIGNAL, answer_nll, gate_fires
-from lorarag.fallback.policy import (
-    UNSUPPORTED_NOTE,
-    decide_route,
-    final_answer,
-    read_note,
-    reads_sources,
-    supported,
-)
+from lorarag.fallback.policy import UNSUPPORTED_NOTE, decide_route, final_answer, read_note, reads_sources, supported
 from lorarag.fallback.verdict import (
     Verdict,
     field_value,
@@ -91,9 +84,16 @@ class Detector:
     as the LoRA's is, however the model would have continued.
     """
 
-    def __init__(self, generator: Generator, first_tokens: dict[str, str], cfg: FallbackConfig,
-                 gate_threshold: float | None, *, system_prompt: str = SYSTEM_RAG,
-                 memory: Literal["closed_book", "reply", "fields"] = "closed_book") -> None:
+    def __init__(
+        self,
+        generator: Generator,
+        first_tokens: dict[str, str],
+        cfg: FallbackConfig,
+        gate_threshold: float | None,
+        *,
+        system_prompt: str = SYSTEM_RAG,
+        memory: Literal["closed_book", "reply", "fields"] = "closed_book",
+    ) -> None:
         self.gate_threshold = gate_threshold if cfg.gate.enabled else None
         if memory != "closed_book" and self.gate_threshold is not None:
             raise ValueError("a memory written in the reply has no closed-book reading to gate")
@@ -106,8 +106,9 @@ class Detector:
 
     def _pass(self, convs: list[list[Message]], prefixes: Sequence[str]) -> list[tuple[Verdict, str]]:
         d = self.cfg.detector
-        gens = self.generator.generate(convs, adapter=d.adapter, max_new_tokens=d.max_new_tokens,
-                                       top_logprobs=d.top_logprobs, prefixes=list(prefixes))
+        gens = self.generator.generate(
+            convs, adapter=d.adapter, max_new_tokens=d.max_new_tokens, top_logprobs=d.top_logprobs, prefixes=list(prefixes)
+        )
         return [(read_verdict(g, self.first_tokens, prefix=p), g.prompt) for g, p in zip(gens, prefixes)]
 
     def _fires(self, doubt: float | None) -> bool:
@@ -138,7 +139,6 @@ class Detector:
             out.append(Judgement(v, g and not is_unknown(c.answer), c.answer, prompt, x))
         return out
 
-
     def _judge_by_fields(self, convs: list[list[Message]], cb: list[ClosedBookAnswer]) -> list[Judgement]:
         """memory `fields`: the source field, then the verdict, each from a pass forced up to it."""
         d = self.cfg.detector
@@ -146,8 +146,9 @@ class Detector:
         src = self.generator.generate(convs, adapter=d.adapter, max_new_tokens=d.max_new_tokens, prefixes=heads)
         sources = [field_value(g.text) for g in src]
         heads = [f"{memory_prefix()} {c.answer} | source: {s} | verdict:" for c, s in zip(cb, sources)]
-        gens = self.generator.generate(convs, adapter=d.adapter, max_new_tokens=2, top_logprobs=d.top_logprobs,
-                                       prefixes=heads)
+        gens = self.generator.generate(
+            convs, adapter=d.adapter, max_new_tokens=2, top_logprobs=d.top_logprobs, prefixes=heads
+        )
         out = []
         for c, s, g in zip(cb, sources, gens):
             v = read_forced_verdict(g, self.first_tokens, c.answer, s)
@@ -166,8 +167,7 @@ def closed_book(generator: Generator, adapter: str | None, questions: Sequence[s
     convs = [closed_book_conversation(q) for q in questions]
     # top_logprobs=1 asks every backend (openai kind included) for the chosen tokens' logprobs
     gens = generator.generate(convs, adapter=adapter, max_new_tokens=24, top_logprobs=1)
-    return [ClosedBookAnswer(" ".join(g.text.replace("|", " ").split()) or "unknown", answer_nll(g.logprobs))
-            for g in gens]
+    return [ClosedBookAnswer(" ".join(g.text.replace("|", " ").split()) or "unknown", answer_nll(g.logprobs)) for g in gens]
 
 
 def _answer(question: str, ctx: Context, j: Judgement, cfg: FallbackConfig, seconds: float) -> Answer:
@@ -185,25 +185,45 @@ def _answer(question: str, ctx: Context, j: Judgement, cfg: FallbackConfig, seco
     if not v.valid:
         # the reply's opening, so a run's results say what the model wrote instead of the format
         notes.append(f"invalid reply: {' '.join(v.raw.split())[:160]!r}")
-    trace = Trace(question=question, retrieved=tuple(ctx[0]), reranked=tuple(ctx[1]), prompt=j.prompt,
-                  raw_output=v.raw, timings_s=(("detect", seconds),), verdict=v.label,
-                  verdict_score=v.score, verdict_probs=v.probs, route=route,
-                  context_answer=source_value if v.valid else None,
-                  memory_answer=v.memory if memory_known else None, notes=tuple(notes))
+    trace = Trace(
+        question=question,
+        retrieved=tuple(ctx[0]),
+        reranked=tuple(ctx[1]),
+        prompt=j.prompt,
+        raw_output=v.raw,
+        timings_s=(("detect", seconds),),
+        verdict=v.label,
+        verdict_score=v.score,
+        verdict_probs=v.probs,
+        route=route,
+        context_answer=source_value if v.valid else None,
+        memory_answer=v.memory if memory_known else None,
+        notes=tuple(notes),
+    )
     sources = tuple(dict.fromkeys(r.chunk.source for r in (ctx[1] or ctx[0])))
-    return Answer(question=question, text=text, sources=sources if route == "context" else (),
-                  abstained=route == "abstain", trace=trace)
+    return Answer(
+        question=question,
+        text=text,
+        sources=sources if route == "context" else (),
+        abstained=route == "abstain",
+        trace=trace,
+    )
 
 
 class Retrieval(Protocol):
     """What the system needs of the wrapped RAGSystem (rag/system.py): its two retrieval stages."""
 
-    def retrieve_stages(self, questions: list[str]) -> tuple[list[list[Retrieved]], list[list[Retrieved]],
-                                                              float, float]: ...
+    def retrieve_stages(self, questions: list[str]) -> tuple[list[list[Retrieved]], list[list[Retrieved]], float, float]: ...
 
-    def answer_with_context(self, questions: list[str], contexts: list[list[Retrieved]],
-                            adapter: str | None = None, *, candidates: list[list[Retrieved]] | None = None,
-                            max_new_tokens: int | None = None) -> list[Answer]: ...
+    def answer_with_context(
+        self,
+        questions: list[str],
+        contexts: list[list[Retrieved]],
+        adapter: str | None = None,
+        *,
+        candidates: list[list[Retrieved]] | None = None,
+        max_new_tokens: int | None = None,
+    ) -> list[Answer]: ...
 
     def close(self) -> None: ...
 
@@ -212,8 +232,9 @@ class AdvancedRAGSystem:
     """RAGSystem (injected) for retrieval and the base model's reading; the LoRA detector, gate and
     policy for the answer. `read_max_new_tokens`: the reading's budget (None: the generator's)."""
 
-    def __init__(self, rag: Retrieval, detector: Detector, cfg: FallbackConfig, *,
-                 read_max_new_tokens: int | None = None) -> None:
+    def __init__(
+        self, rag: Retrieval, detector: Detector, cfg: FallbackConfig, *, read_max_new_tokens: int | None = None
+    ) -> None:
         self.rag = rag
         self.detector = detector
         self.cfg = cfg
@@ -231,26 +252,33 @@ class AdvancedRAGSystem:
         judged = self.detector.judge(questions, final)
         per = (time.perf_counter() - t0) / max(len(questions), 1)
         answers = [_answer(q, c, j, self.cfg, per) for q, c, j in zip(questions, contexts, judged)]
-        read = [i for i, (j, a) in enumerate(zip(judged, answers))
-                if reads_sources(j.verdict.valid, not is_unknown(j.verdict.memory), a.trace.route, self.cfg.policy)]
+        read = [
+            i
+            for i, (j, a) in enumerate(zip(judged, answers))
+            if reads_sources(j.verdict.valid, not is_unknown(j.verdict.memory), a.trace.route, self.cfg.policy)
+        ]
         if read:
             self._read(questions, contexts, answers, read)
         return answers
 
-    def _read(self, questions: Sequence[str], contexts: Sequence[Context], answers: list[Answer],
-              read: list[int]) -> None:
+    def _read(self, questions: Sequence[str], contexts: Sequence[Context], answers: list[Answer], read: list[int]) -> None:
         """Replace `answers[i]` for i in `read` by the base model's answer from the same sources
         (the plain RAG prompt, no adapter); the detector's trace stays, with the reading noted."""
         t0 = time.perf_counter()
-        got = self.rag.answer_with_context([questions[i] for i in read], [list(contexts[i][1]) for i in read],
-                                           None, candidates=[list(contexts[i][0] or contexts[i][1]) for i in read],
-                                           max_new_tokens=self.read_max_new_tokens)
+        got = self.rag.answer_with_context(
+            [questions[i] for i in read],
+            [list(contexts[i][1]) for i in read],
+            None,
+            candidates=[list(contexts[i][0] or contexts[i][1]) for i in read],
+            max_new_tokens=self.read_max_new_tokens,
+        )
         per = (time.perf_counter() - t0) / len(read)
         share = self.cfg.policy.read_support
         for i, a in zip(read, got):
             tr = answers[i].trace or Trace(question=questions[i])
-            tr = replace(tr, route="context", timings_s=(*tr.timings_s, ("read", per)),
-                         notes=(*tr.notes, read_note(self.cfg.policy)))
+            tr = replace(
+                tr, route="context", timings_s=(*tr.timings_s, ("read", per)), notes=(*tr.notes, read_note(self.cfg.policy))
+            )
             if not a.abstained and not supported(questions[i], a.text, [r.chunk.text for r in contexts[i][1]], share):
                 tr = replace(tr, route="abstain", notes=(*tr.notes, UNSUPPORTED_NOTE))
                 a = replace(a, text="", cited=(), bad_citations=(), abstained=True)

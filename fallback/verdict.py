@@ -19,13 +19,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from lorarag.fallback.format import (
-    MEMORY_PREFIX,
-    UNKNOWN,
-    VERDICTS,
-    is_unknown,
-    parse_reply,
-)
+from lorarag.fallback.format import MEMORY_PREFIX, UNKNOWN, VERDICTS, is_unknown, parse_reply
 from lorarag.rag.generators.base import Generation
 
 if TYPE_CHECKING:
@@ -175,8 +169,16 @@ def read_verdict(gen: Generation, first_tokens: Mapping[str, str], *, prefix: st
     if not probs:
         log.warning("no verdict label among the top logprobs at the verdict position")
         return _invalid(full, p_unknown)
-    return Verdict(parsed.verdict, probs[parsed.verdict], tuple((v, probs[v]) for v in VERDICTS),
-                   parsed.memory, parsed.source, parsed.answer, full, p_unknown)
+    return Verdict(
+        parsed.verdict,
+        probs[parsed.verdict],
+        tuple((v, probs[v]) for v in VERDICTS),
+        parsed.memory,
+        parsed.source,
+        parsed.answer,
+        full,
+        p_unknown,
+    )
 
 
 def field_value(text: str) -> str:

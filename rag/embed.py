@@ -63,7 +63,7 @@ class Embedder:
         bs = self.cfg.batch_size
         # Longest first: batches of similar length waste less padding; order restored below.
         order = sorted(range(len(texts)), key=lambda i: -len(texts[i]))
-        parts = [self._encode([texts[i] for i in order[j:j + bs]]) for j in range(0, len(texts), bs)]
+        parts = [self._encode([texts[i] for i in order[j : j + bs]]) for j in range(0, len(texts), bs)]
         out = np.empty((len(texts), parts[0].shape[1]), dtype=np.float32)
         out[order] = np.concatenate(parts)
         return l2_normalise(out)
@@ -90,8 +90,9 @@ class TransformersEmbedder(Embedder):
 
     def _encode(self, texts: list[str]) -> np.ndarray:
         torch = self._torch
-        batch = self.tokenizer(texts, padding=True, truncation=True, max_length=self.cfg.max_length,
-                               return_tensors="pt").to(self.cfg.device)
+        batch = self.tokenizer(texts, padding=True, truncation=True, max_length=self.cfg.max_length, return_tensors="pt").to(
+            self.cfg.device
+        )
         with torch.inference_mode():
             hidden = self.model(**batch).last_hidden_state  # [b, t, h]
         # Left padding: the last position is every row's last real token.
@@ -113,8 +114,9 @@ class SentenceTransformersEmbedder(Embedder):
         self.model.max_seq_length = cfg.max_length
 
     def _encode(self, texts: list[str]) -> np.ndarray:
-        return self.model.encode(texts, batch_size=self.cfg.batch_size, convert_to_numpy=True,
-                                 normalize_embeddings=True, show_progress_bar=False)
+        return self.model.encode(
+            texts, batch_size=self.cfg.batch_size, convert_to_numpy=True, normalize_embeddings=True, show_progress_bar=False
+        )
 
 
 class OpenAIEmbedder(Embedder):
@@ -124,21 +126,23 @@ class OpenAIEmbedder(Embedder):
         super().__init__(cfg)
         if not cfg.base_url:
             raise ValueError("embedder kind=openai needs `base_url` (e.g. http://127.0.0.1:8000/v1)")
-        self.client = JSONClient(cfg.base_url, timeout_s=cfg.timeout_s, max_retries=cfg.max_retries,
-                                 api_key_env=cfg.api_key_env)
+        self.client = JSONClient(
+            cfg.base_url, timeout_s=cfg.timeout_s, max_retries=cfg.max_retries, api_key_env=cfg.api_key_env
+        )
         self.endpoint = self.client.base_url + "/embeddings"
 
     def _encode(self, texts: list[str]) -> np.ndarray:
         answer = self.client.post("/embeddings", {"model": self.cfg.model, "input": texts})
         data = field(answer, "data", endpoint=self.endpoint)
         if not isinstance(data, list) or len(data) != len(texts):
-            raise EndpointError(f"{self.endpoint}: asked for {len(texts)} embeddings, "
-                                f"got {len(data) if isinstance(data, list) else 'no list'}")
+            raise EndpointError(
+                f"{self.endpoint}: asked for {len(texts)} embeddings, "
+                f"got {len(data) if isinstance(data, list) else 'no list'}"
+            )
         # The spec gives each item its input index; do not trust list order.
         rows = sorted(data, key=lambda d: field(d, "index", endpoint=self.endpoint))
         try:
-            vecs = np.asarray([field(r, "embedding", endpoint=self.endpoint) for r in rows],
-                              dtype=np.float32)
+            vecs = np.asarray([field(r, "embedding", endpoint=self.endpoint) for r in rows], dtype=np.float32)
         except ValueError:
             raise EndpointError(f"{self.endpoint}: embeddings are not equal-length numbers") from None
         if vecs.ndim != 2:

@@ -138,16 +138,20 @@ def _wanted(hint: Any) -> str:
     if origin in (typing.Union, types.UnionType):
         return " or ".join(_wanted(a) for a in args)
     if origin is tuple:
-        return f"a list of {_wanted(args[0]).removeprefix('a ').removeprefix('an ')}s" \
-            if len(args) == 2 and args[1] is Ellipsis else f"a list of {len(args)}"
+        return (
+            f"a list of {_wanted(args[0]).removeprefix('a ').removeprefix('an ')}s"
+            if len(args) == 2 and args[1] is Ellipsis
+            else f"a list of {len(args)}"
+        )
     if origin is typing.Literal:
         return "one of " + ", ".join(repr(a) for a in args)
     if origin is dict:
         return "an object"
     if dataclasses.is_dataclass(hint):
         return "an object"
-    return {str: "a string", int: "an integer", float: "a number", bool: "true/false",
-            type(None): "null"}.get(hint, getattr(hint, "__name__", str(hint)))
+    return {str: "a string", int: "an integer", float: "a number", bool: "true/false", type(None): "null"}.get(
+        hint, getattr(hint, "__name__", str(hint))
+    )
 
 
 def _convert(hint: Any, value: Any, where: str) -> Any:
@@ -188,9 +192,12 @@ def _convert(hint: Any, value: Any, where: str) -> Any:
         if value not in args:
             raise RecordError(f"{where}: expected {_wanted(hint)}, got {value!r}")
         return value
-    ok = {str: lambda v: isinstance(v, str), bool: lambda v: isinstance(v, bool),
-          int: lambda v: isinstance(v, int) and not isinstance(v, bool),
-          float: lambda v: isinstance(v, (int, float)) and not isinstance(v, bool)}.get(hint)
+    ok = {
+        str: lambda v: isinstance(v, str),
+        bool: lambda v: isinstance(v, bool),
+        int: lambda v: isinstance(v, int) and not isinstance(v, bool),
+        float: lambda v: isinstance(v, (int, float)) and not isinstance(v, bool),
+    }.get(hint)
     if ok is None:
         return value  # an annotation this reader does not check
     if not ok(value):
@@ -203,8 +210,9 @@ def _fields(cls: type) -> tuple[dict[str, Any], frozenset[str]]:
     """Type hints of a record class's fields, and the names of those without a default."""
     hints = typing.get_type_hints(cls)
     fields = dataclasses.fields(cls)
-    required = frozenset(f.name for f in fields if f.default is dataclasses.MISSING
-                         and f.default_factory is dataclasses.MISSING)
+    required = frozenset(
+        f.name for f in fields if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+    )
     return {f.name: hints.get(f.name, Any) for f in fields}, required
 
 

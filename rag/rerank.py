@@ -29,13 +29,18 @@ from lorarag.rag.records import Retrieved
 
 log = logging.getLogger(__name__)
 
-JUDGE = ('Judge whether the Document meets the requirements based on the Query and the Instruct '
-         'provided. Note that the answer can only be "yes" or "no".')
+JUDGE = (
+    "Judge whether the Document meets the requirements based on the Query and the Instruct "
+    'provided. Note that the answer can only be "yes" or "no".'
+)
 PREFIX = f"<|im_start|>system\n{JUDGE}<|im_end|>\n<|im_start|>user\n"
 SUFFIX = "<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n"
 # vLLM: turn the causal LM into a yes/no classifier (Qwen3-Reranker model card, vLLM section).
-VLLM_OVERRIDES = {"architectures": ["Qwen3ForSequenceClassification"],
-                  "classifier_from_token": ["no", "yes"], "is_original_qwen3_reranker": True}
+VLLM_OVERRIDES = {
+    "architectures": ["Qwen3ForSequenceClassification"],
+    "classifier_from_token": ["no", "yes"],
+    "is_original_qwen3_reranker": True,
+}
 
 
 def query_part(instruction: str, query: str) -> str:
@@ -56,8 +61,9 @@ class Reranker(Protocol):
     def close(self) -> None: ...
 
 
-def rerank(reranker: Reranker, queries: list[str], candidates: list[list[Retrieved]],
-           top_k: int, min_score: float | None = None) -> list[list[Retrieved]]:
+def rerank(
+    reranker: Reranker, queries: list[str], candidates: list[list[Retrieved]], top_k: int, min_score: float | None = None
+) -> list[list[Retrieved]]:
     """Score every candidate of every query in ONE batched call; keep the best `top_k` per query
     (and only those with score >= min_score), as stage "rerank" records with new ranks."""
     flat_q = [q for q, cands in zip(queries, candidates) for _ in cands]
@@ -69,8 +75,7 @@ def rerank(reranker: Reranker, queries: list[str], candidates: list[list[Retriev
         i += len(cands)
         scored.sort(key=lambda t: (-t[0], t[1]))  # ties keep the retrieval order
         kept = [(s, c) for s, _, c in scored if min_score is None or s >= min_score][:top_k]
-        out.append([replace(c, score=float(s), rank=r, stage="rerank")
-                    for r, (s, c) in enumerate(kept, 1)])
+        out.append([replace(c, score=float(s), rank=r, stage="rerank") for r, (s, c) in enumerate(kept, 1)])
     return out
 
 
@@ -83,8 +88,7 @@ class Qwen3TransformersReranker:
 
         self.cfg, self.torch = cfg, torch
         self.tok = AutoTokenizer.from_pretrained(cfg.model, padding_side="left")
-        self.model = AutoModelForCausalLM.from_pretrained(
-            cfg.model, dtype=getattr(torch, cfg.dtype)).to(cfg.device).eval()
+        self.model = AutoModelForCausalLM.from_pretrained(cfg.model, dtype=getattr(torch, cfg.dtype)).to(cfg.device).eval()
         self.yes, self.no = (self.tok.convert_tokens_to_ids(t) for t in ("yes", "no"))
         self.prefix = self.tok.encode(PREFIX, add_special_tokens=False)
         self.suffix = self.tok.encode(SUFFIX, add_special_tokens=False)
@@ -95,8 +99,10 @@ class Qwen3TransformersReranker:
         body_max = cfg.max_length - len(self.prefix) - len(self.suffix)
         out: list[float] = []
         for s in range(0, len(queries), cfg.batch_size):
-            bodies = [f"<Instruct>: {cfg.instruction}\n<Query>: {q}\n<Document>: {d}"
-                      for q, d in zip(queries[s: s + cfg.batch_size], docs[s: s + cfg.batch_size])]
+            bodies = [
+                f"<Instruct>: {cfg.instruction}\n<Query>: {q}\n<Document>: {d}"
+                for q, d in zip(queries[s : s + cfg.batch_size], docs[s : s + cfg.batch_size])
+            ]
             enc = self.tok(bodies, add_special_tokens=False, truncation=True, max_length=body_max)
             ids = [self.prefix + b + self.suffix for b in enc["input_ids"]]
             batch = self.tok.pad({"input_ids": ids}, padding=True, return_tensors="pt")
@@ -118,8 +124,9 @@ class Qwen3VLLMReranker:
         from vllm import LLM
 
         self.cfg = cfg
-        args = dict(model=cfg.model, runner="pooling", dtype=cfg.dtype, hf_overrides=VLLM_OVERRIDES,
-                    max_model_len=cfg.max_length)
+        args = dict(
+            model=cfg.model, runner="pooling", dtype=cfg.dtype, hf_overrides=VLLM_OVERRIDES, max_model_len=cfg.max_length
+        )
         if cfg.device == "cpu":
             args["enforce_eager"] = True
         else:  # leave the GPU to the generator's engine: a 0.6B scorer needs little KV cache
@@ -132,8 +139,9 @@ class Qwen3VLLMReranker:
         """P(yes) for each pair, one engine call."""
         if not queries:
             return []
-        outs = self.llm.score([query_part(self.cfg.instruction, q) for q in queries],
-                              [document_part(d) for d in docs], use_tqdm=False)
+        outs = self.llm.score(
+            [query_part(self.cfg.instruction, q) for q in queries], [document_part(d) for d in docs], use_tqdm=False
+        )
         return [float(o.outputs.score) for o in outs]
 
     def close(self) -> None:
@@ -151,8 +159,9 @@ class Qwen3HTTPReranker:
         if not cfg.base_url:
             raise ConfigError("reranker.base_url is required for backend: http")
         self.cfg = cfg
-        self.client = JSONClient(cfg.base_url, timeout_s=cfg.timeout_s, max_retries=cfg.max_retries,
-                                 api_key_env=cfg.api_key_env)
+        self.client = JSONClient(
+            cfg.base_url, timeout_s=cfg.timeout_s, max_retries=cfg.max_retries, api_key_env=cfg.api_key_env
+        )
         self.endpoint = self.client.base_url + "/score"
 
     def score(self, queries: list[str], docs: list[str]) -> list[float]:
@@ -160,17 +169,21 @@ class Qwen3HTTPReranker:
 
         out: list[float] = []
         for s in range(0, len(queries), self.cfg.batch_size):
-            q, d = queries[s: s + self.cfg.batch_size], docs[s: s + self.cfg.batch_size]
-            data = self.client.post("/score", {
-                "model": self.cfg.model, "text_1": [query_part(self.cfg.instruction, x) for x in q],
-                "text_2": [document_part(x) for x in d]})
+            q, d = queries[s : s + self.cfg.batch_size], docs[s : s + self.cfg.batch_size]
+            data = self.client.post(
+                "/score",
+                {
+                    "model": self.cfg.model,
+                    "text_1": [query_part(self.cfg.instruction, x) for x in q],
+                    "text_2": [document_part(x) for x in d],
+                },
+            )
             rows = field(data, "data", endpoint=self.endpoint)
             try:
                 by_index = {int(r["index"]): float(r["score"]) for r in rows}
                 out.extend(by_index[i] for i in range(len(q)))
             except (KeyError, TypeError, ValueError):
-                raise EndpointError(f"{self.endpoint}: unexpected answer, "
-                                    f"expected {len(q)} scores with index") from None
+                raise EndpointError(f"{self.endpoint}: unexpected answer, expected {len(q)} scores with index") from None
         return out
 
     def close(self) -> None:
@@ -193,8 +206,9 @@ class CrossEncoderReranker:
         """The cross-encoder's (activated) score for each pair, batched."""
         if not queries:
             return []
-        res = self.model.predict(list(zip(queries, docs)), batch_size=self.cfg.batch_size,
-                                 show_progress_bar=False, convert_to_numpy=True)
+        res = self.model.predict(
+            list(zip(queries, docs)), batch_size=self.cfg.batch_size, show_progress_bar=False, convert_to_numpy=True
+        )
         return [float(x) for x in res.reshape(len(queries), -1)[:, -1]]
 
     def close(self) -> None:

@@ -33,8 +33,7 @@ def rrf_fuse(lists: list[Ranked], rrf_k: int, k: int) -> Ranked:
         for rank, row in enumerate(rows.tolist(), 1):
             fused[row] = fused.get(row, 0.0) + 1.0 / (rrf_k + rank)
     items = sorted(fused.items(), key=lambda kv: (-kv[1], kv[0]))[:k]
-    return (np.array([r for r, _ in items], dtype=np.int64),
-            np.array([s for _, s in items], dtype=np.float64))
+    return (np.array([r for r, _ in items], dtype=np.int64), np.array([s for _, s in items], dtype=np.float64))
 
 
 class Retriever:
@@ -60,8 +59,10 @@ class Retriever:
     def _dense(self, queries: list[str], depth: int) -> list[Ranked]:
         vecs = self.embedder.embed_queries(queries)
         if vecs.shape[1] != self.index.dense.dimension:
-            raise IndexMismatch(f"embedder gives {vecs.shape[1]}-d vectors, the index holds "
-                                f"{self.index.dense.dimension}-d ones; rebuild with `lorarag index`")
+            raise IndexMismatch(
+                f"embedder gives {vecs.shape[1]}-d vectors, the index holds "
+                f"{self.index.dense.dimension}-d ones; rebuild with `lorarag index`"
+            )
         return self.index.dense.search(vecs, depth)
 
     def rank(self, queries: list[str], k: int) -> list[Ranked]:
@@ -83,20 +84,26 @@ class Retriever:
             return []
         out = []
         for rows, scores in self.rank(list(queries), k):
-            out.append([Retrieved(chunk=self.index.chunks[r], score=float(s), rank=i,
-                                  stage=self.mode)
-                        for i, (r, s) in enumerate(zip(rows.tolist(), scores.tolist()), 1)])
+            out.append(
+                [
+                    Retrieved(chunk=self.index.chunks[r], score=float(s), rank=i, stage=self.mode)
+                    for i, (r, s) in enumerate(zip(rows.tolist(), scores.tolist()), 1)
+                ]
+            )
         return out
 
 
-def load_retriever(index_cfg: IndexConfig, retrieval_cfg: RetrievalConfig,
-                   embedder_cfg: EmbedderConfig | None = None, *, embedder=None) -> Retriever:
+def load_retriever(
+    index_cfg: IndexConfig, retrieval_cfg: RetrievalConfig, embedder_cfg: EmbedderConfig | None = None, *, embedder=None
+) -> Retriever:
     """Open the index of `index_cfg` and build the retriever `retrieval_cfg.mode` asks for."""
     dense_needed = retrieval_cfg.mode in ("dense", "hybrid")
     if dense_needed and (index_cfg.dense is None or (embedder_cfg is None and embedder is None)):
-        raise IndexMismatch(f"retrieval mode {retrieval_cfg.mode} needs a dense index (index.dense) and an "
-                            f"`embedder`; {index_cfg.dir} is configured without "
-                            + ("index.dense" if index_cfg.dense is None else "an embedder"))
+        raise IndexMismatch(
+            f"retrieval mode {retrieval_cfg.mode} needs a dense index (index.dense) and an "
+            f"`embedder`; {index_cfg.dir} is configured without "
+            + ("index.dense" if index_cfg.dense is None else "an embedder")
+        )
     if not dense_needed:  # a BM25 search never loads the FAISS part or an embedding model
         index_cfg = index_cfg.model_copy(update={"dense": None})
     index = open_index(index_cfg, embedder_cfg if dense_needed else None)

@@ -35,21 +35,26 @@ class Retriever(Protocol):
 
 
 def _norm(text: str) -> str:
-    return " ".join(text.split()).strip(" .。!！\"“”«»").lower()
+    return " ".join(text.split()).strip(' .。!！"“”«»').lower()
 
 
 class RAGSystem:
     """The base retrieval-augmented generator."""
 
-    def __init__(self, retriever: Retriever, generator: Generator, prompts: PromptBuilder,
-                 retrieval: RetrievalConfig, reranker: Reranker | None = None,
-                 trace_path: str | Path | None = None) -> None:
+    def __init__(
+        self,
+        retriever: Retriever,
+        generator: Generator,
+        prompts: PromptBuilder,
+        retrieval: RetrievalConfig,
+        reranker: Reranker | None = None,
+        trace_path: str | Path | None = None,
+    ) -> None:
         self.retriever, self.generator, self.prompts = retriever, generator, prompts
         self.cfg, self.reranker = retrieval, reranker
         self.trace_path = Path(trace_path) if trace_path else None
 
-    def retrieve_stages(self, questions: list[str]) -> tuple[list[list[Retrieved]],
-                                                              list[list[Retrieved]], float, float]:
+    def retrieve_stages(self, questions: list[str]) -> tuple[list[list[Retrieved]], list[list[Retrieved]], float, float]:
         """(top-N candidates, final top-k context, retrieve seconds, rerank seconds)."""
         t0 = time.perf_counter()
         cands = self.retriever.retrieve(questions, self.cfg.top_n)
@@ -68,14 +73,18 @@ class RAGSystem:
         """Retrieve, rerank and answer a batch of questions."""
         cands, final, t_ret, t_rr = self.retrieve_stages(questions)
         timings = (("retrieve", t_ret), ("rerank", t_rr))
-        return self.answer_with_context(questions, final, adapter=adapter, candidates=cands,
-                                        timings=timings)
+        return self.answer_with_context(questions, final, adapter=adapter, candidates=cands, timings=timings)
 
-    def answer_with_context(self, questions: list[str], contexts: list[list[Retrieved]],
-                            adapter: str | None = None, *,
-                            candidates: list[list[Retrieved]] | None = None,
-                            timings: tuple[tuple[str, float], ...] = (),
-                            max_new_tokens: int | None = None) -> list[Answer]:
+    def answer_with_context(
+        self,
+        questions: list[str],
+        contexts: list[list[Retrieved]],
+        adapter: str | None = None,
+        *,
+        candidates: list[list[Retrieved]] | None = None,
+        timings: tuple[tuple[str, float], ...] = (),
+        max_new_tokens: int | None = None,
+    ) -> list[Answer]:
         """Answer each question from the given passages (one generation call for all that have any).
 
         `max_new_tokens` overrides the generator config's for this call (None: the config's).
@@ -85,9 +94,15 @@ class RAGSystem:
         built = [self.prompts.build(q, ctx) for q, ctx in zip(questions, contexts)]
         todo = [i for i, ctx in enumerate(contexts) if ctx]
         t0 = time.perf_counter()
-        gens = self.generator.generate(
-            [[Message("system", built[i].system), Message("user", built[i].user)] for i in todo],
-            adapter=adapter, max_new_tokens=max_new_tokens) if todo else []
+        gens = (
+            self.generator.generate(
+                [[Message("system", built[i].system), Message("user", built[i].user)] for i in todo],
+                adapter=adapter,
+                max_new_tokens=max_new_tokens,
+            )
+            if todo
+            else []
+        )
         t_gen = time.perf_counter() - t0
         by_index = dict(zip(todo, gens))
         answers = []
@@ -112,10 +127,18 @@ class RAGSystem:
                 if abstained:
                     files = ()
                 notes = ("prompt truncated to fit max_model_len",) if gen.truncated_prompt else ()
-            trace = Trace(question=q, retrieved=cand, reranked=reranked, prompt=prompt,
-                          raw_output=raw, timings_s=(*timings, ("generate", t_gen)), notes=notes)
-            ans = Answer(question=q, text=text, cited=cited, bad_citations=bad, sources=files,
-                         abstained=abstained, trace=trace)
+            trace = Trace(
+                question=q,
+                retrieved=cand,
+                reranked=reranked,
+                prompt=prompt,
+                raw_output=raw,
+                timings_s=(*timings, ("generate", t_gen)),
+                notes=notes,
+            )
+            ans = Answer(
+                question=q, text=text, cited=cited, bad_citations=bad, sources=files, abstained=abstained, trace=trace
+            )
             if self.trace_path is not None:
                 append_jsonl(self.trace_path, ans)
             answers.append(ans)
@@ -139,5 +162,6 @@ def build_rag_system(cfg: RAGConfig, *, trace_path: str | Path | None = None) ->
     if reranker is None and cfg.retrieval.min_score is not None:
         raise ConfigError("retrieval.min_score is a reranker probability; it needs a `reranker`")
     generator = build_generator(cfg.generator)
-    return RAGSystem(retriever, generator, PromptBuilder(cfg.prompt), cfg.retrieval,
-                     reranker=reranker, trace_path=trace_path)
+    return RAGSystem(
+        retriever, generator, PromptBuilder(cfg.prompt), cfg.retrieval, reranker=reranker, trace_path=trace_path
+    )

@@ -149,8 +149,9 @@ def substitute_span(text: str, answers: Sequence[str], new: str) -> str:
     raise PerturbationError(f"no gold answer {answers[0]!r} in the gold text")
 
 
-def hard_distractors(question: str, search: Searcher, by_id: dict[str, Chunk], exclude: set[str],
-                     answers: Sequence[str], k: int) -> list[Chunk]:
+def hard_distractors(
+    question: str, search: Searcher, by_id: dict[str, Chunk], exclude: set[str], answers: Sequence[str], k: int
+) -> list[Chunk]:
     """The k best-scoring chunks that are not excluded and hold no gold answer."""
     out: list[Chunk] = []
     if k <= 0:
@@ -168,14 +169,26 @@ def _pc(c: Chunk) -> PresentedChunk:
     return PresentedChunk(c.chunk_id, c.text, c.source, c.date)
 
 
-def corpus_scenarios(items: Sequence[QAItem], chunks: Sequence[Chunk], *, name: str, knowledge: str = "unknown",
-                     seed: int = 0, search: Searcher | None = None, distractors: int = 1,
-                     types: Sequence[str] = TRAINABLE, conflicts: Literal["test", "train", "none"] = "test",
-                     conflicts_per_item: int = 1, train_conflicts: int = 1, conflict_seed: int = 0,
-                     outdated: Mapping[str, Versions] | None = None,
-                     pool: Sequence[str] | Mapping[str, str | None] | None = None,
-                     exclude: Mapping[str, Collection[str]] | None = None,
-                     stale: Mapping[str, OlderValue] | None = None, snapshot: int | None = None) -> list[Scenario]:
+def corpus_scenarios(
+    items: Sequence[QAItem],
+    chunks: Sequence[Chunk],
+    *,
+    name: str,
+    knowledge: str = "unknown",
+    seed: int = 0,
+    search: Searcher | None = None,
+    distractors: int = 1,
+    types: Sequence[str] = TRAINABLE,
+    conflicts: Literal["test", "train", "none"] = "test",
+    conflicts_per_item: int = 1,
+    train_conflicts: int = 1,
+    conflict_seed: int = 0,
+    outdated: Mapping[str, Versions] | None = None,
+    pool: Sequence[str] | Mapping[str, str | None] | None = None,
+    exclude: Mapping[str, Collection[str]] | None = None,
+    stale: Mapping[str, OlderValue] | None = None,
+    snapshot: int | None = None,
+) -> list[Scenario]:
     """Scenarios of `types` for each item (see the module docstring); `chunks` are the KB (or the
     part of it a training split may show), `pool` the answers substitutes are drawn from (answer ->
     its question's class, `perturb.answer_pool`; a plain list names no class).
@@ -198,16 +211,30 @@ def corpus_scenarios(items: Sequence[QAItem], chunks: Sequence[Chunk], *, name: 
             raise RecordError(f"{it.qid}: relevant chunk ids not in the corpus: {', '.join(missing)}")
         # per-item stream, stable under subsetting; training draws apart from the test's values
         rng = random.Random(f"{seed}/{name}/{it.qid}" + ("/train" if conflicts == "train" else ""))
-        base = dict(fact_id=f"{name}/{it.qid}", question=it.question, gold_answers=it.answers,
-                    relevant_ids=it.relevant_ids, knowledge=knowledge, language=it.language, source_set=name,
-                    cluster=it.cluster or (by_id[it.relevant_ids[0]].doc_id if it.relevant_ids else ""))
+        base = dict(
+            fact_id=f"{name}/{it.qid}",
+            question=it.question,
+            gold_answers=it.answers,
+            relevant_ids=it.relevant_ids,
+            knowledge=knowledge,
+            language=it.language,
+            source_set=name,
+            cluster=it.cluster or (by_id[it.relevant_ids[0]].doc_id if it.relevant_ids else ""),
+        )
         qid = f"{name}/{it.qid}"
         own = set(it.relevant_ids) | set((exclude or {}).get(f"{name}/{it.qid}", ()))
         if it.unanswerable:
             if "unanswerable" in types:
                 hard = hard_distractors(it.question, search, by_id, own, (), distractors + 1)
-                out.append(Scenario(qid=f"{qid}/unanswerable", scenario="unanswerable",
-                                    presented=tuple(map(_pc, hard)), context_answer=None, **base))
+                out.append(
+                    Scenario(
+                        qid=f"{qid}/unanswerable",
+                        scenario="unanswerable",
+                        presented=tuple(map(_pc, hard)),
+                        context_answer=None,
+                        **base,
+                    )
+                )
             continue
         gold, span = gold_of(it, by_id)
         extra = hard_distractors(it.question, search, by_id, own, it.answers, distractors)
@@ -221,12 +248,27 @@ def corpus_scenarios(items: Sequence[QAItem], chunks: Sequence[Chunk], *, name: 
         if taught_old is not None:  # the memory is the older answer: the current chunk is the update
             if "update" in types:
                 new = _pc(gold) if snapshot is None else replace(_pc(gold), date=updated_in(snapshot, it.qid))
-                out.append(Scenario(qid=f"{qid}/update", scenario="update", presented=mix(new),
-                                    context_answer=span or it.answers[0], superseded=(taught_old.answer,), **base))
+                out.append(
+                    Scenario(
+                        qid=f"{qid}/update",
+                        scenario="update",
+                        presented=mix(new),
+                        context_answer=span or it.answers[0],
+                        superseded=(taught_old.answer,),
+                        **base,
+                    )
+                )
             continue
         if "consistent" in types:
-            out.append(Scenario(qid=f"{qid}/consistent", scenario="consistent", presented=mix(_pc(gold)),
-                                context_answer=span or it.answers[0], **base))
+            out.append(
+                Scenario(
+                    qid=f"{qid}/consistent",
+                    scenario="consistent",
+                    presented=mix(_pc(gold)),
+                    context_answer=span or it.answers[0],
+                    **base,
+                )
+            )
         if "factual_error" in types:
             k = conflicts_per_item, train_conflicts
             olders = tuple(o.answer for o in outdated.get(it.qid, ()))
@@ -237,17 +279,29 @@ def corpus_scenarios(items: Sequence[QAItem], chunks: Sequence[Chunk], *, name: 
             out += _fabricated(it, gold, span, conflicts_per_item, conflict_seed, fresh, pool, mix, qid, base, olders)
         old = _older(outdated.get(it.qid, ()), it.qid, conflict_seed, conflicts)
         if "outdated" in types and old is not None:
-            text = old.text if old.text is not None else (substitute_span(gold.text, it.answers, old.answer)
-                                                          if span else None)
+            text = (
+                old.text if old.text is not None else (substitute_span(gold.text, it.answers, old.answer) if span else None)
+            )
             if text is not None:
                 pc = PresentedChunk(f"{gold.chunk_id}~old", text, gold.source, old.date, replaces=gold.chunk_id)
-                out.append(Scenario(qid=f"{qid}/outdated", scenario="outdated", presented=mix(pc),
-                                    context_answer=old.answer, **base))
+                out.append(
+                    Scenario(
+                        qid=f"{qid}/outdated", scenario="outdated", presented=mix(pc), context_answer=old.answer, **base
+                    )
+                )
         if "irrelevant" in types:
             hard = hard_distractors(it.question, search, by_id, own, it.answers, distractors + 1)
             if hard:
-                out.append(Scenario(qid=f"{qid}/irrelevant", scenario="irrelevant", presented=tuple(map(_pc, hard)),
-                                    context_answer=None, removes=tuple(it.relevant_ids), **base))
+                out.append(
+                    Scenario(
+                        qid=f"{qid}/irrelevant",
+                        scenario="irrelevant",
+                        presented=tuple(map(_pc, hard)),
+                        context_answer=None,
+                        removes=tuple(it.relevant_ids),
+                        **base,
+                    )
+                )
     return out
 
 
@@ -276,22 +330,29 @@ def _factual_errors(it, gold, span, conflicts, k, seed, rng, pool, mix, qid, bas
     chosen: tuple[int, ...] = ()
     if it.conflicts and conflicts != "none":
         test = held_out_conflicts(it, seed, k[0])
-        chosen = test if conflicts == "test" else tuple(i for i in range(len(it.conflicts)) if i not in test)[:k[1]]
+        chosen = test if conflicts == "test" else tuple(i for i in range(len(it.conflicts)) if i not in test)[: k[1]]
     out = []
     for j in chosen:
         c = it.conflicts[j]
         pc = PresentedChunk(f"{gold.chunk_id}~fake{j}", c.text, gold.source, gold.date, replaces=gold.chunk_id)
-        out.append(Scenario(qid=f"{qid}/factual_error" + (f"/{j}" if len(chosen) > 1 else ""),
-                            scenario="factual_error", presented=mix(pc), context_answer=c.answer, **base))
+        out.append(
+            Scenario(
+                qid=f"{qid}/factual_error" + (f"/{j}" if len(chosen) > 1 else ""),
+                scenario="factual_error",
+                presented=mix(pc),
+                context_answer=c.answer,
+                **base,
+            )
+        )
     if out or span is None:
         return out
     fake = _fake(it, span, rng, pool, olders)  # never an item's own older answer: that is an outdated context
     if fake is None:
         return []
-    pc = PresentedChunk(f"{gold.chunk_id}~fe", substitute_span(gold.text, it.answers, fake), gold.source, gold.date,
-                        replaces=gold.chunk_id)
-    return [Scenario(qid=f"{qid}/factual_error", scenario="factual_error", presented=mix(pc), context_answer=fake,
-                     **base)]
+    pc = PresentedChunk(
+        f"{gold.chunk_id}~fe", substitute_span(gold.text, it.answers, fake), gold.source, gold.date, replaces=gold.chunk_id
+    )
+    return [Scenario(qid=f"{qid}/factual_error", scenario="factual_error", presented=mix(pc), context_answer=fake, **base)]
 
 
 def _fake(it: QAItem, value: str, rng: random.Random, pool, olders: Sequence[str]) -> str | None:

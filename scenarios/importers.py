@@ -19,12 +19,7 @@ from lorarag.core import outputs
 from lorarag.core.errors import RecordError
 from lorarag.core.inputs import check_input_file
 from lorarag.rag.records import Chunk, iter_jsonl_lines, write_jsonl
-from lorarag.scenarios.records import (
-    PresentedChunk,
-    Scenario,
-    save_scenarios,
-    validate_against_kb,
-)
+from lorarag.scenarios.records import PresentedChunk, Scenario, save_scenarios, validate_against_kb
 
 _NEG = re.compile(r"\b(not|no|never|cannot|neither|nor)\b|n't\b", re.IGNORECASE)
 
@@ -69,22 +64,45 @@ def conflictnq(path: Path) -> tuple[list[Scenario], list[Chunk]]:
         texts.update({f"passage {i}": t for i, t in enumerate(real + fake)})
         bad = next((k for k, v in texts.items() if not isinstance(v, str)), None)
         if bad is not None or not real:
-            raise RecordError(f"{path}:{line}: ConflictNQ row {qid}: "
-                              + (f"{bad} is not text" if bad else "no real passage"))
+            raise RecordError(
+                f"{path}:{line}: ConflictNQ row {qid}: " + (f"{bad} is not text" if bad else "no real passage")
+            )
         if " ".join(wrong.split()).casefold() == " ".join(gold.split()).casefold():
-            raise RecordError(f"{path}:{line}: ConflictNQ row {qid}: fake_short_answer is the real short answer "
-                              "(its factual-error items would assert the truth)")
+            raise RecordError(
+                f"{path}:{line}: ConflictNQ row {qid}: fake_short_answer is the real short answer "
+                "(its factual-error items would assert the truth)"
+            )
         real_ids = tuple(f"conflictnq/{qid}/real{i}" for i in range(len(real)))
         chunks += [_chunk(cid, t) for cid, t in zip(real_ids, real)]
-        base = dict(fact_id=f"conflictnq/{qid}", question=q, gold_answers=(gold,), relevant_ids=real_ids,
-                    knowledge="unknown", language="en", source_set="conflictnq")
-        scenarios.append(Scenario(qid=f"conflictnq/{qid}/consistent", scenario="consistent",
-                                  presented=tuple(PresentedChunk(c, t) for c, t in zip(real_ids, real)),
-                                  context_answer=gold, **base))
+        base = dict(
+            fact_id=f"conflictnq/{qid}",
+            question=q,
+            gold_answers=(gold,),
+            relevant_ids=real_ids,
+            knowledge="unknown",
+            language="en",
+            source_set="conflictnq",
+        )
+        scenarios.append(
+            Scenario(
+                qid=f"conflictnq/{qid}/consistent",
+                scenario="consistent",
+                presented=tuple(PresentedChunk(c, t) for c, t in zip(real_ids, real)),
+                context_answer=gold,
+                **base,
+            )
+        )
         for j, t in enumerate(fake):
             pc = PresentedChunk(f"{real_ids[0]}~fake{j}", t, replaces=real_ids[0])
-            scenarios.append(Scenario(qid=f"conflictnq/{qid}/factual_error/{j}", scenario="factual_error",
-                                      presented=(pc,), context_answer=wrong, **base))
+            scenarios.append(
+                Scenario(
+                    qid=f"conflictnq/{qid}/factual_error/{j}",
+                    scenario="factual_error",
+                    presented=(pc,),
+                    context_answer=wrong,
+                    **base,
+                )
+            )
     return scenarios, chunks
 
 
@@ -114,13 +132,33 @@ def conflictqa(path: Path) -> tuple[list[Scenario], list[Chunk]]:
         gold = ("yes", "true") if truth else ("no", "false")
         cid = f"{qid}/evidence"
         chunks.append(_chunk(cid, true_ev))
-        base = dict(fact_id=qid, question=q, gold_answers=gold, relevant_ids=(cid,), knowledge="unknown",
-                    language="en", source_set="conflictqa")
-        scenarios.append(Scenario(qid=f"{qid}/consistent", scenario="consistent",
-                                  presented=(PresentedChunk(cid, true_ev),), context_answer=gold[0], **base))
-        scenarios.append(Scenario(qid=f"{qid}/factual_error", scenario="factual_error",
-                                  presented=(PresentedChunk(f"{cid}~counter", false_ev, replaces=cid),),
-                                  context_answer="no" if truth else "yes", **base))
+        base = dict(
+            fact_id=qid,
+            question=q,
+            gold_answers=gold,
+            relevant_ids=(cid,),
+            knowledge="unknown",
+            language="en",
+            source_set="conflictqa",
+        )
+        scenarios.append(
+            Scenario(
+                qid=f"{qid}/consistent",
+                scenario="consistent",
+                presented=(PresentedChunk(cid, true_ev),),
+                context_answer=gold[0],
+                **base,
+            )
+        )
+        scenarios.append(
+            Scenario(
+                qid=f"{qid}/factual_error",
+                scenario="factual_error",
+                presented=(PresentedChunk(f"{cid}~counter", false_ev, replaces=cid),),
+                context_answer="no" if truth else "yes",
+                **base,
+            )
+        )
     return scenarios, chunks
 
 
@@ -146,8 +184,7 @@ def load_set(name: str, folder: str | Path, split: str = "test") -> tuple[list[S
     return scenarios, chunks
 
 
-def import_set(name: str, data_dir: str | Path, out: str | Path, split: str = "test", *,
-               force: bool = False) -> int:
+def import_set(name: str, data_dir: str | Path, out: str | Path, split: str = "test", *, force: bool = False) -> int:
     """Write `<out>` (scenarios) and `<out stem>.chunks.jsonl` (KB); returns the scenario count.
     Existing files are replaced only when lorarag wrote them (core/outputs.py) or with `force`;
     the data set's own file never."""

@@ -53,12 +53,14 @@ def _folder(src: CorpusSource) -> tuple[list[Document], dict[str, int], tuple[st
     report = ingest(CorpusConfig(paths=[src.path], pdf_parser=src.pdf_parser, strict=src.strict))
     if not report.documents:
         raise RecordError(f"{src.path}: no usable document ({report.summary()})")
-    return list(report.documents), {d.doc_id: 0 for d in report.documents}, tuple(
-        f"{p.source}: {p.reason}" for p in report.problems)
+    return (
+        list(report.documents),
+        {d.doc_id: 0 for d in report.documents},
+        tuple(f"{p.source}: {p.reason}" for p in report.problems),
+    )
 
 
-def _rows(out: _Collector, rows: Iterable[tuple[str, dict]], id_key: str, text_key: str,
-          title_key: str | None) -> None:
+def _rows(out: _Collector, rows: Iterable[tuple[str, dict]], id_key: str, text_key: str, title_key: str | None) -> None:
     for where, obj in rows:
         doc_id = field(obj, id_key, str, where)
         text = field(obj, text_key, str, where)
@@ -85,8 +87,10 @@ def _hf_rows(src: CorpusSource) -> Iterable[tuple[str, dict]]:
             raise RecordError(f"{path}: not a datasets.save_to_disk folder ({exc})") from None
         if isinstance(ds, datasets.DatasetDict):
             if src.split is None or src.split not in ds:
-                raise RecordError(f"{path}: split: {'required' if src.split is None else repr(src.split) + ' absent'}"
-                                  f" (splits: {', '.join(ds)})")
+                raise RecordError(
+                    f"{path}: split: {'required' if src.split is None else repr(src.split) + ' absent'}"
+                    f" (splits: {', '.join(ds)})"
+                )
             ds = ds[src.split]
         elif src.split is not None:
             raise RecordError(f"{path}: split: {src.split!r} given but the folder holds one dataset")
@@ -166,8 +170,7 @@ def _conflictnq(src: CorpusSource) -> Docs:
     return out.result(src.path)
 
 
-READERS: dict[str, Callable[[CorpusSource], Docs]] = {
-    "beir": _beir, "hf": _hf, "squad": _squad, "conflictnq": _conflictnq}
+READERS: dict[str, Callable[[CorpusSource], Docs]] = {"beir": _beir, "hf": _hf, "squad": _squad, "conflictnq": _conflictnq}
 
 
 def load_corpus(src: CorpusSource, chunker: ChunkerConfig) -> KBCorpus:

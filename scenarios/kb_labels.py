@@ -85,21 +85,19 @@ def map_labels(items: Sequence[QAItem], corpus: KBCorpus) -> tuple[list[QAItem],
             elif lab.doc_id in docs:
                 cs = by_doc.get(lab.doc_id, [])
                 if not cs:
-                    raise RecordError(f"{it.where or it.qid}: document {lab.doc_id!r} holds no chunk "
-                                      "(blank, or headings only)")
+                    raise RecordError(
+                        f"{it.where or it.qid}: document {lab.doc_id!r} holds no chunk (blank, or headings only)"
+                    )
                 rule, hits = _in_document(it, lab.start, lab.end, corpus.body_offset.get(lab.doc_id, 0), cs)
             else:
-                raise RecordError(f"{it.where or it.qid}: {lab.doc_id!r} is neither a document nor a chunk "
-                                  "of the corpus")
-            rows.append(LabelMapping(it.qid, lab.doc_id, lab.start, lab.end, rule,
-                                     tuple(c.chunk_id for c in hits)))
+                raise RecordError(f"{it.where or it.qid}: {lab.doc_id!r} is neither a document nor a chunk of the corpus")
+            rows.append(LabelMapping(it.qid, lab.doc_id, lab.start, lab.end, rule, tuple(c.chunk_id for c in hits)))
             ids += [c.chunk_id for c in hits]
         out.append(replace(it, relevant_ids=tuple(dict.fromkeys(ids))))
     return out, rows
 
 
-def _in_document(it: QAItem, start: int | None, end: int | None, offset: int,
-                 cs: list[Chunk]) -> tuple[str, list[Chunk]]:
+def _in_document(it: QAItem, start: int | None, end: int | None, offset: int, cs: list[Chunk]) -> tuple[str, list[Chunk]]:
     if start is not None and end is not None:
         s, e = start + offset, end + offset
         hold = [c for c in cs if c.start <= s and e <= c.end]
@@ -108,7 +106,6 @@ def _in_document(it: QAItem, start: int | None, end: int | None, offset: int,
         over = [c for c in cs if c.start < e and s < c.end]
         if over:
             return "span_overlap", over
-        raise RecordError(f"{it.where or it.qid}: answer span {start}-{end} lies outside every chunk of "
-                          f"{cs[0].doc_id!r}")
+        raise RecordError(f"{it.where or it.qid}: answer span {start}-{end} lies outside every chunk of {cs[0].doc_id!r}")
     hold = [c for c in cs if find_answer(c.text, it.answers)]
     return ("answer", hold) if hold else ("document", cs)

@@ -39,8 +39,7 @@ from lorarag.scenarios.kb_records import (
     str_list,
 )
 
-JSONL_KEYS = {"id", "question", "answers", "relevant_ids", "unanswerable", "paraphrases", "language", "conflicts",
-              "cluster"}
+JSONL_KEYS = {"id", "question", "answers", "relevant_ids", "unanswerable", "paraphrases", "language", "conflicts", "cluster"}
 LANGUAGES = ("en", "zh", "fr")
 
 
@@ -92,15 +91,13 @@ def _wordings(question: str, others: tuple[str, ...], where: str, key: str = "pa
     return others
 
 
-def _check_conflicts(answers: tuple[str, ...], conflicts: tuple[Conflict, ...], where: str,
-                     key: str = "conflicts") -> None:
+def _check_conflicts(answers: tuple[str, ...], conflicts: tuple[Conflict, ...], where: str, key: str = "conflicts") -> None:
     """A conflict passage must assert a wrong answer: one whose answer is a gold answer would be a
     factual-error item asserting the truth."""
     gold = {norm_text(a) for a in answers}
     for k, c in enumerate(conflicts):
         if norm_text(c.answer) in gold:
-            raise RecordError(f"{where}: {key}[{k}].answer: {c.answer!r} is a gold answer (a conflict asserts a "
-                              "wrong one)")
+            raise RecordError(f"{where}: {key}[{k}].answer: {c.answer!r} is a gold answer (a conflict asserts a wrong one)")
 
 
 def _jsonl(src: QuestionSource) -> list[QAItem]:
@@ -113,8 +110,9 @@ def _jsonl(src: QuestionSource) -> list[QAItem]:
         answers = answers_of(obj, "answers", where, empty=unanswerable)
         rel = str_list(obj, "relevant_ids", where, empty=unanswerable)
         if unanswerable and (answers or rel):
-            raise RecordError(f"{where}: {'answers' if answers else 'relevant_ids'}: must be empty for an "
-                              "unanswerable question")
+            raise RecordError(
+                f"{where}: {'answers' if answers else 'relevant_ids'}: must be empty for an unanswerable question"
+            )
         lang = field(obj, "language", str, where, required=False)
         if lang is not None and lang not in LANGUAGES:
             raise RecordError(f"{where}: language: {lang!r} is not one of {', '.join(LANGUAGES)}")
@@ -125,9 +123,20 @@ def _jsonl(src: QuestionSource) -> list[QAItem]:
         _check_conflicts(answers, conflicts, where)
         wordings = _wordings(q, str_list(obj, "paraphrases", where, required=False, empty=True), where)
         cluster = field(obj, "cluster", str, where, required=False) or ""
-        out.add(QAItem(qid, q, answers, language=out.language(q, lang), labels=tuple(Label(r) for r in rel),
-                       wordings=wordings, unanswerable=unanswerable, conflicts=conflicts, where=where,
-                       cluster=cluster))
+        out.add(
+            QAItem(
+                qid,
+                q,
+                answers,
+                language=out.language(q, lang),
+                labels=tuple(Label(r) for r in rel),
+                wordings=wordings,
+                unanswerable=unanswerable,
+                conflicts=conflicts,
+                where=where,
+                cluster=cluster,
+            )
+        )
     return out.result()
 
 
@@ -141,8 +150,7 @@ def read_qrels(path: Path) -> dict[str, list[tuple[str, str]]]:
         if not row or not "".join(row).strip():
             continue
         if len(row) != 3:
-            raise RecordError(f"{where}: expected 3 tab-separated fields (query-id, corpus-id, score), "
-                              f"got {len(row)}")
+            raise RecordError(f"{where}: expected 3 tab-separated fields (query-id, corpus-id, score), got {len(row)}")
         if i == 1 and row[2] == "score":  # the header
             continue
         try:
@@ -208,13 +216,22 @@ def _squad(src: QuestionSource) -> list[QAItem]:
                 if not isinstance(a, dict):
                     raise RecordError(f"{aw}: expected an object {{text, answer_start}}")
                 text, start = answer_text(field(a, "text", str, aw), aw, "text"), field(a, "answer_start", int, aw)
-                if context[start:start + len(text)] != text:
+                if context[start : start + len(text)] != text:
                     raise RecordError(f"{aw}: answer_start {start} does not point at {text!r} in the context")
                 labels.append(Label(par["_doc"], start, start + len(text)))
                 answers.append(text)
             q = field(qa, "question", str, where)
-            out.add(QAItem(qid, q, tuple(dict.fromkeys(answers)), language=out.language(q),
-                           labels=tuple(dict.fromkeys(labels)), unanswerable=impossible, where=where))
+            out.add(
+                QAItem(
+                    qid,
+                    q,
+                    tuple(dict.fromkeys(answers)),
+                    language=out.language(q),
+                    labels=tuple(dict.fromkeys(labels)),
+                    unanswerable=impossible,
+                    where=where,
+                )
+            )
     return out.result()
 
 
@@ -233,16 +250,28 @@ def _conflictnq(src: QuestionSource) -> list[QAItem]:
         same = next((k for k, p in enumerate(r["fake_passages"]) if norm_text(p["passage"]) in reals), None)
         if same is not None:
             raise RecordError(f"{where}: fake_passages[{same}]: the text of a real passage (it would assert the truth)")
-        out.add(QAItem(qid, q, (real,), language=out.language(q),
-                       labels=tuple(Label(f"{qid}/real{k}") for k in range(len(r["real_passages"]))),
-                       # the raw NQ question is a second wording only where it differs beyond case and spacing
-                       wordings=(raw_q,) if norm_text(raw_q) != norm_text(q) else (),
-                       conflicts=tuple(Conflict(p["passage"], wrong) for p in r["fake_passages"]), where=where))
+        out.add(
+            QAItem(
+                qid,
+                q,
+                (real,),
+                language=out.language(q),
+                labels=tuple(Label(f"{qid}/real{k}") for k in range(len(r["real_passages"]))),
+                # the raw NQ question is a second wording only where it differs beyond case and spacing
+                wordings=(raw_q,) if norm_text(raw_q) != norm_text(q) else (),
+                conflicts=tuple(Conflict(p["passage"], wrong) for p in r["fake_passages"]),
+                where=where,
+            )
+        )
     return out.result()
 
 
 READERS: dict[str, Callable[[QuestionSource], list[QAItem]]] = {
-    "jsonl": _jsonl, "beir": _beir, "squad": _squad, "conflictnq": _conflictnq}
+    "jsonl": _jsonl,
+    "beir": _beir,
+    "squad": _squad,
+    "conflictnq": _conflictnq,
+}
 
 
 def check_against_corpus(items: Sequence[QAItem], corpus: KBCorpus) -> None:
@@ -259,21 +288,25 @@ def check_against_corpus(items: Sequence[QAItem], corpus: KBCorpus) -> None:
             if lab.start is None or lab.end is None or lab.doc_id not in docs:
                 continue
             off = corpus.body_offset.get(lab.doc_id, 0)
-            got = docs[lab.doc_id][off + lab.start:off + lab.end]
+            got = docs[lab.doc_id][off + lab.start : off + lab.end]
             if norm_text(got) not in gold:
-                raise RecordError(f"{where}: answer_start[{k}]: {lab.start} does not point at an answer in "
-                                  f"document {lab.doc_id!r} (it reads {got!r})")
+                raise RecordError(
+                    f"{where}: answer_start[{k}]: {lab.start} does not point at an answer in "
+                    f"document {lab.doc_id!r} (it reads {got!r})"
+                )
         if not it.conflicts:
             continue
-        real = {norm_text(docs[i][corpus.body_offset.get(i, 0):]): i for i in (lab.doc_id for lab in it.labels)
-                if i in docs}
+        real = {
+            norm_text(docs[i][corpus.body_offset.get(i, 0) :]): i for i in (lab.doc_id for lab in it.labels) if i in docs
+        }
         real.update({norm_text(docs[i]): i for i in (lab.doc_id for lab in it.labels) if i in docs})
-        real.update({norm_text(chunks[i]): i for i in (*it.relevant_ids, *(lab.doc_id for lab in it.labels))
-                     if i in chunks})
+        real.update({norm_text(chunks[i]): i for i in (*it.relevant_ids, *(lab.doc_id for lab in it.labels)) if i in chunks})
         for k, c in enumerate(it.conflicts):
             if norm_text(c.text) in real:
-                raise RecordError(f"{where}: conflicts[{k}].text: the text of {real[norm_text(c.text)]!r}, the real "
-                                  "document (a conflict passage must assert a wrong answer)")
+                raise RecordError(
+                    f"{where}: conflicts[{k}].text: the text of {real[norm_text(c.text)]!r}, the real "
+                    "document (a conflict passage must assert a wrong answer)"
+                )
 
 
 def load_questions(src: QuestionSource) -> list[QAItem]:

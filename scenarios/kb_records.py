@@ -65,8 +65,6 @@ class QAItem:
         return (self.question, *self.wordings)
 
 
-
-
 @dataclass(frozen=True)
 class KBCorpus:
     """The documents of a knowledge base and the chunks the index holds."""
@@ -86,8 +84,15 @@ _TYPE = {str: "a string", bool: "true or false", int: "an integer", list: "a lis
 
 
 def _type_name(v: Any) -> str:
-    return {str: "a string", bool: "a boolean", int: "a number", float: "a number", list: "a list",
-            dict: "an object", type(None): "null"}.get(type(v), type(v).__name__)
+    return {
+        str: "a string",
+        bool: "a boolean",
+        int: "a number",
+        float: "a number",
+        list: "a list",
+        dict: "an object",
+        type(None): "null",
+    }.get(type(v), type(v).__name__)
 
 
 def field(obj: dict, key: str, kind: type, where: str, *, required: bool = True, empty: bool = False) -> Any:

@@ -84,15 +84,22 @@ def _split(groups: list[list[QAItem]], cfg: SplitConfig, check: bool = True) -> 
     # an answer count towards the 5 the known, context-only, dev and test parts need
     answered = sum(any(it.answers for it in g) for g in groups)
     if answered < 5:
-        raise RecordError(f"{answered} fact(s) with answers: too few to split into known, context-only and "
-                          "never-learned facts with dev and test parts (at least 5; unanswerable questions "
-                          "do not count)")
+        raise RecordError(
+            f"{answered} fact(s) with answers: too few to split into known, context-only and "
+            "never-learned facts with dev and test parts (at least 5; unanswerable questions "
+            "do not count)"
+        )
     n_known = _cut(n, cfg.known_fraction, keep=3)
     n_ctx = min(round(n * cfg.context_only_fraction), n - n_known - 2)
-    known, ctx, unseen = groups[:n_known], groups[n_known:n_known + n_ctx], groups[n_known + n_ctx:]
+    known, ctx, unseen = groups[:n_known], groups[n_known : n_known + n_ctx], groups[n_known + n_ctx :]
     k_dev, u_dev = (_cut(len(g), cfg.dev_fraction) if len(g) > 1 else 0 for g in (known, unseen))
-    cut = {"known_dev": known[:k_dev], "known": known[k_dev:], "context_only": ctx,
-           "unseen_dev": unseen[:u_dev], "unseen": unseen[u_dev:]}
+    cut = {
+        "known_dev": known[:k_dev],
+        "known": known[k_dev:],
+        "context_only": ctx,
+        "unseen_dev": unseen[:u_dev],
+        "unseen": unseen[u_dev:],
+    }
     out = {g: sorted((it for fact in cut[g] for it in fact), key=lambda it: it.qid) for g in GROUPS}
     if check:
         _check_dev(out, cfg, answered, n)
@@ -102,8 +109,10 @@ def _split(groups: list[list[QAItem]], cfg: SplitConfig, check: bool = True) -> 
 def _check_dev(out: dict[str, list[QAItem]], cfg: SplitConfig, answered: int, n: int) -> None:
     empty = [g for g in ("known_dev", "unseen_dev") if not any(it.answers for it in out[g])]
     if empty:  # the gate is calibrated on answered dev questions of both kinds
-        raise RecordError(f"splits.seed {cfg.seed}: the gate's dev part(s) {' and '.join(empty)} hold no question "
-                          f"with an answer ({answered} answered facts among {n}); add answered facts or change the seed")
+        raise RecordError(
+            f"splits.seed {cfg.seed}: the gate's dev part(s) {' and '.join(empty)} hold no question "
+            f"with an answer ({answered} answered facts among {n}); add answered facts or change the seed"
+        )
 
 
 def save_splits(groups: dict[str, list[QAItem]], folder: str | Path, seed: int) -> list[Path]:
@@ -113,7 +122,10 @@ def save_splits(groups: dict[str, list[QAItem]], folder: str | Path, seed: int) 
     for g, items in groups.items():
         write_jsonl(folder / f"{g}.jsonl", items)
         paths.append(folder / f"{g}.jsonl")
-    summary = {"seed": seed, "items": {g: len(v) for g, v in groups.items()},
-               "facts": {g: len(facts(v)) for g, v in groups.items()}}
+    summary = {
+        "seed": seed,
+        "items": {g: len(v) for g, v in groups.items()},
+        "facts": {g: len(facts(v)) for g, v in groups.items()},
+    }
     (folder / "split.json").write_text(json.dumps(summary, indent=1), encoding="utf-8")
     return [*paths, folder / "split.json"]

@@ -30,8 +30,9 @@ from lorarag.scenarios.kb_splits import TAUGHT
 from lorarag.scenarios.records import Scenario
 
 
-def stale_taught(groups: Mapping[str, Sequence[QAItem]], outdated: Mapping[str, Versions], fraction: float,
-                 seed: int) -> dict[str, OlderValue]:
+def stale_taught(
+    groups: Mapping[str, Sequence[QAItem]], outdated: Mapping[str, Versions], fraction: float, seed: int
+) -> dict[str, OlderValue]:
     """qid -> the older version the LoRA is taught instead of the truth (of several, the one an
     outdated test would show: `held_out_older`), for a seeded `fraction` of the
     taught items with answers and an older version (stable per item: the draw reads only the seed and
@@ -65,6 +66,14 @@ def dated_twins(scenarios: Sequence[Scenario], share: float, snapshot: int, seed
             continue
         year = updated_in(snapshot, s.fact_id.split("/", 1)[-1])
         shown = tuple(replace(p, date=year) if p.replaces else p for p in s.presented)
-        out.append(replace(s, qid=s.qid.replace("/factual_error", "/update_twin", 1), scenario="update",
-                           presented=shown, gold_answers=(s.context_answer,), superseded=s.gold_answers[:1]))
+        out.append(
+            replace(
+                s,
+                qid=s.qid.replace("/factual_error", "/update_twin", 1),
+                scenario="update",
+                presented=shown,
+                gold_answers=(s.context_answer,),
+                superseded=s.gold_answers[:1],
+            )
+        )
     return out

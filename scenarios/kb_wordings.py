@@ -47,8 +47,9 @@ class KnownWording:
 PLANNED = ("known", "known_dev")  # the taught facts the test or the gate's dev split asks
 
 
-def plan_wordings(groups: Mapping[str, Sequence[QAItem]], seed: int,
-                  generated: Collection[str] = ()) -> dict[str, KnownWording]:
+def plan_wordings(
+    groups: Mapping[str, Sequence[QAItem]], seed: int, generated: Collection[str] = ()
+) -> dict[str, KnownWording]:
     """qid -> KnownWording for every item of the PLANNED groups (see the module docstring);
     `generated`: qids whose wordings besides the question were written by data.paraphrase."""
     owners: dict[str, set[str]] = {}
@@ -84,8 +85,10 @@ def _as(it: QAItem, wordings: tuple[str, ...]) -> QAItem:
 
 def training_groups(groups: Mapping[str, list[QAItem]], plan: Mapping[str, KnownWording]) -> dict[str, list[QAItem]]:
     """`groups` with each planned item worded only as training may word it."""
-    return {g: [_as(it, plan[it.qid].trained) if g in PLANNED and it.qid in plan else it for it in items]
-            for g, items in groups.items()}
+    return {
+        g: [_as(it, plan[it.qid].trained) if g in PLANNED and it.qid in plan else it for it in items]
+        for g, items in groups.items()
+    }
 
 
 def as_tested(items: Iterable[QAItem], plan: Mapping[str, KnownWording]) -> list[QAItem]:
@@ -105,5 +108,9 @@ def wording_summary(plan: Mapping[str, KnownWording], qids: Iterable[str]) -> di
     by: dict[str, int] = {"set": 0, "paraphrase": 0, "trained": 0}
     for q in asked:
         by[plan[q].how] += 1
-    return {"items": len(asked), "held_out": len(asked) - by["trained"], "by": by,
-            "trained_wording": [q for q in asked if not plan[q].held_out]}
+    return {
+        "items": len(asked),
+        "held_out": len(asked) - by["trained"],
+        "by": by,
+        "trained_wording": [q for q in asked if not plan[q].held_out],
+    }

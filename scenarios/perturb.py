@@ -47,8 +47,7 @@ def retriever_searcher(retriever: Retriever, allowed: Collection[str] | None = N
 
     def search(queries: list[str], depth: int) -> list[list[str]]:
         ranked = retriever.rank(list(queries), min(len(ids), depth + left_out))
-        return [[ids[int(r)] for r in rows if allowed is None or ids[int(r)] in allowed][:depth]
-                for rows, _ in ranked]
+        return [[ids[int(r)] for r in rows if allowed is None or ids[int(r)] in allowed][:depth] for rows, _ in ranked]
 
     return search
 
@@ -93,8 +92,14 @@ def _new_number(num: str, rng: random.Random) -> str:
 
 _CLASSES = (  # (class, pattern on the question): the first that matches names what the answer is
     ("person", re.compile(r"^\W*(who|whom|whose)\b|\b(which|what) (person|man|woman)\b|谁", re.I)),
-    ("place", re.compile(r"^\W*where\b|\b(which|what) (city|country|town|place|region|state|island|river)\b"
-                         r"|哪里|哪儿|何处|哪个(城市|国家|地方)|哪座城市|位于哪", re.I)),
+    (
+        "place",
+        re.compile(
+            r"^\W*where\b|\b(which|what) (city|country|town|place|region|state|island|river)\b"
+            r"|哪里|哪儿|何处|哪个(城市|国家|地方)|哪座城市|位于哪",
+            re.I,
+        ),
+    ),
     ("time", re.compile(r"^\W*when\b|\b(which|what) (year|decade|century|month|day)\b|哪一?年|何时|什么时候", re.I)),
 )
 
@@ -134,9 +139,14 @@ def substitute_value(answer: str, rng: random.Random, pool: Sequence[str] = ()) 
     if kind in ("year", "number"):
         m = list(_NUMBER.finditer(answer))
         span = max(m, key=lambda x: len(x.group()))
-        return answer[:span.start()] + _new_number(span.group(), rng) + answer[span.end():]
-    same = sorted({p for p in pool if p != answer and answer_type(p) == kind
-                   and p.lower() not in answer.lower() and answer.lower() not in p.lower()})
+        return answer[: span.start()] + _new_number(span.group(), rng) + answer[span.end() :]
+    same = sorted(
+        {
+            p
+            for p in pool
+            if p != answer and answer_type(p) == kind and p.lower() not in answer.lower() and answer.lower() not in p.lower()
+        }
+    )
     if not same:
         raise PerturbationError(f"no substitute of type {kind} for {answer!r} in the pool")
     return rng.choice(same)

@@ -22,12 +22,7 @@ from pathlib import Path
 from typing import Literal, get_args
 
 from lorarag.core.errors import RecordError
-from lorarag.rag.records import (
-    Chunk,
-    Retrieved,
-    read_jsonl_lines,
-    write_jsonl,
-)
+from lorarag.rag.records import Chunk, Retrieved, read_jsonl_lines, write_jsonl
 
 # The one definition of the scenario types and knowledge splits (configs take the Literals).
 ScenarioName = Literal["consistent", "factual_error", "fabricated", "outdated", "irrelevant", "unanswerable", "update"]
@@ -81,15 +76,18 @@ class Scenario:
 
     def __post_init__(self) -> None:
         if self.scenario not in SCENARIO_TYPES:
-            raise RecordError(f"{self.qid}: unknown scenario type {self.scenario!r} "
-                              f"(expected one of {', '.join(SCENARIO_TYPES)})")
+            raise RecordError(
+                f"{self.qid}: unknown scenario type {self.scenario!r} (expected one of {', '.join(SCENARIO_TYPES)})"
+            )
         if self.knowledge not in KNOWLEDGE_SPLITS:
             raise RecordError(f"{self.qid}: unknown knowledge split {self.knowledge!r}")
         if self.scenario != "unanswerable" and not self.gold_answers:
             raise RecordError(f"{self.qid}: no gold answer for a {self.scenario} scenario")
         if (self.scenario == "update") != bool(self.superseded):
-            raise RecordError(f"{self.qid}: `superseded` (the values a newer context replaces) is for `update` "
-                              f"scenarios only, and every `update` scenario needs it")
+            raise RecordError(
+                f"{self.qid}: `superseded` (the values a newer context replaces) is for `update` "
+                f"scenarios only, and every `update` scenario needs it"
+            )
 
 
 def load_scenarios(path: str | Path) -> list[Scenario]:
@@ -155,6 +153,12 @@ def poison(retrieved: list[Retrieved], scenario: Scenario) -> list[Retrieved]:
 
 def presented_as_retrieved(scenario: Scenario) -> list[Retrieved]:
     """The presented chunks as a ranked list (presented-context / oracle mode)."""
-    return [Retrieved(Chunk(p.chunk_id, p.source or p.chunk_id, p.source, p.text, 0, len(p.text),
-                            date=p.date), score=1.0, rank=i, stage="presented")
-            for i, p in enumerate(scenario.presented, 1)]
+    return [
+        Retrieved(
+            Chunk(p.chunk_id, p.source or p.chunk_id, p.source, p.text, 0, len(p.text), date=p.date),
+            score=1.0,
+            rank=i,
+            stage="presented",
+        )
+        for i, p in enumerate(scenario.presented, 1)
+    ]

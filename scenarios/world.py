@@ -25,7 +25,6 @@ from lorarag.scenarios.world_text import ARCHIVE, PROFILE, QUESTIONS, UNANSWERAB
 CURRENT_YEAR = 2024
 
 
-
 @dataclass(frozen=True)
 class Fact:
     """One attribute of one organisation: its current value and its dated history."""
@@ -45,12 +44,12 @@ class Fact:
     def statement(self, value: str | None = None) -> str:
         """The profile paragraph stating `value` (default: the current value)."""
         return PROFILE[self.language][self.attribute].format(
-            org=self.org, v=self.value if value is None else value, sector=self.sector, product=self.product)
+            org=self.org, v=self.value if value is None else value, sector=self.sector, product=self.product
+        )
 
     def archive_statement(self, value: str, year: str) -> str:
         """The dated archive paragraph stating an older value."""
-        return ARCHIVE[self.language][self.attribute].format(
-            org=self.org, v=value, year=year, product=self.product)
+        return ARCHIVE[self.language][self.attribute].format(org=self.org, v=value, year=year, product=self.product)
 
 
 @dataclass(frozen=True)
@@ -72,8 +71,18 @@ class World:
                 pos = start + len(para)
                 if para.startswith("#"):  # the title lives in heading_path, not as a chunk
                     continue
-                out.append(Chunk(f"{d.doc_id}#{n}", d.doc_id, d.source, para.strip(), start, pos,
-                                 heading_path=(title,), date=_year_of(para) if "archive" in d.doc_id else None))
+                out.append(
+                    Chunk(
+                        f"{d.doc_id}#{n}",
+                        d.doc_id,
+                        d.source,
+                        para.strip(),
+                        start,
+                        pos,
+                        heading_path=(title,),
+                        date=_year_of(para) if "archive" in d.doc_id else None,
+                    )
+                )
         return out
 
 
@@ -113,8 +122,7 @@ def version(rng: random.Random, lang: str, major_range: tuple[int, int] = (4, 9)
     return f"{rng.randint(*major_range)}.{rng.randint(0, 9)}"
 
 
-VALUE_MAKERS = {"ceo": person, "headquarters": city, "founded": year, "net_profit": money,
-                "product_version": version}
+VALUE_MAKERS = {"ceo": person, "headquarters": city, "founded": year, "net_profit": money, "product_version": version}
 
 
 def gold_variants(attribute: str, value: str) -> tuple[str, ...]:
@@ -198,12 +206,26 @@ def build_world(cfg: WorldConfig) -> World:
                             old = VALUE_MAKERS[attr](rng, lang)
                         history.append((old, str(yr)))
             qs = tuple(q.format(org=name, product=product) for q in QUESTIONS[lang][attr])
-            org_facts.append(Fact(f"{org_id}/{attr}", org_id, name, lang, attr, value, tuple(history),
-                                  qs, gold_variants(attr, value), sector, product))
+            org_facts.append(
+                Fact(
+                    f"{org_id}/{attr}",
+                    org_id,
+                    name,
+                    lang,
+                    attr,
+                    value,
+                    tuple(history),
+                    qs,
+                    gold_variants(attr, value),
+                    sector,
+                    product,
+                )
+            )
         facts.extend(org_facts)
         uq = tuple(q.format(org=name, product=product) for q in QUESTIONS[lang][UNANSWERABLE])
-        unanswerable.append(Fact(f"{org_id}/{UNANSWERABLE}", org_id, name, lang, UNANSWERABLE, "", (),
-                                 uq, (), sector, product))
+        unanswerable.append(
+            Fact(f"{org_id}/{UNANSWERABLE}", org_id, name, lang, UNANSWERABLE, "", (), uq, (), sector, product)
+        )
         documents.extend(_documents(org_id, name, lang, org_facts))
     return World(tuple(facts), tuple(documents), tuple(unanswerable))
 

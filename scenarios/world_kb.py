@@ -49,19 +49,41 @@ def corpus_rows(world: World) -> list[dict]:
 
 def question_rows(world: World, wordings: int) -> list[dict]:
     """The questions file's rows: the answerable facts, then each organisation's unanswerable question."""
-    rows = [{"id": f.fact_id, "question": f.questions[0], "paraphrases": list(f.questions[1:wordings]),
-             "answers": list(f.gold_answers), "relevant_ids": [paragraph_id(f)], "language": f.language,
-             "cluster": f.org_id} for f in world.facts]
-    rows += [{"id": u.fact_id, "question": u.questions[0], "paraphrases": list(u.questions[1:wordings]),
-              "answers": [], "relevant_ids": [], "unanswerable": True, "language": u.language, "cluster": u.org_id}
-             for u in world.unanswerable]
+    rows = [
+        {
+            "id": f.fact_id,
+            "question": f.questions[0],
+            "paraphrases": list(f.questions[1:wordings]),
+            "answers": list(f.gold_answers),
+            "relevant_ids": [paragraph_id(f)],
+            "language": f.language,
+            "cluster": f.org_id,
+        }
+        for f in world.facts
+    ]
+    rows += [
+        {
+            "id": u.fact_id,
+            "question": u.questions[0],
+            "paraphrases": list(u.questions[1:wordings]),
+            "answers": [],
+            "relevant_ids": [],
+            "unanswerable": True,
+            "language": u.language,
+            "cluster": u.org_id,
+        }
+        for u in world.unanswerable
+    ]
     return rows
 
 
 def older_rows(world: World) -> list[dict]:
     """Every older value of every fact, dated by its archive year, in the archive's own sentence."""
-    return [{"id": f.fact_id, "answer": value, "date": year, "text": f.archive_statement(value, year)}
-            for f in world.facts for value, year in f.history]
+    return [
+        {"id": f.fact_id, "answer": value, "date": year, "text": f.archive_statement(value, year)}
+        for f in world.facts
+        for value, year in f.history
+    ]
 
 
 def write_world_kb(cfg: WorldConfig, folder: str | Path) -> WorldFiles:
@@ -71,5 +93,6 @@ def write_world_kb(cfg: WorldConfig, folder: str | Path) -> WorldFiles:
     paths = (folder / CORPUS, folder / QUESTIONS, folder / OLDER)
     for path, rows in zip(paths, (corpus_rows(world), question_rows(world, cfg.wordings), older_rows(world))):
         write_jsonl(path, rows)
-    return WorldFiles(CorpusSource(kind="beir", path=str(paths[0])), QuestionSource(kind="jsonl", path=str(paths[1])),
-                      str(paths[2]), paths)
+    return WorldFiles(
+        CorpusSource(kind="beir", path=str(paths[0])), QuestionSource(kind="jsonl", path=str(paths[1])), str(paths[2]), paths
+    )

@@ -5,6 +5,9 @@ Phrasings per attribute (QUESTIONS): 0-1 training, 2 dev, 3 held-out test, 4-5 a
 paraphrases only (see scenarios/world.py).
 """
 
+# fmt: off
+# (word lists and templates: laid out as tables, not one item a line)
+
 UNANSWERABLE = "employees"  # asked about, but stated nowhere in the world
 
 STEMS_EN = ["Vel", "Kor", "Aster", "Brin", "Cal", "Dor", "Emb", "Fen", "Gal", "Hal", "Istr", "Jor",
@@ -156,3 +159,4 @@ QUESTIONS = {
                        "{org}有多少雇员？", "告诉我{org}有多少名员工。"],
     },
 }
+# fmt: on

@@ -97,8 +97,7 @@ def _error(status: int, kind: str, message: str) -> JSONResponse:
     # A 413 closes the connection: uvicorn would otherwise go on reading (and discarding) the rest of
     # an upload the app refused, however long, to keep the connection alive for the next request.
     headers = {"connection": "close"} if status == 413 else None
-    return JSONResponse({"error": {"message": message, "type": kind, "code": status}}, status_code=status,
-                        headers=headers)
+    return JSONResponse({"error": {"message": message, "type": kind, "code": status}}, status_code=status, headers=headers)
 
 
 async def read_body(request: Request, limit: int) -> bytes:
@@ -121,8 +120,11 @@ def question_of(req: ChatRequest) -> str:
     """The last user message's text (a list of parts: their text joined)."""
     for m in reversed(req.messages):
         if m.role == "user":
-            text = m.content if isinstance(m.content, str) else \
-                " ".join(p.text or "" for p in (m.content or []) if p.type == "text")
+            text = (
+                m.content
+                if isinstance(m.content, str)
+                else " ".join(p.text or "" for p in (m.content or []) if p.type == "text")
+            )
             if text.strip():
                 return text.strip()
             break
@@ -135,11 +137,20 @@ def trace_of(a: Answer) -> dict:
     if t is None:
         return {}
     sources = t.reranked or t.retrieved
-    return {"route": t.route, "verdict": t.verdict, "verdict_score": t.verdict_score,
-            "verdict_probs": dict(t.verdict_probs), "memory_answer": t.memory_answer,
-            "context_answer": t.context_answer, "abstained": a.abstained, "notes": list(t.notes),
-            "sources": [{"rank": i, "chunk_id": r.chunk.chunk_id, "source": r.chunk.source,
-                         "score": r.score} for i, r in enumerate(sources, 1)]}
+    return {
+        "route": t.route,
+        "verdict": t.verdict,
+        "verdict_score": t.verdict_score,
+        "verdict_probs": dict(t.verdict_probs),
+        "memory_answer": t.memory_answer,
+        "context_answer": t.context_answer,
+        "abstained": a.abstained,
+        "notes": list(t.notes),
+        "sources": [
+            {"rank": i, "chunk_id": r.chunk.chunk_id, "source": r.chunk.source, "score": r.score}
+            for i, r in enumerate(sources, 1)
+        ],
+    }
 
 
 def create_app(system: AnswerSystem, settings: ServeSettings = ServeSettings()) -> FastAPI:
@@ -163,8 +174,10 @@ def create_app(system: AnswerSystem, settings: ServeSettings = ServeSettings()) 
 
     @app.get("/v1/models")
     async def models() -> dict:
-        return {"object": "list", "data": [{"id": settings.model_name, "object": "model", "created": 0,
-                                            "owned_by": "lorarag"}]}
+        return {
+            "object": "list",
+            "data": [{"id": settings.model_name, "object": "model", "created": 0, "owned_by": "lorarag"}],
+        }
 
     @app.post("/v1/chat/completions")
     async def chat(request: Request) -> JSONResponse:
@@ -181,8 +194,9 @@ def create_app(system: AnswerSystem, settings: ServeSettings = ServeSettings()) 
             if req.stream:
                 raise ServeError(400, "invalid_request_error", "stream: true is not supported")
             if req.model != settings.model_name:
-                raise ServeError(404, "invalid_request_error",
-                                 f"model {req.model!r} is not served (this server: {settings.model_name!r})")
+                raise ServeError(
+                    404, "invalid_request_error", f"model {req.model!r} is not served (this server: {settings.model_name!r})"
+                )
             answer = await batcher.ask(question_of(req))
         except ValidationError as exc:
             err = exc.errors()[0]
@@ -200,19 +214,24 @@ def create_app(system: AnswerSystem, settings: ServeSettings = ServeSettings()) 
             return _error(500, "server_error", f"internal error answering this request ({type(exc).__name__})")
         finally:
             in_flight -= 1
-        return JSONResponse({
-            "id": f"chatcmpl-{uuid.uuid4().hex[:24]}", "object": "chat.completion", "created": int(time.time()),
-            "model": settings.model_name,
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": answer.text},
-                         "finish_reason": "stop"}],
-            "usage": {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0},
-            "lorarag": trace_of(answer)})
+        return JSONResponse(
+            {
+                "id": f"chatcmpl-{uuid.uuid4().hex[:24]}",
+                "object": "chat.completion",
+                "created": int(time.time()),
+                "model": settings.model_name,
+                "choices": [{"index": 0, "message": {"role": "assistant", "content": answer.text}, "finish_reason": "stop"}],
+                "usage": {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0},
+                "lorarag": trace_of(answer),
+            }
+        )
 
     return app
 
 
-def server_config(app: FastAPI, settings: ServeSettings, *, host: str = "127.0.0.1", port: int = 8000,
-                  log_level: str = "info"):  # noqa: ANN201 - uvicorn.Config, imported lazily
+def server_config(
+    app: FastAPI, settings: ServeSettings, *, host: str = "127.0.0.1", port: int = 8000, log_level: str = "info"
+):  # noqa: ANN201 - uvicorn.Config, imported lazily
     """The uvicorn config serving `app` with the request-head bounds of `settings` (serve/limits.py)."""
     import uvicorn
 
@@ -222,8 +241,13 @@ def server_config(app: FastAPI, settings: ServeSettings, *, host: str = "127.0.0
         raise ConfigError("host is empty: it would bind every interface; name one (127.0.0.1: this machine only)")
     if not 1 <= port <= 65535:
         raise ConfigError(f"port {port} is not a TCP port (1-65535)")
-    return uvicorn.Config(app, host=host, port=port, log_level=log_level,
-                          http=bounded_protocol(settings.max_header_bytes, settings.max_headers))
+    return uvicorn.Config(
+        app,
+        host=host,
+        port=port,
+        log_level=log_level,
+        http=bounded_protocol(settings.max_header_bytes, settings.max_headers),
+    )
 
 
 def serve(system: AnswerSystem, settings: ServeSettings, *, host: str = "127.0.0.1", port: int = 8000) -> None:

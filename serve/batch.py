@@ -61,8 +61,9 @@ def answer_isolated(system: AnswerSystem, check: Check | None, questions: list[s
             if len(ok) == 1:
                 out[ok[0]] = exc
             else:
-                log.warning("a batch of %d failed (%s: %s); answering its questions one at a time",
-                            len(ok), type(exc).__name__, exc)
+                log.warning(
+                    "a batch of %d failed (%s: %s); answering its questions one at a time", len(ok), type(exc).__name__, exc
+                )
                 for i in ok:
                     try:
                         (out[i],) = system.answer([questions[i]])
@@ -109,8 +110,9 @@ class Batcher:
                     break
             self.batches.append(len(batch))
             try:
-                outcomes = await loop.run_in_executor(self.pool, answer_isolated, self.system, self.check,
-                                                      [q for q, _ in batch])
+                outcomes = await loop.run_in_executor(
+                    self.pool, answer_isolated, self.system, self.check, [q for q, _ in batch]
+                )
             except Exception as exc:  # a bug of the isolation itself: still answer every waiting request
                 log.error("batch of %d failed outside isolation", len(batch), exc_info=exc)
                 outcomes = [exc] * len(batch)

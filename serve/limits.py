@@ -19,6 +19,7 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 
 log = logging.getLogger(__name__)
 
+
 class _Connection(h11.Connection):
     """h11's server connection that also refuses, as a 431, a head of more than `max_headers` fields
     or one over `max_bytes` that arrived whole (h11 bounds only a head still incomplete)."""
@@ -37,8 +38,9 @@ class _Connection(h11.Connection):
             size = len(event.method) + len(event.target) + sum(len(k) + len(v) + 4 for k, v in event.headers)
             if len(event.headers) > self.max_headers or size > self.max_bytes:
                 self.status_hint = 431
-                raise h11.RemoteProtocolError(f"request head over {self.max_bytes} bytes or {self.max_headers} "
-                                              "fields", error_status_hint=431)
+                raise h11.RemoteProtocolError(
+                    f"request head over {self.max_bytes} bytes or {self.max_headers} fields", error_status_hint=431
+                )
         return event
 
 
@@ -58,12 +60,14 @@ def bounded_protocol(max_header_bytes: int, max_headers: int) -> type:
             if self.conn.status_hint != 431:
                 super().send_400_response(msg)
                 return
-            log.warning("request refused (431): header section over %d bytes or %d fields",
-                        max_header_bytes, max_headers)
+            log.warning("request refused (431): header section over %d bytes or %d fields", max_header_bytes, max_headers)
             body = b"Request header fields too large"
             headers = [(b"content-type", b"text/plain; charset=utf-8"), (b"connection", b"close")]
-            for event in (h11.Response(status_code=431, headers=headers, reason=b"Request Header Fields Too Large"),
-                          h11.Data(data=body), h11.EndOfMessage()):
+            for event in (
+                h11.Response(status_code=431, headers=headers, reason=b"Request Header Fields Too Large"),
+                h11.Data(data=body),
+                h11.EndOfMessage(),
+            ):
                 self.transport.write(self.conn.send(event))
             self.transport.close()
 

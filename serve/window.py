@@ -52,21 +52,25 @@ def window_check(system: Any) -> Check | None:
         def fits(conv: list[Message]) -> None:
             fit_conversation(conv, lambda c: gen._fits(c, model, room), gen.endpoint)
     else:
+
         def fits(conv: list[Message]) -> None:
             gen._encode(conv, prefix, max_new)
 
     def check(question: str) -> None:
-        conv = [Message("system", detector.system_prompt),
-                Message("user", rag_user_turn(question, [SourceText("x")]))]
+        conv = [Message("system", detector.system_prompt), Message("user", rag_user_turn(question, [SourceText("x")]))]
         try:
             fits(conv)
         except ContextWindowError:
             tokenizer = getattr(gen, "tokenizer", None)
-            size = (f"{len(tokenizer.encode(question, add_special_tokens=False))} tokens" if tokenizer is not None
-                    else f"{len(question.encode())} bytes")
+            size = (
+                f"{len(tokenizer.encode(question, add_special_tokens=False))} tokens"
+                if tokenizer is not None
+                else f"{len(question.encode())} bytes"
+            )
             raise QuestionTooLong(
                 f"the question is too long for the model: the question alone is {size}, and the system prompt "
                 f"and question without any sources already exceed the generator's {budget}-token prompt budget "
-                f"(max_model_len {cfg.max_model_len} minus {max_new} tokens to generate)") from None
+                f"(max_model_len {cfg.max_model_len} minus {max_new} tokens to generate)"
+            ) from None
 
     return check

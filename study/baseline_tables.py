@@ -53,8 +53,11 @@ def _n(x: float) -> str:
 
 def comparable(cfg: RunConfig, results: Mapping[str, Sequence[ItemResult]], ctx: str, lora: str) -> list[SystemConfig]:
     """The systems read on the same context mode as `lora` (closed-book ones need none)."""
-    return [s for s in cfg.systems if s.name in results and s.name != lora
-            and (s.kind == "closed_book" or s.context == ctx or s.kind == "oracle")]
+    return [
+        s
+        for s in cfg.systems
+        if s.name in results and s.name != lora and (s.kind == "closed_book" or s.context == ctx or s.kind == "oracle")
+    ]
 
 
 def captured(mean: float, router: float, pure: Sequence[float]) -> str:
@@ -71,26 +74,49 @@ def captured(mean: float, router: float, pure: Sequence[float]) -> str:
     return "–"
 
 
-def router_scores(memory: Mapping[str, ItemResult], context: Mapping[str, ItemResult], qids: Sequence[str],
-                  score: Score) -> np.ndarray:
+def router_scores(
+    memory: Mapping[str, ItemResult], context: Mapping[str, ItemResult], qids: Sequence[str], score: Score
+) -> np.ndarray:
     """Per item: the better of the memory's and the context's score (the oracle router)."""
     return np.array([max(score(memory[q]), score(context[q])) for q in qids])
 
 
-def baseline_table(cfg: RunConfig, results: Mapping[str, Sequence[ItemResult]], ctx: str, base: str, lora: str,
-                   score: Score, label: Label | None = None) -> list[str]:
+def baseline_table(
+    cfg: RunConfig,
+    results: Mapping[str, Sequence[ItemResult]],
+    ctx: str,
+    base: str,
+    lora: str,
+    score: Score,
+    label: Label | None = None,
+) -> list[str]:
     """Markdown lines: each system per cell, the oracle router, the best system, LoRA-RAG minus the
     best knowledge-sharing baseline [paired 95 % CI] and the share of the router's gain captured."""
     others = comparable(cfg, results, ctx, lora)
     sharing = [s.name for s in others if s.uses_adapter and s.kind != "lora_rag"]  # a policy variant is LoRA-RAG
     cb_lora = next((s.name for s in others if s.kind == "closed_book" and s.adapter is not None), None)
     names = [s.name for s in others]
-    head = ["scenario", "knowledge", "n", lora, *names, "oracle router", "best (deployable)",
-            f"{lora} − best knowledge-sharing [95% CI]", "captured"]
-    lines = [f"### {lora} against every baseline ({ctx} context)", "",
-             "Knowledge-sharing baselines (know what the LoRA knows): " + (", ".join(sharing) or "none in this run")
-             + ". The oracle router takes closed-book LoRA's answer where it is right, else base RAG's.", "",
-             "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    head = [
+        "scenario",
+        "knowledge",
+        "n",
+        lora,
+        *names,
+        "oracle router",
+        "best (deployable)",
+        f"{lora} − best knowledge-sharing [95% CI]",
+        "captured",
+    ]
+    lines = [
+        f"### {lora} against every baseline ({ctx} context)",
+        "",
+        "Knowledge-sharing baselines (know what the LoRA knows): "
+        + (", ".join(sharing) or "none in this run")
+        + ". The oracle router takes closed-book LoRA's answer where it is right, else base RAG's.",
+        "",
+        "| " + " | ".join(head) + " |",
+        "|" + "---|" * len(head),
+    ]
     for s in SCENARIO_TYPES:
         for k in ("known", "unknown"):
             mine = _cell(results[lora], s, k)
@@ -108,8 +134,10 @@ def baseline_table(cfg: RunConfig, results: Mapping[str, Sequence[ItemResult]], 
             if cb_lora and base in cells:
                 router = float(router_scores(cells[cb_lora], cells[base], qids, score).mean())
                 pure = [sc[cb_lora], sc[base]]
-            deployable = {lora: mean, **{n: v for n, v in sc.items()
-                                                     if next(x for x in others if x.name == n).kind != "oracle"}}
+            deployable = {
+                lora: mean,
+                **{n: v for n, v in sc.items() if next(x for x in others if x.name == n).kind != "oracle"},
+            }
             top = max(deployable.values())
             tied = [n for n, v in deployable.items() if v >= top - 1e-9]
             best = tied[0] if len(tied) == 1 else f"tie: {', '.join(tied[:3])}" + (" …" if len(tied) > 3 else "")
@@ -117,27 +145,48 @@ def baseline_table(cfg: RunConfig, results: Mapping[str, Sequence[ItemResult]], 
             rivals = [n for n in sharing if n in sc]
             if rivals:
                 rival = max(rivals, key=lambda n: sc[n])
-                d = paired_bootstrap(np.array([score(cells[rival][q]) for q in qids]), own,
-                                     resamples=cfg.eval.bootstrap, seed=cfg.eval.seed,
-                                     clusters=[mine[q].unit for q in qids])
+                d = paired_bootstrap(
+                    np.array([score(cells[rival][q]) for q in qids]),
+                    own,
+                    resamples=cfg.eval.bootstrap,
+                    seed=cfg.eval.seed,
+                    clusters=[mine[q].unit for q in qids],
+                )
                 ci = "" if math.isnan(d.lo) else f" [{d.lo:+.2f}, {d.hi:+.2f}]"
                 diff = f"{d.diff:+.2f}{ci} vs {rival}"
             cell = label(k, [mine[q] for q in qids]) if label else k
-            lines.append("| " + " | ".join([s, cell, str(len(qids)), _n(mean), *(_n(sc[n]) for n in names),
-                                            _n(router), best, diff, captured(mean, router, pure)]) + " |")
+            lines.append(
+                "| "
+                + " | ".join(
+                    [
+                        s,
+                        cell,
+                        str(len(qids)),
+                        _n(mean),
+                        *(_n(sc[n]) for n in names),
+                        _n(router),
+                        best,
+                        diff,
+                        captured(mean, router, pure),
+                    ]
+                )
+                + " |"
+            )
     return lines + [""]
 
 
-def abstention_table(cfg: RunConfig, per_seed: Sequence[Mapping[str, Sequence[ItemResult]]], ctx: str, lora: str,
-                     label: Label | None = None) -> list[str]:
+def abstention_table(
+    cfg: RunConfig, per_seed: Sequence[Mapping[str, Sequence[ItemResult]]], ctx: str, lora: str, label: Label | None = None
+) -> list[str]:
     """`declined_table` for `lora` and every deployable system of its baseline table, over one
     run's results (`[results]`) or several seeds' (`lorarag seeds`)."""
     names = [lora, *(s.name for s in comparable(cfg, per_seed[0], ctx, lora) if s.kind != "oracle")]
     return declined_table(per_seed, names, ctx, label)
 
 
-def declined_table(per_seed: Sequence[Mapping[str, Sequence[ItemResult]]], names: Sequence[str], ctx: str,
-                   label: Label | None = None) -> list[str]:
+def declined_table(
+    per_seed: Sequence[Mapping[str, Sequence[ItemResult]]], names: Sequence[str], ctx: str, label: Label | None = None
+) -> list[str]:
     """Markdown lines: per cell, how many answerable items each system declined (abstained on),
     summed over the seeds, out of the cell's items over the seeds. The scores count an abstention as
     a miss; this says which misses were declines, since a reader taught to decline sources without
@@ -161,30 +210,53 @@ def declined_table(per_seed: Sequence[Mapping[str, Sequence[ItemResult]]], names
     if not anyone:
         return []
     over = f", summed over {len(per_seed)} seeds" if len(per_seed) > 1 else ""
-    return [f"### Declined answerable items ({ctx} context{over})", "",
-            "Abstentions on items that have an answer, each counted as a miss above: declining an irrelevant "
-            "source is defensible, declining a consistent one is over-fallback.", "",
-            "| scenario | knowledge | n | " + " | ".join(names) + " |", "|" + "---|" * (3 + len(names)),
-            *rows, ""]
+    return [
+        f"### Declined answerable items ({ctx} context{over})",
+        "",
+        "Abstentions on items that have an answer, each counted as a miss above: declining an irrelevant "
+        "source is defensible, declining a consistent one is over-fallback.",
+        "",
+        "| scenario | knowledge | n | " + " | ".join(names) + " |",
+        "|" + "---|" * (3 + len(names)),
+        *rows,
+        "",
+    ]
 
 
-def variant_table(cfg: RunConfig, results: Mapping[str, Sequence[ItemResult]], ctx: str, lora: str, score: Score,
-                  label: Label | None = None) -> list[str]:
+def variant_table(
+    cfg: RunConfig,
+    results: Mapping[str, Sequence[ItemResult]],
+    ctx: str,
+    lora: str,
+    score: Score,
+    label: Label | None = None,
+) -> list[str]:
     """Markdown lines: each policy variant of `lora` (a lora_rag system with its own `policy`, on the
     same verdicts: eval/reroute.py) minus LoRA-RAG per cell [paired 95 % CI over clusters], and how
     many items it routes or answers differently. [] when the run lists none."""
-    variants = [s for s in cfg.systems if s.kind == "lora_rag" and s.is_variant and s.context == ctx
-                and s.name in results]
+    variants = [s for s in cfg.systems if s.kind == "lora_rag" and s.is_variant and s.context == ctx and s.name in results]
     if not variants:
         return []
-    lines = [f"### Routing ablations of {lora} ({ctx} context)", "",
-             "The same verdicts, doubt and gate, routed by another policy. " + "; ".join(
-                 f"{v.name}: " + ", ".join(f"{k}={val}" for k, val in v.policy.model_dump().items()
-                                            if val != cfg.fallback.policy.model_dump()[k])
-                 for v in variants) + ".", "",
-             "| scenario | knowledge | n | " + lora + " | " + " | ".join(
-                 f"{v.name} | {v.name} − {lora} [95% CI] | answered otherwise" for v in variants) + " |",
-             "|" + "---|" * (4 + 3 * len(variants))]
+    lines = [
+        f"### Routing ablations of {lora} ({ctx} context)",
+        "",
+        "The same verdicts, doubt and gate, routed by another policy. "
+        + "; ".join(
+            f"{v.name}: "
+            + ", ".join(
+                f"{k}={val}" for k, val in v.policy.model_dump().items() if val != cfg.fallback.policy.model_dump()[k]
+            )
+            for v in variants
+        )
+        + ".",
+        "",
+        "| scenario | knowledge | n | "
+        + lora
+        + " | "
+        + " | ".join(f"{v.name} | {v.name} − {lora} [95% CI] | answered otherwise" for v in variants)
+        + " |",
+        "|" + "---|" * (4 + 3 * len(variants)),
+    ]
     for s in SCENARIO_TYPES:
         for k in ("known", "unknown"):
             mine = _cell(results[lora], s, k)
@@ -196,11 +268,13 @@ def variant_table(cfg: RunConfig, results: Mapping[str, Sequence[ItemResult]], c
             row = [s, label(k, [mine[q] for q in qids]) if label else k, str(len(qids)), _n(float(own.mean()))]
             for v in variants:
                 theirs = np.array([score(cells[v.name][q]) for q in qids])
-                d = paired_bootstrap(own, theirs, resamples=cfg.eval.bootstrap, seed=cfg.eval.seed,
-                                     clusters=[mine[q].unit for q in qids])
+                d = paired_bootstrap(
+                    own, theirs, resamples=cfg.eval.bootstrap, seed=cfg.eval.seed, clusters=[mine[q].unit for q in qids]
+                )
                 ci = "" if math.isnan(d.lo) else f" [{d.lo:+.2f}, {d.hi:+.2f}]"
-                moved = sum((cells[v.name][q].route, cells[v.name][q].answer) != (mine[q].route, mine[q].answer)
-                            for q in qids)
+                moved = sum(
+                    (cells[v.name][q].route, cells[v.name][q].answer) != (mine[q].route, mine[q].answer) for q in qids
+                )
                 row += [_n(float(theirs.mean())), f"{d.diff:+.2f}{ci}", str(moved)]
             lines.append("| " + " | ".join(row) + " |")
     return lines + [""]

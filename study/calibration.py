@@ -52,8 +52,16 @@ def languages_without_dev_known(test: Sequence[Scenario], dev_known: Sequence[Sc
     return dict(sorted(Counter(s.language for s in test if s.knowledge == "known" and s.language not in seen).items()))
 
 
-def calibrate_gate(cfg: RunConfig, parts: Parts, adapter: Path, dev_known: list[Scenario],
-                   dev_unseen: list[Scenario], echo: Echo, *, force: bool = False) -> GateReading:
+def calibrate_gate(
+    cfg: RunConfig,
+    parts: Parts,
+    adapter: Path,
+    dev_known: list[Scenario],
+    dev_unseen: list[Scenario],
+    echo: Echo,
+    *,
+    force: bool = False,
+) -> GateReading:
     """The gate's doubt score on the dev split -> threshold, saved as gate.json next to the adapter
     (a saved one is reused only when it was read by the same rule and generator, from this adapter's
     content (`adapter_sha256`: a retrained adapter at the same path is calibrated afresh) and on
@@ -69,8 +77,7 @@ def calibrate_gate(cfg: RunConfig, parts: Parts, adapter: Path, dev_known: list[
         except ConfigError as exc:  # our own cache file, from an older format: read the dev split again
             log.warning("%s; calibrating afresh", exc)
         else:
-            if reusable_gate(cal, g, cfg.rag.generator, len(dev_known), len(dev_unseen),
-                             adapter=adapter_id, dev=dev_id):
+            if reusable_gate(cal, g, cfg.rag.generator, len(dev_known), len(dev_unseen), adapter=adapter_id, dev=dev_id):
                 echo(f"          reusing gate calibration from {adapter / GATE_FILE}")
                 return GateReading(threshold_in_use(cal, g), cal)
     det = Detector(parts.generator, parts.first_tokens, cfg.fallback, None)
@@ -78,13 +85,19 @@ def calibrate_gate(cfg: RunConfig, parts: Parts, adapter: Path, dev_known: list[
     for label, items in (("known", dev_known), ("never-learned", dev_unseen)):
         vals: list[float | None] = []
         for s in range(0, len(items), 32):
-            vals.extend(det.gate_scores([x.question for x in items[s:s + 32]]))
+            vals.extend(det.gate_scores([x.question for x in items[s : s + 32]]))
             echo(f"          dev {label}: {min(s + 32, len(items))}/{len(items)}")
         readings.append(vals)
-    cal = replace(calibrate_claimed(readings[0], readings[1], rule=g.rule, target=g.target),
-                  generator=generator_id(cfg.rag.generator), adapter=adapter_id, dev=dev_id)
+    cal = replace(
+        calibrate_claimed(readings[0], readings[1], rule=g.rule, target=g.target),
+        generator=generator_id(cfg.rag.generator),
+        adapter=adapter_id,
+        dev=dev_id,
+    )
     if cal.known_declined or cal.unseen_declined:
-        echo(f"          declined closed-book (\"unknown\", left out of the fit): known "
-             f"{cal.known_declined}/{cal.n_known}, never-learned {cal.unseen_declined}/{cal.n_unseen}")
+        echo(
+            f'          declined closed-book ("unknown", left out of the fit): known '
+            f"{cal.known_declined}/{cal.n_known}, never-learned {cal.unseen_declined}/{cal.n_unseen}"
+        )
     cal.save(adapter)
     return GateReading(threshold_in_use(cal, g), cal)

@@ -41,8 +41,10 @@ def _components(cfg: EvalConfig) -> tuple[RunConfig, SystemConfig, Path | None, 
     """The run config named by `components`, the system's own config, the trained adapter and,
     for a system that answers or reads with it, the RAG-SFT adapter (else None)."""
     if cfg.components is None:
-        raise ConfigError("eval config: `components:` must name a run config (configs/run/*.yaml) "
-                          f"to build the {cfg.system['kind']} system from")
+        raise ConfigError(
+            "eval config: `components:` must name a run config (configs/run/*.yaml) "
+            f"to build the {cfg.system['kind']} system from"
+        )
     run_cfg = load_config(cfg.components, RunConfig)
     sc = validate_data(cfg.system, SystemConfig, "eval config: system")
     adapter = trained_adapter(run_cfg)
@@ -51,8 +53,10 @@ def _components(cfg: EvalConfig) -> tuple[RunConfig, SystemConfig, Path | None, 
     own += [(rag_sft, rag_sft_config(run_cfg))] if sc.uses_rag_sft else []
     for found, trained_by in own:
         if sc.uses_adapter and found is None:
-            raise ConfigError(f"system {sc.name!r} needs the trained adapter of run "
-                              f"'{trained_by.train.run_name}': run `lorarag run {cfg.components}` first")
+            raise ConfigError(
+                f"system {sc.name!r} needs the trained adapter of run "
+                f"'{trained_by.train.run_name}': run `lorarag run {cfg.components}` first"
+            )
         if sc.uses_adapter and found is not None:  # made on the base now at its path, or refused
             check_base(trained_by.train, found, run_cfg.rag.generator.model)
     return run_cfg, sc, adapter, rag_sft
@@ -106,8 +110,10 @@ def eval_made_by(cfg: EvalConfig) -> dict[str, str]:
     run_cfg, sc, adapter, rag_sft = _components(cfg)
     chunks: list[Chunk] = []
     if reads_index(sc):
-        for f in (index_path(run_cfg.rag.index.dir) / "chunks.jsonl",
-                  Path(run_cfg.runs_dir) / run_cfg.name / "data" / "chunks.jsonl"):
+        for f in (
+            index_path(run_cfg.rag.index.dir) / "chunks.jsonl",
+            Path(run_cfg.runs_dir) / run_cfg.name / "data" / "chunks.jsonl",
+        ):
             if f.is_file():
                 chunks = read_jsonl(f, Chunk)
                 break

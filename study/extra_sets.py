@@ -65,14 +65,19 @@ def evaluate_extra_sets(cfg: RunConfig, parts: Parts, root: Path, adapter: Path 
         echo(f"          {x.kind}: {len(items)} items; indexing its {len(chunks)} true passages")
         index_cfg = cfg.rag.index.model_copy(update={"dir": str(paths.root / "index")})
         # the world retriever's embedder, already loaded (None for BM25)
-        retriever = index_chunks(cfg, chunks, len({c.doc_id for c in chunks}), index_cfg,
-                                 embedder=getattr(world_retriever, "embedder", None))
-        contexts = ScenarioContexts(retriever, parts.contexts.reranker, cfg.rag.retrieval,
-                                    {c.chunk_id: c for c in chunks})
+        retriever = index_chunks(
+            cfg, chunks, len({c.doc_id for c in chunks}), index_cfg, embedder=getattr(world_retriever, "embedder", None)
+        )
+        contexts = ScenarioContexts(retriever, parts.contexts.reranker, cfg.rag.retrieval, {c.chunk_id: c for c in chunks})
         runs = evaluate(cfg, replace(parts, contexts=contexts), items, paths, adapter)
         results = {name: load_results(p) for name, p in runs.items()}
-        write_report(results, paths.report, resamples=cfg.eval.bootstrap, seed=cfg.eval.seed,
-                     title=f"lorarag run {cfg.name}: {x.kind}")
+        write_report(
+            results,
+            paths.report,
+            resamples=cfg.eval.bootstrap,
+            seed=cfg.eval.seed,
+            title=f"lorarag run {cfg.name}: {x.kind}",
+        )
         table = set_table(x.kind, results)
         (paths.report / "headline.md").write_text(table, encoding="utf-8")
         outputs.record([paths.report / "headline.md"])  # lorarag's: --fresh clears it

@@ -28,28 +28,14 @@ from lorarag.eval.shortcut import context_probes
 from lorarag.eval.stats import nan_to_none
 from lorarag.rag.records import Chunk, write_jsonl
 from lorarag.scenarios.config import CorpusSource, QuestionSource
-from lorarag.scenarios.from_corpus import (
-    OlderValue,
-    Versions,
-    check_outdated,
-    corpus_scenarios,
-    load_outdated,
-    undated,
-)
+from lorarag.scenarios.from_corpus import OlderValue, Versions, check_outdated, corpus_scenarios, load_outdated, undated
 from lorarag.scenarios.kb_corpus import load_corpus
 from lorarag.scenarios.kb_labels import map_labels
 from lorarag.scenarios.kb_questions import check_against_corpus, load_questions
 from lorarag.scenarios.kb_records import KBCorpus, QAItem
 from lorarag.scenarios.kb_splits import HELD_OUT, RETRIEVAL_ONLY, save_splits, split_by_fact
 from lorarag.scenarios.kb_updates import asked_updates, stale_taught
-from lorarag.scenarios.kb_wordings import (
-    KnownWording,
-    as_tested,
-    held_out,
-    plan_wordings,
-    training_groups,
-    wording_summary,
-)
+from lorarag.scenarios.kb_wordings import KnownWording, as_tested, held_out, plan_wordings, training_groups, wording_summary
 from lorarag.scenarios.perturb import Searcher, bm25_searcher
 from lorarag.scenarios.records import Scenario, save_scenarios
 from lorarag.scenarios.world_kb import write_world_kb
@@ -126,16 +112,36 @@ def prepare_kb(cfg: RunConfig, paths: Paths) -> KB:
     out = paths.root / "data"
     write_jsonl(out / "labels.jsonl", mapping)
     write_jsonl(out / "chunks.jsonl", corpus.chunks)
-    files = [*input_files(src), out / "labels.jsonl", out / "chunks.jsonl",
-             *save_splits(groups, out / "splits", d.splits.seed)]
+    files = [
+        *input_files(src),
+        out / "labels.jsonl",
+        out / "chunks.jsonl",
+        *save_splits(groups, out / "splits", d.splits.seed),
+    ]
     rules: dict[str, int] = {}
     for m in mapping:
         rules[m.rule] = rules.get(m.rule, 0) + 1
-    kb = KB(corpus, groups, outdated, files, {
-        "documents": len(corpus.documents), "chunks": len(corpus.chunks), "left_out_files": list(corpus.problems),
-        "questions": len(items), "label_rules": rules, "splits": {g: len(v) for g, v in groups.items()},
-        "updates": {"taught_older": len(stale), "tested": len(asked_updates(groups, stale)),
-                    "older_versions": sum(map(len, outdated.values())), "fraction": d.update_fraction}}, stale=stale)
+    kb = KB(
+        corpus,
+        groups,
+        outdated,
+        files,
+        {
+            "documents": len(corpus.documents),
+            "chunks": len(corpus.chunks),
+            "left_out_files": list(corpus.problems),
+            "questions": len(items),
+            "label_rules": rules,
+            "splits": {g: len(v) for g, v in groups.items()},
+            "updates": {
+                "taught_older": len(stale),
+                "tested": len(asked_updates(groups, stale)),
+                "older_versions": sum(map(len, outdated.values())),
+                "fraction": d.update_fraction,
+            },
+        },
+        stale=stale,
+    )
     _write_summary(paths, kb.summary)
     return kb
 
@@ -157,35 +163,49 @@ def wording_plan(cfg: RunConfig, kb: KB) -> dict[str, KnownWording]:
     return plan_wordings(kb.groups, cfg.data.splits.seed, kb.generated)
 
 
-def _dev(cfg: RunConfig, kb: KB, group: str, knowledge: str, seed: int,
-         plan: dict[str, KnownWording]) -> list[Scenario]:
+def _dev(cfg: RunConfig, kb: KB, group: str, knowledge: str, seed: int, plan: dict[str, KnownWording]) -> list[Scenario]:
     """The gate's dev scenarios of `group`: a known dev fact in its held-out wording where it has one
     (the test's condition), else in every wording; a never-learned one in every wording."""
     items = [it for it in kb.groups[group] if it.answers]
     random.Random(seed).shuffle(items)
-    sc = corpus_scenarios(items[: cfg.calibration.max_items], kb.chunks, name="kb", knowledge=knowledge,
-                          seed=seed, types=("consistent",), distractors=0)
+    sc = corpus_scenarios(
+        items[: cfg.calibration.max_items],
+        kb.chunks,
+        name="kb",
+        knowledge=knowledge,
+        seed=seed,
+        types=("consistent",),
+        distractors=0,
+    )
     by = {f"kb/{it.qid}": it for it in items}
 
     def asked(it: QAItem) -> tuple[str, ...]:
         p = plan.get(it.qid)
         return (p.test,) if p is not None and p.held_out else it.all_wordings
 
-    return [replace(s, question=w, qid=f"{s.qid}/w{i}", phrasing=i)
-            for s in sc for i, w in enumerate(asked(by[s.fact_id]))]
+    return [replace(s, question=w, qid=f"{s.qid}/w{i}", phrasing=i) for s in sc for i, w in enumerate(asked(by[s.fact_id]))]
 
 
-def kb_scenarios(cfg: RunConfig, kb: KB, paths: Paths, search: Searcher | None = None
-                 ) -> tuple[list[Scenario], list[Scenario], list[Scenario]]:
+def kb_scenarios(
+    cfg: RunConfig, kb: KB, paths: Paths, search: Searcher | None = None
+) -> tuple[list[Scenario], list[Scenario], list[Scenario]]:
     """Stage 3: (test, dev known, dev never-learned) scenarios, saved as JSONL; distractors from
     `search` (default: BM25 over the KB's chunks)."""
     d, distract = cfg.data, cfg.train.sft.distractors if cfg.train.sft else 1
-    common = dict(name="kb", seed=cfg.seed, distractors=distract, types=cfg.eval.scenarios, outdated=kb.outdated,
-                  conflicts_per_item=d.conflicts_per_item, conflict_seed=d.splits.seed,
-                  search=search or bm25_searcher(kb.chunks))
+    common = dict(
+        name="kb",
+        seed=cfg.seed,
+        distractors=distract,
+        types=cfg.eval.scenarios,
+        outdated=kb.outdated,
+        conflicts_per_item=d.conflicts_per_item,
+        conflict_seed=d.splits.seed,
+        search=search or bm25_searcher(kb.chunks),
+    )
     plan = wording_plan(cfg, kb)
-    test = corpus_scenarios(as_tested(kb.groups["known"], plan), kb.chunks, knowledge="known", stale=kb.stale,
-                            snapshot=d.snapshot, **common)
+    test = corpus_scenarios(
+        as_tested(kb.groups["known"], plan), kb.chunks, knowledge="known", stale=kb.stale, snapshot=d.snapshot, **common
+    )
     test += corpus_scenarios(kb.groups["unseen"], kb.chunks, knowledge="unknown", **common)
     test = test if d.snapshot is not None else undated(test)
     test = sample_cells([s for s in test if s.knowledge in cfg.eval.knowledge], cfg.eval.max_per_cell, cfg.eval.seed)
@@ -196,20 +216,33 @@ def kb_scenarios(cfg: RunConfig, kb: KB, paths: Paths, search: Searcher | None =
     save_scenarios(paths.scenarios / "dev-known.jsonl", dev_known)
     save_scenarios(paths.scenarios / "dev-unseen.jsonl", dev_unseen)
     scored = {"known": kb.groups["known"], "unknown": kb.groups["unseen"]}
-    kb.summary["test_items"] = {f"{s}/{k}": sum(x.scenario == s and x.knowledge == k for x in test)
-                                for s in cfg.eval.scenarios for k in cfg.eval.knowledge}
-    kb.summary["without_factual_error"] = {k: len({it.qid for it in v if it.answers} - {
-        x.fact_id.removeprefix("kb/") for x in test if x.scenario == "factual_error"}) for k, v in scored.items()} \
-        if cfg.eval.max_per_cell is None else None  # a sample leaves items out anyway
-    kb.summary["test_wordings"] = wording_summary(plan, {s.fact_id.removeprefix("kb/") for s in test
-                                                         if s.knowledge == "known"})
+    kb.summary["test_items"] = {
+        f"{s}/{k}": sum(x.scenario == s and x.knowledge == k for x in test)
+        for s in cfg.eval.scenarios
+        for k in cfg.eval.knowledge
+    }
+    kb.summary["without_factual_error"] = (
+        {
+            k: len(
+                {it.qid for it in v if it.answers}
+                - {x.fact_id.removeprefix("kb/") for x in test if x.scenario == "factual_error"}
+            )
+            for k, v in scored.items()
+        }
+        if cfg.eval.max_per_cell is None
+        else None
+    )  # a sample leaves items out anyway
+    kb.summary["test_wordings"] = wording_summary(
+        plan, {s.fact_id.removeprefix("kb/") for s in test if s.knowledge == "known"}
+    )
     kb.summary["shortcuts"] = {cell: nan_to_none(asdict(p)) for cell, p in context_probes(test).items()}
     _write_summary(paths, kb.summary)
     return test, dev_known, dev_unseen
 
 
-def build_kb_sft(cfg: RunConfig, kb: KB, test: list[Scenario], echo: Echo,
-                 searcher: Callable[[Sequence[Chunk]], Searcher] = bm25_searcher) -> None:
+def build_kb_sft(
+    cfg: RunConfig, kb: KB, test: list[Scenario], echo: Echo, searcher: Callable[[Sequence[Chunk]], Searcher] = bm25_searcher
+) -> None:
     """Stage 4's data: the SFT rows from the KB, leak-checked, written to `train.dataset`."""
     d = cfg.data
     passages = [p.text for s in test for p in s.presented if p.replaces]
@@ -219,12 +252,21 @@ def build_kb_sft(cfg: RunConfig, kb: KB, test: list[Scenario], echo: Echo,
             irrelevant.setdefault(s.fact_id, set()).update(p.chunk_id for p in s.presented)
     plan = wording_plan(cfg, kb)
     wordings = held_out(plan)
-    rows, val, stats = build_rows(training_groups(kb.groups, plan), kb.chunks, cfg.train.sft,
-                                     conflict_seed=d.splits.seed,
-                                     conflicts_per_item=d.conflicts_per_item, outdated=kb.outdated,
-                                     test_passages=passages, test_irrelevant=irrelevant, searcher=searcher,
-                                     stale=kb.stale, snapshot=d.snapshot, test_claims=tested_claims(test),
-                                     tested_chunks=edited_chunks(test))
+    rows, val, stats = build_rows(
+        training_groups(kb.groups, plan),
+        kb.chunks,
+        cfg.train.sft,
+        conflict_seed=d.splits.seed,
+        conflicts_per_item=d.conflicts_per_item,
+        outdated=kb.outdated,
+        test_passages=passages,
+        test_irrelevant=irrelevant,
+        searcher=searcher,
+        stale=kb.stale,
+        snapshot=d.snapshot,
+        test_claims=tested_claims(test),
+        tested_chunks=edited_chunks(test),
+    )
     held = [it for g in HELD_OUT for it in kb.groups[g]]
     by_id = {c.chunk_id: c for c in kb.chunks}
     leak_check(rows, held, by_id, passages, wordings)
@@ -237,16 +279,22 @@ def build_kb_sft(cfg: RunConfig, kb: KB, test: list[Scenario], echo: Echo,
     tw = kb.summary.get("test_wordings") or {}
     echo(f"          SFT: {len(rows)} rows {summary(rows)}; trained wordings per taught question {stats['wordings']}")
     if stats["edited_twin_of_test"]:
-        echo(f"          {stats['edited_twin_of_test']} flawed context(s) left out of training: they edit a chunk a "
-             f"flawed test context edits (the other chunks' edits teach detection)")
+        echo(
+            f"          {stats['edited_twin_of_test']} flawed context(s) left out of training: they edit a chunk a "
+            f"flawed test context edits (the other chunks' edits teach detection)"
+        )
     if stats["same_claim_as_test"]:
-        echo(f"          {stats['same_claim_as_test']} flawed context(s) left out of training: they assert the wrong "
-             f"value a test context of the same fact asserts")
+        echo(
+            f"          {stats['same_claim_as_test']} flawed context(s) left out of training: they assert the wrong "
+            f"value a test context of the same fact asserts"
+        )
     if tw:
         by = tw["by"]
-        echo(f"          known test items asked in a wording training never used: {tw['held_out']} of {tw['items']} "
-             f"(one of the set's wordings held out: {by['set']}; the set's own held out, generated ones trained: "
-             f"{by['paraphrase']}); in a trained wording: {by['trained']}")
+        echo(
+            f"          known test items asked in a wording training never used: {tw['held_out']} of {tw['items']} "
+            f"(one of the set's wordings held out: {by['set']}; the set's own held out, generated ones trained: "
+            f"{by['paraphrase']}); in a trained wording: {by['trained']}"
+        )
     if kb.groups[RETRIEVAL_ONLY]:
         echo(f"          {len(kb.groups[RETRIEVAL_ONLY])} question(s) without answers: retrieval only")
     write_rag_sft(cfg, rows, val, kb.chunks, lambda rs: leak_check(rs, held, by_id, passages, wordings), echo)

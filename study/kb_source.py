@@ -65,13 +65,24 @@ class KBSource:
         if not para.enabled or self.kb.generated:
             return self.kb
         gen_cfg = self.cfg.rag.generator
-        rows = paraphrases_for(self.kb.groups, self.paths.root / "data", gen_cfg.model_dump(), para.prompts,
-                               lambda: build_generator(gen_cfg), para.max_new_tokens)
+        rows = paraphrases_for(
+            self.kb.groups,
+            self.paths.root / "data",
+            gen_cfg.model_dump(),
+            para.prompts,
+            lambda: build_generator(gen_cfg),
+            para.max_new_tokens,
+        )
         self.kb.summary["paraphrase"] = t = tally(rows)
-        echo(f"          paraphrases: {t['kept']} of {t['replies']} kept for {t['questions']} single-wording "
-             f"question(s); rejected {t['rejected']}")
-        return replace(self.kb, groups=with_paraphrases(self.kb.groups, rows),
-                       generated=frozenset(it.qid for it in single_wording(self.kb.groups)))
+        echo(
+            f"          paraphrases: {t['kept']} of {t['replies']} kept for {t['questions']} single-wording "
+            f"question(s); rejected {t['rejected']}"
+        )
+        return replace(
+            self.kb,
+            groups=with_paraphrases(self.kb.groups, rows),
+            generated=frozenset(it.qid for it in single_wording(self.kb.groups)),
+        )
 
     def owners(self) -> dict[str, tuple[str, str]]:
         """Every wording of every labelled question -> (its fact, its cluster: the item's `cluster`, else
@@ -82,5 +93,6 @@ class KBSource:
         def cluster(it) -> str:
             return it.cluster or (doc.get(it.relevant_ids[0], f"kb/{it.qid}") if it.relevant_ids else f"kb/{it.qid}")
 
-        return {w: (f"kb/{it.qid}", cluster(it)) for items in self.kb.groups.values() for it in items
-                for w in it.all_wordings}
+        return {
+            w: (f"kb/{it.qid}", cluster(it)) for items in self.kb.groups.values() for it in items for w in it.all_wordings
+        }

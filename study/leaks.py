@@ -42,9 +42,14 @@ def _key(question: str) -> str:
     return " ".join(inert_question(question).split())
 
 
-def check_test_contexts(cfg: RunConfig, paths: Paths, test: Sequence[Scenario],
-                        owners: Mapping[str, tuple[str, str]], kb_texts: Mapping[str, str],
-                        echo: Echo) -> list[CellOverlap]:
+def check_test_contexts(
+    cfg: RunConfig,
+    paths: Paths,
+    test: Sequence[Scenario],
+    owners: Mapping[str, tuple[str, str]],
+    kb_texts: Mapping[str, str],
+    echo: Echo,
+) -> list[CellOverlap]:
     """The overlap table of `test` against the SFT rows on disk; ConfigError on a flawed leak.
     `owners`: every question training may ask -> (fact, cluster)."""
     trains = [cfg.train] + ([rag_sft_config(cfg).train] if needs_rag_sft(cfg) else [])
@@ -67,21 +72,27 @@ def check_test_contexts(cfg: RunConfig, paths: Paths, test: Sequence[Scenario],
         tmp.replace(run_json)
     bad = leaking(table)
     shown = sum(c.edited for c in table if c.scenario == "consistent")
-    echo(f"          test contexts in the SFT rows ({len(rows)} rows): consistent {shown} (the KB itself), "
-         f"flawed: verbatim {sum(c.verbatim for c in table if c.scenario in FLAWED)}, edited twins "
-         f"{sum(c.edited for c in table if c.scenario in FLAWED)}; flawed test values a training row labels: "
-         f"{sum(c.claim for c in table if c.scenario in FLAWED)}")
+    echo(
+        f"          test contexts in the SFT rows ({len(rows)} rows): consistent {shown} (the KB itself), "
+        f"flawed: verbatim {sum(c.verbatim for c in table if c.scenario in FLAWED)}, edited twins "
+        f"{sum(c.edited for c in table if c.scenario in FLAWED)}; flawed test values a training row labels: "
+        f"{sum(c.claim for c in table if c.scenario in FLAWED)}"
+    )
     if bad:
         c = bad[0]
         if not c.edited:
-            raise ConfigError(f"test item {c.first}: the wrong value its {c.scenario} context asserts is one an SFT row "
-                              f"of the same fact labels {'outdated' if c.scenario == 'outdated' else 'conflicting'} "
-                              f"({c.claim} of {c.n} {c.scenario} ({c.knowledge}) items): the cell would measure a "
-                              f"remembered label; see {paths.root / 'data' / OVERLAP_FILE}")
-        raise ConfigError(f"test item {c.first}: its {c.scenario} context is one the SFT rows show, verbatim or as "
-                          f"an edited twin ({c.edited} of {c.n} {c.scenario} ({c.knowledge}) items; verbatim "
-                          f"{c.verbatim}): the cell would "
-                          f"measure a remembered label; see {paths.root / 'data' / OVERLAP_FILE}")
+            raise ConfigError(
+                f"test item {c.first}: the wrong value its {c.scenario} context asserts is one an SFT row "
+                f"of the same fact labels {'outdated' if c.scenario == 'outdated' else 'conflicting'} "
+                f"({c.claim} of {c.n} {c.scenario} ({c.knowledge}) items): the cell would measure a "
+                f"remembered label; see {paths.root / 'data' / OVERLAP_FILE}"
+            )
+        raise ConfigError(
+            f"test item {c.first}: its {c.scenario} context is one the SFT rows show, verbatim or as "
+            f"an edited twin ({c.edited} of {c.n} {c.scenario} ({c.knowledge}) items; verbatim "
+            f"{c.verbatim}): the cell would "
+            f"measure a remembered label; see {paths.root / 'data' / OVERLAP_FILE}"
+        )
     return table
 
 
@@ -100,8 +111,9 @@ def check_dev_wordings(dev: Sequence[Scenario], wordings: Mapping[str, str]) -> 
     keys = wording_keys(wordings)
     bad = [(s.qid, keys[asked(s.question)]) for s in dev if asked(s.question) in keys]
     if bad:
-        raise LeakError(f"{len(bad)} gate dev question(s) ask a held-out test wording: dev item {bad[0][0]} asks "
-                        f"{bad[0][1]}")
+        raise LeakError(
+            f"{len(bad)} gate dev question(s) ask a held-out test wording: dev item {bad[0][0]} asks {bad[0][1]}"
+        )
 
 
 def read_overlap(root: Path) -> list[CellOverlap]:

@@ -42,8 +42,9 @@ from lorarag.core.hashing import sha256_file
 
 LEDGER = ".test-ledger.jsonl"
 # Config keys that say where things go or what they are called, not what is done: not the recipe.
-OUTPUT_KEYS = frozenset({"runs_dir", "out_dir", "output_dir", "dataset", "val_dataset", "run_name", "dir",
-                         "engine_dir", "closed_book_run"})
+OUTPUT_KEYS = frozenset(
+    {"runs_dir", "out_dir", "output_dir", "dataset", "val_dataset", "run_name", "dir", "engine_dir", "closed_book_run"}
+)
 
 
 def _strip(x: Any, top: Iterable[str] = ()) -> Any:
@@ -64,8 +65,9 @@ def recipe_hash(cfg: BaseModel, drop: Iterable[str] = ("name",)) -> str:
 def split_hash(groups: Mapping[str, Sequence[Any]], names: Iterable[str] = ("known", "unseen")) -> str:
     """sha256 (16 hex) of the test facts of a run's split: each QA item's id, question and answers as
     the set gives them (not the wordings a run may generate: `data.paraphrase` is the recipe's)."""
-    lines = sorted(json.dumps([it.qid, it.question, sorted(it.answers)], ensure_ascii=False)
-                   for g in names for it in groups.get(g, ()))
+    lines = sorted(
+        json.dumps([it.qid, it.question, sorted(it.answers)], ensure_ascii=False) for g in names for it in groups.get(g, ())
+    )
     return hashlib.sha256("\n".join(lines).encode()).hexdigest()[:16]
 
 
@@ -96,8 +98,10 @@ class Reads:
     recipes: int
 
     def text(self) -> str:
-        return f"{self.what}: test split read {self.reads} time{'s' * (self.reads != 1)} under " \
-               f"{self.recipes} recipe{'s' * (self.recipes != 1)}"
+        return (
+            f"{self.what}: test split read {self.reads} time{'s' * (self.reads != 1)} under "
+            f"{self.recipes} recipe{'s' * (self.recipes != 1)}"
+        )
 
 
 @dataclass
@@ -118,8 +122,10 @@ class SplitLedger:
                 try:
                     out.append(json.loads(line))
                 except json.JSONDecodeError:
-                    raise UserError(f"{self.path}:{n}: not a JSON line; the test ledger is lorarag's record of "
-                                    "test reads: restore the line or remove it") from None
+                    raise UserError(
+                        f"{self.path}:{n}: not a JSON line; the test ledger is lorarag's record of "
+                        "test reads: restore the line or remove it"
+                    ) from None
         return out
 
     def check(self, reread: bool = False) -> None:
@@ -128,9 +134,11 @@ class SplitLedger:
         for s in self.splits:
             first = next((e for e in entries if e.get("data") == s.key), None)
             if first is not None and first.get("recipe") != self.recipe and not reread:
-                raise UserError(f"{s.what} was first read under another recipe (run {first.get('run')}, "
-                                f"{first.get('time')}; ledger {self.path}): reading it under this one spends it "
-                                "on a decision, pass --reread-test to do so knowingly")
+                raise UserError(
+                    f"{s.what} was first read under another recipe (run {first.get('run')}, "
+                    f"{first.get('time')}; ledger {self.path}): reading it under this one spends it "
+                    "on a decision, pass --reread-test to do so knowingly"
+                )
 
     def record(self, run: str | Path) -> list[Reads]:
         """Append one line per split (this read), then each split's counts, this read included. The same
@@ -141,9 +149,23 @@ class SplitLedger:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         now, sha = time.strftime("%Y-%m-%dT%H:%M:%S%z"), git_sha()
         seen = {(e.get("data"), e.get("recipe"), e.get("run")) for e in self.entries()}
-        lines = "".join(json.dumps({"data": s.key, "split": s.what, "recipe": self.recipe, "git_sha": sha,
-                                    "time": now, "run": str(run), "command": self.command}, ensure_ascii=False) + "\n"
-                        for s in self.splits if (s.key, self.recipe, str(run)) not in seen)
+        lines = "".join(
+            json.dumps(
+                {
+                    "data": s.key,
+                    "split": s.what,
+                    "recipe": self.recipe,
+                    "git_sha": sha,
+                    "time": now,
+                    "run": str(run),
+                    "command": self.command,
+                },
+                ensure_ascii=False,
+            )
+            + "\n"
+            for s in self.splits
+            if (s.key, self.recipe, str(run)) not in seen
+        )
         with self.path.open("a", encoding="utf-8") as f:
             f.write(lines)
         return self.counts()
@@ -169,8 +191,12 @@ def eval_ledger(cfg: Any) -> SplitLedger | None:
     """The ledger of a `lorarag eval`, None when its scenario file is not named as a test split."""
     if not is_test_file(cfg.scenarios):
         return None
-    return SplitLedger(Path(cfg.out_dir).parent / LEDGER, recipe_hash(cfg, ("scenarios",)),
-                      [Split(file_hash(cfg.scenarios), f"scenarios {Path(cfg.scenarios).name}")], "eval")
+    return SplitLedger(
+        Path(cfg.out_dir).parent / LEDGER,
+        recipe_hash(cfg, ("scenarios",)),
+        [Split(file_hash(cfg.scenarios), f"scenarios {Path(cfg.scenarios).name}")],
+        "eval",
+    )
 
 
 def reads_note(summary: Mapping[str, Any]) -> list[str]:

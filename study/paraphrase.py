@@ -57,7 +57,7 @@ def clean(reply: str) -> str:
     line = next((x.strip() for x in reply.splitlines() if x.strip()), "")
     for lead in ("rewritten question:", "question:"):
         if line.lower().startswith(lead):
-            line = line[len(lead):].strip()
+            line = line[len(lead) :].strip()
     return line.strip("\"'“”‘’ ").strip()
 
 
@@ -100,17 +100,32 @@ def with_paraphrases(groups: dict[str, list[QAItem]], rows: Sequence[Paraphrase]
     for p in rows:
         if not p.why_not and p.text not in kept.setdefault(p.qid, []):
             kept[p.qid].append(p.text)
-    return {g: [replace(it, wordings=tuple(kept[it.qid])) if g in TAUGHT and kept.get(it.qid) and not it.wordings
-                else it for it in v] for g, v in groups.items()}
+    return {
+        g: [
+            replace(it, wordings=tuple(kept[it.qid])) if g in TAUGHT and kept.get(it.qid) and not it.wordings else it
+            for it in v
+        ]
+        for g, v in groups.items()
+    }
 
 
-def paraphrases_for(groups: dict[str, list[QAItem]], folder: Path, settings: dict, prompts: int,
-                    make_generator: Callable[[], Generator], max_new_tokens: int) -> list[Paraphrase]:
+def paraphrases_for(
+    groups: dict[str, list[QAItem]],
+    folder: Path,
+    settings: dict,
+    prompts: int,
+    make_generator: Callable[[], Generator],
+    max_new_tokens: int,
+) -> list[Paraphrase]:
     """The paraphrases of `single_wording(groups)`: read back when `folder` holds them under the
     same stamp (generator `settings`, prompts, questions), else generated and written."""
     items = single_wording(groups)
-    stamp = {"generator": settings, "prompts": list(PROMPTS[:prompts]), "max_new_tokens": max_new_tokens,
-             "questions": hashlib.sha256("\n".join(f"{it.qid}\t{it.question}" for it in items).encode()).hexdigest()}
+    stamp = {
+        "generator": settings,
+        "prompts": list(PROMPTS[:prompts]),
+        "max_new_tokens": max_new_tokens,
+        "questions": hashlib.sha256("\n".join(f"{it.qid}\t{it.question}" for it in items).encode()).hexdigest(),
+    }
     f, s = folder / FILE, folder / STAMP
     if f.is_file() and s.is_file() and json.loads(s.read_text(encoding="utf-8")) == stamp:
         return read_jsonl(f, Paraphrase)
@@ -131,6 +146,10 @@ def tally(rows: Sequence[Paraphrase]) -> dict:
     for p in rows:
         if p.why_not:
             why[p.why_not] = why.get(p.why_not, 0) + 1
-    return {"questions": len({p.qid for p in rows}), "replies": len(rows),
-            "kept": sum(not p.why_not for p in rows), "rejected": why,
-            "questions_with_one": len({p.qid for p in rows if not p.why_not})}
+    return {
+        "questions": len({p.qid for p in rows}),
+        "replies": len(rows),
+        "kept": sum(not p.why_not for p in rows),
+        "rejected": why,
+        "questions_with_one": len({p.qid for p in rows if not p.why_not}),
+    }

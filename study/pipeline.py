@@ -54,18 +54,30 @@ def plan(cfg: RunConfig, fresh: bool) -> list[tuple[str, str]]:
     r = cfg.rag.retrieval
     systems = ", ".join(f"{s.name} ({s.kind}, {s.context})" for s in cfg.systems)
     base = f"prepare base model ({cfg.prepare_base}) -> {cfg.train.model}; " if cfg.prepare_base else ""
-    gate = (f"{SIGNAL} on dev, rule={cfg.fallback.gate.rule} -> <adapter>/gate.json"
-            if cfg.fallback.gate.threshold is None else f"fixed threshold {cfg.fallback.gate.threshold}")
+    gate = (
+        f"{SIGNAL} on dev, rule={cfg.fallback.gate.rule} -> <adapter>/gate.json"
+        if cfg.fallback.gate.threshold is None
+        else f"fixed threshold {cfg.fallback.gate.threshold}"
+    )
     return [
         _plan_source(cfg, root),
-        ("index", f"build_from_chunks(the KB's chunks) -> {cfg.rag.index.dir} ({r.mode}, top_n={r.top_n}, "
-                  f"top_k={r.top_k}{', reranker ' + cfg.rag.reranker.model if cfg.rag.reranker else ''})"),
+        (
+            "index",
+            f"build_from_chunks(the KB's chunks) -> {cfg.rag.index.dir} ({r.mode}, top_n={r.top_n}, "
+            f"top_k={r.top_k}{', reranker ' + cfg.rag.reranker.model if cfg.rag.reranker else ''})",
+        ),
         ("scenarios", base + _plan_scenarios(cfg, root)[1]),
         ("train", describe_training(cfg, fresh) + describe_preference(cfg)),
         ("calibrate", gate),
-        ("evaluate", f"run_eval for {systems} -> {root / 'eval'}" + "".join(
-            f"; then on {x.kind} ({x.path}, {x.split}, <= {x.max_per_cell or cfg.eval.max_per_cell} per cell, "
-            f"its own index) -> {root / 'extra' / x.kind}" for x in cfg.extra_sets)),
+        (
+            "evaluate",
+            f"run_eval for {systems} -> {root / 'eval'}"
+            + "".join(
+                f"; then on {x.kind} ({x.path}, {x.split}, <= {x.max_per_cell or cfg.eval.max_per_cell} per cell, "
+                f"its own index) -> {root / 'extra' / x.kind}"
+                for x in cfg.extra_sets
+            ),
+        ),
         ("report", f"eval.report.write_report (all systems; base vs LoRA) + headline -> {root / 'report'}"),
     ]
 
@@ -74,28 +86,41 @@ def _plan_source(cfg: RunConfig, root: Path) -> tuple[str, str]:
     d, ch, sp = cfg.data, cfg.rag.chunker, cfg.data.splits
     if d.world is not None:
         w = d.world
-        what = (f"the demo world (seed={w.seed}, n_orgs={w.n_orgs}, {w.wordings} wordings a question) written as "
-                f"corpus + questions + older versions -> {root / 'world'}")
+        what = (
+            f"the demo world (seed={w.seed}, n_orgs={w.n_orgs}, {w.wordings} wordings a question) written as "
+            f"corpus + questions + older versions -> {root / 'world'}"
+        )
     else:
-        what = (f"corpus {d.corpus.kind} {d.corpus.path} + questions {d.questions.kind} {d.questions.path}"
-                f"{' (qrels ' + d.questions.split + ')' if d.questions.kind == 'beir' else ''}"
-                f"{' + older versions ' + d.outdated if d.outdated else ''}")
-    return ("data", f"{what} ({ch.kind} chunks <= {ch.chunk_size} chars); labels -> chunk ids "
-                    f"{root / 'data/labels.jsonl'}; splits by fact (seed={sp.seed}, known={sp.known_fraction}, "
-                    f"context_only={sp.context_only_fraction}, dev={sp.dev_fraction}"
-                    f"{', per language' if sp.stratify_languages else ''}) -> {root / 'data/splits'}")
+        what = (
+            f"corpus {d.corpus.kind} {d.corpus.path} + questions {d.questions.kind} {d.questions.path}"
+            f"{' (qrels ' + d.questions.split + ')' if d.questions.kind == 'beir' else ''}"
+            f"{' + older versions ' + d.outdated if d.outdated else ''}"
+        )
+    return (
+        "data",
+        f"{what} ({ch.kind} chunks <= {ch.chunk_size} chars); labels -> chunk ids "
+        f"{root / 'data/labels.jsonl'}; splits by fact (seed={sp.seed}, known={sp.known_fraction}, "
+        f"context_only={sp.context_only_fraction}, dev={sp.dev_fraction}"
+        f"{', per language' if sp.stratify_languages else ''}) -> {root / 'data/splits'}",
+    )
 
 
 def _plan_scenarios(cfg: RunConfig, root: Path) -> tuple[str, str]:
-    cells = (f"test: {'/'.join(cfg.eval.scenarios)} x {'/'.join(cfg.eval.knowledge)}, <= "
-             f"{cfg.eval.max_per_cell} per cell; dev: the facts of <= {cfg.calibration.max_items} known + "
-             f"never-learned items")
-    return ("scenarios", f"{cells}, a known test item in a wording training leaves out -> {root / 'scenarios'}; "
-                         f"SFT rows of the taught facts, leak-checked -> {cfg.train.dataset}")
+    cells = (
+        f"test: {'/'.join(cfg.eval.scenarios)} x {'/'.join(cfg.eval.knowledge)}, <= "
+        f"{cfg.eval.max_per_cell} per cell; dev: the facts of <= {cfg.calibration.max_items} known + "
+        f"never-learned items"
+    )
+    return (
+        "scenarios",
+        f"{cells}, a known test item in a wording training leaves out -> {root / 'scenarios'}; "
+        f"SFT rows of the taught facts, leak-checked -> {cfg.train.dataset}",
+    )
 
 
-def run(cfg: RunConfig, *, fresh: bool = False, dry_run: bool = False, echo: Echo = print,
-        reread_test: bool = False) -> str | None:
+def run(
+    cfg: RunConfig, *, fresh: bool = False, dry_run: bool = False, echo: Echo = print, reread_test: bool = False
+) -> str | None:
     """The whole run (see module docstring); returns the headline table (None on --dry-run). The test
     split's reads go in the test ledger (study/ledger.py); a read under a recipe other than its first
     is refused before any training unless `reread_test`."""
@@ -120,8 +145,12 @@ def run(cfg: RunConfig, *, fresh: bool = False, dry_run: bool = False, echo: Ech
     p = Progress(echo, STEPS)
     p.step(KBSource.step, KBSource.what)
     src = KBSource(cfg, paths)
-    start_run(paths.root, cfg, seeds={"run": cfg.seed, **src.seeds, "train": cfg.train.seed, "eval": cfg.eval.seed},
-              data=[*extra_files, *src.files])
+    start_run(
+        paths.root,
+        cfg,
+        seeds={"run": cfg.seed, **src.seeds, "train": cfg.train.seed, "eval": cfg.eval.seed},
+        data=[*extra_files, *src.files],
+    )
     p.step("index", f"indexing {len(src.chunks)} chunks")
     retriever = index_chunks(cfg, src.chunks, src.n_documents, cfg.rag.index)
     p.step("scenarios", "building test and dev scenarios")
@@ -129,13 +158,16 @@ def run(cfg: RunConfig, *, fresh: bool = False, dry_run: bool = False, echo: Ech
         BASE_PREPARERS[cfg.prepare_base](cfg.train.model)
     test, dev_known, dev_unseen = src.scenarios(echo, retriever)
     echo(f"          {len(test)} test items; dev {len(dev_known)} known + {len(dev_unseen)} never-learned")
-    ledger = run_ledger(cfg, src.kb.groups, [(x.kind, f) for x, f in zip(present_sets(cfg), extra_files)
-                                             if x.split == "test"])
+    ledger = run_ledger(
+        cfg, src.kb.groups, [(x.kind, f) for x, f in zip(present_sets(cfg), extra_files) if x.split == "test"]
+    )
     ledger.check(reread_test)  # before any training: a test split read under another recipe needs --reread-test
     if cfg.fallback.gate.enabled and cfg.fallback.gate.threshold is None:  # fitted on dev: which languages it never saw
         for lang, n in languages_without_dev_known(test, dev_known).items():
-            echo(f"          warning: the gate's dev split holds no known fact in '{lang}' ({n} known test items "
-                 "are): its threshold is fitted without that language's doubt (data.splits.stratify_languages)")
+            echo(
+                f"          warning: the gate's dev split holds no known fact in '{lang}' ({n} known test items "
+                "are): its threshold is fitted without that language's doubt (data.splits.stratify_languages)"
+            )
     write_preference_pairs(cfg, src, test, echo)  # train.preference: pairs from the SFT rows
     # the rows on disk against the test's contexts: a leak stops the run before any training
     check_test_contexts(cfg, paths, test, src.owners(), {c.chunk_id: c.text for c in src.chunks}, echo)
@@ -148,9 +180,11 @@ def run(cfg: RunConfig, *, fresh: bool = False, dry_run: bool = False, echo: Ech
     gate = calibrate_gate(cfg, parts, adapter, dev_known, dev_unseen, echo)
     if gate.calibration is not None:
         cal = gate.calibration
-        echo(f"          threshold {cal.threshold:.4f}: keeps {cal.known_kept:.0%} of known, rejects "
-             f"{cal.unseen_rejected:.0%} of never-learned (AUROC {cal.auroc:.3f})"
-             + ("" if gate.threshold is not None else "; the gate stays OFF"))
+        echo(
+            f"          threshold {cal.threshold:.4f}: keeps {cal.known_kept:.0%} of known, rejects "
+            f"{cal.unseen_rejected:.0%} of never-learned (AUROC {cal.auroc:.3f})"
+            + ("" if gate.threshold is not None else "; the gate stays OFF")
+        )
     parts = replace(parts, gate_threshold=gate.threshold)
     p.step("evaluate", f"{len(cfg.systems)} systems x {len(test)} items")
     note_reads(paths.root, ledger.record(paths.root))  # this read, counted in the headline
@@ -217,9 +251,12 @@ def prepare_rows(cfg: RunConfig, *, echo: Echo = print) -> dict[str, Path]:
     test, _, _ = src.scenarios(echo, retriever)
     pairs = write_preference_pairs(cfg, src, test, echo)
     check_test_contexts(cfg, paths, test, src.owners(), {c.chunk_id: c.text for c in src.chunks}, echo)
-    files = {"knowledge base": paths.world if cfg.data.world is not None else Path(src.files[0]),
-             "splits": paths.root / "data" / "splits", "scenarios": paths.scenarios,
-             "training rows": Path(cfg.train.dataset)}
+    files = {
+        "knowledge base": paths.world if cfg.data.world is not None else Path(src.files[0]),
+        "splits": paths.root / "data" / "splits",
+        "scenarios": paths.scenarios,
+        "training rows": Path(cfg.train.dataset),
+    }
     if cfg.train.val_dataset:
         files["validation rows"] = Path(cfg.train.val_dataset)
     if needs_rag_sft(cfg):

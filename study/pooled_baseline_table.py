@@ -52,10 +52,17 @@ def _cells(items: Sequence[ItemResult]) -> list[tuple[str, str]]:
     return [(s, k) for s in SCENARIO_TYPES for k in ("known", "unknown") if (s, k) in have]
 
 
-def pooled_baselines(per_seed: Sequence[Mapping[str, Sequence[ItemResult]]], lora: str, others: Sequence[str],
-                     deployable: Sequence[str], correct: Callable[[ItemResult], bool], *,
-                     router: tuple[str, str] | None = None, resamples: int = 1000,
-                     seed: int = 0) -> list[BaselineCell]:
+def pooled_baselines(
+    per_seed: Sequence[Mapping[str, Sequence[ItemResult]]],
+    lora: str,
+    others: Sequence[str],
+    deployable: Sequence[str],
+    correct: Callable[[ItemResult], bool],
+    *,
+    router: tuple[str, str] | None = None,
+    resamples: int = 1000,
+    seed: int = 0,
+) -> list[BaselineCell]:
     """Per cell of `lora`'s items: every system's accuracy over seeds and LoRA-RAG minus each, with
     seeds x clusters CIs. `router` = (closed-book LoRA, base RAG) adds the oracle router. A cell
     keeps the items every system answered at the first seed; every seed must hold the same ones."""
@@ -109,15 +116,24 @@ def pooled_baselines(per_seed: Sequence[Mapping[str, Sequence[ItemResult]]], lor
     out = []
     for c, (s, k) in enumerate(cells):
         acc = {name: row(name, m * n_cells + c) for m, name in enumerate(systems)}
-        diffs = {name: row(f"{lora} − {name}", n_sys * n_cells + (m - 1) * n_cells + c)
-                 for m, name in enumerate(systems) if m > 0}
+        diffs = {
+            name: row(f"{lora} − {name}", n_sys * n_cells + (m - 1) * n_cells + c) for m, name in enumerate(systems) if m > 0
+        }
         ranked = {n: acc[n].value for n in [lora, *deployable] if n in acc}
         top = max(ranked.values())
         tied = [n for n, v in ranked.items() if v >= top - 1e-9]
         share = captured(acc[lora].value, acc[ROUTER].value, [acc[n].value for n in router]) if router else "–"
-        out.append(BaselineCell(f"{s} ({k})", len(qids[c]), int((count[c] > 0).sum()), acc[lora],
-                                tuple((n, acc[n], diffs[n]) for n in systems[1:]),
-                                tied[0] if len(tied) == 1 else "tie: " + ", ".join(tied), share))
+        out.append(
+            BaselineCell(
+                f"{s} ({k})",
+                len(qids[c]),
+                int((count[c] > 0).sum()),
+                acc[lora],
+                tuple((n, acc[n], diffs[n]) for n in systems[1:]),
+                tied[0] if len(tied) == 1 else "tie: " + ", ".join(tied),
+                share,
+            )
+        )
     return out
 
 
@@ -125,8 +141,9 @@ def _n(x: float) -> str:
     return "–" if math.isnan(x) else f"{x:.2f}"
 
 
-def baselines_markdown(seeds: Sequence[int], lora: str, cells: Sequence[BaselineCell], resamples: int,
-                       right: str = "") -> str:
+def baselines_markdown(
+    seeds: Sequence[int], lora: str, cells: Sequence[BaselineCell], resamples: int, right: str = ""
+) -> str:
     """Markdown: per cell, LoRA-RAG and each system as `accuracy (LoRA-RAG − it [95% CI])`; `right`
     says what counts as right (eval.scoring.right_text), which for sentence answers is a threshold
     on token F1, not the mean F1 of the run's headline."""
@@ -134,15 +151,23 @@ def baselines_markdown(seeds: Sequence[int], lora: str, cells: Sequence[Baseline
         return ""
     names = [n for n, _, _ in cells[0].others]
     head = ["cell", "items a seed (clusters)", lora, *names, "best (deployable)", "captured"]
-    lines = [f"## {lora} against every baseline, pooled over {len(seeds)} seed{'s' * (len(seeds) != 1)}", "",
-             f"Each system: accuracy{f' (right: {right})' if right else ''}, mean over seeds "
-             f"(`{lora}` minus it [95% CI], {resamples} resamples of "
-             "seeds and clusters, paired on the same items). The oracle router takes closed-book LoRA's answer "
-             "where it is right, else base RAG's; `captured` is the share of its gain over the better of those "
-             f"two that `{lora}` realises (`–` where it gains under {MIN_ROUTER_GAIN:.2f}).", "",
-             "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    lines = [
+        f"## {lora} against every baseline, pooled over {len(seeds)} seed{'s' * (len(seeds) != 1)}",
+        "",
+        f"Each system: accuracy{f' (right: {right})' if right else ''}, mean over seeds "
+        f"(`{lora}` minus it [95% CI], {resamples} resamples of "
+        "seeds and clusters, paired on the same items). The oracle router takes closed-book LoRA's answer "
+        "where it is right, else base RAG's; `captured` is the share of its gain over the better of those "
+        f"two that `{lora}` realises (`–` where it gains under {MIN_ROUTER_GAIN:.2f}).",
+        "",
+        "| " + " | ".join(head) + " |",
+        "|" + "---|" * len(head),
+    ]
     for c in cells:
         cols = [f"{_n(a.value)} ({ci_text(d, signed=True)})" for _, a, d in c.others]
-        lines.append(f"| {c.cell} | {c.n_items} ({c.n_clusters}) | {ci_text(c.lora)} | " + " | ".join(cols)
-                     + f" | {c.best} | {c.captured} |")
+        lines.append(
+            f"| {c.cell} | {c.n_items} ({c.n_clusters}) | {ci_text(c.lora)} | "
+            + " | ".join(cols)
+            + f" | {c.best} | {c.captured} |"
+        )
     return "\n".join(lines) + "\n"

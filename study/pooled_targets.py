@@ -26,8 +26,15 @@ Pair = tuple[Sequence[ItemResult], Sequence[ItemResult]]  # (base RAG, LoRA-RAG)
 Stats = Callable[[Sequence[ItemResult], Sequence[ItemResult]], list[tuple[str, float]]]
 
 # The cells whose LoRA − base accuracy difference the pooled table reports (the demo's targets).
-DIFF_CELLS = (("consistent", "known"), ("factual_error", "known"), ("fabricated", "known"), ("outdated", "known"),
-              ("irrelevant", "known"), ("update", "known"), ("consistent", "unknown"))
+DIFF_CELLS = (
+    ("consistent", "known"),
+    ("factual_error", "known"),
+    ("fabricated", "known"),
+    ("outdated", "known"),
+    ("irrelevant", "known"),
+    ("update", "known"),
+    ("consistent", "unknown"),
+)
 
 
 @dataclass(frozen=True)
@@ -80,16 +87,16 @@ def pooled_rows(per_seed: Sequence[Pair], stats: Stats, *, resamples: int = 1000
         rows = []
         for s in seed_idx:
             gb, gl = grouped[s]
-            rows.append([v for _, v in stats([r for u in unit_idx for r in gb[u]],
-                                              [r for u in unit_idx for r in gl[u]])])
+            rows.append([v for _, v in stats([r for u in unit_idx for r in gb[u]], [r for u in unit_idx for r in gl[u]])])
         return np.mean(rows, axis=0)
 
     cis = crossed_bootstrap(stat, len(per_seed), len(units), resamples=resamples, seed=seed)
     return [PooledRow(n, float(v), lo, hi) for n, v, (lo, hi) in zip(names, point, cis)]
 
 
-def cell_accuracies(base: Sequence[ItemResult], lora: Sequence[ItemResult],
-                    correct: Callable[[ItemResult], bool] = is_correct) -> list[tuple[str, float]]:
+def cell_accuracies(
+    base: Sequence[ItemResult], lora: Sequence[ItemResult], correct: Callable[[ItemResult], bool] = is_correct
+) -> list[tuple[str, float]]:
     """Per DIFF_CELLS cell: base accuracy, LoRA accuracy, their difference (NaN where empty);
     `correct`: the KB's rule (eval/scoring.correct_fn)."""
     out = []
@@ -102,13 +109,14 @@ def cell_accuracies(base: Sequence[ItemResult], lora: Sequence[ItemResult],
     return out
 
 
-def pooled_differences(per_seed: Sequence[Pair], *, resamples: int = 1000, seed: int = 0,
-                       correct: Callable[[ItemResult], bool] = is_correct) -> list[PooledDiff]:
+def pooled_differences(
+    per_seed: Sequence[Pair], *, resamples: int = 1000, seed: int = 0, correct: Callable[[ItemResult], bool] = is_correct
+) -> list[PooledDiff]:
     """LoRA − base accuracy per DIFF_CELLS cell over every seed (see module docstring)."""
     rows = pooled_rows(per_seed, lambda b, lo: cell_accuracies(b, lo, correct), resamples=resamples, seed=seed)
     out = []
     for i, (s, k) in enumerate(DIFF_CELLS):
-        base_r, lora_r, diff_r = rows[3 * i: 3 * i + 3]
+        base_r, lora_r, diff_r = rows[3 * i : 3 * i + 3]
         cell = [r for r in per_seed[0][1] if r.scenario == s and r.knowledge == k]
         if not cell:
             continue
@@ -121,8 +129,9 @@ def pooled_differences(per_seed: Sequence[Pair], *, resamples: int = 1000, seed:
             ps.append(mcnemar_exact(yb, yl)[2])
             one = one_per_cluster([b[q].unit for q in qids], qids)
             pcs.append(mcnemar_exact(yb[one], yl[one])[2])
-        out.append(PooledDiff(f"{s} ({k})", len(cell), len({r.unit for r in cell}),
-                              base_r, lora_r, diff_r, tuple(ps), tuple(pcs)))
+        out.append(
+            PooledDiff(f"{s} ({k})", len(cell), len({r.unit for r in cell}), base_r, lora_r, diff_r, tuple(ps), tuple(pcs))
+        )
     return out
 
 
@@ -135,24 +144,35 @@ def ci_text(r: PooledRow, signed: bool = False) -> str:
     return f.format(r.value) + ci
 
 
-def pooled_markdown(seeds: Sequence[int], targets: Sequence[PooledRow], diffs: Sequence[PooledDiff],
-                    resamples: int, right: str = "") -> str:
+def pooled_markdown(
+    seeds: Sequence[int], targets: Sequence[PooledRow], diffs: Sequence[PooledDiff], resamples: int, right: str = ""
+) -> str:
     """Markdown: the pooled targets, then the pooled differences with McNemar p per seed; `right` says
     what the differences count as right (eval.scoring.right_text)."""
-    lines = [f"## Pooled over {len(seeds)} seeds and the facts asked", "",
-             f"Mean over seeds; 95 % CI from {resamples} resamples of seeds and clusters together "
-             "(organisations or documents: items that share one count once).", "",
-             "| target | mean over seeds [95% CI] |", "|---|---|"]
+    lines = [
+        f"## Pooled over {len(seeds)} seeds and the facts asked",
+        "",
+        f"Mean over seeds; 95 % CI from {resamples} resamples of seeds and clusters together "
+        "(organisations or documents: items that share one count once).",
+        "",
+        "| target | mean over seeds [95% CI] |",
+        "|---|---|",
+    ]
     lines += [f"| {r.name} | {ci_text(r)} |" for r in targets]
     if diffs:
         if right:
             lines += ["", f"Share of items right ({right}), the unit McNemar's test needs."]
-        lines += ["", "| cell | items a seed (clusters) | base RAG | LoRA-RAG | LoRA − base [95% CI] | "
-                  "McNemar p per seed (items) | McNemar p per seed (one item a cluster) |",
-                  "|---|---|---|---|---|---|---|"]
+        lines += [
+            "",
+            "| cell | items a seed (clusters) | base RAG | LoRA-RAG | LoRA − base [95% CI] | "
+            "McNemar p per seed (items) | McNemar p per seed (one item a cluster) |",
+            "|---|---|---|---|---|---|---|",
+        ]
         for d in diffs:
             ps = ", ".join(f"{p:.2g}" for p in d.mcnemar_p)
             pcs = ", ".join(f"{p:.2g}" for p in d.mcnemar_p_cluster)
-            lines.append(f"| {d.cell} | {d.n_items} ({d.n_clusters}) | {ci_text(d.base)} | {ci_text(d.lora)} | "
-                         f"{ci_text(d.diff, signed=True)} | {ps} | {pcs} |")
+            lines.append(
+                f"| {d.cell} | {d.n_items} ({d.n_clusters}) | {ci_text(d.base)} | {ci_text(d.lora)} | "
+                f"{ci_text(d.diff, signed=True)} | {ps} | {pcs} |"
+            )
     return "\n".join(lines) + "\n"

@@ -19,14 +19,7 @@ from lorarag.scenarios.kb_splits import HELD_OUT
 from lorarag.scenarios.records import Scenario
 from lorarag.study.kb_source import KBSource
 from lorarag.study.run_folder import Echo
-from lorarag.train.preference import (
-    FactInfo,
-    build_pairs,
-    kb_facts,
-    pair_summary,
-    pairs_path,
-    write_pairs,
-)
+from lorarag.train.preference import FactInfo, build_pairs, kb_facts, pair_summary, pairs_path, write_pairs
 from lorarag.train.rlhf import describe_preference, preference_changes, train_preference
 from lorarag.train.sft import leak_check, read_sft
 from lorarag.trained.config import RunConfig
@@ -49,8 +42,10 @@ def write_preference_pairs(cfg: RunConfig, src: KBSource, test: Sequence[Scenari
         return None
     pairs = build_pairs(read_sft(cfg.train.dataset), training_facts(src), cfg.train.preference)
     if not pairs:
-        raise ConfigError(f"train.preference: no preference pair in {cfg.train.dataset} (no conflict-aware row "
-                          "of a training fact with a wrong source, or with a right source of an untaught fact)")
+        raise ConfigError(
+            f"train.preference: no preference pair in {cfg.train.dataset} (no conflict-aware row "
+            "of a training fact with a wrong source, or with a right source of an untaught fact)"
+        )
     rows = [q.to_swift() for q in pairs]
     held = [it for g in HELD_OUT for it in src.kb.groups[g]]
     passages = [p.text for s in test for p in s.presented if p.replaces]
@@ -67,13 +62,17 @@ def prefer_or_reuse(cfg: RunConfig, adapter: Path, fresh: bool, echo: Echo) -> P
     changed = preference_changes(cfg.train, pairs)
     if not cfg.train.preference.enabled:
         if changed:
-            raise ConfigError(f"train run '{cfg.train.run_name}' was trained with other data (differs in "
-                              f"{'; '.join(changed)}): rerun with `lorarag run --fresh` or name the run anew")
+            raise ConfigError(
+                f"train run '{cfg.train.run_name}' was trained with other data (differs in "
+                f"{'; '.join(changed)}): rerun with `lorarag run --fresh` or name the run anew"
+            )
         return adapter
     sft_only = changed == ["preference training (the config has it, the adapter does not)"]
     if changed and not sft_only and not fresh:
-        raise ConfigError(f"train run '{cfg.train.run_name}' was trained from other data (differs in "
-                          f"{'; '.join(changed)}): rerun with `lorarag run --fresh` or name the run anew")
+        raise ConfigError(
+            f"train run '{cfg.train.run_name}' was trained from other data (differs in "
+            f"{'; '.join(changed)}): rerun with `lorarag run --fresh` or name the run anew"
+        )
     if not changed:
         echo(f"          reusing preference adapter {adapter} (same pairs and recipe; --fresh retrains)")
         return adapter

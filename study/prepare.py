@@ -13,8 +13,9 @@ from lorarag.scenarios.records import Scenario
 from lorarag.trained.config import RunConfig
 
 
-def index_chunks(cfg: RunConfig, chunks: list[Chunk], n_documents: int, index_cfg: IndexConfig,
-                 embedder: Embedder | None = None) -> Retriever:
+def index_chunks(
+    cfg: RunConfig, chunks: list[Chunk], n_documents: int, index_cfg: IndexConfig, embedder: Embedder | None = None
+) -> Retriever:
     """Index `chunks` under `index_cfg.dir` with the run's retrieval settings; open a retriever
     (`embedder`: an already loaded one to reuse, else one is built when the index is dense)."""
     if index_cfg.dense is not None and embedder is None:

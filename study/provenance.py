@@ -41,8 +41,9 @@ def reads_index(sc: SystemConfig) -> bool:
     return sc.kind != "closed_book" and (sc.context == "retrieved" or sc.kind == "oracle")
 
 
-def row_parts(cfg: RunConfig, sc: SystemConfig, chunks: Iterable[Chunk], adapter: Path | None,
-              rag_sft: Path | None = None) -> dict[str, str]:
+def row_parts(
+    cfg: RunConfig, sc: SystemConfig, chunks: Iterable[Chunk], adapter: Path | None, rag_sft: Path | None = None
+) -> dict[str, str]:
     """The index, prompt and model parts of the stamp of every row `sc` writes (eval/stamps.py).
     `adapter`: the system's own adapter (the RAG-SFT one for kind `rag_sft`), as `system_stamp` takes it."""
     model: dict = {"base": model_fingerprint(cfg.rag.generator.model)}
@@ -53,7 +54,11 @@ def row_parts(cfg: RunConfig, sc: SystemConfig, chunks: Iterable[Chunk], adapter
     parts = {"prompt": part_sha256(cfg.rag.prompt.model_dump(mode="json")), "model": part_sha256(model)}
     if reads_index(sc):
         rag = cfg.rag
-        parts["index"] = chunks_sha256(chunks, {
-            "embedder": rag.embedder.model_dump(mode="json") if rag.embedder else None,
-            "reranker": rag.reranker.model_dump(mode="json") if rag.reranker else None})
+        parts["index"] = chunks_sha256(
+            chunks,
+            {
+                "embedder": rag.embedder.model_dump(mode="json") if rag.embedder else None,
+                "reranker": rag.reranker.model_dump(mode="json") if rag.reranker else None,
+            },
+        )
     return parts

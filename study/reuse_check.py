@@ -39,8 +39,13 @@ def _unchanged(cfg: RunConfig, root: Path) -> bool:
     except (OSError, UnicodeDecodeError, ValueError):
         return False
     sha = git_sha()
-    if not same_cfg or not isinstance(info, dict) or info.get("git_sha") != sha or sha.endswith("+dirty") \
-            or sha == "unknown":
+    if (
+        not same_cfg
+        or not isinstance(info, dict)
+        or info.get("git_sha") != sha
+        or sha.endswith("+dirty")
+        or sha == "unknown"
+    ):
         return False
     saved = info.get("data_hashes") or {}
     inputs = {p: h for p, h in saved.items() if root.resolve() not in Path(p).resolve().parents}
@@ -51,9 +56,12 @@ def _scratch(cfg: RunConfig, folder: Path) -> RunConfig:
     """`cfg` writing stages 1-3 under `folder`: run folder, SFT rows and index (the training run's
     folder, which holds the adapter and its record, stays where it is)."""
     sft = folder / "sft"
-    train = cfg.train.model_copy(update={
-        "dataset": str(sft / "train.jsonl"),
-        "val_dataset": str(sft / "val.jsonl") if cfg.train.val_dataset else None})
+    train = cfg.train.model_copy(
+        update={
+            "dataset": str(sft / "train.jsonl"),
+            "val_dataset": str(sft / "val.jsonl") if cfg.train.val_dataset else None,
+        }
+    )
     rag = cfg.rag.model_copy(update={"index": cfg.rag.index.model_copy(update={"dir": str(folder / "index")})})
     return cfg.model_copy(update={"runs_dir": str(folder / "runs"), "train": train, "rag": rag})
 
@@ -73,9 +81,11 @@ def refuse_before_writing(cfg: RunConfig, root: Path, echo: Echo) -> None:
     for done, trained in ((found, cfg), (rag_sft, rag_sft_config(cfg))):  # the base is known without the rows
         base = [c for c in runs.provenance_changes(trained.train) if c.startswith("base model")] if done else []
         if base:
-            raise ConfigError(f"train run '{trained.train.run_name}' was trained from other data (differs in "
-                              f"{'; '.join(base)}): rerun with `lorarag run --fresh` or name the run anew "
-                              f"(nothing was written)")
+            raise ConfigError(
+                f"train run '{trained.train.run_name}' was trained from other data (differs in "
+                f"{'; '.join(base)}): rerun with `lorarag run --fresh` or name the run anew "
+                f"(nothing was written)"
+            )
     if _unchanged(cfg, root):
         return
     echo("          a trained adapter is there: building the SFT rows aside first, to check it is theirs")
@@ -94,6 +104,8 @@ def refuse_before_writing(cfg: RunConfig, root: Path, echo: Echo) -> None:
         for done, trained in ((found, scratch), (rag_sft, rag_sft_config(scratch))):
             changed = runs.provenance_changes(trained.train) if done is not None else []
             if changed:
-                raise ConfigError(f"train run '{trained.train.run_name}' was trained from other data (differs in "
-                                  f"{'; '.join(changed)}): rerun with `lorarag run --fresh` or name the run anew "
-                                  f"(nothing was written)")
+                raise ConfigError(
+                    f"train run '{trained.train.run_name}' was trained from other data (differs in "
+                    f"{'; '.join(changed)}): rerun with `lorarag run --fresh` or name the run anew "
+                    f"(nothing was written)"
+                )

@@ -120,45 +120,68 @@ def seed_rows(per_seed: Sequence[Sequence[tuple[str, float, bool]]]) -> list[See
 def seeds_markdown(seeds: Sequence[int], rows: Sequence[SeedRow], gates: Mapping[int, dict | None]) -> str:
     """Markdown: every target per seed, mean ± sd, range, seeds meeting it; the gate per seed."""
     head = " | ".join(f"seed {s}" for s in seeds)
-    lines = [f"## Targets across {len(seeds)} training seeds", "",
-             "A seed meets a target when the 95 % CI bound of its own reading clears the bar (the bound each "
-             "run's targets table shows), not on its value alone; ✗ marks a seed that does not.", "",
-             f"| target | {head} | mean ± sd | 95% CI of the mean (t) | range | met |",
-             "|---|" + "---|" * (len(seeds) + 4)]
+    lines = [
+        f"## Targets across {len(seeds)} training seeds",
+        "",
+        "A seed meets a target when the 95 % CI bound of its own reading clears the bar (the bound each "
+        "run's targets table shows), not on its value alone; ✗ marks a seed that does not.",
+        "",
+        f"| target | {head} | mean ± sd | 95% CI of the mean (t) | range | met |",
+        "|---|" + "---|" * (len(seeds) + 4),
+    ]
     for r in rows:
         vals = " | ".join(f"{v:.2f}" + ("" if ok else " ✗") for v, ok in zip(r.values, r.met))
         ci = "–" if math.isnan(r.ci_lo) else f"[{r.ci_lo:.2f}, {r.ci_hi:.2f}]"
-        spread = "– | – | –" if math.isnan(r.mean) else \
-            f"{r.mean:.2f} ± {r.sd:.2f} | {ci} | {r.lo:.2f}–{r.hi:.2f}"
+        spread = "– | – | –" if math.isnan(r.mean) else f"{r.mean:.2f} ± {r.sd:.2f} | {ci} | {r.lo:.2f}–{r.hi:.2f}"
         lines.append(f"| {r.target} | {vals} | {spread} | {r.n_met}/{len(seeds)} |")
     lines.append("")
     lora_rows = [r for r in rows if not r.target.startswith(BASE_TARGET)]
     for label, sel in (("All targets", rows), ("All LoRA-RAG and detector targets", lora_rows)):
         every = [all(r.met[i] for r in sel) for i in range(len(seeds))]
-        lines.append(f"{label} met at once: {sum(every)} of {len(seeds)} seeds "
-                     f"({', '.join(str(s) for s, ok in zip(seeds, every) if ok) or 'none'}).")
-    lines += ["",
-              "| seed | gate threshold | dev known kept | dev never-learned rejected | dev AUROC |",
-              "|---|---|---|---|---|"]
+        lines.append(
+            f"{label} met at once: {sum(every)} of {len(seeds)} seeds "
+            f"({', '.join(str(s) for s, ok in zip(seeds, every) if ok) or 'none'})."
+        )
+    lines += [
+        "",
+        "| seed | gate threshold | dev known kept | dev never-learned rejected | dev AUROC |",
+        "|---|---|---|---|---|",
+    ]
     for s in seeds:
         g = gates.get(s)
-        lines.append(f"| {s} | " + (" | ".join([f"{g['threshold']:.4f}", f"{g['known_kept']:.2f}",
-                                                 f"{g['unseen_rejected']:.2f}", f"{g['auroc']:.3f}"])
-                                      if g else "– | – | – | –") + " |")
+        lines.append(
+            f"| {s} | "
+            + (
+                " | ".join(
+                    [f"{g['threshold']:.4f}", f"{g['known_kept']:.2f}", f"{g['unseen_rejected']:.2f}", f"{g['auroc']:.3f}"]
+                )
+                if g
+                else "– | – | – | –"
+            )
+            + " |"
+        )
     return "\n".join(lines) + "\n"
 
 
-def seeds_baselines(cfg: RunConfig, every: Sequence[Mapping[str, Sequence[ItemResult]]],
-                    correct: Callable[[ItemResult], bool]) -> list[BaselineCell]:
+def seeds_baselines(
+    cfg: RunConfig, every: Sequence[Mapping[str, Sequence[ItemResult]]], correct: Callable[[ItemResult], bool]
+) -> list[BaselineCell]:
     """LoRA-RAG against every system read on its context mode (study/baseline_tables.comparable), pooled
     over the seeds' results; the oracle router where closed-book LoRA and base RAG both ran."""
     base, lora = pair_names(cfg, every[0])
     ctx = _context(cfg, lora)
     others = comparable(cfg, every[0], ctx, lora)
     cb = next((s.name for s in others if s.kind == "closed_book" and s.adapter is not None), None)
-    return pooled_baselines(every, lora, [s.name for s in others], [s.name for s in others if s.kind != "oracle"],
-                            correct, router=(cb, base) if cb and base in every[0] else None,
-                            resamples=cfg.eval.bootstrap, seed=cfg.eval.seed)
+    return pooled_baselines(
+        every,
+        lora,
+        [s.name for s in others],
+        [s.name for s in others if s.kind != "oracle"],
+        correct,
+        router=(cb, base) if cb and base in every[0] else None,
+        resamples=cfg.eval.bootstrap,
+        seed=cfg.eval.seed,
+    )
 
 
 def seeds_declined(cfg: RunConfig, every: Sequence[Mapping[str, Sequence[ItemResult]]]) -> list[str]:
@@ -172,8 +195,15 @@ def _context(cfg: RunConfig, system: str) -> str:
     return next(s.context for s in cfg.systems if s.name == system)
 
 
-def run_seeds(cfg: RunConfig, seeds: Sequence[int], *, fresh: bool = False, dry_run: bool = False,
-              echo: Echo = print, reread_test: bool = False) -> str | None:
+def run_seeds(
+    cfg: RunConfig,
+    seeds: Sequence[int],
+    *,
+    fresh: bool = False,
+    dry_run: bool = False,
+    echo: Echo = print,
+    reread_test: bool = False,
+) -> str | None:
     """Run `cfg` once per seed (see module docstring) and write the summary; returns its Markdown.
     `reread_test`: as `lorarag run --reread-test` (the seeds are one recipe to the test ledger)."""
 
@@ -193,8 +223,11 @@ def run_seeds(cfg: RunConfig, seeds: Sequence[int], *, fresh: bool = False, dry_
     out = Path(cfg.runs_dir) / f"{cfg.name}-seeds"
     w = cfg.data.world
     source_seed = {"splits": cfg.data.splits.seed, **({"world": w.seed} if w is not None else {})}
-    start_run(out, cfg, seeds={"run": cfg.seed, **source_seed, "eval": cfg.eval.seed,
-                               **{f"train.{i}": s for i, s in enumerate(seeds)}})
+    start_run(
+        out,
+        cfg,
+        seeds={"run": cfg.seed, **source_seed, "eval": cfg.eval.seed, **{f"train.{i}": s for i, s in enumerate(seeds)}},
+    )
     first = Paths(Path(cfg.runs_dir) / cfgs[0].name)
     per_seed, pairs, gates, every = [], [], {}, []
     for i, (s, c) in enumerate(zip(seeds, cfgs), 1):
@@ -216,20 +249,42 @@ def run_seeds(cfg: RunConfig, seeds: Sequence[int], *, fresh: bool = False, dry_
     rows = seed_rows(per_seed)
     echo(f"          pooling {len(seeds)} seeds: {cfg.eval.bootstrap} resamples of seeds and facts")
     pooled = pooled_rows(pairs, partial(target_values, cfg), resamples=cfg.eval.bootstrap, seed=cfg.eval.seed)
-    diffs = pooled_differences(pairs, resamples=cfg.eval.bootstrap, seed=cfg.eval.seed,
-                               correct=correct_fn(cfg.data.answer_metric))
+    diffs = pooled_differences(
+        pairs, resamples=cfg.eval.bootstrap, seed=cfg.eval.seed, correct=correct_fn(cfg.data.answer_metric)
+    )
     cells = seeds_baselines(cfg, every, correct_fn(cfg.data.answer_metric))
     right = right_text(cfg.data.answer_metric)
-    md = (seeds_markdown(seeds, rows, gates) + "\n" + pooled_markdown(seeds, pooled, diffs, cfg.eval.bootstrap, right)
-          + "\n" + baselines_markdown(seeds, pair_names(cfg, every[0])[1], cells, cfg.eval.bootstrap, right)
-          + "\n" + "\n".join(seeds_declined(cfg, every)))
+    md = (
+        seeds_markdown(seeds, rows, gates)
+        + "\n"
+        + pooled_markdown(seeds, pooled, diffs, cfg.eval.bootstrap, right)
+        + "\n"
+        + baselines_markdown(seeds, pair_names(cfg, every[0])[1], cells, cfg.eval.bootstrap, right)
+        + "\n"
+        + "\n".join(seeds_declined(cfg, every))
+    )
     (out / "seeds.md").write_text(f"# lorarag seeds {cfg.name}\n\n" + md, encoding="utf-8")
-    (out / "seeds.json").write_text(json.dumps(nan_to_none(
-        {"seeds": list(seeds), "runs": [c.name for c in cfgs], "gates": {str(k): v for k, v in gates.items()},
-         "targets": [asdict(r) | {"n_met": r.n_met} for r in rows],
-         "pooled": {"resamples": cfg.eval.bootstrap, "targets": [asdict(r) for r in pooled],
-                    "differences": [asdict(d) for d in diffs], "baselines": [asdict(c) for c in cells]}}),
-        indent=1, allow_nan=False), encoding="utf-8")
+    (out / "seeds.json").write_text(
+        json.dumps(
+            nan_to_none(
+                {
+                    "seeds": list(seeds),
+                    "runs": [c.name for c in cfgs],
+                    "gates": {str(k): v for k, v in gates.items()},
+                    "targets": [asdict(r) | {"n_met": r.n_met} for r in rows],
+                    "pooled": {
+                        "resamples": cfg.eval.bootstrap,
+                        "targets": [asdict(r) for r in pooled],
+                        "differences": [asdict(d) for d in diffs],
+                        "baselines": [asdict(c) for c in cells],
+                    },
+                }
+            ),
+            indent=1,
+            allow_nan=False,
+        ),
+        encoding="utf-8",
+    )
     echo(md)
     echo(f"summary: {out / 'seeds.md'}")
     return md

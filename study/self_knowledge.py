@@ -85,14 +85,16 @@ def probe_questions(kb: KB, plan: dict) -> tuple[list[str], list[int], list[str]
     qs, ys, cl = [], [], []
     for it in kb.groups.get("known", []):
         p = plan.get(it.qid)
-        for w in (p.trained if p is not None else it.all_wordings):
+        for w in p.trained if p is not None else it.all_wordings:
             qs.append(w), ys.append(0), cl.append(it.cluster or it.qid)
     for it in kb.groups.get("context_only", []):
         for w in it.all_wordings:
             qs.append(w), ys.append(1), cl.append(it.cluster or it.qid)
     if not (0 in ys and 1 in ys):
-        raise UserError("the probe needs known and context-only training facts: this split has "
-                        f"{ys.count(0)} known and {ys.count(1)} context-only questions")
+        raise UserError(
+            "the probe needs known and context-only training facts: this split has "
+            f"{ys.count(0)} known and {ys.count(1)} context-only questions"
+        )
     return qs, ys, cl
 
 
@@ -109,14 +111,18 @@ def fit_probe(x: np.ndarray, y: list[int], groups: list[str], layers: list[int],
     folds = list(GroupKFold(n_splits=min(5, len(set(groups)))).split(x, y_arr, g_arr))
 
     def model(c: float):
-        return make_pipeline(StandardScaler(), LogisticRegression(C=c, class_weight="balanced", max_iter=5000,
-                                                                  random_state=seed))
+        return make_pipeline(
+            StandardScaler(), LogisticRegression(C=c, class_weight="balanced", max_iter=5000, random_state=seed)
+        )
 
     best: tuple[float, int, float] | None = None
     for j in range(len(layers)):
         for c in PROBE_C:
-            aucs = [roc_auc_score(y_arr[te], model(c).fit(x[tr, j], y_arr[tr]).predict_proba(x[te, j])[:, 1])
-                    for tr, te in folds if len(set(y_arr[te])) == 2 and len(set(y_arr[tr])) == 2]
+            aucs = [
+                roc_auc_score(y_arr[te], model(c).fit(x[tr, j], y_arr[tr]).predict_proba(x[te, j])[:, 1])
+                for tr, te in folds
+                if len(set(y_arr[te])) == 2 and len(set(y_arr[tr])) == 2
+            ]
             score = float(np.mean(aucs)) if aucs else float("nan")
             if best is None or score > best[0]:
                 best = (score, j, c)
@@ -126,8 +132,9 @@ def fit_probe(x: np.ndarray, y: list[int], groups: list[str], layers: list[int],
     return j, model(c).fit(x[:, j], y_arr), fit
 
 
-def _items(split: str, test: list[Scenario], dev_known: list[Scenario],
-           dev_unseen: list[Scenario]) -> list[tuple[Scenario, bool]]:
+def _items(
+    split: str, test: list[Scenario], dev_known: list[Scenario], dev_unseen: list[Scenario]
+) -> list[tuple[Scenario, bool]]:
     if split == "dev":
         return [(s, True) for s in dev_known] + [(s, False) for s in dev_unseen]
     seen: set[str] = set()
@@ -139,12 +146,14 @@ def _items(split: str, test: list[Scenario], dev_known: list[Scenario],
     return out
 
 
-def compare_signals(cfg: RunConfig, *, split: Literal["dev", "test"] = "dev", samples: int = 8,
-                    temperature: float = 1.0, echo: Echo = print) -> dict:
+def compare_signals(
+    cfg: RunConfig, *, split: Literal["dev", "test"] = "dev", samples: int = 8, temperature: float = 1.0, echo: Echo = print
+) -> dict:
     """Read the SIGNALS on `split` of the run's trained adapter; write and return the summary."""
     if cfg.rag.generator.kind != "transformers":
-        raise ConfigError(f"the probe reads hidden states of a transformers generator; rag.generator.kind is "
-                          f"{cfg.rag.generator.kind!r}")
+        raise ConfigError(
+            f"the probe reads hidden states of a transformers generator; rag.generator.kind is {cfg.rag.generator.kind!r}"
+        )
     if samples < 2 or temperature <= 0:
         raise UserError("agreement needs --samples >= 2 and --temperature > 0")
     run = studied_run(cfg, echo)
@@ -171,25 +180,45 @@ def compare_signals(cfg: RunConfig, *, split: Literal["dev", "test"] = "dev", sa
     import torch
 
     torch.manual_seed(cfg.eval.seed)
-    sampler = build_generator(with_adapter_name(cfg.rag.generator, str(adapter)).model_copy(
-        update={"temperature": temperature}))
+    sampler = build_generator(
+        with_adapter_name(cfg.rag.generator, str(adapter)).model_copy(update={"temperature": temperature})
+    )
     drawn = []
     for s in range(0, len(questions), 16):
-        drawn += closed_book(sampler, ADAPTER, [q for q in questions[s:s + 16] for _ in range(samples)])
+        drawn += closed_book(sampler, ADAPTER, [q for q in questions[s : s + 16] for _ in range(samples)])
         echo(f"          {min(s + 16, len(questions))}/{len(questions)} questions sampled")
     sampler.close()
     readings = []
     for i, ((s, learned), c) in enumerate(zip(items, cb)):
-        exact, f1 = disagreement(c.answer, [d.answer for d in drawn[i * samples:(i + 1) * samples]], s.language)
-        readings.append(Reading(s.question, s.fact_id, s.cluster or owners.get(s.question, (s.fact_id, s.fact_id))[1],
-                                learned, c.answer, is_unknown(c.answer), c.nll, float(p_never[i]), exact, f1))
+        exact, f1 = disagreement(c.answer, [d.answer for d in drawn[i * samples : (i + 1) * samples]], s.language)
+        readings.append(
+            Reading(
+                s.question,
+                s.fact_id,
+                s.cluster or owners.get(s.question, (s.fact_id, s.fact_id))[1],
+                learned,
+                c.answer,
+                is_unknown(c.answer),
+                c.nll,
+                float(p_never[i]),
+                exact,
+                f1,
+            )
+        )
     summary = summarise(readings, seed=cfg.eval.seed)
-    summary.update(split=split, probe=asdict(fit), samples=samples, temperature=temperature,
-                   adapter=adapter_sha256(adapter), generator=generator_id(cfg.rag.generator))
+    summary.update(
+        split=split,
+        probe=asdict(fit),
+        samples=samples,
+        temperature=temperature,
+        adapter=adapter_sha256(adapter),
+        generator=generator_id(cfg.rag.generator),
+    )
     out = paths.root / "self_knowledge"
     out.mkdir(parents=True, exist_ok=True)
-    (out / f"{split}.jsonl").write_text("".join(json.dumps(asdict(r), ensure_ascii=False) + "\n" for r in readings),
-                                        encoding="utf-8")
+    (out / f"{split}.jsonl").write_text(
+        "".join(json.dumps(asdict(r), ensure_ascii=False) + "\n" for r in readings), encoding="utf-8"
+    )
     (out / f"{split}.json").write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")
     echo(table(summary))
     echo(f"written: {out / split}.jsonl, .json")
@@ -212,11 +241,15 @@ def summarise(readings: list[Reading], *, seed: int = 0) -> dict:
     y = np.array([not r.learned for r in claimed])
     clusters = [r.cluster for r in claimed]
     base = np.array([r.nll for r in claimed])
-    out: dict = {"n_learned": int((~y).sum()), "n_never": int(y.sum()),
-                 "clusters_learned": len({r.cluster for r in claimed if r.learned}),
-                 "clusters_never": len({r.cluster for r in claimed if not r.learned}),
-                 "declined_learned": sum(r.declined and r.learned for r in readings),
-                 "declined_never": sum(r.declined and not r.learned for r in readings), "signals": {}}
+    out: dict = {
+        "n_learned": int((~y).sum()),
+        "n_never": int(y.sum()),
+        "clusters_learned": len({r.cluster for r in claimed if r.learned}),
+        "clusters_never": len({r.cluster for r in claimed if not r.learned}),
+        "declined_learned": sum(r.declined and r.learned for r in readings),
+        "declined_never": sum(r.declined and not r.learned for r in readings),
+        "signals": {},
+    }
     for name in SIGNALS:
         d = paired_auroc(base, np.array([getattr(r, name) for r in claimed]), y, clusters, seed=seed)
         out["signals"][name] = {"auroc": d.b, "diff_vs_nll": d.diff, "lo": d.lo, "hi": d.hi}
@@ -225,11 +258,15 @@ def summarise(readings: list[Reading], *, seed: int = 0) -> dict:
 
 def table(summary: dict) -> str:
     """The summary as a markdown table."""
-    lines = [f"{summary.get('split', '')} claimed memories: {summary['n_learned']} learned "
-             f"({summary['clusters_learned']} clusters) vs {summary['n_never']} never learned "
-             f"({summary['clusters_never']} clusters); declined: {summary['declined_learned']} learned, "
-             f"{summary['declined_never']} never learned",
-             "", "| signal | AUROC | vs nll [95 % CI] |", "|---|---|---|"]
+    lines = [
+        f"{summary.get('split', '')} claimed memories: {summary['n_learned']} learned "
+        f"({summary['clusters_learned']} clusters) vs {summary['n_never']} never learned "
+        f"({summary['clusters_never']} clusters); declined: {summary['declined_learned']} learned, "
+        f"{summary['declined_never']} never learned",
+        "",
+        "| signal | AUROC | vs nll [95 % CI] |",
+        "|---|---|---|",
+    ]
     for name, s in summary["signals"].items():
         diff = "—" if name == "nll" else f"{s['diff_vs_nll']:+.3f} [{s['lo']:+.3f}, {s['hi']:+.3f}]"
         lines.append(f"| {name} | {s['auroc']:.3f} | {diff} |")

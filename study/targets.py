@@ -81,6 +81,7 @@ def judge(name: str, value: float, lo: float, hi: float, bar: float | tuple[floa
     """A target met only past its CI: `bar` a float is "at least" when `name` has `>=` in it (the lower
     bound must reach it) and "at most" otherwise (the upper bound must stay under it); a pair
     (low, high) is a band the whole interval must lie in. A NaN value or bound is not met."""
+
     def ok(x: float) -> bool:
         return not math.isnan(value) and not math.isnan(x)
 
@@ -92,17 +93,26 @@ def judge(name: str, value: float, lo: float, hi: float, bar: float | tuple[floa
     return Target(name, value, ok(hi) and hi <= bar, f"upper {_num(hi)} ({how})")
 
 
-def auroc_ci(items: Sequence[ItemResult], positives: Sequence[str] | None, negatives: Sequence[str],
-             resamples: int = 1000, seed: int = 0) -> tuple[float, float]:
+def auroc_ci(
+    items: Sequence[ItemResult],
+    positives: Sequence[str] | None,
+    negatives: Sequence[str],
+    resamples: int = 1000,
+    seed: int = 0,
+) -> tuple[float, float]:
     """95 % CI of the detector's AUROC (eval.conflict_metrics.detector: flawed `positives` against
     `negatives`, an invalid reply the worst score) from a stratified cluster bootstrap
     (eval.stats.paired_auroc against a constant score, whose AUROC is 0.5 on every resample)."""
     pos = set(positives) if positives else {s for s in SCENARIO_TYPES if s not in SOUND_CONTEXTS}
-    sel = [r for r in items if (r.flag_score is not None or r.verdict == "invalid")
-           and (r.scenario in pos or r.scenario in negatives)]
+    sel = [
+        r
+        for r in items
+        if (r.flag_score is not None or r.verdict == "invalid") and (r.scenario in pos or r.scenario in negatives)
+    ]
     y = np.array([r.scenario in pos for r in sel], dtype=bool)
-    scores = np.array([(0.0 if t else 1.0) if r.verdict == "invalid" else r.flag_score for r, t in zip(sel, y)],
-                      dtype=np.float64)
+    scores = np.array(
+        [(0.0 if t else 1.0) if r.verdict == "invalid" else r.flag_score for r, t in zip(sel, y)], dtype=np.float64
+    )
     if not len(sel) or y.all() or not y.any():
         return math.nan, math.nan
     d = paired_auroc(np.zeros(len(sel)), scores, y, [r.unit for r in sel], resamples=resamples, seed=seed)
@@ -124,8 +134,14 @@ def abstention_rows(lora: Sequence[ItemResult], asked: bool | None = None) -> li
     return [judge(ABSTAIN_TARGET, r.value, r.lo, r.hi, ABSTAIN_BAR, "Wilson")]
 
 
-def target_rows(base: Sequence[ItemResult], lora: Sequence[ItemResult], *, updates: bool | None = None,
-                bounds: bool = True, unanswerable: bool | None = None) -> list[Target]:
+def target_rows(
+    base: Sequence[ItemResult],
+    lora: Sequence[ItemResult],
+    *,
+    updates: bool | None = None,
+    bounds: bool = True,
+    unanswerable: bool | None = None,
+) -> list[Target]:
     """Every target of the CPU demo, each met only when its 95 % CI bound clears the bar (`judge`):
     accuracies and over-fallback by their Wilson interval, AUROCs by `auroc_ci`. The `update` targets
     where the run evaluates that cell (`updates`; None: where `lora` holds update items), the
@@ -160,32 +176,47 @@ def target_rows(base: Sequence[ItemResult], lora: Sequence[ItemResult], *, updat
         ("LoRA-RAG, over-fallback on consistent unknown facts <= 0.10", (ofb.value, ofb.lo, ofb.hi), 0.10, wilson),
         ("detector AUROC, known, all flawed >= 0.9", auroc(lora, "known"), 0.9, bamber),
         ("detector AUROC, known, factual error >= 0.9", auroc(lora, "known", ["factual_error"]), 0.9, bamber),
-        ("detector AUROC, unknown, factual error ~ 0.5 (0.35-0.65)", auroc(lora, "unknown", ["factual_error"]),
-         (0.35, 0.65), bamber),
+        (
+            "detector AUROC, unknown, factual error ~ 0.5 (0.35-0.65)",
+            auroc(lora, "unknown", ["factual_error"]),
+            (0.35, 0.65),
+            bamber,
+        ),
     ]
     if updates if updates is not None else any(r.scenario == "update" for r in lora):
         # the context right, the memory stale: the cells that tell detection from memory
         # an update differs from the memory as a factual error does: only what the source says about
         # itself (its date) can tell a newer value from a wrong one, and outdated from newer
-        rows += [("LoRA-RAG, update (known) >= 0.85", acc(lora, "update", "known"), 0.85, wilson),
-                 ("detector AUROC, known, outdated vs update >= 0.9",
-                  auroc(lora, "known", ["outdated"], ["update"]), 0.9, bamber),
-                 ("detector AUROC, known, factual error vs update >= 0.9",
-                  auroc(lora, "known", ["factual_error"], ["update"]), 0.9, bamber)]
+        rows += [
+            ("LoRA-RAG, update (known) >= 0.85", acc(lora, "update", "known"), 0.85, wilson),
+            (
+                "detector AUROC, known, outdated vs update >= 0.9",
+                auroc(lora, "known", ["outdated"], ["update"]),
+                0.9,
+                bamber,
+            ),
+            (
+                "detector AUROC, known, factual error vs update >= 0.9",
+                auroc(lora, "known", ["factual_error"], ["update"]),
+                0.9,
+                bamber,
+            ),
+        ]
     return [judge(name, v, lo, hi, bar, how) for name, (v, lo, hi), bar, how in rows] + abstention_rows(lora, unanswerable)
 
 
-def targets(base: Sequence[ItemResult], lora: Sequence[ItemResult], *, updates: bool | None = None
-            ) -> list[tuple[str, float, bool]]:
+def targets(
+    base: Sequence[ItemResult], lora: Sequence[ItemResult], *, updates: bool | None = None
+) -> list[tuple[str, float, bool]]:
     """(target, measured, met) of `target_rows`, for callers that need no bound."""
     return [(t.name, t.value, t.met) for t in target_rows(base, lora, updates=updates)]
 
 
-def target_values(base: Sequence[ItemResult], lora: Sequence[ItemResult], *, updates: bool | None = None,
-                  unanswerable: bool | None = None) -> list[tuple[str, float]]:
+def target_values(
+    base: Sequence[ItemResult], lora: Sequence[ItemResult], *, updates: bool | None = None, unanswerable: bool | None = None
+) -> list[tuple[str, float]]:
     """(target, measured) of `target_rows` without bounds: for a caller that resamples (study/pooled_targets.py)."""
-    return [(t.name, t.value) for t in target_rows(base, lora, updates=updates, bounds=False,
-                                                   unanswerable=unanswerable)]
+    return [(t.name, t.value) for t in target_rows(base, lora, updates=updates, bounds=False, unanswerable=unanswerable)]
 
 
 def over_fallback_cell(cfg: RunConfig, items: Sequence[ItemResult]) -> str:
@@ -194,8 +225,12 @@ def over_fallback_cell(cfg: RunConfig, items: Sequence[ItemResult]) -> str:
     sel = [r for r in items if routed_consistent(r)]
     if not sel:
         return "–"
-    rate, lo, hi = cluster_rate(np.array([float(left_context(r)) for r in sel]), [r.unit for r in sel],
-                                resamples=cfg.eval.bootstrap, seed=cfg.eval.seed)
+    rate, lo, hi = cluster_rate(
+        np.array([float(left_context(r)) for r in sel]),
+        [r.unit for r in sel],
+        resamples=cfg.eval.bootstrap,
+        seed=cfg.eval.seed,
+    )
     ci = "" if math.isnan(lo) else f" [{lo:.2f}, {hi:.2f}]"
     return f"{_num(rate)}{ci} ({_num(consistent_abstention(sel).value)})"
 
@@ -204,15 +239,21 @@ def set_table(title: str, results: Mapping[str, Sequence[ItemResult]]) -> str:
     """Markdown for a real conflict set, one row per system x cell: accuracy (95 % CI), mean token
     F1 to the true answer and how often the answer sides with a wrong source (both readable where
     answers are sentences), and for systems with a verdict, over-fallback and detector AUROC."""
-    lines = [f"## {title}: by system and cell", "",
-             "| system | cell | accuracy [95% CI] | token F1 to true answer | sides with wrong source "
-             "| over-fallback | detector AUROC |", "|---|---|---|---|---|---|---|"]
+    lines = [
+        f"## {title}: by system and cell",
+        "",
+        "| system | cell | accuracy [95% CI] | token F1 to true answer | sides with wrong source "
+        "| over-fallback | detector AUROC |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for name, items in results.items():
         judged = any(r.flag_score is not None for r in items)
         extra = [_num(over_fallback(items).value), _num(detector(items).auroc)] if judged else ["–", "–"]
         cells = [(s, k) for s in SCENARIO_TYPES for k in sorted({r.knowledge for r in items}) if _cell(items, s, k)]
         for i, (s, k) in enumerate(cells):
             sel = _cell(items, s, k)
-            lines.append(f"| {name} | {s} ({k}) | {_acc(sel)} | {_num(gold_f1(sel))} | "
-                         f"{_num(sides_with_source(sel).value)} | " + " | ".join(extra if i == 0 else ["", ""]) + " |")
+            lines.append(
+                f"| {name} | {s} ({k}) | {_acc(sel)} | {_num(gold_f1(sel))} | "
+                f"{_num(sides_with_source(sel).value)} | " + " | ".join(extra if i == 0 else ["", ""]) + " |"
+            )
     return "\n".join(lines) + "\n"

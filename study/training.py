@@ -39,14 +39,14 @@ def _tiny_qwen3(folder: str) -> None:
 BASE_PREPARERS: dict[str, Callable[[str], None]] = {"smollm2_gguf": _smollm2, "tiny_qwen3": _tiny_qwen3}
 
 
-
-
-
-
-
-
-def write_rag_sft(cfg: RunConfig, rows: list[SFTRow], val: list[SFTRow], chunks: list[Chunk],
-                  check: Callable[[list[SFTRow]], None], echo: Echo) -> None:
+def write_rag_sft(
+    cfg: RunConfig,
+    rows: list[SFTRow],
+    val: list[SFTRow],
+    chunks: list[Chunk],
+    check: Callable[[list[SFTRow]], None],
+    echo: Echo,
+) -> None:
     """The RAG-SFT rows of the LoRA's (train and val) rows, leak-checked by `check` as the LoRA's
     train rows are, written where `rag_sft_config` trains from; nothing when no system needs them."""
     if not needs_rag_sft(cfg):
@@ -79,8 +79,10 @@ def train_or_reuse(cfg: RunConfig, fresh: bool, echo: Echo) -> Path:
         if found is not None:
             changed = runs.provenance_changes(cfg.train)
             if changed:
-                raise ConfigError(f"train run '{cfg.train.run_name}' was trained from other data (differs in "
-                                  f"{'; '.join(changed)}): rerun with `lorarag run --fresh` or name the run anew")
+                raise ConfigError(
+                    f"train run '{cfg.train.run_name}' was trained from other data (differs in "
+                    f"{'; '.join(changed)}): rerun with `lorarag run --fresh` or name the run anew"
+                )
             echo(f"          reusing adapter {found} (same SFT rows, base and recipe; --fresh retrains)")
             return found
     out = train_dir(cfg)
@@ -96,7 +98,6 @@ def train_rag_sft(cfg: RunConfig, fresh: bool, echo: Echo) -> Path | None:
         return None
     echo(f"          RAG-SFT adapter, run '{rag_sft_config(cfg).train.run_name}' (same recipe, seed and steps)")
     return train_or_reuse(rag_sft_config(cfg), fresh, echo)
-
 
 
 def describe_training(cfg: RunConfig, fresh: bool) -> str:

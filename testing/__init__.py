@@ -13,6 +13,4 @@ the CLI may use it and nothing below them does; it imports nothing of lorarag.
 # Installed as lorarag.testing (pyproject's package-dir): a bare `import testing` from the checkout root
 # would load a second copy of every module, with its own registries and records.
 if __name__ != "lorarag.testing":
-    raise ImportError(f"import lorarag.testing, not {__name__}: the folder testing/ is installed as "
-                      "lorarag.testing")
-
+    raise ImportError(f"import lorarag.testing, not {__name__}: the folder testing/ is installed as lorarag.testing")

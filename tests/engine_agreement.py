@@ -15,9 +15,16 @@ from lorarag.rag.generators.base import Generation, Message
 TOL = 1e-4  # nats (NLL) and probability (top-k)
 K = 5  # top logprobs read, as a verdict pass reads its label tokens' probabilities
 REPEAT = "the company was founded in 1998 in Berlin and moved to Milan. " * 4
-CONVS = [[Message("system", "Answer from the sources."), Message("user", q)] for q in (
-    "When was the company founded?", REPEAT + "Where is it now?", "Quelle est la capitale de la France ?",
-    REPEAT, "初次申领机动车号牌的，应当向哪个部门申请？")]
+CONVS = [
+    [Message("system", "Answer from the sources."), Message("user", q)]
+    for q in (
+        "When was the company founded?",
+        REPEAT + "Where is it now?",
+        "Quelle est la capitale de la France ?",
+        REPEAT,
+        "初次申领机动车号牌的，应当向哪个部门申请？",
+    )
+]
 
 
 def assert_read_alike(want: list[Generation], got: list[Generation]) -> None:

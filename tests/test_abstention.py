@@ -22,11 +22,25 @@ REPO = Path(__file__).resolve().parent.parent
 def _items(system: str, unanswerable: int, abstained: int, answerable: int, declined: int) -> list:
     """`unanswerable` items without a gold answer (the first `abstained` abstained on), `answerable`
     consistent items (the first `declined` declined, the others answered right)."""
-    un = [make_item(system=system, qid=f"u{i}", fact_id=f"u{i}", scenario="unanswerable", gold_answers=(),
-                    context_answer=None, answer="" if i < abstained else "About 300.", abstained=i < abstained)
-          for i in range(unanswerable)]
-    return un + [make_item(system=system, qid=f"a{i}", fact_id=f"a{i}", answer="" if i < declined else "50 km/h",
-                           abstained=i < declined) for i in range(answerable)]
+    un = [
+        make_item(
+            system=system,
+            qid=f"u{i}",
+            fact_id=f"u{i}",
+            scenario="unanswerable",
+            gold_answers=(),
+            context_answer=None,
+            answer="" if i < abstained else "About 300.",
+            abstained=i < abstained,
+        )
+        for i in range(unanswerable)
+    ]
+    return un + [
+        make_item(
+            system=system, qid=f"a{i}", fact_id=f"a{i}", answer="" if i < declined else "50 km/h", abstained=i < declined
+        )
+        for i in range(answerable)
+    ]
 
 
 def test_recall_and_precision_count_abstentions_by_hand():
@@ -125,15 +139,31 @@ def test_a_squad_shaped_kb_asks_its_unanswerable_questions_and_read_support_abst
     (a,) = [x for x in test if x.scenario == "consistent"][:1]
 
     def lora(sc, verdict: str) -> object:  # no memory after the gate; the verdict alone would abstain
-        return make_item(system="lora_rag", qid=sc.qid, fact_id=sc.fact_id, scenario=sc.scenario,
-                         knowledge=sc.knowledge, question=sc.question, gold_answers=sc.gold_answers,
-                         context_answer=sc.context_answer, final_texts=tuple(p.text for p in sc.presented),
-                         verdict=verdict, flag_score=0.9, verdict_probs=(("supported", 0.1), (verdict, 0.9)),
-                         route="abstain", memory_answer=None, context_answer_model=None, answer="", abstained=True)
+        return make_item(
+            system="lora_rag",
+            qid=sc.qid,
+            fact_id=sc.fact_id,
+            scenario=sc.scenario,
+            knowledge=sc.knowledge,
+            question=sc.question,
+            gold_answers=sc.gold_answers,
+            context_answer=sc.context_answer,
+            final_texts=tuple(p.text for p in sc.presented),
+            verdict=verdict,
+            flag_score=0.9,
+            verdict_probs=(("supported", 0.1), (verdict, 0.9)),
+            route="abstain",
+            memory_answer=None,
+            context_answer_model=None,
+            answer="",
+            abstained=True,
+        )
 
     records = [lora(s, "insufficient"), lora(a, "irrelevant")]
-    readings = {s.qid: make_item(system="base_rag", qid=s.qid, answer="About 25,000 visitors a year."),
-                a.qid: make_item(system="base_rag", qid=a.qid, answer=f"It is {a.gold_answers[0]}.")}
+    readings = {
+        s.qid: make_item(system="base_rag", qid=s.qid, answer="About 25,000 visitors a year."),
+        a.qid: make_item(system="base_rag", qid=a.qid, answer=f"It is {a.gold_answers[0]}."),
+    }
     assert a.gold_answers[0] in " ".join(p.text for p in a.presented)  # the reading the sources hold
     checked = {r.qid: r for r in reroute(records, PolicyConfig(read_support=1.0), "lora_rag_supported", readings)}
     assert (checked[s.qid].route, checked[s.qid].abstained) == ("abstain", True)

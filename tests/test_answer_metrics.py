@@ -60,8 +60,7 @@ def test_rouge_l_keeps_cjk_and_accents():
 
     # English: identical to rouge-score's own default tokenizer.
     default = rouge_scorer.RougeScorer(["rougeL"]).score("the cat is on the mat", "the cat sat on the mat")
-    assert am.rouge_l("the cat sat on the mat", ["the cat is on the mat"], "en") == pytest.approx(
-        default["rougeL"].fmeasure)
+    assert am.rouge_l("the cat sat on the mat", ["the cat is on the mat"], "en") == pytest.approx(default["rougeL"].fmeasure)
     # Chinese: pred 北京是首都 (5), ref 首都是北京 (5); LCS = 2 (北京 or 首都) -> F = 0.4.
     assert am.rouge_l("北京是首都", ["首都是北京"], "zh") == pytest.approx(0.4)
     # The default tokenizer drops CJK entirely and scores 0: the reason for our tokenizer.
@@ -71,9 +70,14 @@ def test_rouge_l_keeps_cjk_and_accents():
 
 
 def test_citation_accuracy_and_correctness():
-    item = make_item(final_ids=("kb1", "kb9", "kb7"), final_texts=("x", "limit is 50 km/h", "y"),
-                     relevant_ids=("kb1",), gold_answers=("50 km/h",), cited=("S1", "S2", "S3"),
-                     bad_citations=("S9",))
+    item = make_item(
+        final_ids=("kb1", "kb9", "kb7"),
+        final_texts=("x", "limit is 50 km/h", "y"),
+        relevant_ids=("kb1",),
+        gold_answers=("50 km/h",),
+        cited=("S1", "S2", "S3"),
+        bad_citations=("S9",),
+    )
     # S1 relevant id, S2 contains the gold, S3 neither, S9 not given -> 2/4
     assert am.citation_accuracy(item) == pytest.approx(0.5)
     assert math.isnan(am.citation_accuracy(make_item(cited=(), bad_citations=())))
@@ -84,10 +88,12 @@ def test_citation_accuracy_and_correctness():
 
 
 def test_summary_abstention_rates():
-    items = [make_item(qid="a", scenario="unanswerable", gold_answers=(), abstained=True),
-             make_item(qid="b", scenario="unanswerable", gold_answers=(), abstained=False, answer="9"),
-             make_item(qid="c", answer="50 km/h", gold_answers=("50 km/h",)),
-             make_item(qid="d", answer="", gold_answers=("50 km/h",), abstained=True)]
+    items = [
+        make_item(qid="a", scenario="unanswerable", gold_answers=(), abstained=True),
+        make_item(qid="b", scenario="unanswerable", gold_answers=(), abstained=False, answer="9"),
+        make_item(qid="c", answer="50 km/h", gold_answers=("50 km/h",)),
+        make_item(qid="d", answer="", gold_answers=("50 km/h",), abstained=True),
+    ]
     s = am.answer_summary(items)
     assert s["abstain_correct"] == 0.5 and s["abstain_wrong"] == 0.5
     assert s["accuracy"] == 0.5

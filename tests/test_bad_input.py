@@ -36,8 +36,9 @@ def one_line_error(code: int, err: str, *needles: str) -> str:
 
 def rag_config(tmp_path: Path, corpus: Path, index: Path, extra: str = "") -> Path:
     cfg = tmp_path / "rag.yaml"
-    cfg.write_text(f"corpus: {{paths: [{corpus}]}}\nindex: {{dir: {index}, bm25: {{tokenizer: word}}}}\n{extra}",
-                   encoding="utf-8")
+    cfg.write_text(
+        f"corpus: {{paths: [{corpus}]}}\nindex: {{dir: {index}, bm25: {{tokenizer: word}}}}\n{extra}", encoding="utf-8"
+    )
     return cfg
 
 
@@ -77,24 +78,33 @@ def test_the_corpus_itself_or_a_file_is_never_an_index(tmp_path, cli):
     afile.write_text("keep", encoding="utf-8")
     one_line_error(*cli("search", "limit", "--config", rag_config(tmp_path, corpus, afile))[::2], "is a file")
     assert afile.read_text(encoding="utf-8") == "keep" and sorted(p.name for p in tmp_path.iterdir()) == [
-        "kb", "notes.txt", "rag.yaml"]  # not renamed away, nothing left beside it
+        "kb",
+        "notes.txt",
+        "rag.yaml",
+    ]  # not renamed away, nothing left beside it
 
 
 def test_a_killed_rebuild_leaves_nothing_behind_after_the_next(tmp_path):
     """SIGKILL mid-build (a real child process), then a rebuild: the `.building-*` folder is gone."""
     corpus = kb(tmp_path)
-    child = (f"import os, signal, sys\nsys.path.insert(0, {str(REPO)!r})\n"
-             "from lorarag.rag.index.store import store as index\n"
-             "index.BM25Part.save = lambda self, folder: os.kill(os.getpid(), signal.SIGKILL)\n"
-             "from lorarag.rag.config import *\n"
-             f"index.build_index(CorpusConfig(paths=[{str(corpus)!r}]), ChunkerConfig(), "
-             f"IndexConfig(dir={str(tmp_path / 'idx')!r}))\n")
+    child = (
+        f"import os, signal, sys\nsys.path.insert(0, {str(REPO)!r})\n"
+        "from lorarag.rag.index.store import store as index\n"
+        "index.BM25Part.save = lambda self, folder: os.kill(os.getpid(), signal.SIGKILL)\n"
+        "from lorarag.rag.config import *\n"
+        f"index.build_index(CorpusConfig(paths=[{str(corpus)!r}]), ChunkerConfig(), "
+        f"IndexConfig(dir={str(tmp_path / 'idx')!r}))\n"
+    )
     p = subprocess.run([sys.executable, "-c", child], capture_output=True, timeout=120)
     assert p.returncode == -9
     assert [x.name for x in tmp_path.glob(".idx.building-*")]  # what the kill left
     cfg = rag_config(tmp_path, corpus, tmp_path / "idx")
-    assert subprocess.run([sys.executable, "-m", "lorarag.cli", "index", str(cfg)], cwd=REPO,
-                          capture_output=True, timeout=300).returncode == 0
+    assert (
+        subprocess.run(
+            [sys.executable, "-m", "lorarag.cli", "index", str(cfg)], cwd=REPO, capture_output=True, timeout=300
+        ).returncode
+        == 0
+    )
     assert sorted(x.name for x in tmp_path.iterdir()) == ["idx", "kb", "rag.yaml"]
 
 
@@ -103,15 +113,25 @@ def test_a_killed_rebuild_leaves_nothing_behind_after_the_next(tmp_path):
 
 def _eval_setup(tmp_path: Path, max_new_tokens: int, relevant: str = "kb1") -> Path:
     run = tmp_path / "run.yaml"
-    run.write_text(f"base: {REPO / 'configs/run/ci-tiny.yaml'}\nruns_dir: {tmp_path / 'runs'}\n"
-                   f"train: {{runs_dir: {tmp_path / 'train'}}}\nrag: {{index: {{dir: {tmp_path / 'index'}}}}}\n",
-                   encoding="utf-8")
-    save_scenarios(tmp_path / "scen.jsonl", [
-        Scenario("q1", "f1", "Limit?", ("50",), (relevant,), "consistent",
-                 (PresentedChunk("kb1", "The limit is 50."),), "50")])
+    run.write_text(
+        f"base: {REPO / 'configs/run/ci-tiny.yaml'}\nruns_dir: {tmp_path / 'runs'}\n"
+        f"train: {{runs_dir: {tmp_path / 'train'}}}\nrag: {{index: {{dir: {tmp_path / 'index'}}}}}\n",
+        encoding="utf-8",
+    )
+    save_scenarios(
+        tmp_path / "scen.jsonl",
+        [
+            Scenario(
+                "q1", "f1", "Limit?", ("50",), (relevant,), "consistent", (PresentedChunk("kb1", "The limit is 50."),), "50"
+            )
+        ],
+    )
     cfg = tmp_path / f"eval-{max_new_tokens}.yaml"
-    cfg.write_text(f"scenarios: {tmp_path / 'scen.jsonl'}\ncomponents: {run}\nout_dir: {tmp_path / 'out'}\n"
-                   f"system: {{kind: base_rag, name: base, max_new_tokens: {max_new_tokens}}}\n", encoding="utf-8")
+    cfg.write_text(
+        f"scenarios: {tmp_path / 'scen.jsonl'}\ncomponents: {run}\nout_dir: {tmp_path / 'out'}\n"
+        f"system: {{kind: base_rag, name: base, max_new_tokens: {max_new_tokens}}}\n",
+        encoding="utf-8",
+    )
     return cfg
 
 
@@ -127,8 +147,7 @@ def test_eval_refuses_to_resume_onto_another_config_and_fresh_starts_over(tmp_pa
     claim_run_dir(out, eval_stamp(load_config(a, EvalConfig), load_scenarios(tmp_path / "scen.jsonl")))
     save_results(out / "results.jsonl", [make_item(system="base", qid="q1")])  # a run of config a
     before = snapshot(out)
-    one_line_error(*cli("eval", b)[::2], "holds results made with another config", "system.max_new_tokens",
-                   "--fresh")
+    one_line_error(*cli("eval", b)[::2], "holds results made with another config", "system.max_new_tokens", "--fresh")
     assert snapshot(out) == before
     code, _, err = cli("eval", b, "--fresh")  # starts over: then needs what the run wrote, which it never did
     one_line_error(code, err, "runs/ci-tiny/data/chunks.jsonl: not found: run `lorarag run ")
@@ -149,7 +168,9 @@ def test_eval_with_an_openai_generator_names_the_tokenizer_key(tmp_path, cli):
     cfg = _eval_setup(tmp_path, 8)
     (tmp_path / "run.yaml").write_text(
         f"base: {REPO / 'configs/run/ci-tiny.yaml'}\nrag:\n  index: {{dir: {tmp_path / 'index'}}}\n"
-        "  generator: {kind: openai, model: served, base_url: 'http://127.0.0.1:1/v1'}\n", encoding="utf-8")
+        "  generator: {kind: openai, model: served, base_url: 'http://127.0.0.1:1/v1'}\n",
+        encoding="utf-8",
+    )
     one_line_error(*cli("eval", cfg)[::2], "rag.generator.kind=openai", "fallback.detector.tokenizer")
 
 
@@ -169,8 +190,9 @@ def test_report_and_compare_refuse_duplicates_and_other_systems(tmp_path, cli):
     save_results(b / "results.jsonl", [make_item(system="lora", qid="q1"), make_item(system="base", qid="q2")])
     one_line_error(*cli("report", a, "--out", tmp_path / "rep")[::2], "results.jsonl:2: duplicate result for qid 'q1'")
     one_line_error(*cli("compare", a, b)[::2], "duplicate result for qid 'q1'")
-    one_line_error(*cli("report", b, "--out", tmp_path / "rep")[::2],
-                   "results.jsonl:2: a result of system 'base' in a file of 'lora'")
+    one_line_error(
+        *cli("report", b, "--out", tmp_path / "rep")[::2], "results.jsonl:2: a result of system 'base' in a file of 'lora'"
+    )
     assert not (tmp_path / "rep").exists()
 
 
@@ -182,26 +204,36 @@ def test_report_out_naming_a_file_is_refused(tmp_path, cli):
     assert taken.read_text() == "mine"
 
 
-@pytest.mark.parametrize("content,needle", [
-    (b"", "no rows (empty file)"),
-    ('{"id": 1, "question": "caf\xe9"}\n'.encode("latin-1"), "not UTF-8"),
-    (b'{"id": 1}\n{"id": 1}\n', "ConflictNQ row without"),
-])
+@pytest.mark.parametrize(
+    "content,needle",
+    [
+        (b"", "no rows (empty file)"),
+        ('{"id": 1, "question": "caf\xe9"}\n'.encode("latin-1"), "not UTF-8"),
+        (b'{"id": 1}\n{"id": 1}\n', "ConflictNQ row without"),
+    ],
+)
 def test_import_conflicts_bad_upstream_files(tmp_path, cli, content, needle):
     (tmp_path / "conflictnq").mkdir()
     (tmp_path / "conflictnq" / "test.jsonl").write_bytes(content)
-    one_line_error(*cli("import-conflicts", "conflictnq", "--data", tmp_path, "--out", tmp_path / "o.jsonl")[::2],
-                   needle)
+    one_line_error(*cli("import-conflicts", "conflictnq", "--data", tmp_path, "--out", tmp_path / "o.jsonl")[::2], needle)
     assert not (tmp_path / "o.jsonl").exists()
 
 
 def test_import_conflicts_duplicate_upstream_rows(tmp_path, cli):
-    row = {"id": 7, "question": "q?", "real_passages": [{"passage": "p"}], "fake_passages": [],
-           "real_short_answer": "a", "fake_short_answer": "b"}
+    row = {
+        "id": 7,
+        "question": "q?",
+        "real_passages": [{"passage": "p"}],
+        "fake_passages": [],
+        "real_short_answer": "a",
+        "fake_short_answer": "b",
+    }
     (tmp_path / "conflictnq").mkdir()
     (tmp_path / "conflictnq" / "test.jsonl").write_text(json.dumps(row) + "\n" + json.dumps(row) + "\n")
-    one_line_error(*cli("import-conflicts", "conflictnq", "--data", tmp_path, "--out", tmp_path / "o.jsonl")[::2],
-                   "test.jsonl:2: duplicate id '7' (first at line 1)")
+    one_line_error(
+        *cli("import-conflicts", "conflictnq", "--data", tmp_path, "--out", tmp_path / "o.jsonl")[::2],
+        "test.jsonl:2: duplicate id '7' (first at line 1)",
+    )
 
 
 # --- 4-5. security and hangs in the corpus ---------------------------------------------------------
@@ -231,8 +263,9 @@ def test_retrieval_settings_and_flags_are_validated(tmp_path, cli):
     one_line_error(*cli("search", "limit", "--config", cfg)[::2], "retrieval.top_k", "greater than or equal to 1")
     cfg = rag_config(tmp_path, corpus, tmp_path / "idx")
     one_line_error(*cli("search", "limit", "--config", cfg, "-k", "0")[::2], "with --k 0", "retrieval.top_k")
-    one_line_error(*cli("search", "limit", "--config", cfg, "--mode", "dense")[::2], "with --mode dense",
-                   "needs an `embedder`")
+    one_line_error(
+        *cli("search", "limit", "--config", cfg, "--mode", "dense")[::2], "with --mode dense", "needs an `embedder`"
+    )
     one_line_error(*cli("search", "limit", "--config", cfg, "--mode", "bogus")[::2], "retrieval.mode")
     code, out, _ = cli("search", "limit", "--config", cfg, "-k", "1")
     assert code == 0 and out.startswith("#1") and "#2" not in out
@@ -255,11 +288,18 @@ def test_ask_with_a_missing_model_or_a_server_that_is_down(tmp_path, cli):
     gen = f"generator: {{kind: transformers, model: {tmp_path / 'no-model'}}}\n"
     cfg = rag_config(tmp_path, corpus, tmp_path / "idx", gen)
     assert cli("index", cfg)[0] == 0
-    one_line_error(*cli("ask", "limit?", "--config", cfg, "--trace", tmp_path / "t.jsonl")[::2],
-                   "generator.model:", "no-model: no such folder")
+    one_line_error(
+        *cli("ask", "limit?", "--config", cfg, "--trace", tmp_path / "t.jsonl")[::2],
+        "generator.model:",
+        "no-model: no such folder",
+    )
     url = f"http://127.0.0.1:{free_port()}/v1"
-    cfg = rag_config(tmp_path, corpus, tmp_path / "idx", f"generator: {{kind: openai, model: m, base_url: '{url}', "
-                                                         "max_retries: 1, timeout_s: 5}\n")
+    cfg = rag_config(
+        tmp_path,
+        corpus,
+        tmp_path / "idx",
+        f"generator: {{kind: openai, model: m, base_url: '{url}', max_retries: 1, timeout_s: 5}}\n",
+    )
     code, _, err = cli("ask", "limit?", "--config", cfg, "--trace", tmp_path / "t.jsonl")
     one_line_error(code, err, url, "cannot connect", "after 2 attempt(s)")
 
@@ -281,9 +321,11 @@ def test_a_run_config_with_both_the_demo_world_and_a_corpus_is_one_line(tmp_path
     corpus is refused by `validate` and by `run` before anything is written, in one line each."""
     cfg = tmp_path / "run" / "both.yaml"
     cfg.parent.mkdir()
-    cfg.write_text(f"base: {REPO / 'configs/run/ci-tiny.yaml'}\nruns_dir: {tmp_path / 'runs'}\n"
-                   "data:\n  corpus: {kind: beir, path: kb/corpus.jsonl}\n  questions: {kind: jsonl, path: kb/q.jsonl}\n",
-                   encoding="utf-8")
+    cfg.write_text(
+        f"base: {REPO / 'configs/run/ci-tiny.yaml'}\nruns_dir: {tmp_path / 'runs'}\n"
+        "data:\n  corpus: {kind: beir, path: kb/corpus.jsonl}\n  questions: {kind: jsonl, path: kb/q.jsonl}\n",
+        encoding="utf-8",
+    )
     code, out, _ = cli("validate", cfg)
     assert code == 1 and out.splitlines()[-1] == "0 valid, 1 invalid"
     (line,) = [ln for ln in out.splitlines() if ln.startswith("error ")]
@@ -305,17 +347,22 @@ def test_validate_accepts_every_shipped_run_config(cli):
 
 def test_slurm_followed_by_an_option_writes_no_file(tmp_path, cli, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    one_line_error(*cli("train", REPO / "configs/train/tiny.yaml", "--slurm", "--dry-run")[::2],
-                   "--slurm needs the path of the sbatch script")
+    one_line_error(
+        *cli("train", REPO / "configs/train/tiny.yaml", "--slurm", "--dry-run")[::2],
+        "--slurm needs the path of the sbatch script",
+    )
     assert list(tmp_path.iterdir()) == []
 
 
 def test_the_cli_sets_the_vllm_defaults_itself():
     env = {k: v for k, v in os.environ.items() if not k.startswith(("VLLM_", "HF_HUB", "MODELSCOPE"))}
-    code = ("import os, lorarag.cli as c; print(repr(os.environ['VLLM_PLUGINS']), "
-            "os.environ['VLLM_ENABLE_V1_MULTIPROCESSING'], os.environ['HF_HUB_OFFLINE'])")
+    code = (
+        "import os, lorarag.cli as c; print(repr(os.environ['VLLM_PLUGINS']), "
+        "os.environ['VLLM_ENABLE_V1_MULTIPROCESSING'], os.environ['HF_HUB_OFFLINE'])"
+    )
     p = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
     assert p.stdout.split() == ["''", "0", "1"], p.stderr
-    p = subprocess.run([sys.executable, "-c", code], cwd=REPO, env={**env, "VLLM_PLUGINS": "x"}, capture_output=True,
-                       text=True, timeout=120)
+    p = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO, env={**env, "VLLM_PLUGINS": "x"}, capture_output=True, text=True, timeout=120
+    )
     assert p.stdout.split()[0] == "'x'"  # the environment still wins

@@ -79,9 +79,11 @@ def test_a_config_naming_a_device_a_fifo_or_a_huge_file_is_refused_before_any_re
     os.mkfifo(fifo)  # opened, it would block for ever
     big = tmp_path / "big.yaml"
     big.write_text("#" * (2 * 1024**2), encoding="utf-8")
-    for base, needle in (("/dev/zero", "/dev/zero: config file is a character device"),
-                         (fifo, "pipe.yaml: config file is a FIFO (named pipe)"),
-                         (big, "big.yaml: config file is 2.0 MiB, over the 1.0 MiB input limit")):
+    for base, needle in (
+        ("/dev/zero", "/dev/zero: config file is a character device"),
+        (fifo, "pipe.yaml: config file is a FIFO (named pipe)"),
+        (big, "big.yaml: config file is 2.0 MiB, over the 1.0 MiB input limit"),
+    ):
         cfg = rag_config(tmp_path, corpus, tmp_path / "index", f"base: {base}\n")
         one_line_error(*cli("index", cfg)[::2], needle)
     assert not (tmp_path / "index").exists()
@@ -131,8 +133,7 @@ def _unwritable(folder: Path):
         finally:
             folder.chmod(0o755)
         return
-    if shutil.which("chattr") is None or subprocess.run(["chattr", "+i", str(folder)],
-                                                        capture_output=True).returncode != 0:
+    if shutil.which("chattr") is None or subprocess.run(["chattr", "+i", str(folder)], capture_output=True).returncode != 0:
         pytest.skip("root without chattr +i here: no way to make a folder unwritable")
     try:
         yield
@@ -147,8 +148,11 @@ def test_writing_into_a_folder_the_machine_refuses_is_one_line(tmp_path, cli, co
         save_results(tmp_path / name / "results.jsonl", [make_item(system=name, qid="q1")])
     locked = tmp_path / "locked"
     locked.mkdir()
-    args = ([command, tmp_path / "a", "--out", locked / "out", "--resamples", "1000"] if command == "report"
-            else [command, tmp_path / "a", tmp_path / "b", "--out", locked / "out"])
+    args = (
+        [command, tmp_path / "a", "--out", locked / "out", "--resamples", "1000"]
+        if command == "report"
+        else [command, tmp_path / "a", tmp_path / "b", "--out", locked / "out"]
+    )
     with _unwritable(locked):
         line = one_line_error(*cli(*args)[::2], str(locked / "out"))
     assert line.endswith(("Permission denied", "Operation not permitted")), line
@@ -173,11 +177,19 @@ def test_ctrl_c_while_the_trainer_child_starts_leaves_no_traceback(tmp_path):
     """The terminal sends Ctrl-C to the whole process group: the training child (here one still
     starting, as when it imports torch) must leave it to `lorarag`, which stops it and says so."""
     child = "import time; print('child ready', flush=True); time.sleep(60)"
-    parent = ("import os, sys\nfrom lorarag.train.swift import run_child\ntry:\n"
-              f"    run_child([sys.executable, '-c', {child!r}], dict(os.environ))\n"
-              "except KeyboardInterrupt:\n    print('parent interrupted', flush=True)\n    sys.exit(130)\n")
-    proc = subprocess.Popen([sys.executable, "-c", parent], cwd=REPO, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    parent = (
+        "import os, sys\nfrom lorarag.train.swift import run_child\ntry:\n"
+        f"    run_child([sys.executable, '-c', {child!r}], dict(os.environ))\n"
+        "except KeyboardInterrupt:\n    print('parent interrupted', flush=True)\n    sys.exit(130)\n"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", parent],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     try:
         assert proc.stdout.readline().strip() == "child ready"
         time.sleep(1.0)  # the parent back from starting the child (under load the child can print first)
@@ -265,16 +277,22 @@ def test_serve_refuses_an_empty_host_and_warns_when_others_can_reach_it(tmp_path
 
 def _holder(folder: Path) -> subprocess.Popen:
     """Another process holding `folder`'s lock until its stdin closes."""
-    code = ("import sys\nfrom lorarag.core.lock import hold\nhold(sys.argv[1], 'eval folder')\n"
-            "print('held', flush=True)\nsys.stdin.read()\n")
-    proc = subprocess.Popen([sys.executable, "-c", code, str(folder), "--as-a-test"], cwd=REPO, text=True,
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    code = (
+        "import sys\nfrom lorarag.core.lock import hold\nhold(sys.argv[1], 'eval folder')\n"
+        "print('held', flush=True)\nsys.stdin.read()\n"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code, str(folder), "--as-a-test"],
+        cwd=REPO,
+        text=True,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+    )
     assert proc.stdout.readline().strip() == "held"
     return proc
 
 
-def test_a_second_writer_of_a_folder_is_refused_naming_the_holder_and_a_dead_ones_lock_is_taken_over(
-        tmp_path, cli):
+def test_a_second_writer_of_a_folder_is_refused_naming_the_holder_and_a_dead_ones_lock_is_taken_over(tmp_path, cli):
     from lorarag.core import lock
 
     cfg = _eval_setup(tmp_path, 8)
@@ -283,8 +301,9 @@ def test_a_second_writer_of_a_folder_is_refused_naming_the_holder_and_a_dead_one
     holder = _holder(out)
     try:
         before = snapshot(out)
-        line = one_line_error(*cli("eval", cfg, "--fresh")[::2], f"{out}: this eval folder is being written by "
-                                                                  f"pid {holder.pid}", "--as-a-test")
+        line = one_line_error(
+            *cli("eval", cfg, "--fresh")[::2], f"{out}: this eval folder is being written by pid {holder.pid}", "--as-a-test"
+        )
         assert "wait for it to finish" in line
         assert snapshot(out) == before  # --fresh removed nothing under a live writer
         with pytest.raises(lock.FolderLocked, match=f"pid {holder.pid}"):
@@ -292,8 +311,10 @@ def test_a_second_writer_of_a_folder_is_refused_naming_the_holder_and_a_dead_one
         run_root = tmp_path / "runs" / "ci-tiny"  # the run config beside the eval config: its run folder
         run_holder = _holder(run_root)
         try:
-            one_line_error(*cli("run", tmp_path / "run.yaml")[::2], f"{run_root}: this run folder is being "
-                                                                    f"written by pid {run_holder.pid}")
+            one_line_error(
+                *cli("run", tmp_path / "run.yaml")[::2],
+                f"{run_root}: this run folder is being written by pid {run_holder.pid}",
+            )
         finally:
             run_holder.kill()
             run_holder.wait()

@@ -53,9 +53,11 @@ def _validate(cli, tmp_path: Path, kind: str, text: str) -> str:
 @pytest.mark.parametrize("key", ["name", "train.run_name", "system"])
 def test_validate_refuses_a_run_train_or_system_name_that_is_a_path(tmp_path, cli, name, key):
     value = json.dumps(name)
-    text = {"name": f"base: {RUN}\nname: {value}\n",
-            "train.run_name": f"base: {RUN}\ntrain: {{run_name: {value}}}\n",
-            "system": f"base: {RUN}\nsystems:\n  - {{name: {value}, kind: base_rag}}\n"}[key]
+    text = {
+        "name": f"base: {RUN}\nname: {value}\n",
+        "train.run_name": f"base: {RUN}\ntrain: {{run_name: {value}}}\n",
+        "system": f"base: {RUN}\nsystems:\n  - {{name: {value}, kind: base_rag}}\n",
+    }[key]
     line = _validate(cli, tmp_path, "run", text)
     assert ("run_name" if key == "train.run_name" else "name") in line
     assert "folder" in line or "path" in line, line
@@ -101,29 +103,32 @@ def test_a_train_run_dir_is_refused_when_it_would_land_outside_runs_dir(tmp_path
 # --- validate refuses numbers no run could use ---------------------------------------------------
 
 
-@pytest.mark.parametrize(("kind", "delta", "needle"), [
-    ("train", "swift: {learning_rate: .nan}", "learning_rate"),
-    ("train", "swift: {learning_rate: .inf}", "learning_rate"),
-    ("train", "swift: {learning_rate: nan}", "learning_rate"),  # YAML text: ms-swift would parse it
-    ("train", "swift: {max_steps: -5}", "max_steps"),
-    ("train", "swift: {max_steps: 0}", "max_steps"),
-    ("train", "swift: {lora_rank: 0}", "lora_rank"),
-    ("train", "swift: {lora_alpha: -16}", "lora_alpha"),
-    ("train", "swift: {torch_dtype: float64x}", "torch_dtype"),
-    ("train", "preference: {max_steps: -5}", "max_steps"),
-    ("train", "preference: {learning_rate: .nan}", "learning_rate"),
-    ("run", "eval: {max_per_cell: 0}", "max_per_cell"),
-    ("run", "calibration: {max_items: 0}", "max_items"),
-    ("run", "fallback: {gate: {threshold: .nan}}", "threshold"),
-])
-def test_validate_refuses_nan_inf_bad_steps_zero_ranks_and_cells_and_unknown_dtypes(tmp_path, cli, kind, delta,
-                                                                                      needle):
+@pytest.mark.parametrize(
+    ("kind", "delta", "needle"),
+    [
+        ("train", "swift: {learning_rate: .nan}", "learning_rate"),
+        ("train", "swift: {learning_rate: .inf}", "learning_rate"),
+        ("train", "swift: {learning_rate: nan}", "learning_rate"),  # YAML text: ms-swift would parse it
+        ("train", "swift: {max_steps: -5}", "max_steps"),
+        ("train", "swift: {max_steps: 0}", "max_steps"),
+        ("train", "swift: {lora_rank: 0}", "lora_rank"),
+        ("train", "swift: {lora_alpha: -16}", "lora_alpha"),
+        ("train", "swift: {torch_dtype: float64x}", "torch_dtype"),
+        ("train", "preference: {max_steps: -5}", "max_steps"),
+        ("train", "preference: {learning_rate: .nan}", "learning_rate"),
+        ("run", "eval: {max_per_cell: 0}", "max_per_cell"),
+        ("run", "calibration: {max_items: 0}", "max_items"),
+        ("run", "fallback: {gate: {threshold: .nan}}", "threshold"),
+    ],
+)
+def test_validate_refuses_nan_inf_bad_steps_zero_ranks_and_cells_and_unknown_dtypes(tmp_path, cli, kind, delta, needle):
     base = TRAIN if kind == "train" else RUN
     assert needle in _validate(cli, tmp_path, kind, f"base: {base}\n{delta}\n")
 
 
-@pytest.mark.parametrize("delta", ["swift: {max_steps: -1}", "swift: {learning_rate: 1e-3}",
-                                   "swift: {torch_dtype: bfloat16}"])
+@pytest.mark.parametrize(
+    "delta", ["swift: {max_steps: -1}", "swift: {learning_rate: 1e-3}", "swift: {torch_dtype: bfloat16}"]
+)
 def test_the_documented_values_still_validate(tmp_path, cli, delta):
     folder = tmp_path / "train"
     folder.mkdir()
@@ -142,8 +147,13 @@ def test_the_sft_rows_never_land_on_the_knowledge_base(tmp_path, cli, key):
     line = _validate(cli, tmp_path, "run", f"base: {KB_RUN}\ntrain: {{{key}: {questions}}}\n")
     assert f"train.{key}" in line and "data." in line
     corpus_dir = tmp_path / "docs"
-    line = _validate(cli, tmp_path, "run", f"base: {KB_RUN}\ndata: {{corpus: {{kind: folder, path: {corpus_dir}}}}}\n"
-                                           f"train: {{{key}: {corpus_dir / 'sft.jsonl'}}}\n")
+    line = _validate(
+        cli,
+        tmp_path,
+        "run",
+        f"base: {KB_RUN}\ndata: {{corpus: {{kind: folder, path: {corpus_dir}}}}}\n"
+        f"train: {{{key}: {corpus_dir / 'sft.jsonl'}}}\n",
+    )
     assert "inside data.corpus.path" in line
     line = _validate(cli, tmp_path, "run", f"base: {KB_RUN}\ntrain: {{dataset: rows.jsonl, val_dataset: ./rows.jsonl}}\n")
     assert "train.val_dataset" in line
@@ -175,8 +185,7 @@ def test_search_trace_never_writes_onto_its_config_and_asks_before_replacing_a_u
     assert cfg.read_bytes() == before
     notes = tmp_path / "notes.txt"
     notes.write_bytes(MINE)
-    one_line_error(*cli("search", "speed limit", "-c", cfg, "--trace", notes)[::2], "not written by lorarag",
-                   "--force")
+    one_line_error(*cli("search", "speed limit", "-c", cfg, "--trace", notes)[::2], "not written by lorarag", "--force")
     assert notes.read_bytes() == MINE
     trace = tmp_path / "trace.json"
     code, _, err = cli("search", "speed limit", "-c", cfg, "--trace", trace)

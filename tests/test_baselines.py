@@ -54,14 +54,24 @@ class ContextReader:
 
 
 def _scenario(q: str) -> Scenario:
-    return Scenario(qid=q, fact_id=q, question=q, gold_answers=("7",), relevant_ids=("c",), scenario="consistent",
-                    presented=(PresentedChunk("c", "The value is 7."),), context_answer="7")
+    return Scenario(
+        qid=q,
+        fact_id=q,
+        question=q,
+        gold_answers=("7",),
+        relevant_ids=("c",),
+        scenario="consistent",
+        presented=(PresentedChunk("c", "The value is 7."),),
+        context_answer="7",
+    )
 
 
 def test_memory_or_context_keeps_confident_memories_and_reads_the_context_otherwise():
-    closed = {"q-known": ("7", (-0.01, -0.03)),  # mean NLL 0.02 nats/token: kept under 0.5
-              "q-unsure": ("5", (-1.2, -0.6)),  # 0.9: rejected
-              "q-declined": ("unknown", (-0.001,))}  # no memory to keep, however confident
+    closed = {
+        "q-known": ("7", (-0.01, -0.03)),  # mean NLL 0.02 nats/token: kept under 0.5
+        "q-unsure": ("5", (-1.2, -0.6)),  # 0.9: rejected
+        "q-declined": ("unknown", (-0.001,)),
+    }  # no memory to keep, however confident
     gen, rag = ClosedBookScript(closed), ContextReader()
     ctx = ScenarioContexts(None, None, RetrievalConfig(), {})
     sys_ = MemoryOrContext("moc", rag, gen, "lora", 0.5, ctx, "presented", 16)
@@ -74,19 +84,37 @@ def test_memory_or_context_keeps_confident_memories_and_reads_the_context_otherw
     assert "gate doubt=0.0200" in known.trace.notes[0] and len(known.trace.reranked) == 1
     # without a threshold (gate off) every memory that is not "unknown" is kept
     every = MemoryOrContext("moc", ContextReader(), gen, "lora", None, ctx, "presented", 16)
-    assert [a.trace.route for a in every.answer_scenarios([_scenario(q) for q in closed])] == \
-        ["fallback", "fallback", "context"]
+    assert [a.trace.route for a in every.answer_scenarios([_scenario(q) for q in closed])] == [
+        "fallback",
+        "fallback",
+        "context",
+    ]
 
 
 def test_source_year_reads_the_first_four_digit_year():
-    assert [source_year(d) for d in ("2021", "2019-05-01", "rev. 3 of 2026", "v3", "12345", "", None)] == \
-        [2021, 2019, 2026, None, None, None, None]
+    assert [source_year(d) for d in ("2021", "2019-05-01", "rev. 3 of 2026", "v3", "12345", "", None)] == [
+        2021,
+        2019,
+        2026,
+        None,
+        None,
+        None,
+        None,
+    ]
 
 
 def _dated(q: str, *chunks: tuple[str, str | None]) -> Scenario:
-    return Scenario(qid=q, fact_id=q, question=q, gold_answers=("7",), relevant_ids=("c",), scenario="update",
-                    presented=tuple(PresentedChunk(c, f"text of {c}", date=d) for c, d in chunks), context_answer="7",
-                    superseded=("5",))
+    return Scenario(
+        qid=q,
+        fact_id=q,
+        question=q,
+        gold_answers=("7",),
+        relevant_ids=("c",),
+        scenario="update",
+        presented=tuple(PresentedChunk(c, f"text of {c}", date=d) for c, d in chunks),
+        context_answer="7",
+        superseded=("5",),
+    )
 
 
 def test_date_rule_reads_newer_sources_drops_older_ones_and_routes_the_rest_on_the_gate():
@@ -95,13 +123,22 @@ def test_date_rule_reads_newer_sources_drops_older_ones_and_routes_the_rest_on_t
     the memory. q-old-rejected: a 2024 source alone (dated by the snapshot: superseded), memory
     rejected: base RAG is asked with no source left, which RAGSystem answers by abstaining.
     q-undated-rejected: memory_or_context over the undated source."""
-    closed = {"q-new": ("5", (-0.01,)), "q-old-kept": ("5", (-0.01,)), "q-old-rejected": ("5", (-2.0,)),
-              "q-undated-rejected": ("5", (-2.0,))}
-    items = [_dated("q-new", ("d", None), ("u", "2026")), _dated("q-old-kept", ("o", "2021"), ("d", None)),
-             _dated("q-old-rejected", ("o", "dated 2024-03")), _dated("q-undated-rejected", ("c", None))]
+    closed = {
+        "q-new": ("5", (-0.01,)),
+        "q-old-kept": ("5", (-0.01,)),
+        "q-old-rejected": ("5", (-2.0,)),
+        "q-undated-rejected": ("5", (-2.0,)),
+    }
+    items = [
+        _dated("q-new", ("d", None), ("u", "2026")),
+        _dated("q-old-kept", ("o", "2021"), ("d", None)),
+        _dated("q-old-rejected", ("o", "dated 2024-03")),
+        _dated("q-undated-rejected", ("c", None)),
+    ]
     gen, rag = ClosedBookScript(closed), ContextReader()
-    moc = MemoryOrContext("rule", rag, gen, "lora", 0.5, ScenarioContexts(None, None, RetrievalConfig(), {}),
-                          "presented", 16)
+    moc = MemoryOrContext(
+        "rule", rag, gen, "lora", 0.5, ScenarioContexts(None, None, RetrievalConfig(), {}), "presented", 16
+    )
     new, kept, rejected, undated = DateRule("rule", moc, 2024).answer_scenarios(items)
     assert rag.read == {"q-new": ["u"], "q-old-rejected": [], "q-undated-rejected": ["c"]}
     assert gen.calls == ["lora"]  # one closed-book pass, for the three without a newer source
@@ -121,10 +158,10 @@ def test_a_rule_with_an_adapter_reads_its_sources_with_it_and_keeps_the_loras_me
     the memory was rejected) go to the RAG-SFT adapter; the closed-book memory stays the LoRA's."""
     closed = {"q-new": ("5", (-0.01,)), "q-undated-rejected": ("5", (-2.0,))}
     gen, rag = ClosedBookScript(closed), ContextReader()
-    moc = MemoryOrContext("rule", rag, gen, "lora", 0.5, ScenarioContexts(None, None, RetrievalConfig(), {}),
-                          "presented", 16, reader="rag_sft")
-    DateRule("rule", moc, 2024).answer_scenarios([_dated("q-new", ("u", "2026")),
-                                                  _dated("q-undated-rejected", ("c", None))])
+    moc = MemoryOrContext(
+        "rule", rag, gen, "lora", 0.5, ScenarioContexts(None, None, RetrievalConfig(), {}), "presented", 16, reader="rag_sft"
+    )
+    DateRule("rule", moc, 2024).answer_scenarios([_dated("q-new", ("u", "2026")), _dated("q-undated-rejected", ("c", None))])
     assert gen.calls == ["lora"] and rag.readers == ["rag_sft", "rag_sft"]
     assert rag.read == {"q-new": ["u"], "q-undated-rejected": ["c"]}
 
@@ -138,23 +175,33 @@ def test_a_reader_adapter_trains_and_stamps_the_rag_sft_adapter(tmp_path):
     from lorarag.trained.adapters import needs_rag_sft
 
     raw = load_config(Path(__file__).resolve().parent.parent / "configs/run/ci-tiny.yaml", RunConfig).model_dump()
-    only = [{"name": "lora_rag", "kind": "lora_rag"},
-            {"name": "moc_rag_sft", "kind": "memory_or_context", "adapter": "rag_sft"}]
+    only = [
+        {"name": "lora_rag", "kind": "lora_rag"},
+        {"name": "moc_rag_sft", "kind": "memory_or_context", "adapter": "rag_sft"},
+    ]
     cfg = RunConfig.model_validate({**raw, "systems": only})
     assert needs_rag_sft(cfg) and cfg.systems[1].uses_rag_sft and not cfg.systems[0].uses_rag_sft
     assert not needs_rag_sft(RunConfig.model_validate({**raw, "systems": only[:1]}))
     with pytest.raises(ValueError, match="adapter name rag_sft: set by the run"):
-        RunConfig.model_validate({**raw, "systems": only,
-                                  "rag": {**raw["rag"], "generator": {**raw["rag"]["generator"],
-                                                                      "adapters": {"rag_sft": "x"}}}})
+        RunConfig.model_validate(
+            {
+                **raw,
+                "systems": only,
+                "rag": {**raw["rag"], "generator": {**raw["rag"]["generator"], "adapters": {"rag_sft": "x"}}},
+            }
+        )
     lora, reader = tmp_path / "lora", tmp_path / "reader"
     for d, w in ((lora, b"l"), (reader, b"r")):
         d.mkdir()
         (d / "adapter_config.json").write_bytes(b"{}")
         (d / "adapter_model.safetensors").write_bytes(w)
     stamp = system_stamp(cfg, cfg.systems[1], [], lora, 0.5, reader)
-    sha = hashlib.sha256(("adapter_config.json:" + hashlib.sha256(b"{}").hexdigest() + "\n"
-                          "adapter_model.safetensors:" + hashlib.sha256(b"r").hexdigest() + "\n").encode())
+    sha = hashlib.sha256(
+        (
+            "adapter_config.json:" + hashlib.sha256(b"{}").hexdigest() + "\n"
+            "adapter_model.safetensors:" + hashlib.sha256(b"r").hexdigest() + "\n"
+        ).encode()
+    )
     assert stamp["rag_sft"] == sha.hexdigest() and stamp["adapter"] != stamp["rag_sft"]
     assert "rag_sft" not in system_stamp(cfg, cfg.systems[0], [], lora, 0.5, reader)
 
@@ -183,15 +230,22 @@ def test_baseline_table_names_the_best_system_and_the_captured_router_gain():
     strategy 0.50, so LoRA-RAG (0.75) captures (0.75 - 0.50) / (0.75 - 0.50) = 1.00 of the gain.
     Best knowledge-sharing baseline: closed-book LoRA at 0.50 (first of the tie): +0.25."""
     right = {"closed_book_lora": {1, 2}, "base_rag": {2, 3}, "lora_rag": {1, 2, 3}, "moc": {1, 2}}
-    results = {name: [make_item(system=name, qid=f"q{i}", fact_id=f"f{i}", answer="50 km/h" if i in r else "9")
-                      for i in range(1, 5)] for name, r in right.items()}
-    cfg = SimpleNamespace(eval=SimpleNamespace(bootstrap=1000, seed=0), systems=[
-        SystemConfig(name="closed_book_lora", kind="closed_book", adapter="lora"),
-        SystemConfig(name="base_rag", kind="base_rag", context="presented"),
-        SystemConfig(name="lora_rag", kind="lora_rag", context="presented"),
-        SystemConfig(name="moc", kind="memory_or_context", context="presented")])
-    lines = baseline_table(cfg, results, "presented", "base_rag", "lora_rag",
-                           lambda r: float(r.answer == "50 km/h"))
+    results = {
+        name: [
+            make_item(system=name, qid=f"q{i}", fact_id=f"f{i}", answer="50 km/h" if i in r else "9") for i in range(1, 5)
+        ]
+        for name, r in right.items()
+    }
+    cfg = SimpleNamespace(
+        eval=SimpleNamespace(bootstrap=1000, seed=0),
+        systems=[
+            SystemConfig(name="closed_book_lora", kind="closed_book", adapter="lora"),
+            SystemConfig(name="base_rag", kind="base_rag", context="presented"),
+            SystemConfig(name="lora_rag", kind="lora_rag", context="presented"),
+            SystemConfig(name="moc", kind="memory_or_context", context="presented"),
+        ],
+    )
+    lines = baseline_table(cfg, results, "presented", "base_rag", "lora_rag", lambda r: float(r.answer == "50 km/h"))
     assert "closed_book_lora, moc" in lines[2]
     row = next(ln for ln in lines if ln.startswith("| consistent | known |"))
     cells = [c.strip() for c in row.strip("|").split("|")]
@@ -199,20 +253,36 @@ def test_baseline_table_names_the_best_system_and_the_captured_router_gain():
     assert cells[7] == "0.75" and cells[8] == "lora_rag" and cells[10] == "1.00"
     assert cells[9].startswith("+0.25 [") and cells[9].endswith("vs closed_book_lora")
     # a cell every system gets equally right names no single winner
-    tied = {name: [make_item(system=name, qid=f"q{i}", fact_id=f"f{i}", scenario="outdated", answer="50 km/h")
-                   for i in range(1, 5)] for name in right}
-    row = next(ln for ln in baseline_table(cfg, tied, "presented", "base_rag", "lora_rag",
-                                           lambda r: float(r.answer == "50 km/h")) if ln.startswith("| outdated |"))
+    tied = {
+        name: [
+            make_item(system=name, qid=f"q{i}", fact_id=f"f{i}", scenario="outdated", answer="50 km/h") for i in range(1, 5)
+        ]
+        for name in right
+    }
+    row = next(
+        ln
+        for ln in baseline_table(cfg, tied, "presented", "base_rag", "lora_rag", lambda r: float(r.answer == "50 km/h"))
+        if ln.startswith("| outdated |")
+    )
     assert "| tie: lora_rag, closed_book_lora, base_rag … |" in row
 
 
 def _captured(right: dict[str, set[int]], n: int) -> str:
-    results = {name: [make_item(system=name, qid=f"q{i}", fact_id=f"f{i}", answer="50 km/h" if i in r else "9")
-                      for i in range(1, n + 1)] for name, r in right.items()}
-    cfg = SimpleNamespace(eval=SimpleNamespace(bootstrap=200, seed=0), systems=[
-        SystemConfig(name="closed_book_lora", kind="closed_book", adapter="lora"),
-        SystemConfig(name="base_rag", kind="base_rag", context="presented"),
-        SystemConfig(name="lora_rag", kind="lora_rag", context="presented")])
+    results = {
+        name: [
+            make_item(system=name, qid=f"q{i}", fact_id=f"f{i}", answer="50 km/h" if i in r else "9")
+            for i in range(1, n + 1)
+        ]
+        for name, r in right.items()
+    }
+    cfg = SimpleNamespace(
+        eval=SimpleNamespace(bootstrap=200, seed=0),
+        systems=[
+            SystemConfig(name="closed_book_lora", kind="closed_book", adapter="lora"),
+            SystemConfig(name="base_rag", kind="base_rag", context="presented"),
+            SystemConfig(name="lora_rag", kind="lora_rag", context="presented"),
+        ],
+    )
     lines = baseline_table(cfg, results, "presented", "base_rag", "lora_rag", lambda r: float(r.answer == "50 km/h"))
     row = next(ln for ln in lines if ln.startswith("| consistent | known |"))
     return [c.strip() for c in row.strip("|").split("|")][-1]
@@ -222,8 +292,7 @@ def test_captured_is_left_out_where_the_router_gains_under_a_twentieth():
     """25 items: closed-book LoRA right on 1-12 (0.48), base RAG on 12-13 (0.08); the router is right
     on 1-13 (0.52), a gain of 0.04 over the better pure strategy: under MIN_ROUTER_GAIN, so no ratio
     (LoRA-RAG on 1-12: (0.48 - 0.48) / 0.04 would read 0.00, on 1-13 it would read 1.00 from one item)."""
-    assert _captured({"closed_book_lora": set(range(1, 13)), "base_rag": {12, 13},
-                      "lora_rag": set(range(1, 13))}, 25) == "–"
+    assert _captured({"closed_book_lora": set(range(1, 13)), "base_rag": {12, 13}, "lora_rag": set(range(1, 13))}, 25) == "–"
 
 
 def test_captured_says_when_lora_rag_scores_above_the_router():
@@ -242,17 +311,33 @@ def test_declined_answerable_items_are_counted_per_system_and_cell():
     declines = {"lora_rag": set(), "base_rag": {"i1"}, "rag_sft": {"c1", "c2", "i1", "i2"}}
 
     def items(name: str) -> list:
-        cons = [make_item(system=name, qid=f"c{i}", fact_id=f"c{i}", knowledge="unknown",
-                          abstained=f"c{i}" in declines[name]) for i in range(1, 4)]
-        irr = [make_item(system=name, qid=f"i{i}", fact_id=f"i{i}", scenario="irrelevant", knowledge="unknown",
-                         abstained=f"i{i}" in declines[name]) for i in range(1, 3)]
-        unanswerable = make_item(system=name, qid="u1", fact_id="u1", scenario="irrelevant", knowledge="unknown",
-                                 gold_answers=(), abstained=True)
+        cons = [
+            make_item(system=name, qid=f"c{i}", fact_id=f"c{i}", knowledge="unknown", abstained=f"c{i}" in declines[name])
+            for i in range(1, 4)
+        ]
+        irr = [
+            make_item(
+                system=name,
+                qid=f"i{i}",
+                fact_id=f"i{i}",
+                scenario="irrelevant",
+                knowledge="unknown",
+                abstained=f"i{i}" in declines[name],
+            )
+            for i in range(1, 3)
+        ]
+        unanswerable = make_item(
+            system=name, qid="u1", fact_id="u1", scenario="irrelevant", knowledge="unknown", gold_answers=(), abstained=True
+        )
         return cons + irr + [unanswerable]
 
-    cfg = SimpleNamespace(systems=[SystemConfig(name="base_rag", kind="base_rag", context="presented"),
-                                   SystemConfig(name="lora_rag", kind="lora_rag", context="presented"),
-                                   SystemConfig(name="rag_sft", kind="rag_sft", context="presented")])
+    cfg = SimpleNamespace(
+        systems=[
+            SystemConfig(name="base_rag", kind="base_rag", context="presented"),
+            SystemConfig(name="lora_rag", kind="lora_rag", context="presented"),
+            SystemConfig(name="rag_sft", kind="rag_sft", context="presented"),
+        ]
+    )
     results = {n: items(n) for n in declines}
     lines = abstention_table(cfg, [results], "presented", "lora_rag")
     assert "| scenario | knowledge | n | lora_rag | base_rag | rag_sft |" in lines
@@ -269,9 +354,19 @@ def test_declines_sum_over_seeds():
     from lorarag.study.baseline_tables import declined_table
 
     def seed(declines: set[str]) -> dict:
-        return {n: [make_item(system=n, qid=f"c{i}", fact_id=f"c{i}", knowledge="unknown",
-                              abstained=n == "rag_sft" and f"c{i}" in declines) for i in range(1, 4)]
-                for n in ("lora_rag", "rag_sft")}
+        return {
+            n: [
+                make_item(
+                    system=n,
+                    qid=f"c{i}",
+                    fact_id=f"c{i}",
+                    knowledge="unknown",
+                    abstained=n == "rag_sft" and f"c{i}" in declines,
+                )
+                for i in range(1, 4)
+            ]
+            for n in ("lora_rag", "rag_sft")
+        }
 
     lines = declined_table([seed({"c1", "c2"}), seed({"c3"})], ["lora_rag", "rag_sft"], "presented")
     assert lines[0] == "### Declined answerable items (presented context, summed over 2 seeds)"

@@ -52,8 +52,14 @@ def test_bench_speed_small(tmp_path: Path, capsys) -> None:
     assert speed.make_corpus(50) == speed.make_corpus(50)  # seeded
     res = speed.run(3000, 50, 1, 32, tmp_path / "s.json")
     assert res["n_chunks"] == 3000 and res["bm25_found_in_top10"] > 0.5
-    assert set(res) >= {"bm25_build_s", "bm25_queries_per_s", "faiss_flat_queries_per_s",
-                        "faiss_hnsw_build_s", "original_s_per_query", "speedup_per_query"}
+    assert set(res) >= {
+        "bm25_build_s",
+        "bm25_queries_per_s",
+        "faiss_flat_queries_per_s",
+        "faiss_hnsw_build_s",
+        "original_s_per_query",
+        "speedup_per_query",
+    }
     assert "speed-up per query" in capsys.readouterr().out
 
 
@@ -102,9 +108,28 @@ def test_gpu_check_runs_the_gpu_config_small_on_cpu(tmp_path: Path, monkeypatch)
     monkeypatch.chdir(tmp_path)  # the config's relative runs/ paths land here
     from lorarag.bench.gpu_check import main
 
-    main(["--shape", "tiny", "--device", "cpu", "--config", str(repo / "configs/run/qwen3-4b.yaml"),
-          "--models", str(tmp_path / "models"), "--steps", "1", "--per-cell", "1", "--cal-items", "2",
-          "--train-kind", "peft", "--out", str(tmp_path / "summary.json")])
+    main(
+        [
+            "--shape",
+            "tiny",
+            "--device",
+            "cpu",
+            "--config",
+            str(repo / "configs/run/qwen3-4b.yaml"),
+            "--models",
+            str(tmp_path / "models"),
+            "--steps",
+            "1",
+            "--per-cell",
+            "1",
+            "--cal-items",
+            "2",
+            "--train-kind",
+            "peft",
+            "--out",
+            str(tmp_path / "summary.json"),
+        ]
+    )
     s = json.loads((tmp_path / "summary.json").read_text())
     steps = [st["msg"].split()[1] for st in s["stages"] if st["msg"].startswith("[")]
     assert s["stages"][0]["msg"].startswith("building random checkpoints")
@@ -117,8 +142,9 @@ def test_gpu_check_runs_the_gpu_config_small_on_cpu(tmp_path: Path, monkeypatch)
     assert cfg["rag"]["generator"]["max_batch_tokens"] == 65536  # HF generate's KV cache bounded
     assert all(st["peak_gpu_mib"] == 0 for st in s["stages"])  # no GPU polled here
     assert "gradient_accumulation_steps" not in cfg["train"]["swift"]  # dropped for the peft loop, said so
-    assert [x["name"] for x in cfg["systems"]] == [x["name"] for x in yaml.safe_load(
-        (repo / "configs/run/qwen3-4b.yaml").read_text())["systems"]]
+    assert [x["name"] for x in cfg["systems"]] == [
+        x["name"] for x in yaml.safe_load((repo / "configs/run/qwen3-4b.yaml").read_text())["systems"]
+    ]
 
 
 def test_gpu_memory_peak_per_stage_window() -> None:
@@ -141,8 +167,7 @@ def test_bench_registry_and_cli_agree() -> None:
     from lorarag.cli import app
     from lorarag.cli.bench import BENCHMARKS
 
-    expected = ["retrieval", "speed", "eval", "rag", "cpu", "numerics", "gpu", "serve", "engine", "scale",
-                "preference"]
+    expected = ["retrieval", "speed", "eval", "rag", "cpu", "numerics", "gpu", "serve", "engine", "scale", "preference"]
     assert list(BENCHMARKS) == expected
     group = get_command(app).commands["bench"]
     assert list(group.commands) == expected
@@ -151,8 +176,11 @@ def test_bench_registry_and_cli_agree() -> None:
         assert (command.__doc__ or "").strip(), f"{name}: no help"
     out = CliRunner().invoke(app, ["bench", "--help"], env={"COLUMNS": "250"})
     assert out.exit_code == 0
-    listed = [line.strip("│ ").split()[0] for line in out.stdout.splitlines()
-              if line.startswith("│ ") and line.strip("│ ").split()[0] in BENCHMARKS]
+    listed = [
+        line.strip("│ ").split()[0]
+        for line in out.stdout.splitlines()
+        if line.startswith("│ ") and line.strip("│ ").split()[0] in BENCHMARKS
+    ]
     assert listed == expected
     for command in BENCHMARKS.values():
         assert command.__doc__.strip().splitlines()[0].strip() in out.stdout

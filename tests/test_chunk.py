@@ -44,7 +44,7 @@ def test_cjk_without_punctuation_is_cut_at_character_boundaries() -> None:
     spans = split_long(text, 0, len(text), 64, 8)
     assert [e - s for s, e in spans][:-1] == [64] * (len(spans) - 1)
     assert all(s2 == e1 - 8 for (_, e1), (s2, _) in zip(spans, spans[1:]))
-    covered = "".join(text[s:e][(8 if i else 0):] for i, (s, e) in enumerate(spans))
+    covered = "".join(text[s:e][(8 if i else 0) :] for i, (s, e) in enumerate(spans))
     assert covered == text
 
 
@@ -52,11 +52,10 @@ def test_cjk_without_punctuation_is_cut_at_character_boundaries() -> None:
 def test_chunks_are_exact_slices_within_size(kind: str) -> None:
     root = shared_data("traffic-law")
     docs = {d.doc_id: d for d in ingest(CorpusConfig(paths=[str(root)])).documents}
-    chunks = make_chunker(ChunkerConfig(kind=kind, chunk_size=SIZE, chunk_overlap=OVERLAP)).chunk_all(
-        list(docs.values()))
+    chunks = make_chunker(ChunkerConfig(kind=kind, chunk_size=SIZE, chunk_overlap=OVERLAP)).chunk_all(list(docs.values()))
     assert len({c.chunk_id for c in chunks}) == len(chunks)
     for c in chunks:
-        assert docs[c.doc_id].text[c.start:c.end] == c.text
+        assert docs[c.doc_id].text[c.start : c.end] == c.text
         assert 0 < len(c.text) <= SIZE and c.text == c.text.strip()
     # Every article number of the regulation is in some chunk.
     reg = [c for c in chunks if c.doc_id == "road-traffic-safety-law-implementing-regulations-2017.md"]
@@ -76,8 +75,7 @@ def test_heading_chunker_keeps_heading_path() -> None:
 
 
 def test_heading_chunker_on_generated_markdown() -> None:
-    text = ("# Title\n\nintro text\n\n## A\n\n### A1\n\nbody a1\n\n## B\n\nbody b\n\n"
-            "### B1\n\n" + "word " * 40 + "\n")
+    text = "# Title\n\nintro text\n\n## A\n\n### A1\n\nbody a1\n\n## B\n\nbody b\n\n### B1\n\n" + "word " * 40 + "\n"
     chunks = make_chunker(ChunkerConfig(kind="heading", chunk_size=80, chunk_overlap=10)).chunk(_doc(text))
     paths = [c.heading_path for c in chunks]
     # "## A" alone has no body and is skipped; B1 (200 chars) is split.
@@ -96,21 +94,30 @@ def test_paragraph_merge_and_overlap_hand_checked() -> None:
 
 def test_pdf_page_of_chunk() -> None:
     text = "page one text\n\npage two text"
-    chunks = make_chunker(ChunkerConfig(chunk_size=14, chunk_overlap=0)).chunk(
-        _doc(text, "f.pdf", pages=(0, 15)))
+    chunks = make_chunker(ChunkerConfig(chunk_size=14, chunk_overlap=0)).chunk(_doc(text, "f.pdf", pages=(0, 15)))
     assert [(c.text, c.page) for c in chunks] == [("page one text", 1), ("page two text", 2)]
 
 
 def test_ids_stable_across_processes_and_parameters() -> None:
     text = "第一段。\n\n第二段，内容。\n\n" + "长句子" * 300
-    code = ("from lorarag.rag.ingest.chunk import make_chunker; from lorarag.rag.config import ChunkerConfig; "
-            "from lorarag.rag.records import Document; import sys; "
-            f"d = Document(doc_id='x.md', source='x.md', text={text!r}); "
-            "print(' '.join(c.chunk_id for c in make_chunker(ChunkerConfig()).chunk(d)))")
+    code = (
+        "from lorarag.rag.ingest.chunk import make_chunker; from lorarag.rag.config import ChunkerConfig; "
+        "from lorarag.rag.records import Document; import sys; "
+        f"d = Document(doc_id='x.md', source='x.md', text={text!r}); "
+        "print(' '.join(c.chunk_id for c in make_chunker(ChunkerConfig()).chunk(d)))"
+    )
     # Two fresh interpreters with different hash seeds give the same ids.
-    outs = [subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO,
-                           env={"PYTHONHASHSEED": seed, "PATH": ""}, check=True).stdout
-            for seed in ("1", "2")]
+    outs = [
+        subprocess.run(
+            [sys.executable, "-c", code],
+            capture_output=True,
+            text=True,
+            cwd=REPO,
+            env={"PYTHONHASHSEED": seed, "PATH": ""},
+            check=True,
+        ).stdout
+        for seed in ("1", "2")
+    ]
     assert outs[0] == outs[1]
     here = [c.chunk_id for c in make_chunker(ChunkerConfig()).chunk(_doc(text))]
     assert outs[0].split() == here

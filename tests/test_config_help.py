@@ -24,12 +24,15 @@ def test_a_key_three_sections_down_in_a_run_config(cli):
     assert "gate.json" in out  # null means: the calibrated threshold saved next to the adapter
 
 
-@pytest.mark.parametrize("key, head", [
-    ("eval.max_per_cell", "eval.max_per_cell: int | null, default 40, >= 1"),  # a run config's eval: section
-    ("train.swift", "train.swift: dict[str, Any], default {}"),
-    ("eval.judge", "eval.judge: JudgeConfig, default the section's defaults"),  # configs/eval/*.yaml's key
-    ("numerics.cpu_isa", "numerics.cpu_isa: one of \"avx2\" | null, default null"),
-])
+@pytest.mark.parametrize(
+    "key, head",
+    [
+        ("eval.max_per_cell", "eval.max_per_cell: int | null, default 40, >= 1"),  # a run config's eval: section
+        ("train.swift", "train.swift: dict[str, Any], default {}"),
+        ("eval.judge", "eval.judge: JudgeConfig, default the section's defaults"),  # configs/eval/*.yaml's key
+        ("numerics.cpu_isa", 'numerics.cpu_isa: one of "avx2" | null, default null'),
+    ],
+)
 def test_a_key_as_a_run_config_writes_it(cli, key, head):
     code, out, _ = cli("validate", "--explain", key)
     assert code == 0 and out.splitlines()[0] == head
@@ -40,8 +43,9 @@ def test_a_section_lists_its_keys_with_their_defaults(cli):
     assert code == 0
     lines = out.splitlines()
     assert lines[0] == "rag.retrieval: RetrievalConfig, default the section's defaults"
-    keys = [ln.split(":")[0].strip() for ln in lines if ln.startswith("  ") and not ln.startswith("      ")
-            and ":" in ln][1:]  # the first indented line is the section's own description
+    keys = [ln.split(":")[0].strip() for ln in lines if ln.startswith("  ") and not ln.startswith("      ") and ":" in ln][
+        1:
+    ]  # the first indented line is the section's own description
     assert keys == ["mode", "top_n", "top_k", "min_score"]
     assert '  mode: one of "bm25", "dense", "hybrid" = "bm25"' in lines
     assert "  top_n: int = 20, >= 1" in lines
@@ -54,12 +58,17 @@ def test_a_list_of_sections_is_entered_as_its_section(cli):
     assert out.splitlines()[0] == "run.systems.max_new_tokens: int, default 24"
 
 
-@pytest.mark.parametrize("key, needles", [
-    ("rag.retrieval.top_kk", ["rag.retrieval.top_kk: unknown key", "keys of rag.retrieval: mode, top_n, top_k, "
-                              "min_score"]),
-    ("rag.retrieval.top_k.x", ["rag.retrieval.top_k.x: unknown key", "top_k is int, not a section"]),
-    ("ragg.retrieval", ["ragg.retrieval: unknown config kind 'ragg'", "check, eval, rag, run, train"]),
-])
+@pytest.mark.parametrize(
+    "key, needles",
+    [
+        (
+            "rag.retrieval.top_kk",
+            ["rag.retrieval.top_kk: unknown key", "keys of rag.retrieval: mode, top_n, top_k, min_score"],
+        ),
+        ("rag.retrieval.top_k.x", ["rag.retrieval.top_k.x: unknown key", "top_k is int, not a section"]),
+        ("ragg.retrieval", ["ragg.retrieval: unknown config kind 'ragg'", "check, eval, rag, run, train"]),
+    ],
+)
 def test_an_unknown_key_is_one_line(cli, key, needles):
     code, out, err = cli("validate", "--explain", key)
     assert code == 2 and out == "" and "Traceback" not in err

@@ -39,8 +39,9 @@ def test_shipped_children_resolve_to_their_parent_plus_the_stated_deltas():
     want.pop("name")
     # everything else equal, once the name-derived paths and the numerics deltas are put back (fp32,
     # and prompt_lookup: single questions drafted from their prompt, agreeing with plain fp32 decoding)
-    same["train"].update(run_name="cpu-demo-lora", dataset="runs/cpu-demo/sft/train.jsonl",
-                         val_dataset="runs/cpu-demo/sft/val.jsonl")
+    same["train"].update(
+        run_name="cpu-demo-lora", dataset="runs/cpu-demo/sft/train.jsonl", val_dataset="runs/cpu-demo/sft/val.jsonl"
+    )
     # cpu-demo.yaml's `auto` precision is this CPU's choice (core/precision.py), fp32's is fixed
     same["train"]["swift"]["bf16"] = parent.train.swift["bf16"]
     same["rag"]["generator"]["dtype"] = parent.rag.generator.dtype
@@ -49,14 +50,17 @@ def test_shipped_children_resolve_to_their_parent_plus_the_stated_deltas():
     assert same == want
 
 
-@pytest.mark.parametrize("files,message", [
-    ({"a.yaml": "base: b.yaml\nname: a\n", "b.yaml": "base: a.yaml\nname: b\n"}, "part of its own base chain"),
-    ({"a.yaml": "base: missing.yaml\nname: a\n"}, "no such config file"),
-    ({"a.yaml": "name: a\nname: b\n"}, "duplicate key 'name'"),
-    ({"a.yaml": "name: a\nx: {k: 1, k: 2}\n"}, "duplicate key 'k'"),
-    ({"a.yaml": "name: a\nrunsdir: '${nope}/x'\n"}, "${nope} names no top-level scalar key"),
-    ({"a.yaml": "base: [b.yaml]\nname: a\n"}, "base: must be the path"),
-])
+@pytest.mark.parametrize(
+    "files,message",
+    [
+        ({"a.yaml": "base: b.yaml\nname: a\n", "b.yaml": "base: a.yaml\nname: b\n"}, "part of its own base chain"),
+        ({"a.yaml": "base: missing.yaml\nname: a\n"}, "no such config file"),
+        ({"a.yaml": "name: a\nname: b\n"}, "duplicate key 'name'"),
+        ({"a.yaml": "name: a\nx: {k: 1, k: 2}\n"}, "duplicate key 'k'"),
+        ({"a.yaml": "name: a\nrunsdir: '${nope}/x'\n"}, "${nope} names no top-level scalar key"),
+        ({"a.yaml": "base: [b.yaml]\nname: a\n"}, "base: must be the path"),
+    ],
+)
 def test_bad_inheritance_is_a_one_line_error(tmp_path, files, message):
     for name, text in files.items():
         (tmp_path / name).write_text(text)

@@ -13,25 +13,34 @@ G, W, P = "50 km/h", "70 km/h", "30 km/h"  # gold, context's wrong value, model'
 
 
 def fe(qid, answer, cb, route="context", verdict="supported", flag=0.2, scenario="factual_error"):
-    return make_item(qid=qid, scenario=scenario, context_answer=W, answer=answer, closed_book_answer=cb,
-                     route=route, verdict=verdict, flag_score=flag)
+    return make_item(
+        qid=qid,
+        scenario=scenario,
+        context_answer=W,
+        answer=answer,
+        closed_book_answer=cb,
+        route=route,
+        verdict=verdict,
+        flag_score=flag,
+    )
 
 
 def ok(qid, answer, cb, route="context", verdict="supported", flag=0.1, knowledge="known"):
-    return make_item(qid=qid, answer=answer, closed_book_answer=cb, route=route, verdict=verdict,
-                     flag_score=flag, knowledge=knowledge)
+    return make_item(
+        qid=qid, answer=answer, closed_book_answer=cb, route=route, verdict=verdict, flag_score=flag, knowledge=knowledge
+    )
 
 
 ITEMS = [
     # factual errors; closed-book right for the first three
-    fe("a", f"It is {W}", G),                                   # misled
+    fe("a", f"It is {W}", G),  # misled
     fe("b", G, G, route="fallback", verdict="conflicting", flag=0.9),  # fallback success
-    fe("c", "no idea at all", G, verdict="conflicting", flag=0.7),     # neither
-    fe("d", W, P),                                              # misled, but prior wrong: not in denominator
+    fe("c", "no idea at all", G, verdict="conflicting", flag=0.7),  # neither
+    fe("d", W, P),  # misled, but prior wrong: not in denominator
     fe("e", G, P, route="fallback", verdict="outdated", flag=0.8, scenario="outdated"),
     # consistent; closed-book wrong for the first two
-    ok("f", P, P),                                              # keeps its prior
-    ok("g", G, P),                                              # follows the context
+    ok("f", P, P),  # keeps its prior
+    ok("g", G, P),  # follows the context
     ok("h", G, G, route="fallback", verdict="conflicting", flag=0.6),  # over-fallback (still right)
     ok("i", G, G, flag=0.3),
 ]
@@ -82,8 +91,10 @@ def test_accuracy_by_language_splits_a_bilingual_cell():
     from scipy.stats import binomtest
 
     en = [make_item(qid=f"e{i}", answer="50 km/h" if i < 3 else "no idea") for i in range(4)]
-    zh = [make_item(qid=f"z{i}", language="zh", question="限速是多少？", gold_answers=("50公里",),
-                    answer="不知道") for i in range(2)]
+    zh = [
+        make_item(qid=f"z{i}", language="zh", question="限速是多少？", gold_answers=("50公里",), answer="不知道")
+        for i in range(2)
+    ]
     rows = cm.language_table(en + zh)
     cell = {(r["language"], r["scenario"]): r for r in rows}
     assert [r["language"] for r in rows] == ["en", "en", "zh", "zh"]  # the cell, then each language's "all"
@@ -99,10 +110,16 @@ def test_long_form_answers_token_f1_and_siding_with_the_source():
     gold "a visa is required" (4 tokens after dropping "a" -> visa, is, required: 3), fabricated
     "a curator pass is issued" (curator, pass, is, issued: 4)."""
     gold, fake = ("A visa is required.",), "A curator pass is issued."
-    right = make_item(scenario="factual_error", gold_answers=gold, context_answer=fake,
-                      answer="Yes, a visa is required before travel.")
-    misled = make_item(qid="q2", scenario="factual_error", gold_answers=gold, context_answer=fake,
-                       answer="No visa: a curator pass is issued at the border.")
+    right = make_item(
+        scenario="factual_error", gold_answers=gold, context_answer=fake, answer="Yes, a visa is required before travel."
+    )
+    misled = make_item(
+        qid="q2",
+        scenario="factual_error",
+        gold_answers=gold,
+        context_answer=fake,
+        answer="No visa: a curator pass is issued at the border.",
+    )
     cons = make_item(qid="q3", gold_answers=gold, context_answer=gold[0], answer="visa")
     # right: answer tokens yes, visa, is, required, before, travel (6) vs gold 3 -> P 3/6, R 1 -> F1 2/3
     # misled: no, visa, curator, pass, is, issued, at, border (8, "the" dropped); gold overlap visa, is

@@ -42,9 +42,13 @@ def test_both_prompts_show_a_date_and_the_checks_read_the_passage_behind_it():
 def test_a_dated_held_out_passage_is_still_a_leak():
     chunks, items, _ = _kb()
     held = items[:1]
-    row = {"messages": [{"role": "system", "content": "s"},
-                        {"role": "user", "content": rag_user_turn("Who?", [SourceText(chunks[0].text, "2026")])},
-                        {"role": "assistant", "content": "a"}]}
+    row = {
+        "messages": [
+            {"role": "system", "content": "s"},
+            {"role": "user", "content": rag_user_turn("Who?", [SourceText(chunks[0].text, "2026")])},
+            {"role": "assistant", "content": "a"},
+        ]
+    }
     with pytest.raises(LeakError, match="held-out q0"):
         leak_check([row], held, {c.chunk_id: c for c in chunks})
 
@@ -53,8 +57,9 @@ def test_an_update_is_dated_after_the_snapshot_and_an_older_version_before_it():
     chunks, items, older = _kb()
     groups = split_by_fact(items, SPLIT)
     stale = stale_taught(groups, older, 1.0, 0)
-    test = corpus_scenarios(groups["known"], chunks, name="kb", knowledge="known", stale=stale, types=("update",),
-                            snapshot=2024)
+    test = corpus_scenarios(
+        groups["known"], chunks, name="kb", knowledge="known", stale=stale, types=("update",), snapshot=2024
+    )
     years = {p.date for s in test for p in s.presented if p.chunk_id.startswith("c")}
     assert test and years <= {"2025", "2026", "2027"} and len(years) > 1  # one to three years after, per fact
     plain = corpus_scenarios(groups["known"], chunks, name="kb", knowledge="known", stale=stale, types=("update",))
@@ -85,12 +90,18 @@ def test_training_rows_show_dates_only_with_a_snapshot():
 
 
 def test_the_snapshot_is_a_data_setting():
-    d = DataConfig.model_validate({"corpus": {"kind": "folder", "path": "c"},
-                                   "questions": {"kind": "jsonl", "path": "q.jsonl"}, "snapshot": 2024})
+    d = DataConfig.model_validate(
+        {"corpus": {"kind": "folder", "path": "c"}, "questions": {"kind": "jsonl", "path": "q.jsonl"}, "snapshot": 2024}
+    )
     assert d.snapshot == 2024
     with pytest.raises(ValueError):
-        DataConfig.model_validate({"corpus": {"kind": "folder", "path": "c"},
-                                   "questions": {"kind": "jsonl", "path": "q.jsonl"}, "snapshot": "last year"})
+        DataConfig.model_validate(
+            {
+                "corpus": {"kind": "folder", "path": "c"},
+                "questions": {"kind": "jsonl", "path": "q.jsonl"},
+                "snapshot": "last year",
+            }
+        )
 
 
 def test_update_twins_date_a_factual_error_passage_into_a_right_newer_source():
@@ -99,9 +110,14 @@ def test_update_twins_date_a_factual_error_passage_into_a_right_newer_source():
     label = re.compile(r"\(dated (\d{4})\) (.*)")
     plain_cfg = SFTConfig(seed=0, knowledge_repeats=1, distractors=1)
     plain, _, _ = build_rows(groups, chunks, plain_cfg, conflict_seed=0, outdated=older, snapshot=2024)
-    twins, _, stats = build_rows(groups, chunks, SFTConfig(seed=0, knowledge_repeats=1, distractors=1,
-                                                           update_twins=1.0),
-                                 conflict_seed=0, outdated=older, snapshot=2024)
+    twins, _, stats = build_rows(
+        groups,
+        chunks,
+        SFTConfig(seed=0, knowledge_repeats=1, distractors=1, update_twins=1.0),
+        conflict_seed=0,
+        outdated=older,
+        snapshot=2024,
+    )
     wrong = {}  # fact -> the substituted passage its factual-error row shows, undated
     for r in plain:
         if r.verdict == "conflicting" and r.scenario.knowledge == "known":

@@ -43,8 +43,7 @@ def _one_line(exc: pytest.ExceptionInfo, *parts: str) -> None:
 
 
 def _q(qid: str = "q1", **kw) -> dict:
-    return {"id": qid, "question": "Who built the Elmira lighthouse?", "answers": ["Ada Moss"],
-            "relevant_ids": ["d1"], **kw}
+    return {"id": qid, "question": "Who built the Elmira lighthouse?", "answers": ["Ada Moss"], "relevant_ids": ["d1"], **kw}
 
 
 def _questions(tmp: Path, rows: list) -> list[QAItem]:
@@ -134,8 +133,10 @@ def _beir(tmp: Path, start: int) -> Path:
     folder = tmp / "beir"
     (folder / "qrels").mkdir(parents=True)
     _jsonl(folder / "corpus.jsonl", [{"_id": "d1", "title": "Elmira", "text": BODY}])
-    _jsonl(folder / "queries.jsonl", [{"_id": "q1", "text": "Who built it?",
-                                       "metadata": {"answers": ["Ada Moss"], "answer_start": [start]}}])
+    _jsonl(
+        folder / "queries.jsonl",
+        [{"_id": "q1", "text": "Who built it?", "metadata": {"answers": ["Ada Moss"], "answer_start": [start]}}],
+    )
     (folder / "qrels/test.tsv").write_text("q1\td1\t1\n")
     return folder
 
@@ -163,8 +164,9 @@ def test_conflict_asserting_the_truth(tmp_path):
     with pytest.raises(RecordError) as e:
         _questions(tmp_path, [_q(conflicts=[{"text": "It was built by ada  moss.", "answer": "ada  MOSS"}])])
     _one_line(e, f"{tmp_path / 'q.jsonl'}:1", "conflicts[0].answer", "is a gold answer")
-    corpus = load_corpus(CorpusSource(kind="beir", path=str(_jsonl(tmp_path / "c.jsonl", [
-        {"_id": "d1", "title": "", "text": BODY}]))), SMALL)
+    corpus = load_corpus(
+        CorpusSource(kind="beir", path=str(_jsonl(tmp_path / "c.jsonl", [{"_id": "d1", "title": "", "text": BODY}]))), SMALL
+    )
     items = _questions(tmp_path, [_q(conflicts=[{"text": BODY.upper(), "answer": "John Roe"}])])
     with pytest.raises(RecordError) as e:
         check_against_corpus(map_labels(items, corpus)[0], corpus)
@@ -174,11 +176,20 @@ def test_conflict_asserting_the_truth(tmp_path):
 
 
 def _cnq(tmp: Path, fake_answer: str, fake_passage: str) -> Path:
-    return _jsonl(tmp / "cnq.jsonl", [{"id": "n1", "question": "who built the elmira lighthouse",
-                                       "cleaned_question": "Who built the Elmira lighthouse?",
-                                       "real_short_answer": "Ada Moss", "fake_short_answer": fake_answer,
-                                       "real_passages": [{"passage": BODY}],
-                                       "fake_passages": [{"passage": fake_passage}]}])
+    return _jsonl(
+        tmp / "cnq.jsonl",
+        [
+            {
+                "id": "n1",
+                "question": "who built the elmira lighthouse",
+                "cleaned_question": "Who built the Elmira lighthouse?",
+                "real_short_answer": "Ada Moss",
+                "fake_short_answer": fake_answer,
+                "real_passages": [{"passage": BODY}],
+                "fake_passages": [{"passage": fake_passage}],
+            }
+        ],
+    )
 
 
 def test_conflictnq_fake_equal_to_real(tmp_path):
@@ -211,26 +222,36 @@ def _older(tmp: Path, rows: list) -> str:
 
 
 def test_older_versions_that_cannot_be_right(tmp_path):
-    items = _questions(tmp_path, [_q(), {"id": "u1", "question": "Who painted it?", "answers": [],
-                                         "relevant_ids": [], "unanswerable": True}])
+    items = _questions(
+        tmp_path,
+        [_q(), {"id": "u1", "question": "Who painted it?", "answers": [], "relevant_ids": [], "unanswerable": True}],
+    )
     path = _older(tmp_path, [{"id": "q1", "answer": "ADA moss", "date": "2019"}])
     with pytest.raises(RecordError) as e:
         check_outdated(load_outdated(path), items, "q.jsonl")
     _one_line(e, f"{path}:1", "answer", "is the current gold answer")
     with pytest.raises(RecordError) as e:
-        load_outdated(_older(tmp_path, [{"id": "q1", "answer": "John Roe", "date": "2019",
-                                         "text": "The lighthouse was built by Ada Moss."}]))
+        load_outdated(
+            _older(
+                tmp_path,
+                [{"id": "q1", "answer": "John Roe", "date": "2019", "text": "The lighthouse was built by Ada Moss."}],
+            )
+        )
     _one_line(e, "older.jsonl:1", "text: does not hold its older answer 'John Roe'")
-    path = _older(tmp_path, [{"id": "q1", "answer": "John Roe", "date": "2019"},
-                             {"id": "u1", "answer": "Eve Lin", "date": "2019"}])
+    path = _older(
+        tmp_path, [{"id": "q1", "answer": "John Roe", "date": "2019"}, {"id": "u1", "answer": "Eve Lin", "date": "2019"}]
+    )
     with pytest.raises(RecordError) as e:
         check_outdated(load_outdated(path), items, "q.jsonl")
     _one_line(e, f"{path}:2", "'u1'", "has no answer")
     with pytest.raises(RecordError) as e:
         load_outdated(_older(tmp_path, []))
     _one_line(e, "older.jsonl", "no older versions (empty file)")
-    ok = load_outdated(_older(tmp_path, [{"id": "q1", "answer": "John Roe", "date": "2019",
-                                          "text": "The lighthouse was built by John  Roe."}]))
+    ok = load_outdated(
+        _older(
+            tmp_path, [{"id": "q1", "answer": "John Roe", "date": "2019", "text": "The lighthouse was built by John  Roe."}]
+        )
+    )
     check_outdated(ok, items, "q.jsonl")
     assert [o.answer for o in ok["q1"]] == ["John Roe"]
 
@@ -240,8 +261,9 @@ def test_older_versions_that_cannot_be_right(tmp_path):
 
 def test_unanswerable_questions_do_not_count_as_facts(tmp_path):
     rows = [{"id": f"a{i}", "question": f"Q{i}?", "answers": [f"v{i}"], "relevant_ids": [f"d{i}"]} for i in range(4)]
-    rows += [{"id": f"u{i}", "question": f"U{i}?", "answers": [], "relevant_ids": [], "unanswerable": True}
-             for i in range(6)]
+    rows += [
+        {"id": f"u{i}", "question": f"U{i}?", "answers": [], "relevant_ids": [], "unanswerable": True} for i in range(6)
+    ]
     items = _questions(tmp_path, rows)
     with pytest.raises(RecordError) as e:
         split_by_fact(items, SplitConfig())
@@ -262,11 +284,14 @@ def _kb() -> dict:
     return load_config(REPO / "configs/run/ci-kb-tiny.yaml", RunConfig).model_dump()
 
 
-@pytest.mark.parametrize("section,key,value,msg", [
-    ("questions", "split", "dev", "split: only for kind beir, not conflictnq"),
-    ("corpus", "id_field", "pid", "id_field: only for kind hf, not conflictnq"),
-    ("corpus", "strict", True, "strict: only for kind folder, not conflictnq"),
-])
+@pytest.mark.parametrize(
+    "section,key,value,msg",
+    [
+        ("questions", "split", "dev", "split: only for kind beir, not conflictnq"),
+        ("corpus", "id_field", "pid", "id_field: only for kind hf, not conflictnq"),
+        ("corpus", "strict", True, "strict: only for kind folder, not conflictnq"),
+    ],
+)
 def test_keys_meaningless_for_the_kind_fail_validation(section, key, value, msg):
     kb = _kb()
     kb["data"][section][key] = value

@@ -23,9 +23,13 @@ from lorarag.rag.retrieve import Retriever, load_retriever
 
 from .servers import free_port, launched, needs_vllm, vllm_server_cmd
 
-TEXTS = ["机动车所有人应当申请注册登记。", "The headquarters are in Berlin.",
-         "La société a son siège à Lyon, depuis 1998 et jusqu'à aujourd'hui sans interruption.",
-         "yes", "Latest version 4.2 released on 2024-05-01."]
+TEXTS = [
+    "机动车所有人应当申请注册登记。",
+    "The headquarters are in Berlin.",
+    "La société a son siège à Lyon, depuis 1998 et jusqu'à aujourd'hui sans interruption.",
+    "yes",
+    "Latest version 4.2 released on 2024-05-01.",
+]
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -54,8 +58,7 @@ def test_transformers_recipe(tiny_models) -> None:
     tok = AutoTokenizer.from_pretrained(tiny_models["embedder"])
     model = AutoModel.from_pretrained(tiny_models["embedder"]).eval()
     with torch.no_grad():
-        ref = np.stack([model(**tok(t, return_tensors="pt")).last_hidden_state[0, -1].numpy()
-                        for t in TEXTS])
+        ref = np.stack([model(**tok(t, return_tensors="pt")).last_hidden_state[0, -1].numpy() for t in TEXTS])
     ref /= np.linalg.norm(ref, axis=1, keepdims=True)
     np.testing.assert_allclose(docs, ref, atol=1e-4)  # left padding in batches changes nothing
     # The instruction goes on queries only, in the Qwen3-Embedding format.
@@ -72,11 +75,13 @@ def test_sentence_transformers_backend_agrees(tiny_models, tmp_path: Path) -> No
     # A sentence-transformers folder laid out as Qwen3-Embedding's: plain text in (no chat
     # template), last-token pooling.
     text_only = {"text": {"method": "forward", "method_output_name": "last_hidden_state"}}
-    body = Transformer(str(tiny_models["embedder"]), modality_config=text_only,
-                       module_output_name="token_embeddings")
+    body = Transformer(str(tiny_models["embedder"]), modality_config=text_only, module_output_name="token_embeddings")
     SentenceTransformer(modules=[body, Pooling(64, pooling_mode="lasttoken")]).save(str(tmp_path / "st"))
-    st = make_embedder(EmbedderConfig(kind="sentence_transformers", model=str(tmp_path / "st"),
-                                      batch_size=2, query_instruction="Find the law"))
+    st = make_embedder(
+        EmbedderConfig(
+            kind="sentence_transformers", model=str(tmp_path / "st"), batch_size=2, query_instruction="Find the law"
+        )
+    )
     local = make_embedder(_cfg(tiny_models["embedder"], query_instruction="Find the law"))
     np.testing.assert_allclose(st.embed_documents(TEXTS), local.embed_documents(TEXTS), atol=1e-4)
     np.testing.assert_allclose(st.embed_queries(TEXTS[:2]), local.embed_queries(TEXTS[:2]), atol=1e-4)
@@ -93,8 +98,9 @@ def _corpus(tmp_path: Path) -> Path:
 @pytest.mark.parametrize("kind", ["flat", "hnsw", "ivf"])
 def test_dense_and_hybrid_retrieval(tiny_models, tmp_path: Path, kind: str) -> None:
     ecfg = _cfg(tiny_models["embedder"], query_instruction=None)
-    icfg = IndexConfig(dir=str(tmp_path / "idx"), bm25=BM25Config(),
-                       dense=DenseIndexConfig(kind=kind, ivf_nlist=2, ivf_nprobe=2))
+    icfg = IndexConfig(
+        dir=str(tmp_path / "idx"), bm25=BM25Config(), dense=DenseIndexConfig(kind=kind, ivf_nlist=2, ivf_nprobe=2)
+    )
     m = build_index(CorpusConfig(paths=[str(_corpus(tmp_path))]), ChunkerConfig(), icfg, ecfg)
     assert (m.dimension, m.embedder_kind, m.dense_kind) == (64, "transformers", kind)
     dense = load_retriever(icfg, RetrievalConfig(mode="dense"), ecfg)
@@ -135,8 +141,9 @@ def test_missing_model_and_empty_text_are_clear_errors(tiny_models, tmp_path: Pa
 def test_openai_endpoint_down_is_one_line_error() -> None:
     from lorarag.rag.generators.http import EndpointError
 
-    emb = make_embedder(EmbedderConfig(kind="openai", model="m", base_url=f"http://127.0.0.1:{free_port()}/v1",
-                                       max_retries=1, timeout_s=2))
+    emb = make_embedder(
+        EmbedderConfig(kind="openai", model="m", base_url=f"http://127.0.0.1:{free_port()}/v1", max_retries=1, timeout_s=2)
+    )
     with pytest.raises(EndpointError, match="/v1/embeddings: cannot connect"):
         emb.embed_documents(["x"])
 
@@ -145,11 +152,22 @@ def test_openai_endpoint_down_is_one_line_error() -> None:
 @needs_vllm
 def test_vllm_server_matches_transformers(tiny_models, tmp_path: Path) -> None:
     port = free_port()
-    cmd = vllm_server_cmd(tiny_models["embedder"], port, "--runner", "pooling", "--convert", "embed",
-                          "--pooler-config", '{"pooling_type": "LAST"}', "--served-model-name", "tiny-emb")
+    cmd = vllm_server_cmd(
+        tiny_models["embedder"],
+        port,
+        "--runner",
+        "pooling",
+        "--convert",
+        "embed",
+        "--pooler-config",
+        '{"pooling_type": "LAST"}',
+        "--served-model-name",
+        "tiny-emb",
+    )
     with launched(cmd, port, log_path=tmp_path / "vllm.log", env={"OMP_NUM_THREADS": "1"}) as base:
-        ocfg = EmbedderConfig(kind="openai", model="tiny-emb", base_url=base + "/v1", batch_size=2,
-                              query_instruction="Find the law")
+        ocfg = EmbedderConfig(
+            kind="openai", model="tiny-emb", base_url=base + "/v1", batch_size=2, query_instruction="Find the law"
+        )
         served = make_embedder(ocfg)
         local = make_embedder(_cfg(tiny_models["embedder"], query_instruction="Find the law"))
         for fn in ("embed_documents", "embed_queries"):

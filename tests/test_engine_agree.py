@@ -21,14 +21,15 @@ from tests.engine_agreement import CONVS, K, assert_read_alike
 
 
 def _cfg(lm, lora, **kw) -> GeneratorConfig:
-    return GeneratorConfig(kind="transformers", model=str(lm), adapters={"sft": str(lora)}, max_model_len=512,
-                           **kw)
+    return GeneratorConfig(kind="transformers", model=str(lm), adapters={"sft": str(lora)}, max_model_len=512, **kw)
 
 
 def _answers(gen, adapter):
     # one request per call: the engine drafts for a request decoded alone (one serve client)
-    return [gen.generate([c], adapter=adapter, max_new_tokens=24, top_logprobs=K,
-                         prefixes=["memory:" if i % 2 else ""])[0] for i, c in enumerate(CONVS)]
+    return [
+        gen.generate([c], adapter=adapter, max_new_tokens=24, top_logprobs=K, prefixes=["memory:" if i % 2 else ""])[0]
+        for i, c in enumerate(CONVS)
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -54,8 +55,10 @@ def test_prompt_lookup_reads_the_same_answers_nll_and_probabilities(pair, adapte
 def test_prompt_lookup_verifies_several_tokens_per_forward_pass(pair):
     plain, fast = pair
     calls = {"plain": 0, "fast": 0}
-    hooks = [g.model.get_base_model().register_forward_hook(lambda *_a, n=name: calls.__setitem__(n, calls[n] + 1))
-             for name, g in (("plain", plain.inner), ("fast", fast.inner))]
+    hooks = [
+        g.model.get_base_model().register_forward_hook(lambda *_a, n=name: calls.__setitem__(n, calls[n] + 1))
+        for name, g in (("plain", plain.inner), ("fast", fast.inner))
+    ]
     try:
         new = sum(len(g.tokens) for g in (plain.generate([c], max_new_tokens=24)[0] for c in CONVS))
         fast_new = sum(len(g.tokens) for g in (fast.generate([c], max_new_tokens=24)[0] for c in CONVS))

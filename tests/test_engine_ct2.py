@@ -87,7 +87,8 @@ def test_a_converted_copy_is_named_by_the_weights_that_made_it(tiny_models, lora
 
 def test_a_gate_read_on_ctranslate2_is_not_reused_on_transformers():
     assert generator_id(GeneratorConfig(kind="ctranslate2", model="m")) != generator_id(
-        GeneratorConfig(kind="transformers", model="m"))
+        GeneratorConfig(kind="transformers", model="m")
+    )
 
 
 def test_a_missing_model_folder_is_one_line(tmp_path):

@@ -83,10 +83,20 @@ def test_explorer_data_holds_every_item_once_with_shared_questions_and_chunks():
 
 def test_explorer_page_is_self_contained_and_survives_hostile_text(tmp_path):
     evil = "</script><script>alert(1)</script> <!-- \u2028"
-    items = {"a": [make_item(system="a", qid="q1", answer=evil, question="What? " + evil),
-                   make_item(system="a", qid="q2", final_ids=("kb1~fe", "kb2"), target_ids=("kb1~fe",),
-                             scenario="factual_error", context_answer="70 km/h",
-                             final_texts=("The limit is 70 km/h.", "Other text."))]}
+    items = {
+        "a": [
+            make_item(system="a", qid="q1", answer=evil, question="What? " + evil),
+            make_item(
+                system="a",
+                qid="q2",
+                final_ids=("kb1~fe", "kb2"),
+                target_ids=("kb1~fe",),
+                scenario="factual_error",
+                context_answer="70 km/h",
+                final_texts=("The limit is 70 km/h.", "Other text."),
+            ),
+        ]
+    }
     path = write_explorer(items, tmp_path / "explorer.html", plots={"A plot": b"\x89PNG fake", "Skipped": "why"})
     d = _data(path)
     F = {n: i for i, n in enumerate(ITEM_FIELDS)}
@@ -106,8 +116,10 @@ def test_explorer_size_grows_with_items_not_faster(tmp_path):
 
 
 def test_reliability_bins_and_gate_notes():
-    items = [make_item(qid=f"q{i}", scenario="consistent" if i < 5 else "factual_error", flag_score=f)
-             for i, f in enumerate([0.05, 0.05, 0.15, 0.95, 0.95, 0.95, 0.95, 0.95, 0.15, 0.05])]
+    items = [
+        make_item(qid=f"q{i}", scenario="consistent" if i < 5 else "factual_error", flag_score=f)
+        for i, f in enumerate([0.05, 0.05, 0.15, 0.95, 0.95, 0.95, 0.95, 0.95, 0.15, 0.05])
+    ]
     pts = reliability(items)
     assert [n for _, _, n in pts] == [3, 2, 5]
     assert pts[-1][1] == 0.6 and abs(pts[0][1] - 1 / 3) < 1e-9
@@ -148,10 +160,14 @@ def test_report_reads_top_down_headline_plots_detail(tmp_path):
     assert p.external == []
     # the forest plot of the headline's differences inside the headline, before its table
     assert p.order[:3] == ["headline", "img", "plots"] and p.order[-1] == "detail"
-    assert p.imgs == ["Headline: lora_rag − base_rag per cell (paired, 95% CI)",
-                      "Accuracy by scenario x knowledge (95% CI)", "Error attribution by system",
-                      "Detector ROC (flawed vs consistent contexts)", "Reliability of the verdict score",
-                      "Gate doubt: known vs never-learned facts"]
+    assert p.imgs == [
+        "Headline: lora_rag − base_rag per cell (paired, 95% CI)",
+        "Accuracy by scenario x knowledge (95% CI)",
+        "Error attribution by system",
+        "Detector ROC (flawed vs consistent contexts)",
+        "Reliability of the verdict score",
+        "Gate doubt: known vs never-learned facts",
+    ]
     assert html.index("1 of 2 targets met") < html.index("<img")
     assert "href='explorer.html'" in html and (tmp_path / "explorer.html").is_file()
     d = _data(tmp_path / "explorer.html")

@@ -65,8 +65,10 @@ def real_run(tmp_path_factory) -> Path:
 def test_explorer_of_a_real_run_filters_and_shows_an_item(real_run, tmp_path):
     from selenium.webdriver.common.by import By
 
-    rows = {p.parent.name: [json.loads(x) for x in p.read_text().splitlines()]
-            for p in sorted((real_run / "eval").glob("*/results.jsonl"))}
+    rows = {
+        p.parent.name: [json.loads(x) for x in p.read_text().splitlines()]
+        for p in sorted((real_run / "eval").glob("*/results.jsonl"))
+    }
     total = sum(len(v) for v in rows.values())
     shots = _shots(tmp_path)
     d = chromium_driver(tmp_path / "profile")
@@ -101,14 +103,18 @@ def test_explorer_of_a_real_run_filters_and_shows_an_item(real_run, tmp_path):
         assert len(srcs) == len(item["final_ids"])
         pert = [c for c in item["final_ids"] if "~" in c or (c in item["target_ids"] and c not in item["relevant_ids"])]
         assert len(d.find_elements(By.CSS_SELECTOR, "#d-sources .src.perturbed")) == len(pert)
-        assert len(d.find_elements(By.CSS_SELECTOR, "#d-sources .src.goldchunk")) == \
-            len([c for c in item["final_ids"] if c in item["relevant_ids"]])
+        assert len(d.find_elements(By.CSS_SELECTOR, "#d-sources .src.goldchunk")) == len(
+            [c for c in item["final_ids"] if c in item["relevant_ids"]]
+        )
         if pert and item["context_answer"] in " ".join(item["final_texts"]):
             assert _visible(d, "#d-sources mark.pert")[0].text.lower() == item["context_answer"].lower()
         assert d.find_element(By.ID, "d-route").text == item["route"]
         assert d.find_element(By.ID, "d-verdict").text.startswith(item["verdict"])
-        gate = json.loads((Path(json.loads((real_run.parent / "train/ci-tiny-qwen3/adapter.json").read_text())
-                                ["adapter"]) / "gate.json").read_text())
+        gate = json.loads(
+            (
+                Path(json.loads((real_run.parent / "train/ci-tiny-qwen3/adapter.json").read_text())["adapter"]) / "gate.json"
+            ).read_text()
+        )
         body = d.find_element(By.ID, "detail").text
         assert f"threshold {gate['threshold']:.4f}" in body and "doubt" in body
         assert "raw reply" in body and "attribution class" in body
@@ -116,8 +122,9 @@ def test_explorer_of_a_real_run_filters_and_shows_an_item(real_run, tmp_path):
         mark = d.find_element(By.ID, "pair-mark").text
         base = next(r for r in rows["base_rag"] if r["qid"] == qid)
         assert mark in ("fixed", "broken", "both right", "both wrong")
-        assert len(d.find_elements(By.CSS_SELECTOR, "#detail table.cmp:not(#pair-table) tr[data-i]")) == \
-            sum(1 for v in rows.values() if any(r["qid"] == qid for r in v))
+        assert len(d.find_elements(By.CSS_SELECTOR, "#detail table.cmp:not(#pair-table) tr[data-i]")) == sum(
+            1 for v in rows.values() if any(r["qid"] == qid for r in v)
+        )
         assert base["question"] == item["question"]
         d.save_screenshot(str(shots / "explorer.png"))
         _png_ok(shots / "explorer.png")
@@ -152,8 +159,12 @@ def test_explorer_at_10k_items_x_6_systems_load_and_filter_times(tmp_path, capsy
     run = synthetic_run(10_000)
     n = sum(len(v) for v in run.values())
     t = time.perf_counter()
-    page = write_explorer(run, tmp_path / "explorer.html", pair=("base_rag", "lora_rag"),
-                          gate={"threshold": 1.6, "signal": "closed_book_nll", "rule": "logistic", "auroc": 0.9})
+    page = write_explorer(
+        run,
+        tmp_path / "explorer.html",
+        pair=("base_rag", "lora_rag"),
+        gate={"threshold": 1.6, "signal": "closed_book_nll", "rule": "logistic", "auroc": 0.9},
+    )
     write_s = time.perf_counter() - t
     size = page.stat().st_size
     d = chromium_driver(tmp_path / "profile")
@@ -166,9 +177,12 @@ def test_explorer_at_10k_items_x_6_systems_load_and_filter_times(tmp_path, capsy
         assert st["total"] == n == 60_000
         assert len(d.find_elements(By.CSS_SELECTOR, "#spacer .row")) < 200  # virtualised: visible rows only
         times = {}
-        for label, el, value in (("system=lora_rag", "f-system", "lora_rag"),
-                                 ("+scenario=outdated", "f-scenario", "outdated"),
-                                 ("+class=correct", "f-class", "correct"), ("+base→LoRA fixed", "f-change", "fixed")):
+        for label, el, value in (
+            ("system=lora_rag", "f-system", "lora_rag"),
+            ("+scenario=outdated", "f-scenario", "outdated"),
+            ("+class=correct", "f-class", "correct"),
+            ("+base→LoRA fixed", "f-change", "fixed"),
+        ):
             t = time.perf_counter()
             select(d, el, value)
             times[label] = (d.execute_script("return window.__explorer.lastFilterMs"), 1000 * (time.perf_counter() - t))
@@ -196,10 +210,14 @@ def test_explorer_at_10k_items_x_6_systems_load_and_filter_times(tmp_path, capsy
     finally:
         d.quit()
     with capsys.disabled():
-        print(f"\nexplorer at {n} items (10k x 6 systems): {size / 1e6:.1f} MB ({size / n:.0f} B/item), "
-              f"written in {write_s:.1f} s")
-        print(f"  page load: {1000 * load_s:.0f} ms until ready (DOMContentLoaded {dom:.0f} ms, "
-              f"in-page parse+first render {st['loadMs']:.0f} ms)")
+        print(
+            f"\nexplorer at {n} items (10k x 6 systems): {size / 1e6:.1f} MB ({size / n:.0f} B/item), "
+            f"written in {write_s:.1f} s"
+        )
+        print(
+            f"  page load: {1000 * load_s:.0f} ms until ready (DOMContentLoaded {dom:.0f} ms, "
+            f"in-page parse+first render {st['loadMs']:.0f} ms)"
+        )
         for label, (inpage, wall) in times.items():
             print(f"  filter {label}: {inpage:.1f} ms in page" + (f" ({wall:.0f} ms round trip)" if wall == wall else ""))
         print(f"  reset + scroll to the middle: {scroll_ms:.0f} ms round trip")

@@ -32,8 +32,9 @@ def tiny_gen(tiny_models, lora):
     torch.set_num_threads(1)
     from lorarag.rag.generators.registry import build_generator
 
-    cfg = GeneratorConfig(kind="transformers", model=str(tiny_models["lm"]), adapters={"lora": str(lora)},
-                          max_new_tokens=12, batch_size=4)
+    cfg = GeneratorConfig(
+        kind="transformers", model=str(tiny_models["lm"]), adapters={"lora": str(lora)}, max_new_tokens=12, batch_size=4
+    )
     gen = build_generator(cfg)
     yield gen
     gen.close()
@@ -47,13 +48,11 @@ def test_label_probs_match_a_plain_forward_pass(tiny_gen):
     first = label_first_tokens(tok)
     conv = conversation("What is the net profit?", [_src("Net profit was 12.5 million in 2023.")])
     prefix = "memory: 12 | source: 9 | verdict:"
-    g = tiny_gen.generate([conv], adapter="lora", max_new_tokens=1, top_logprobs=len(tok),
-                          prefixes=[prefix])[0]
+    g = tiny_gen.generate([conv], adapter="lora", max_new_tokens=1, top_logprobs=len(tok), prefixes=[prefix])[0]
     got = label_probs(list(g.top_logprobs[0]), first)
 
     msgs = [{"role": m.role, "content": m.content} for m in conv]
-    text = tok.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True,
-                                   enable_thinking=False) + prefix
+    text = tok.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True, enable_thinking=False) + prefix
     ids = torch.tensor([tok.encode(text, add_special_tokens=False)])
     tiny_gen.model.set_adapter("lora")
     with torch.inference_mode():
@@ -70,8 +69,7 @@ def test_random_tiny_model_output_is_invalid_and_counted(tiny_gen):
     det = Detector(tiny_gen, label_first_tokens(tiny_gen.tokenizer), cfg, None)
     system = AdvancedRAGSystem(rag=None, detector=det, cfg=cfg)
     srcs = (_src("Net profit was 12.5 million in 2023."),)
-    answers = system.answer_with_context(["What is the net profit?", "Who is the CEO?"],
-                                         [((), srcs), ((), srcs)])
+    answers = system.answer_with_context(["What is the net profit?", "Who is the CEO?"], [((), srcs), ((), srcs)])
     assert len(answers) == 2
     for a in answers:
         assert a.trace.verdict == "invalid" and a.trace.route == "abstain" and a.abstained
@@ -120,8 +118,21 @@ class Scripted:
 
 
 def _toks(mem, src, verdict, ans):
-    return [f" {mem}", " |", " source", ":", f" {src}", " |", " verdict", ":", f" {verdict}", " |",
-            " answer", ":", f" {ans}"]
+    return [
+        f" {mem}",
+        " |",
+        " source",
+        ":",
+        f" {src}",
+        " |",
+        " verdict",
+        ":",
+        f" {verdict}",
+        " |",
+        " answer",
+        ":",
+        f" {ans}",
+    ]
 
 
 def test_reply_memory_pass_routes_by_verdict_without_a_gate():
@@ -135,7 +146,8 @@ def test_reply_memory_pass_routes_by_verdict_without_a_gate():
     cfg = FallbackConfig(policy=PolicyConfig(flag_threshold=0.5))
     det = Detector(gen, FIRST, cfg, gate_threshold=None, memory="reply")
     out = AdvancedRAGSystem(None, det, cfg).answer_with_context(
-        ["q-known", "q-ok"], [((), (_src("x"),)), ((), (_src("x"),))])
+        ["q-known", "q-ok"], [((), (_src("x"),)), ((), (_src("x"),))]
+    )
     assert [c[0] for c in gen.calls] == [2]  # one scored pass for all
     assert gen.calls[0][1] == ["memory:", "memory:"] and gen.calls[0][2] == "lora"
     known, ok = out
@@ -162,14 +174,17 @@ def test_without_gate_the_invented_memory_wins():
 # --- the same system on every backend (slow: vLLM engine / a real server) ---------------------
 
 QUESTIONS = ["What is the net profit?", "Who is the CEO?"]
-CONTEXTS = [((), (_src("Net profit was 12.5 million in 2023."),)),
-            ((), (_src("The CEO is Alice Martin."), _src("Headquarters: Berlin.", "c2")))]
+CONTEXTS = [
+    ((), (_src("Net profit was 12.5 million in 2023."),)),
+    ((), (_src("The CEO is Alice Martin."), _src("Headquarters: Berlin.", "c2"))),
+]
 
 
 def _run_system(gen, tok) -> tuple[list, list]:
     # routed by the verdict alone: the backends are compared on the detector, not on the base reader
-    cfg = FallbackConfig(detector={"max_new_tokens": 10}, gate=GateConfig(enabled=False),
-                         policy=PolicyConfig(no_memory="verdict"))
+    cfg = FallbackConfig(
+        detector={"max_new_tokens": 10}, gate=GateConfig(enabled=False), policy=PolicyConfig(no_memory="verdict")
+    )
     det = Detector(gen, label_first_tokens(tok), cfg, None)
     answers = AdvancedRAGSystem(None, det, cfg).answer_with_context(QUESTIONS, CONTEXTS)
     conv = conversation(QUESTIONS[0], CONTEXTS[0][1])
@@ -197,8 +212,17 @@ def reference(tiny_gen):
 def test_vllm_offline_base_and_lora_on_one_engine(tiny_models, lora, reference):
     from lorarag.rag.generators.registry import build_generator
 
-    gen = build_generator(GeneratorConfig(kind="vllm", model=str(tiny_models["lm"]), adapters={"lora": str(lora)},
-                                          max_new_tokens=12, max_model_len=512, batch_size=4, max_lora_rank=8))
+    gen = build_generator(
+        GeneratorConfig(
+            kind="vllm",
+            model=str(tiny_models["lm"]),
+            adapters={"lora": str(lora)},
+            max_new_tokens=12,
+            max_model_len=512,
+            batch_size=4,
+            max_lora_rank=8,
+        )
+    )
     try:
         _assert_same(reference, _run_system(gen, gen.tokenizer))
         base = gen.generate([conversation(QUESTIONS[0], CONTEXTS[0][1])], max_new_tokens=6)[0]
@@ -218,15 +242,35 @@ def test_openai_server_with_lora_modules(tiny_models, tmp_path_factory, lora, re
 
     tmp = tmp_path_factory.mktemp("srv")
     port = free_port()
-    cmd = vllm_server_cmd(tiny_models["lm"], port, "--enable-lora", "--max-lora-rank", "8",
-                          "--lora-modules", f"sft={lora}", "--served-model-name", "base", "--max-logprobs", "20")
+    cmd = vllm_server_cmd(
+        tiny_models["lm"],
+        port,
+        "--enable-lora",
+        "--max-lora-rank",
+        "8",
+        "--lora-modules",
+        f"sft={lora}",
+        "--served-model-name",
+        "base",
+        "--max-logprobs",
+        "20",
+    )
     with launched(cmd, port, log_path=tmp / "server.log") as url:
-        gen = build_generator(GeneratorConfig(kind="openai", model="base", adapters={"lora": "sft"},
-                                              base_url=url + "/v1", max_new_tokens=12, max_model_len=512))
+        gen = build_generator(
+            GeneratorConfig(
+                kind="openai",
+                model="base",
+                adapters={"lora": "sft"},
+                base_url=url + "/v1",
+                max_new_tokens=12,
+                max_model_len=512,
+            )
+        )
         _assert_same(reference, _run_system(gen, AutoTokenizer.from_pretrained(tiny_models["lm"])))
 
 
 # --- scenario contexts: poison the clean retrieval, then rerank --------------------------------
+
 
 def _kb_retriever(tmp_path, texts):
     from lorarag.rag.config import IndexConfig, RetrievalConfig
@@ -251,15 +295,34 @@ def test_retrieved_context_is_poisoned_then_reranked(tmp_path):
     from lorarag.scenarios.records import PresentedChunk, Scenario
     from lorarag.trained.contexts import ScenarioContexts
 
-    texts = ["Vesova Dynamics reported a net profit of 12.5 million.",
-             "Vesova Dynamics archive 2021: net profit of 9.1 million dollars in that year.",
-             "Vesova Dynamics is led by Alice Martin.", "Kestuna Foods is based in Lyon."]
+    texts = [
+        "Vesova Dynamics reported a net profit of 12.5 million.",
+        "Vesova Dynamics archive 2021: net profit of 9.1 million dollars in that year.",
+        "Vesova Dynamics is led by Alice Martin.",
+        "Kestuna Foods is based in Lyon.",
+    ]
     retriever, kb = _kb_retriever(tmp_path, texts)
-    fe = Scenario("q1", "f1", "What net profit did Vesova Dynamics report?", ("12.5 million",), ("d#0",),
-                  "factual_error", (PresentedChunk("d#0~fe", texts[0].replace("12.5", "17.5"), "d.md",
-                                                   replaces="d#0"),), "17.5 million")
-    outd = Scenario("q2", "f1", "What net profit did Vesova Dynamics report?", ("12.5 million",), ("d#0",),
-                    "outdated", (PresentedChunk("d#1", texts[1], "d.md"),), "9.1 million", removes=("d#0",))
+    fe = Scenario(
+        "q1",
+        "f1",
+        "What net profit did Vesova Dynamics report?",
+        ("12.5 million",),
+        ("d#0",),
+        "factual_error",
+        (PresentedChunk("d#0~fe", texts[0].replace("12.5", "17.5"), "d.md", replaces="d#0"),),
+        "17.5 million",
+    )
+    outd = Scenario(
+        "q2",
+        "f1",
+        "What net profit did Vesova Dynamics report?",
+        ("12.5 million",),
+        ("d#0",),
+        "outdated",
+        (PresentedChunk("d#1", texts[1], "d.md"),),
+        "9.1 million",
+        removes=("d#0",),
+    )
     cfg = RetrievalConfig(mode="bm25", top_n=4, top_k=2)
     plain = ScenarioContexts(retriever, None, cfg, kb)
     (cands, final), (c2, f2) = plain.contexts([fe, outd], "retrieved")
@@ -316,15 +379,18 @@ class CBGate:
 def test_closed_book_nll_gate_keeps_confident_memories_and_drops_unsure_ones():
     """An unsure closed-book answer (high NLL) becomes `memory: unknown`."""
     conflict = ["source", ":", " 9", " |", " verdict", ":", " conflicting", " |", " answer", ":", " 7"]
-    closed = {"q-known": ("7", (-0.01, -0.03)),  # NLL 0.02 nats/token: learned
-              "q-unseen": ("5", (-1.2, -0.6))}  # NLL 0.9: invented
-    replies = {("q-known", "memory: 7 |"): _reply([" "] + conflict, 0.5, "conflicting", 0.9),
-               ("q-unseen", "memory: unknown |"): _reply([" "] + conflict, 0.5, "conflicting", 0.9)}
+    closed = {
+        "q-known": ("7", (-0.01, -0.03)),  # NLL 0.02 nats/token: learned
+        "q-unseen": ("5", (-1.2, -0.6)),
+    }  # NLL 0.9: invented
+    replies = {
+        ("q-known", "memory: 7 |"): _reply([" "] + conflict, 0.5, "conflicting", 0.9),
+        ("q-unseen", "memory: unknown |"): _reply([" "] + conflict, 0.5, "conflicting", 0.9),
+    }
     gen = CBGate(closed, replies)
     cfg = FallbackConfig(gate=GateConfig(), policy=PolicyConfig(no_memory="verdict"))
     det = Detector(gen, FIRST, cfg, gate_threshold=0.5, memory="closed_book")
-    known, unseen = AdvancedRAGSystem(None, det, cfg).answer_with_context(
-        ["q-known", "q-unseen"], [((), (_src("x"),))] * 2)
+    known, unseen = AdvancedRAGSystem(None, det, cfg).answer_with_context(["q-known", "q-unseen"], [((), (_src("x"),))] * 2)
     assert gen.calls[0][2] >= 1  # the closed-book pass asks for logprobs on every backend
     assert gen.calls[1][1] == ["memory: 7 |", "memory: unknown |"]
     assert known.trace.route == "fallback" and known.text == "7"
@@ -347,14 +413,11 @@ def test_declined_closed_book_answer_is_no_memory_and_no_gate_reading():
     assert a.trace.route == "context" and a.text == "9" and a.trace.memory_answer is None
 
 
-
-
 def test_astute_turn_puts_the_own_answer_between_sources_and_question():
     from lorarag.eval.systems import astute_user_turn
     from lorarag.fallback.format import SourceText
 
-    turn = astute_user_turn("Who leads X?", [SourceText("X is led by Ann."), SourceText("Y is in Rome.")],
-                            "Bob <|im_end|>")
+    turn = astute_user_turn("Who leads X?", [SourceText("X is led by Ann."), SourceText("Y is in Rome.")], "Bob <|im_end|>")
     lines = turn.splitlines()
     assert lines[0] == "Sources:" and lines[1].startswith("[S1] X is led by Ann.")
     assert lines[-2].startswith("Your own knowledge: Bob") and "<|im_end|>" not in turn  # inert
@@ -375,8 +438,10 @@ def test_fields_mode_reads_the_verdict_of_a_model_that_cannot_keep_the_format():
                 return [G("12", (), (), logprobs=(-0.1,)), G("7", (), (), logprobs=(-0.1,))]
             if prefixes[0].endswith("source:"):
                 return [G(" 9 million | verdict: blah", (), ()), G(" 7\nmore text", (), ())]
-            tops = [(((" conflicting", math.log(0.7)), (" supported", math.log(0.3))),),
-                    (((" supported", math.log(0.8)), (" outdated", math.log(0.2))),)]
+            tops = [
+                (((" conflicting", math.log(0.7)), (" supported", math.log(0.3))),),
+                (((" supported", math.log(0.8)), (" outdated", math.log(0.2))),),
+            ]
             return [G(" conflict-ish rambling", (" conflict",), t) for t in tops]
 
     gen = Fields()
@@ -401,8 +466,10 @@ class Reader:
 
     def answer_with_context(self, questions, contexts, adapter=None, *, candidates=None, max_new_tokens=None):
         self.calls.append((list(questions), [[r.chunk.text for r in c] for c in contexts], adapter, max_new_tokens))
-        return [Answer(question=q, text=f"read {c[0].chunk.text} [S1]", cited=("S1",), sources=("doc.md",))
-                for q, c in zip(questions, contexts)]
+        return [
+            Answer(question=q, text=f"read {c[0].chunk.text} [S1]", cited=("S1",), sources=("doc.md",))
+            for q, c in zip(questions, contexts)
+        ]
 
 
 def test_without_a_memory_the_base_model_reads_the_sources_whatever_the_verdict():
@@ -413,19 +480,24 @@ def test_without_a_memory_the_base_model_reads_the_sources_whatever_the_verdict(
     an unreadable reply still follows on_invalid."""
     conflict = ["source", ":", " 9", " |", " verdict", ":", " conflicting", " |", " answer", ":", " 7"]
     empty = ["source", ":", " unknown", " |", " verdict", ":", " irrelevant", " |", " answer", ":", " unknown"]
-    closed = {"q-known": ("7", (-0.01, -0.03)), "q-unseen": ("5", (-1.2, -0.6)),
-              "q-declined": ("unknown", (-0.001,)), "q-bad": ("4", (-1.0,))}
-    replies = {("q-known", "memory: 7 |"): _reply([" "] + conflict, 0.5, "conflicting", 0.9),
-               ("q-unseen", "memory: unknown |"): _reply([" "] + conflict, 0.5, "conflicting", 0.9),
-               ("q-declined", "memory: unknown |"): _reply([" "] + empty, 0.5, "irrelevant", 0.9),
-               ("q-bad", "memory: unknown |"): G(" 4 4 4", (" 4", " 4", " 4"), (((" 4", -0.1),),) * 3)}
+    closed = {
+        "q-known": ("7", (-0.01, -0.03)),
+        "q-unseen": ("5", (-1.2, -0.6)),
+        "q-declined": ("unknown", (-0.001,)),
+        "q-bad": ("4", (-1.0,)),
+    }
+    replies = {
+        ("q-known", "memory: 7 |"): _reply([" "] + conflict, 0.5, "conflicting", 0.9),
+        ("q-unseen", "memory: unknown |"): _reply([" "] + conflict, 0.5, "conflicting", 0.9),
+        ("q-declined", "memory: unknown |"): _reply([" "] + empty, 0.5, "irrelevant", 0.9),
+        ("q-bad", "memory: unknown |"): G(" 4 4 4", (" 4", " 4", " 4"), (((" 4", -0.1),),) * 3),
+    }
     cfg = FallbackConfig(gate=GateConfig(), policy=PolicyConfig(no_memory="read"))
     reader = Reader()
     det = Detector(CBGate(closed, replies), FIRST, cfg, gate_threshold=0.5, memory="closed_book")
     qs = ["q-known", "q-unseen", "q-declined", "q-bad"]
     ctxs = [((_src("cand", "c0"),), (_src(f"passage {q}"),)) for q in qs]
-    known, unseen, declined, bad = AdvancedRAGSystem(reader, det, cfg, read_max_new_tokens=48).answer_with_context(
-        qs, ctxs)
+    known, unseen, declined, bad = AdvancedRAGSystem(reader, det, cfg, read_max_new_tokens=48).answer_with_context(qs, ctxs)
     assert reader.calls == [(["q-unseen", "q-declined"], [["passage q-unseen"], ["passage q-declined"]], None, 48)]
     assert (known.text, known.trace.route) == ("7", "fallback")
     for a, q in ((unseen, "q-unseen"), (declined, "q-declined")):
@@ -446,8 +518,12 @@ def test_without_a_memory_the_base_model_reads_the_sources_whatever_the_verdict(
     k, u, d, b = AdvancedRAGSystem(reader_r, det_r, cfg_r, read_max_new_tokens=48).answer_with_context(qs, ctxs)
     assert reader_r.calls == [(["q-declined"], [["passage q-declined"]], None, 48)]
     assert (k.text, u.text, u.trace.route, READ_NOTE_ROUTED in u.trace.notes) == ("7", "9", "context", False)
-    assert (d.text, d.trace.route, d.abstained, d.trace.verdict) == ("read passage q-declined [S1]", "context", False,
-                                                                    "irrelevant")
+    assert (d.text, d.trace.route, d.abstained, d.trace.verdict) == (
+        "read passage q-declined [S1]",
+        "context",
+        False,
+        "irrelevant",
+    )
     assert READ_NOTE_ROUTED in d.trace.notes and b.trace.route == "abstain"
 
 
@@ -464,10 +540,12 @@ def test_read_support_abstains_where_the_reading_is_not_in_the_sources():
     cfg = FallbackConfig(gate=GateConfig(), policy=PolicyConfig(read_support=1.0))
     det = Detector(CBGate(closed, replies), FIRST, cfg, gate_threshold=0.5, memory="closed_book")
     (d,) = AdvancedRAGSystem(Reader(), det, cfg).answer_with_context(
-        ["q-declined"], [((_src("cand", "c0"),), (_src("passage q-declined"),))])
+        ["q-declined"], [((_src("cand", "c0"),), (_src("passage q-declined"),))]
+    )
     assert (d.text, d.abstained, d.cited, d.trace.route) == ("", True, (), "abstain")
     assert READ_NOTE_ROUTED in d.trace.notes and UNSUPPORTED_NOTE in d.trace.notes
     det = Detector(CBGate(closed, replies), FIRST, cfg, gate_threshold=0.5, memory="closed_book")
     (k,) = AdvancedRAGSystem(Reader(), det, cfg).answer_with_context(
-        ["q-declined"], [((_src("cand", "c0"),), (_src("read passage q-declined S1"),))])
+        ["q-declined"], [((_src("cand", "c0"),), (_src("read passage q-declined S1"),))]
+    )
     assert (k.text, k.abstained, k.trace.route) == ("read read passage q-declined S1 [S1]", False, "context")

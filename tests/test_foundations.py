@@ -61,8 +61,9 @@ def test_tiny_models_load_and_run(tiny_models):
     model = AutoModelForCausalLM.from_pretrained(tiny_models["lm"])
     assert model.config.head_dim >= 32
     assert (tiny_models["lm"] / "model.safetensors").exists()
-    text = tok.apply_chat_template([{"role": "user", "content": "hi"}], tokenize=False,
-                                   add_generation_prompt=True, enable_thinking=False)
+    text = tok.apply_chat_template(
+        [{"role": "user", "content": "hi"}], tokenize=False, add_generation_prompt=True, enable_thinking=False
+    )
     assert text.endswith("<|im_start|>assistant\n<think>\n\n</think>\n\n")
     ids = tok(text, return_tensors="pt")
     with torch.no_grad():
@@ -71,12 +72,14 @@ def test_tiny_models_load_and_run(tiny_models):
 
 
 def test_cli_help_lists_subcommands_and_validate_runs():
-    out = subprocess.run([sys.executable, "-m", "lorarag.cli", "--help"], cwd=REPO,
-                         capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-m", "lorarag.cli", "--help"], cwd=REPO, capture_output=True, text=True, timeout=120
+    )
     assert out.returncode == 0, out.stderr
     assert "validate" in out.stdout and "bench" in out.stdout
-    val = subprocess.run([sys.executable, "-m", "lorarag.cli", "validate"], cwd=REPO,
-                         capture_output=True, text=True, timeout=300)
+    val = subprocess.run(
+        [sys.executable, "-m", "lorarag.cli", "validate"], cwd=REPO, capture_output=True, text=True, timeout=300
+    )
     assert val.returncode == 0, val.stdout + val.stderr
 
 

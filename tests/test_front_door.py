@@ -26,15 +26,27 @@ def experiment_ids(path: Path) -> list[str]:
 
 
 def product_files() -> list[Path]:
-    py = [p for p in REPO.rglob("*.py") if not NOT_PRODUCT & set(p.relative_to(REPO).parts)
-          and not any(part.endswith(".egg-info") for part in p.relative_to(REPO).parts)]
+    py = [
+        p
+        for p in REPO.rglob("*.py")
+        if not NOT_PRODUCT & set(p.relative_to(REPO).parts)
+        and not any(part.endswith(".egg-info") for part in p.relative_to(REPO).parts)
+    ]
     return sorted(py) + sorted((REPO / "configs/run").glob("*.yaml")) + [REPO / "README.md"]
 
 
-@pytest.mark.parametrize("line, named", [
-    ("not adopted (E26.1: the cost goes)", True), ("see E5.8 and", True), ("E3", True),
-    ("# noqa: E731", False), ("E1234 is a number", False), ("an E-mail, E.coli", False), ("SE12", False),
-])
+@pytest.mark.parametrize(
+    "line, named",
+    [
+        ("not adopted (E26.1: the cost goes)", True),
+        ("see E5.8 and", True),
+        ("E3", True),
+        ("# noqa: E731", False),
+        ("E1234 is a number", False),
+        ("an E-mail, E.coli", False),
+        ("SE12", False),
+    ],
+)
 def test_the_id_pattern_finds_ids_and_only_ids(line, named):
     assert bool(EXPERIMENT_ID.search(NOQA.sub("", line))) is named
 
@@ -58,8 +70,9 @@ def test_the_scan_sees_an_id_in_a_product_file(tmp_path, monkeypatch):
 
 def test_the_readme_is_short():
     lines = (REPO / "README.md").read_text(encoding="utf-8").splitlines()
-    assert len(lines) <= README_MAX_LINES, f"README.md has {len(lines)} lines; the research narrative " \
-                                           "belongs in docs/results.md"
+    assert len(lines) <= README_MAX_LINES, (
+        f"README.md has {len(lines)} lines; the research narrative belongs in docs/results.md"
+    )
 
 
 def test_the_readmes_own_kb_config_validates_where_a_user_saves_it(tmp_path, cli):
@@ -83,6 +96,9 @@ def test_the_vllm_kind_without_vllm_installed_is_one_clear_error(monkeypatch, tm
     from lorarag.rag.config import GeneratorConfig
 
     monkeypatch.setattr(generators, "find_spec", lambda name: None if name == "vllm" else object())
-    with pytest.raises(ConfigError, match=r"generator.kind: vllm needs vLLM, which is not installed here "
-                                          r"\(`make install-vllm`"):
+    with pytest.raises(
+        ConfigError,
+        match=r"generator.kind: vllm needs vLLM, which is not installed here "
+        r"\(`make install-vllm`",
+    ):
         generators.build_generator(GeneratorConfig(kind="vllm", model=str(tmp_path)))

@@ -17,8 +17,10 @@ from lorarag.rag.generators.registry import build_generator
 from lorarag.rag.prompt import ContextWindowError
 from tests.servers import free_port
 
-CONVS = [[Message("system", "Answer briefly."), Message("user", q)]
-         for q in ("What is the capital of France?", "When was it founded?", "机动车应当向哪个部门申请注册登记？")]
+CONVS = [
+    [Message("system", "Answer briefly."), Message("user", q)]
+    for q in ("What is the capital of France?", "When was it founded?", "机动车应当向哪个部门申请注册登记？")
+]
 
 
 @pytest.fixture(scope="module")
@@ -26,9 +28,16 @@ def gen(tiny_models, lora):
     import torch
 
     torch.set_num_threads(1)
-    g = build_generator(GeneratorConfig(kind="transformers", model=str(tiny_models["lm"]),
-                                        adapters={"sft": str(lora)}, max_new_tokens=8,
-                                        max_model_len=256, batch_size=4))
+    g = build_generator(
+        GeneratorConfig(
+            kind="transformers",
+            model=str(tiny_models["lm"]),
+            adapters={"sft": str(lora)},
+            max_new_tokens=8,
+            max_model_len=256,
+            batch_size=4,
+        )
+    )
     yield g
     g.close()
 
@@ -44,9 +53,15 @@ def _reference_greedy(model_dir, adapter_dir, conv, n, prefix=""):
         from peft import PeftModel
 
         model = PeftModel.from_pretrained(model, adapter_dir).eval()
-    text = tok.apply_chat_template([{"role": m.role, "content": m.content} for m in conv],
-                                   tokenize=False, add_generation_prompt=True,
-                                   enable_thinking=False) + prefix
+    text = (
+        tok.apply_chat_template(
+            [{"role": m.role, "content": m.content} for m in conv],
+            tokenize=False,
+            add_generation_prompt=True,
+            enable_thinking=False,
+        )
+        + prefix
+    )
     ids = tok.encode(text, add_special_tokens=False)
     stops = {tok.convert_tokens_to_ids("<|im_end|>"), tok.convert_tokens_to_ids("<|endoftext|>")}
     out, lps = [], []
@@ -68,8 +83,7 @@ def test_greedy_matches_reference_loop_batched_and_with_adapter(gen, tiny_models
         ids, lps, tok = _reference_greedy(tiny_models["lm"], None, conv, 8)
         assert b.tokens == tuple(gen._tok_str(i, ids[:n]) for n, i in enumerate(ids))
         assert b.logprobs == pytest.approx(lps, abs=1e-4)
-        assert b.finish_reason in ("stop", "length") and b.finish_reason == (
-            "length" if len(ids) == 8 else "stop")
+        assert b.finish_reason in ("stop", "length") and b.finish_reason == ("length" if len(ids) == 8 else "stop")
         # top-k sorted, greedy token first with its own logprob
         for _pos, (tops, lp) in enumerate(zip(b.top_logprobs, b.logprobs)):
             assert len(tops) == 3 and [v for _, v in tops] == sorted((v for _, v in tops), reverse=True)
@@ -127,9 +141,17 @@ def test_eager_attention_matches_the_reference_loop(tiny_models, lora):
     import torch
 
     torch.set_num_threads(1)
-    g = build_generator(GeneratorConfig(kind="transformers", model=str(tiny_models["lm"]), attn_impl="eager",
-                                        adapters={"sft": str(lora)}, max_new_tokens=8, max_model_len=256,
-                                        batch_size=4))
+    g = build_generator(
+        GeneratorConfig(
+            kind="transformers",
+            model=str(tiny_models["lm"]),
+            attn_impl="eager",
+            adapters={"sft": str(lora)},
+            max_new_tokens=8,
+            max_model_len=256,
+            batch_size=4,
+        )
+    )
     try:
         assert g.inner.model.config._attn_implementation == "eager"
         for adapter, path in ((None, None), ("sft", lora)):
@@ -159,13 +181,23 @@ def test_prefix_cache_matches_the_reference_loop(tiny_models, lora, monkeypatch)
 
     torch.set_num_threads(1)
     system = "You answer questions in a few words, from what you know, and say so when you do not know."
-    convs = [[Message("system", system), Message("user", q)]
-             for q in ("What is the capital of France?", "When?", "机动车应当向哪个部门申请注册登记？")]
+    convs = [
+        [Message("system", system), Message("user", q)]
+        for q in ("What is the capital of France?", "When?", "机动车应当向哪个部门申请注册登记？")
+    ]
     # another system prompt: batched apart (grouped by the first tokens), so the others still share
     convs.insert(1, [Message("system", "Reply in French, in a few words."), Message("user", "Who wrote it?")])
-    g = build_generator(GeneratorConfig(kind="transformers", model=str(tiny_models["lm"]), prefix_cache=True,
-                                        adapters={"sft": str(lora)}, max_new_tokens=8, max_model_len=256,
-                                        batch_size=4))
+    g = build_generator(
+        GeneratorConfig(
+            kind="transformers",
+            model=str(tiny_models["lm"]),
+            prefix_cache=True,
+            adapters={"sft": str(lora)},
+            max_new_tokens=8,
+            max_model_len=256,
+            batch_size=4,
+        )
+    )
     from lorarag.rag.generators.hf import shared_len
 
     try:
@@ -206,8 +238,7 @@ def test_token_budget_splits_batches_without_changing_answers(gen, monkeypatch):
     budget = 2 * (lengths[1] + 5)  # room for the two shortest together, no more
     calls = []
     real = gen.model.generate
-    monkeypatch.setattr(gen.model, "generate",
-                        lambda **kw: calls.append(tuple(kw["input_ids"].shape)) or real(**kw))
+    monkeypatch.setattr(gen.model, "generate", lambda **kw: calls.append(tuple(kw["input_ids"].shape)) or real(**kw))
     monkeypatch.setattr(gen.inner, "cfg", gen.inner.cfg.model_copy(update={"max_batch_tokens": budget}))
     gen._memo.clear()
     capped = gen.generate(convs, max_new_tokens=5)
@@ -254,8 +285,16 @@ def test_memo_drops_the_least_recently_used(gen, monkeypatch):
 
 
 def test_sampling_is_never_memoised(tiny_models, monkeypatch):
-    g = build_generator(GeneratorConfig(kind="transformers", model=str(tiny_models["lm"]), max_new_tokens=4,
-                                        max_model_len=256, batch_size=4, temperature=1.0))
+    g = build_generator(
+        GeneratorConfig(
+            kind="transformers",
+            model=str(tiny_models["lm"]),
+            max_new_tokens=4,
+            max_model_len=256,
+            batch_size=4,
+            temperature=1.0,
+        )
+    )
     calls = []
     real = g.model.generate
     monkeypatch.setattr(g.model, "generate", lambda **kw: calls.append(kw["input_ids"].shape[0]) or real(**kw))
@@ -292,7 +331,8 @@ def test_long_context_is_cut_by_the_rule_with_a_warning(gen, caplog):
     n_tokens = len(gen.tokenizer.encode(g.prompt, add_special_tokens=False))
     assert n_tokens <= 256 - 8
     assert "SYSTEM RULES" in g.prompt and g.prompt.rstrip().endswith(
-        "Question: What is the capital?<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>")
+        "Question: What is the capital?<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>"
+    )
     assert "[S1]" in g.prompt and "[S6]" not in g.prompt  # whole sources dropped from the end
     kept = [i for i in range(1, 7) if f"[S{i}]" in g.prompt]
     assert kept == list(range(1, len(kept) + 1))
@@ -324,10 +364,12 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             return
         if self.mode == "slow":
             time.sleep(1.5)
-        body = {"garbage": b"<html>not json</html>", "shape": json.dumps({"x": 1}).encode(),
-                "nolog": json.dumps({"choices": [{"message": {"content": "Paris"},
-                                                  "finish_reason": "stop"}]}).encode(),
-                "badchoice": json.dumps({"choices": ["Paris"]}).encode()}.get(self.mode, b"{}")
+        body = {
+            "garbage": b"<html>not json</html>",
+            "shape": json.dumps({"x": 1}).encode(),
+            "nolog": json.dumps({"choices": [{"message": {"content": "Paris"}, "finish_reason": "stop"}]}).encode(),
+            "badchoice": json.dumps({"choices": ["Paris"]}).encode(),
+        }.get(self.mode, b"{}")
         try:
             self.send_response(200)
             self.send_header("Content-Length", str(len(body)))
@@ -351,8 +393,9 @@ def fake_server():
 
 
 def _openai(base_url, timeout=5.0):
-    return build_generator(GeneratorConfig(kind="openai", model="m", base_url=base_url,
-                                           max_retries=2, timeout_s=timeout, max_model_len=512))
+    return build_generator(
+        GeneratorConfig(kind="openai", model="m", base_url=base_url, max_retries=2, timeout_s=timeout, max_model_len=512)
+    )
 
 
 def test_server_down_is_an_endpoint_error_naming_it():
@@ -361,8 +404,7 @@ def test_server_down_is_an_endpoint_error_naming_it():
         _openai(url).generate(CONVS[:1])
 
 
-@pytest.mark.parametrize("mode,needle,hits", [("garbage", "non-JSON", 3), ("shape", "missing", 1),
-                                              ("slow", "timed out", 3)])
+@pytest.mark.parametrize("mode,needle,hits", [("garbage", "non-JSON", 3), ("shape", "missing", 1), ("slow", "timed out", 3)])
 def test_garbage_or_slow_server_is_an_endpoint_error(fake_server, mode, needle, hits):
     _Handler.mode = mode
     with pytest.raises(EndpointError, match=needle) as exc:
@@ -420,8 +462,15 @@ def test_bf16_model_scores_tokens_with_an_fp32_lm_head(tiny_models, lora):
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    cfg = GeneratorConfig(kind="transformers", model=str(tiny_models["lm"]), adapters={"sft": str(lora)},
-                          dtype="bfloat16", max_new_tokens=4, max_model_len=256, batch_size=4)
+    cfg = GeneratorConfig(
+        kind="transformers",
+        model=str(tiny_models["lm"]),
+        adapters={"sft": str(lora)},
+        dtype="bfloat16",
+        max_new_tokens=4,
+        max_model_len=256,
+        batch_size=4,
+    )
     g = build_generator(cfg)
     base = g.model.get_base_model()
     assert base.get_input_embeddings().weight.dtype == torch.bfloat16
@@ -432,8 +481,12 @@ def test_bf16_model_scores_tokens_with_an_fp32_lm_head(tiny_models, lora):
     # Reference: the same bf16 body, its last hidden state projected by the fp32 head by hand.
     tok = AutoTokenizer.from_pretrained(tiny_models["lm"])
     ref = AutoModelForCausalLM.from_pretrained(tiny_models["lm"], dtype=torch.bfloat16).eval()
-    text = tok.apply_chat_template([{"role": m.role, "content": m.content} for m in CONVS[0]], tokenize=False,
-                                   add_generation_prompt=True, enable_thinking=False)
+    text = tok.apply_chat_template(
+        [{"role": m.role, "content": m.content} for m in CONVS[0]],
+        tokenize=False,
+        add_generation_prompt=True,
+        enable_thinking=False,
+    )
     with torch.no_grad():
         hidden = ref.model(torch.tensor([tok.encode(text, add_special_tokens=False)])).last_hidden_state[0, -1]
         logp = (hidden.float() @ ref.lm_head.weight.float().T).log_softmax(-1)
@@ -518,8 +571,15 @@ def test_requests_spread_over_several_servers_and_survive_one_that_is_down(fake_
     threading.Thread(target=second.serve_forever, daemon=True).start()
     try:
         _Handler.mode = "nolog"
-        cfg = GeneratorConfig(kind="openai", model="m", base_url=fake_server, max_retries=0, timeout_s=5,
-                              max_model_len=512, extra_base_urls=[f"http://127.0.0.1:{port}/v1"])
+        cfg = GeneratorConfig(
+            kind="openai",
+            model="m",
+            base_url=fake_server,
+            max_retries=0,
+            timeout_s=5,
+            max_model_len=512,
+            extra_base_urls=[f"http://127.0.0.1:{port}/v1"],
+        )
         convs = [[Message("user", f"Question {i}?")] for i in range(8)]
         out = build_generator(cfg).generate(convs)
         assert [g.text for g in out] == ["Paris"] * 8
@@ -596,7 +656,7 @@ def _trickle_server(phase: str, total: int, sent: list[int]):
             else:
                 data = head + b"".join(f"X-Pad-{i}: y\r\n".encode() for i in range(total)) + b"\r\n" + body
             for i in range(min(total, len(data))):
-                conn.sendall(data[i:i + 1])
+                conn.sendall(data[i : i + 1])
                 sent[0] += 1
                 time.sleep(0.02)
         except OSError:  # the client gave up: the broken pipe ends the loop

@@ -28,14 +28,29 @@ def kb_recipe(tmp: Path, squad: Path, model: Path, name: str = "conflictnq-kb.ya
     root = tmp / "runs" / cfg.name
     from lorarag.scenarios.config import CorpusSource, QuestionSource
 
-    data = cfg.data.model_copy(update={"corpus": CorpusSource(kind="squad", path=str(squad)),
-                                       "questions": QuestionSource(kind="squad", path=str(squad))})
-    train = cfg.train.model_copy(update={"model": str(model), "dataset": str(root / "sft/train.jsonl"),
-                                         "val_dataset": str(root / "sft/val.jsonl"), "runs_dir": str(tmp / "runs/train")})
-    rag = cfg.rag.model_copy(update={"index": cfg.rag.index.model_copy(update={"dir": str(root / "index")}),
-                                     "generator": cfg.rag.generator.model_copy(update={"model": str(model)})})
-    return cfg.model_copy(update={"runs_dir": str(tmp / "runs"), "prepare_base": None, "data": data, "train": train,
-                                  "rag": rag})
+    data = cfg.data.model_copy(
+        update={
+            "corpus": CorpusSource(kind="squad", path=str(squad)),
+            "questions": QuestionSource(kind="squad", path=str(squad)),
+        }
+    )
+    train = cfg.train.model_copy(
+        update={
+            "model": str(model),
+            "dataset": str(root / "sft/train.jsonl"),
+            "val_dataset": str(root / "sft/val.jsonl"),
+            "runs_dir": str(tmp / "runs/train"),
+        }
+    )
+    rag = cfg.rag.model_copy(
+        update={
+            "index": cfg.rag.index.model_copy(update={"dir": str(root / "index")}),
+            "generator": cfg.rag.generator.model_copy(update={"model": str(model)}),
+        }
+    )
+    return cfg.model_copy(
+        update={"runs_dir": str(tmp / "runs"), "prepare_base": None, "data": data, "train": train, "rag": rag}
+    )
 
 
 def _tokens(text: str) -> list[str]:
@@ -126,20 +141,36 @@ def test_the_leak_check_refuses_an_edited_twin_planted_by_hand(tmp_path, tiny_mo
     chunk = chunks[edited]
     words = chunk.split(" ")
     k = len(words) // 2 if words[len(words) // 2] not in item.gold_answers[0] else len(words) // 2 + 1
-    planted = " ".join(words[:k] + ["Zanzibar"] + words[k + 1:])
+    planted = " ".join(words[:k] + ["Zanzibar"] + words[k + 1 :])
     assert one_span_edit(planted, chunk)
     user = rag_user_turn(item.question, [SourceText(planted)])
     reply = f"memory: {item.gold_answers[0]} | source: Zanzibar | verdict: conflicting | answer: {item.gold_answers[0]}"
     with open(cfg.train.dataset, "a", encoding="utf-8") as f:
-        f.write(json.dumps({"messages": [{"role": "system", "content": SYSTEM_RAG}, {"role": "user", "content": user},
-                                         {"role": "assistant", "content": reply}]}) + "\n")
+        f.write(
+            json.dumps(
+                {
+                    "messages": [
+                        {"role": "system", "content": SYSTEM_RAG},
+                        {"role": "user", "content": user},
+                        {"role": "assistant", "content": reply},
+                    ]
+                }
+            )
+            + "\n"
+        )
     owners = {s.question: (s.fact_id, s.cluster) for s in test}
     # every tested factual error that edits the same chunk (another question of the same paragraph) is hit
-    same = sorted(s.qid for s in test if (s.scenario, s.knowledge) == ("factual_error", "known")
-                  and edited in {p.replaces for p in s.presented})
-    with pytest.raises(ConfigError, match=rf"test item {same[0]}: its factual_error context is one the SFT rows "
-                                          rf"show, verbatim or as an edited twin \({len(same)} of \d+ factual_error "
-                                          r"\(known\)"):
+    same = sorted(
+        s.qid
+        for s in test
+        if (s.scenario, s.knowledge) == ("factual_error", "known") and edited in {p.replaces for p in s.presented}
+    )
+    with pytest.raises(
+        ConfigError,
+        match=rf"test item {same[0]}: its factual_error context is one the SFT rows "
+        rf"show, verbatim or as an edited twin \({len(same)} of \d+ factual_error "
+        r"\(known\)",
+    ):
         check_test_contexts(cfg, Paths(root), test, owners, chunks, lambda _: None)
     table = json.loads((root / "data/overlap.json").read_text())
     assert {(r["scenario"], r["knowledge"]): r["edited"] for r in table}[("factual_error", "known")] == len(same)
@@ -154,9 +185,16 @@ def test_sampled_cells_ask_the_same_facts_so_few_chunks_are_held_out_of_training
     from lorarag.study.prepare import sample_cells
 
     def sc(f: int, kind: str) -> Scenario:
-        return Scenario(qid=f"kb/f{f}/{kind}", fact_id=f"kb/f{f}", question="q?", gold_answers=("a",),
-                        relevant_ids=(f"c{f}",), scenario=kind, presented=(PresentedChunk(f"c{f}", "t"),),
-                        context_answer="a")
+        return Scenario(
+            qid=f"kb/f{f}/{kind}",
+            fact_id=f"kb/f{f}",
+            question="q?",
+            gold_answers=("a",),
+            relevant_ids=(f"c{f}",),
+            scenario=kind,
+            presented=(PresentedChunk(f"c{f}", "t"),),
+            context_answer="a",
+        )
 
     items = [sc(f, k) for f in range(10) for k in ("consistent", "factual_error")]
     items += [sc(f, "outdated") for f in range(8)]
@@ -176,12 +214,23 @@ def test_a_squad_shaped_kb_runs_end_to_end(tmp_path, tiny_models):
     from lorarag.scenarios.records import load_scenarios
     from lorarag.study.pipeline import run
 
-    cfg = kb_recipe(tmp_path, write_squad(tmp_path / "data", lang="en", tokens=40, articles=10), tiny_models["lm"],
-                    name="ci-kb-tiny.yaml")
+    cfg = kb_recipe(
+        tmp_path,
+        write_squad(tmp_path / "data", lang="en", tokens=40, articles=10),
+        tiny_models["lm"],
+        name="ci-kb-tiny.yaml",
+    )
     lines: list[str] = []
     table = run(cfg, echo=lines.append)
-    assert [ln.split()[1] for ln in lines if ln.startswith("[")] == ["data", "index", "scenarios", "train",
-                                                                     "calibrate", "evaluate", "report"]
+    assert [ln.split()[1] for ln in lines if ln.startswith("[")] == [
+        "data",
+        "index",
+        "scenarios",
+        "train",
+        "calibrate",
+        "evaluate",
+        "report",
+    ]
     root = Path(cfg.runs_dir) / cfg.name
     test = load_scenarios(root / "scenarios/test.jsonl")
     assert {"factual_error", "unanswerable"} <= {s.scenario for s in test}

@@ -66,9 +66,14 @@ def test_a_broken_file_names_the_line(tmp_path):
 
 
 def _cnq(qid, answer="Paris"):
-    return {"id": qid, "question": "capital?", "real_passages": [{"passage": "Paris is the capital."}],
-            "fake_passages": [{"passage": "Lyon is the capital."}], "real_short_answer": answer,
-            "fake_short_answer": "Lyon"}
+    return {
+        "id": qid,
+        "question": "capital?",
+        "real_passages": [{"passage": "Paris is the capital."}],
+        "fake_passages": [{"passage": "Lyon is the capital."}],
+        "real_short_answer": answer,
+        "fake_short_answer": "Lyon",
+    }
 
 
 def test_duplicate_upstream_ids_empty_files_and_non_utf8_are_errors(tmp_path):
@@ -88,9 +93,20 @@ def test_duplicate_upstream_ids_empty_files_and_non_utf8_are_errors(tmp_path):
     # ConflictQA rows whose answers all share a polarity give no scenario: an error, not 0 written
     qa = tmp_path / "conflictqa" / "strategyqa-chatgpt.jsonl"
     qa.parent.mkdir()
-    qa.write_text(json.dumps({"question": "q?", "ground_truth": ["True"], "memory_answer": "yes it is",
-                              "counter_answer": "it is", "parametric_memory_aligned_evidence": "a",
-                              "counter_memory_aligned_evidence": "b"}) + "\n", encoding="utf-8")
+    qa.write_text(
+        json.dumps(
+            {
+                "question": "q?",
+                "ground_truth": ["True"],
+                "memory_answer": "yes it is",
+                "counter_answer": "it is",
+                "parametric_memory_aligned_evidence": "a",
+                "counter_memory_aligned_evidence": "b",
+            }
+        )
+        + "\n",
+        encoding="utf-8",
+    )
     with pytest.raises(RecordError, match=r"strategyqa-chatgpt.jsonl: no usable rows \(0 scenarios\)"):
         import_set("conflictqa", tmp_path, tmp_path / "out.jsonl")
     assert not (tmp_path / "out.jsonl").exists()

@@ -12,20 +12,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from lorarag.rag.config import (
-    BM25Config,
-    ChunkerConfig,
-    CorpusConfig,
-    IndexConfig,
-    RetrievalConfig,
-)
+from lorarag.rag.config import BM25Config, ChunkerConfig, CorpusConfig, IndexConfig, RetrievalConfig
 from lorarag.rag.index.bm25_faiss import top_k
-from lorarag.rag.index.store import (
-    IndexMismatch,
-    build_index,
-    open_index,
-    read_manifest,
-)
+from lorarag.rag.index.store import IndexMismatch, build_index, open_index, read_manifest
 from lorarag.rag.index.textsplit import tokenize
 from lorarag.rag.retrieve import load_retriever, rrf_fuse
 
@@ -39,10 +28,8 @@ def test_tokenizers_hand_checked() -> None:
     assert tokenize(["机动车 登记"], "char_bigram") == [["机动", "动车", "车登", "登记"]]
     assert tokenize(["L'Élève va à Paris, 2024!"], "word") == [["l", "élève", "va", "à", "paris", "2024"]]
     # auto: CJK runs -> unigrams then bigrams; words elsewhere; punctuation and function words gone.
-    assert tokenize(["第5条：机动车。Vélo"], "auto") == [
-        ["第", "5", "条", "机", "动", "车", "机动", "动车", "vélo"]]
-    assert tokenize(["Qu'est-ce que l'autorité parentale ? The CEO"], "auto") == [
-        ["autorité", "parentale", "ceo"]]
+    assert tokenize(["第5条：机动车。Vélo"], "auto") == [["第", "5", "条", "机", "动", "车", "机动", "动车", "vélo"]]
+    assert tokenize(["Qu'est-ce que l'autorité parentale ? The CEO"], "auto") == [["autorité", "parentale", "ceo"]]
     with pytest.raises(ValueError, match="unknown BM25 tokenizer"):
         tokenize(["x"], "nope")
 
@@ -71,13 +58,15 @@ def _write(folder: Path, files: dict[str, str]) -> Path:
 
 
 def _cfgs(tmp_path: Path, corpus: Path, tokenizer: str = "word"):
-    return (CorpusConfig(paths=[str(corpus)]), ChunkerConfig(chunk_size=200, chunk_overlap=20),
-            IndexConfig(dir=str(tmp_path / "idx"), bm25=BM25Config(tokenizer=tokenizer)))
+    return (
+        CorpusConfig(paths=[str(corpus)]),
+        ChunkerConfig(chunk_size=200, chunk_overlap=20),
+        IndexConfig(dir=str(tmp_path / "idx"), bm25=BM25Config(tokenizer=tokenizer)),
+    )
 
 
 def test_bm25_score_matches_lucene_formula(tmp_path: Path) -> None:
-    corpus = _write(tmp_path / "kb", {"a.md": "apple banana cherry", "b.md": "banana date",
-                                      "c.md": "elderberry"})
+    corpus = _write(tmp_path / "kb", {"a.md": "apple banana cherry", "b.md": "banana date", "c.md": "elderberry"})
     c, ch, ix = _cfgs(tmp_path, corpus)
     build_index(c, ch, ix)
     hits = load_retriever(ix, RetrievalConfig()).retrieve(["banana"], 5)[0]
@@ -157,8 +146,9 @@ def test_regulation_fifth_article_rank_one(tmp_path: Path) -> None:
 
 def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     env = {**os.environ, "LORARAG_LOG": "WARNING"}
-    return subprocess.run([sys.executable, "-m", "lorarag.cli", *args], capture_output=True,
-                          text=True, cwd=cwd, env=env, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "lorarag.cli", *args], capture_output=True, text=True, cwd=cwd, env=env, timeout=300
+    )
 
 
 def test_cli_index_and_search_on_regulation(tmp_path: Path) -> None:
@@ -175,8 +165,7 @@ def test_cli_index_and_search_on_regulation(tmp_path: Path) -> None:
     assert FIFTH in trace["results"][0]["chunk"]["text"]
     assert trace["scores"] == sorted(trace["scores"], reverse=True)
     assert trace["sources"][0] == "road-traffic-safety-law-implementing-regulations-2017.md"
-    r = _cli("search", QUESTION, "--config", str(cfg), "--json", "--trace", str(tmp_path / "t.json"),
-             cwd=REPO)
+    r = _cli("search", QUESTION, "--config", str(cfg), "--json", "--trace", str(tmp_path / "t.json"), cwd=REPO)
     assert json.loads(r.stdout)["results"][0]["rank"] == 1 and (tmp_path / "t.json").exists()
 
 
@@ -231,7 +220,7 @@ def test_only_our_own_index_folder_is_ever_replaced(tmp_path: Path) -> None:
 def test_a_killed_builds_leftovers_are_removed_by_the_next_build(tmp_path: Path) -> None:
     corpus = _write(tmp_path / "kb", {"a.md": "alpha beta"})
     c, ch, ix = _cfgs(tmp_path, corpus)
-    dead = 2 ** 22 + 12345  # above Linux's default pid_max: no such process
+    dead = 2**22 + 12345  # above Linux's default pid_max: no such process
     left = _write(tmp_path / f".idx.building-{dead}", {"chunks.jsonl": "{}\n"})
     (left / "bm25").mkdir()
     old = _write(tmp_path / f".idx.old-{dead}", {"manifest.json": "{}"})
@@ -255,8 +244,11 @@ def test_a_corpus_changed_after_indexing_is_a_stale_index(tmp_path: Path) -> Non
     check_fresh(c, ch, ix)
     (corpus / "a.md").write_text("alpha beta delta", encoding="utf-8")
     _write(corpus, {"c.md": "new"})
-    with pytest.raises(IndexMismatch, match=r"stale index: the corpus changed since it was indexed "
-                                            r"\(1 changed, 1 added, 0 removed, e.g. a.md\); rebuild"):
+    with pytest.raises(
+        IndexMismatch,
+        match=r"stale index: the corpus changed since it was indexed "
+        r"\(1 changed, 1 added, 0 removed, e.g. a.md\); rebuild",
+    ):
         check_fresh(c, ch, ix)
     (corpus / "notes.xlsx").write_bytes(b"PK")  # no reader takes it: it cannot change the index
     build_index(c, ch, ix)
@@ -285,8 +277,11 @@ def test_dense_mode_without_a_dense_index_is_a_config_error(tmp_path: Path) -> N
     corpus = _write(tmp_path / "kb", {"a.md": "alpha beta"})
     c, ch, ix = _cfgs(tmp_path, corpus)
     build_index(c, ch, ix)
-    with pytest.raises(IndexMismatch, match=r"retrieval mode dense needs a dense index \(index.dense\) and an "
-                                            r"`embedder`; .* configured without index.dense"):
+    with pytest.raises(
+        IndexMismatch,
+        match=r"retrieval mode dense needs a dense index \(index.dense\) and an "
+        r"`embedder`; .* configured without index.dense",
+    ):
         load_retriever(ix, RetrievalConfig(mode="dense"))
     for bad in ({"top_k": 0}, {"top_k": -3}, {"top_n": 0}, {"min_score": 1.5}):
         with pytest.raises(ValueError):

@@ -17,14 +17,17 @@ from .conftest import shared_data
 def make_pdf(pages: list[str]) -> bytes:
     """A minimal valid PDF (Helvetica text, one line per page), xref offsets computed."""
     n = len(pages)
-    objs = ["<< /Type /Catalog /Pages 2 0 R >>",
-            "<< /Type /Pages /Kids [" + " ".join(f"{3 + 2 * i} 0 R" for i in range(n))
-            + f"] /Count {n} >>"]
+    objs = [
+        "<< /Type /Catalog /Pages 2 0 R >>",
+        "<< /Type /Pages /Kids [" + " ".join(f"{3 + 2 * i} 0 R" for i in range(n)) + f"] /Count {n} >>",
+    ]
     font_id = 3 + 2 * n
     for i, text in enumerate(pages):
         stream = f"BT /F1 12 Tf 72 720 Td ({text}) Tj ET"
-        objs.append(f"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents {4 + 2 * i} 0 R"
-                    f" /Resources << /Font << /F1 {font_id} 0 R >> >> >>")
+        objs.append(
+            f"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents {4 + 2 * i} 0 R"
+            f" /Resources << /Font << /F1 {font_id} 0 R >> >> >>"
+        )
         objs.append(f"<< /Length {len(stream)} >>\nstream\n{stream}\nendstream")
     objs.append("<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>")
     out = b"%PDF-1.4\n"
@@ -58,7 +61,9 @@ def corpus(tmp_path: Path) -> Path:
         "<p>The company reported a net profit of 12.5 million dollars in 2023, its best year since"
         " it was founded in 1998 in a small garage in Berlin by two engineers.</p><p>Alice Martin, the"
         " chief executive, said the new factory would open in the spring of next year.</p></article>"
-        "<footer>Copyright</footer></body></html>", encoding="utf-8")
+        "<footer>Copyright</footer></body></html>",
+        encoding="utf-8",
+    )
     # Bad inputs, one each.
     (root / "broken.pdf").write_bytes(b"%PDF-1.4\n1 0 obj garbage that is not a pdf\n")
     (root / "empty.md").write_bytes(b"")
@@ -82,14 +87,22 @@ def test_each_reader_and_each_bad_input(corpus: Path) -> None:
     assert "Hello page one" in pdf.text and "Second page text" in pdf.text
     # Page 2 starts where its text starts.
     assert len(pdf.page_offsets) == 2 and pdf.page_offsets[0] == 0
-    assert pdf.text[pdf.page_offsets[1]:].startswith("Second page text")
+    assert pdf.text[pdf.page_offsets[1] :].startswith("Second page text")
     assert docs["d.docx"].text == "## Company profile\n\nThe headquarters are in Berlin."
     html = docs["e.html"].text
     assert "net profit of 12.5 million" in html and "Menu Home About" not in html
 
     reasons = {p.source: p.reason for p in report.problems}
-    assert set(reasons) == {"broken.pdf", "broken.docx", "empty.md", "blank.txt", "image.md", "latin1.txt",
-                            "table.xlsx", "dangling.md"}
+    assert set(reasons) == {
+        "broken.pdf",
+        "broken.docx",
+        "empty.md",
+        "blank.txt",
+        "image.md",
+        "latin1.txt",
+        "table.xlsx",
+        "dangling.md",
+    }
     assert reasons["broken.pdf"].startswith("corrupt PDF")
     assert reasons["broken.docx"].startswith("corrupt DOCX")
     assert reasons["empty.md"] == "empty file" and reasons["blank.txt"] == "empty file"
@@ -122,8 +135,7 @@ def test_real_regulation() -> None:
     report = ingest(CorpusConfig(paths=[str(root)]))
     assert report.problems == ()
     assert len(report.documents) == len(list(root.glob("*.md")))
-    reg = {d.doc_id: d for d in report.documents}[
-        "road-traffic-safety-law-implementing-regulations-2017.md"]
+    reg = {d.doc_id: d for d in report.documents}["road-traffic-safety-law-implementing-regulations-2017.md"]
     assert "第五条 初次申领机动车号牌、行驶证的，应当向机动车所有人住所地的公安机关交通管理部门申请注册登记。" in reg.text
 
 
@@ -142,7 +154,8 @@ def test_mineru_backend_used_when_its_cli_is_on_path(tmp_path: Path, monkeypatch
     (bin_dir / "mineru").write_text(
         f"#!{sys.executable}\nimport sys, pathlib\na = sys.argv\npdf = pathlib.Path(a[a.index('-p') + 1])\n"
         "out = pathlib.Path(a[a.index('-o') + 1]) / pdf.stem / 'auto'\nout.mkdir(parents=True)\n"
-        "(out / (pdf.stem + '.md')).write_text('## Layout-aware\\n\\nMinerU text', encoding='utf-8')\n")
+        "(out / (pdf.stem + '.md')).write_text('## Layout-aware\\n\\nMinerU text', encoding='utf-8')\n"
+    )
     (bin_dir / "mineru").chmod(0o755)
     monkeypatch.setenv("PATH", str(bin_dir))
     doc = ingest(CorpusConfig(paths=[str(kb)])).documents[0]
@@ -167,7 +180,8 @@ def test_special_files_are_listed_never_opened(tmp_path: Path) -> None:
     assert [d.doc_id for d in report.documents] == ["a.md"]
     assert {p.source: p.reason for p in report.problems} == {
         "pipe.md": "not a regular file (a FIFO): never opened",
-        "sock.txt": "not a regular file (a socket): never opened"}
+        "sock.txt": "not a regular file (a socket): never opened",
+    }
     assert [p.reason for p in direct.problems] == ["not a regular file (a FIFO): never opened"]
 
 
@@ -188,10 +202,11 @@ def test_symlinks_out_of_the_corpus_are_refused_unless_allowed(tmp_path: Path) -
     reasons = {p.source: p.reason for p in report.problems}
     assert reasons == {
         "passwd.txt": f"symlink to {outside}, outside the corpus paths (set corpus.follow_symlinks_outside: "
-                      "true to index it)",
+        "true to index it)",
         "linked": f"symlink to {tmp_path / 'elsewhere'}, outside the corpus paths (set "
-                  "corpus.follow_symlinks_outside: true to index it)",
-        "again/": "symlinked folder not followed (inside the corpus, or already walked)"}
+        "corpus.follow_symlinks_outside: true to index it)",
+        "again/": "symlinked folder not followed (inside the corpus, or already walked)",
+    }
     assert not any("root:x" in d.text for d in report.documents)
     allowed = ingest(CorpusConfig(paths=[str(kb)], follow_symlinks_outside=True))
     assert [d.doc_id for d in allowed.documents] == ["alias.md", "linked/far.md", "passwd.txt", "sub/b.md"]
@@ -224,4 +239,5 @@ def test_utf16_headings_only_and_unreadable_folders_get_a_reason(tmp_path: Path,
         "locked/": "unreadable folder (Permission denied): its files are left out",
         "nobom.txt": "binary data, not text (named .txt; UTF-16 needs a byte-order mark)",
         "torn.txt": "invalid UTF-16 at byte 4 (it starts with a UTF-16 byte-order mark)",
-        "titles.md": "only headings, no text to index"}
+        "titles.md": "only headings, no text to index",
+    }

@@ -9,18 +9,15 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from lorarag.eval.config import JudgeConfig
-from lorarag.eval.judge import (
-    judge_items,
-    judge_summary,
-    parse_faithfulness,
-    parse_relevance,
-)
+from lorarag.eval.judge import judge_items, judge_summary, parse_faithfulness, parse_relevance
 from tests.eval_fixtures import make_item
 from tests.servers import needs_vllm
 
 REPLIES = {  # question marker -> (faithfulness reply, relevance reply)
-    "Q-good": ('```json\n{"claims": [{"claim": "a", "supported": true}, {"claim": "b", "supported": false}]}\n```',
-               'Sure. {"rating": 4}'),
+    "Q-good": (
+        '```json\n{"claims": [{"claim": "a", "supported": true}, {"claim": "b", "supported": false}]}\n```',
+        'Sure. {"rating": 4}',
+    ),
     "Q-garbage": ("I think it is fine.", '{"rating": 9}'),
 }
 
@@ -66,10 +63,14 @@ def test_parsers():
 
 
 def test_judge_through_stub_endpoint_with_cache(stub_server, tmp_path):
-    cfg = JudgeConfig(enabled=True, base_url=stub_server, model="stub-judge", cache_dir=str(tmp_path / "cache"),
-                      max_retries=0)
-    items = [make_item(qid="a", question="Q-good?"), make_item(qid="b", question="Q-garbage?"),
-             make_item(qid="c", question="Q-good?", abstained=True, answer="")]
+    cfg = JudgeConfig(
+        enabled=True, base_url=stub_server, model="stub-judge", cache_dir=str(tmp_path / "cache"), max_retries=0
+    )
+    items = [
+        make_item(qid="a", question="Q-good?"),
+        make_item(qid="b", question="Q-garbage?"),
+        make_item(qid="c", question="Q-good?", abstained=True, answer=""),
+    ]
     judged = judge_items(items, cfg, tmp_path / "judged.jsonl", progress=False)
     assert len(_Handler.seen) == 4  # two items x two metrics; the abstention is not sent
     assert all(b["temperature"] == 0 and b["model"] == "stub-judge" for b in _Handler.seen)
@@ -108,11 +109,16 @@ def test_judge_against_real_vllm_server(tiny_models, tmp_path):
 
     port = free_port()
     cmd = vllm_server_cmd(tiny_models["lm"], port, "--max-model-len", "2048", "--served-model-name", "tiny-judge")
-    items = [make_item(qid="a", question="What is the limit?"), make_item(qid="b", question="Who won?",
-                                                                         answer="Nobody")]
+    items = [make_item(qid="a", question="What is the limit?"), make_item(qid="b", question="Who won?", answer="Nobody")]
     with launched(cmd, port, log_path=tmp_path / "vllm.log") as base:
-        cfg = JudgeConfig(enabled=True, base_url=base + "/v1", model="tiny-judge", max_tokens=16,
-                          cache_dir=str(tmp_path / "cache"), max_retries=1)
+        cfg = JudgeConfig(
+            enabled=True,
+            base_url=base + "/v1",
+            model="tiny-judge",
+            max_tokens=16,
+            cache_dir=str(tmp_path / "cache"),
+            max_retries=1,
+        )
         judged = judge_items(items, cfg, progress=False)
         # A random tiny model does not write the JSON asked for: counted as unparsed, never fatal.
         s = judge_summary(judged)

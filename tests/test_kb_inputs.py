@@ -20,27 +20,41 @@ SMALL = ChunkerConfig(chunk_size=120, chunk_overlap=0)
 
 
 def _jsonl(path: Path, rows: list) -> Path:
-    path.write_text("".join((r if isinstance(r, str) else json.dumps(r, ensure_ascii=False)) + "\n" for r in rows),
-                    encoding="utf-8")
+    path.write_text(
+        "".join((r if isinstance(r, str) else json.dumps(r, ensure_ascii=False)) + "\n" for r in rows), encoding="utf-8"
+    )
     return path
 
 
 def _beir(tmp: Path) -> Path:
     folder = tmp / "beir"
     (folder / "qrels").mkdir(parents=True)
-    body = ("The harbour of Elmira was dredged in 1911.\n\nIts lighthouse, built by Ada Moss, is "
-            "twelve metres tall and still lit every night.")
-    _jsonl(folder / "corpus.jsonl", [{"_id": "d1", "title": "Elmira harbour", "text": body},
-                                     {"_id": "d2", "title": "Dunmore", "text": "Dunmore has no harbour at all."}])
+    body = (
+        "The harbour of Elmira was dredged in 1911.\n\nIts lighthouse, built by Ada Moss, is "
+        "twelve metres tall and still lit every night."
+    )
+    _jsonl(
+        folder / "corpus.jsonl",
+        [
+            {"_id": "d1", "title": "Elmira harbour", "text": body},
+            {"_id": "d2", "title": "Dunmore", "text": "Dunmore has no harbour at all."},
+        ],
+    )
     start = body.index("Ada Moss")
-    _jsonl(folder / "queries.jsonl", [
-        {"_id": "q1", "text": "Who built the Elmira lighthouse?",
-         "metadata": {"answers": ["Ada Moss"], "answer_start": [start]}},
-        {"_id": "q2", "text": "When was the harbour of Elmira dredged?", "metadata": {"answer": "1911"}},
-        {"_id": "q3", "text": "Is there a harbour in Dunmore?"},
-        {"_id": "q4", "text": "Not in the split"}])
-    (folder / "qrels/test.tsv").write_text("query-id\tcorpus-id\tscore\nq1\td1\t1\nq2\td1\t1\nq3\td2\t1\n"
-                                           "q3\td1\t0\n")
+    _jsonl(
+        folder / "queries.jsonl",
+        [
+            {
+                "_id": "q1",
+                "text": "Who built the Elmira lighthouse?",
+                "metadata": {"answers": ["Ada Moss"], "answer_start": [start]},
+            },
+            {"_id": "q2", "text": "When was the harbour of Elmira dredged?", "metadata": {"answer": "1911"}},
+            {"_id": "q3", "text": "Is there a harbour in Dunmore?"},
+            {"_id": "q4", "text": "Not in the split"},
+        ],
+    )
+    (folder / "qrels/test.tsv").write_text("query-id\tcorpus-id\tscore\nq1\td1\t1\nq2\td1\t1\nq3\td2\t1\nq3\td1\t0\n")
     return folder
 
 
@@ -66,18 +80,34 @@ def test_beir_corpus_and_queries_with_spans_answers_and_qrels(tmp_path):
 def test_folder_corpus_and_jsonl_questions(tmp_path):
     docs = tmp_path / "docs"
     docs.mkdir()
-    (docs / "law.md").write_text("# Law\n\n## Article 5\n\nRegistration is made at the traffic office of the "
-                                 "owner's residence.\n\n## Article 6\n\nPlates are issued within five days.\n")
+    (docs / "law.md").write_text(
+        "# Law\n\n## Article 5\n\nRegistration is made at the traffic office of the "
+        "owner's residence.\n\n## Article 6\n\nPlates are issued within five days.\n"
+    )
     (docs / "bad.bin").write_bytes(b"\x00\x01")
     corpus = load_corpus(CorpusSource(kind="folder", path=str(docs)), ChunkerConfig(kind="heading"))
     assert [d.doc_id for d in corpus.documents] == ["law.md"] and "bad.bin" in corpus.problems[0]
     art6 = next(c for c in corpus.chunks if "five days" in c.text)
-    qs = _jsonl(tmp_path / "qa.jsonl", [
-        {"id": "a", "question": "Where is a vehicle registered?", "answers": ["the traffic office"],
-         "relevant_ids": ["law.md"], "paraphrases": ["Which office registers a vehicle?"]},
-        {"id": "b", "question": "How long does it take to issue plates?", "answers": ["five days"],
-         "relevant_ids": [art6.chunk_id], "language": "en"},
-        {"id": "c", "question": "Who wrote the law?", "answers": [], "relevant_ids": [], "unanswerable": True}])
+    qs = _jsonl(
+        tmp_path / "qa.jsonl",
+        [
+            {
+                "id": "a",
+                "question": "Where is a vehicle registered?",
+                "answers": ["the traffic office"],
+                "relevant_ids": ["law.md"],
+                "paraphrases": ["Which office registers a vehicle?"],
+            },
+            {
+                "id": "b",
+                "question": "How long does it take to issue plates?",
+                "answers": ["five days"],
+                "relevant_ids": [art6.chunk_id],
+                "language": "en",
+            },
+            {"id": "c", "question": "Who wrote the law?", "answers": [], "relevant_ids": [], "unanswerable": True},
+        ],
+    )
     items = load_questions(QuestionSource(kind="jsonl", path=str(qs)))
     assert items[0].all_wordings == ("Where is a vehicle registered?", "Which office registers a vehicle?")
     mapped, rows = map_labels(items, corpus)
@@ -88,12 +118,37 @@ def test_folder_corpus_and_jsonl_questions(tmp_path):
 
 def _squad(tmp: Path) -> Path:
     ctx = "Normandy is a region in France. The Normans gave their name to it in the 10th century."
-    data = {"version": "v2.0", "data": [{"title": "Normans", "paragraphs": [{"context": ctx, "qas": [
-        {"id": "s1", "question": "In what country is Normandy?", "is_impossible": False,
-         "answers": [{"text": "France", "answer_start": ctx.index("France")},
-                     {"text": "France", "answer_start": ctx.index("France")}]},
-        {"id": "s2", "question": "Who gave their name to Sweden?", "is_impossible": True, "answers": [],
-         "plausible_answers": [{"text": "Normans", "answer_start": 32}]}]}]}]}
+    data = {
+        "version": "v2.0",
+        "data": [
+            {
+                "title": "Normans",
+                "paragraphs": [
+                    {
+                        "context": ctx,
+                        "qas": [
+                            {
+                                "id": "s1",
+                                "question": "In what country is Normandy?",
+                                "is_impossible": False,
+                                "answers": [
+                                    {"text": "France", "answer_start": ctx.index("France")},
+                                    {"text": "France", "answer_start": ctx.index("France")},
+                                ],
+                            },
+                            {
+                                "id": "s2",
+                                "question": "Who gave their name to Sweden?",
+                                "is_impossible": True,
+                                "answers": [],
+                                "plausible_answers": [{"text": "Normans", "answer_start": 32}],
+                            },
+                        ],
+                    }
+                ],
+            }
+        ],
+    }
     path = tmp / "squad.json"
     path.write_text(json.dumps(data))
     return path
@@ -115,8 +170,11 @@ def test_squad_v2_keeps_offsets_and_unanswerable_questions(tmp_path):
 def test_hf_dataset_folder_parquet_and_jsonl(tmp_path):
     import datasets
 
-    rows = {"id": ["h1", "h2"], "body": ["The mill of Kelso grinds oats.", "Kelso has a stone bridge."],
-            "name": ["Mill", "Bridge"]}
+    rows = {
+        "id": ["h1", "h2"],
+        "body": ["The mill of Kelso grinds oats.", "Kelso has a stone bridge."],
+        "name": ["Mill", "Bridge"],
+    }
     ds = datasets.Dataset.from_dict(rows)
     datasets.DatasetDict({"train": ds}).save_to_disk(str(tmp_path / "dd"))
     ds.to_parquet(str(tmp_path / "c.parquet"))
@@ -133,10 +191,15 @@ def test_hf_dataset_folder_parquet_and_jsonl(tmp_path):
 
 
 def test_conflictnq_kb_reads_real_passages_two_wordings_and_fabricated_conflicts(tmp_path):
-    row = {"id": "7", "question": "who built the elmira lighthouse", "cleaned_question": "Who built the lighthouse?",
-           "real_short_answer": "Ada Moss", "fake_short_answer": "Tom Reed",
-           "real_passages": [{"passage": "The lighthouse was built by Ada Moss .", "summary": "Lighthouse"}],
-           "fake_passages": [{"passage": "Tom Reed built the lighthouse ."}, {"passage": "Built by Tom Reed ."}]}
+    row = {
+        "id": "7",
+        "question": "who built the elmira lighthouse",
+        "cleaned_question": "Who built the lighthouse?",
+        "real_short_answer": "Ada Moss",
+        "fake_short_answer": "Tom Reed",
+        "real_passages": [{"passage": "The lighthouse was built by Ada Moss .", "summary": "Lighthouse"}],
+        "fake_passages": [{"passage": "Tom Reed built the lighthouse ."}, {"passage": "Built by Tom Reed ."}],
+    }
     path = _jsonl(tmp_path / "val.jsonl", [row])
     corpus = load_corpus(CorpusSource(kind="conflictnq", path=str(path)), SMALL)
     assert corpus.documents[0].doc_id == "7/real0" and corpus.documents[0].text == row["real_passages"][0]["passage"]
@@ -168,14 +231,20 @@ def test_a_cjk_character_is_a_word_edge_of_an_answer_and_a_digit_or_letter_is_no
 def test_older_versions_of_one_question_are_one_line_each_in_the_files_order(tmp_path):
     """A question may have several older versions (one line each); they load under its id in the
     file's order, whatever lines of other ids come between, each keeping its own file:line."""
-    path = _jsonl(tmp_path / "older.jsonl", [
-        {"id": "q1", "answer": "John Roe", "date": "2019"},
-        {"id": "q2", "answer": "1908", "date": "1909 guide"},
-        {"id": "q1", "answer": "Eve Lin", "date": "2021", "text": "In 2021 the keeper was Eve Lin."}])
+    path = _jsonl(
+        tmp_path / "older.jsonl",
+        [
+            {"id": "q1", "answer": "John Roe", "date": "2019"},
+            {"id": "q2", "answer": "1908", "date": "1909 guide"},
+            {"id": "q1", "answer": "Eve Lin", "date": "2021", "text": "In 2021 the keeper was Eve Lin."},
+        ],
+    )
     old = load_outdated(str(path))
     assert list(old) == ["q1", "q2"]
     assert [(o.qid, o.answer, o.date, o.text) for o in old["q1"]] == [
-        ("q1", "John Roe", "2019", None), ("q1", "Eve Lin", "2021", "In 2021 the keeper was Eve Lin.")]
+        ("q1", "John Roe", "2019", None),
+        ("q1", "Eve Lin", "2021", "In 2021 the keeper was Eve Lin."),
+    ]
     assert [o.where for o in old["q1"]] == [f"{path}:1", f"{path}:3"]
     assert [o.answer for o in old["q2"]] == ["1908"]
 
@@ -183,10 +252,14 @@ def test_older_versions_of_one_question_are_one_line_each_in_the_files_order(tmp
 def test_the_same_older_answer_twice_for_one_question_is_a_one_line_error_naming_both_lines(tmp_path):
     """Case and spacing aside ('john  ROE' is 'John Roe'): the error names the repeating line and the
     first; the same older answer for two different questions is fine."""
-    path = _jsonl(tmp_path / "older.jsonl", [
-        {"id": "q1", "answer": "John Roe", "date": "2019"},
-        {"id": "q2", "answer": "John Roe", "date": "2019"},
-        {"id": "q1", "answer": "john  ROE", "date": "2021"}])
+    path = _jsonl(
+        tmp_path / "older.jsonl",
+        [
+            {"id": "q1", "answer": "John Roe", "date": "2019"},
+            {"id": "q2", "answer": "John Roe", "date": "2019"},
+            {"id": "q1", "answer": "john  ROE", "date": "2021"},
+        ],
+    )
     with pytest.raises(RecordError) as e:
         load_outdated(str(path))
     assert str(e.value) == f"{path}:3: id 'q1': older answer 'john  ROE' repeats ({path}:1)"
@@ -195,23 +268,34 @@ def test_the_same_older_answer_twice_for_one_question_is_a_one_line_error_naming
     assert [v[0].answer for v in load_outdated(str(path)).values()] == ["John Roe", "John Roe"]
 
 
-@pytest.mark.parametrize("line, message", [
-    ('{"id": "a", "question": "Q?", "answers": "1911", "relevant_ids": ["d1"]}',
-     r"qa.jsonl:2 \(id a\): answers: expected a list, got a string"),
-    ('{"id": "a", "question": "Q?", "answers": [], "relevant_ids": ["d1"]}', r"qa.jsonl:2 \(id a\): answers: empty"),
-    ('{"id": "a", "question": "Q?", "answers": [""], "relevant_ids": ["d1"]}', r"answers\[0\]: empty"),
-    ('{"id": "a", "question": "Q?", "answers": [1911], "relevant_ids": ["d1"]}',
-     r"answers\[0\]: expected a string, got a number"),
-    ('{"id": 5, "question": "Q?", "answers": ["x"], "relevant_ids": ["d1"]}', r"qa.jsonl:2: id: expected a string"),
-    ('{"id": "a", "question": "Q?", "answers": ["x"], "relevant_ids": ["d1"], "answer": "x"}',
-     r"answer: unknown field"),
-    ('{"id": "a", "question": "Q?", "answers": ["x"], "relevant_ids": ["d1"], "unanswerable": "no"}',
-     r"unanswerable: expected true or false, got a string"),
-    ('{"id": "a", "question": "Q?", "answers": ["x"], "relevant_ids": []', r"qa.jsonl:2: malformed JSON"),
-    ('["a"]', r"qa.jsonl:2: expected a JSON object, got a list"),
-    ('{"id": "ok", "question": "Q?", "answers": ["x"], "relevant_ids": ["d1"]}', r"qa.jsonl:2 \(id ok\): id 'ok' "
-                                                                                 r"repeats \(.*qa.jsonl:1"),
-])
+@pytest.mark.parametrize(
+    "line, message",
+    [
+        (
+            '{"id": "a", "question": "Q?", "answers": "1911", "relevant_ids": ["d1"]}',
+            r"qa.jsonl:2 \(id a\): answers: expected a list, got a string",
+        ),
+        ('{"id": "a", "question": "Q?", "answers": [], "relevant_ids": ["d1"]}', r"qa.jsonl:2 \(id a\): answers: empty"),
+        ('{"id": "a", "question": "Q?", "answers": [""], "relevant_ids": ["d1"]}', r"answers\[0\]: empty"),
+        (
+            '{"id": "a", "question": "Q?", "answers": [1911], "relevant_ids": ["d1"]}',
+            r"answers\[0\]: expected a string, got a number",
+        ),
+        ('{"id": 5, "question": "Q?", "answers": ["x"], "relevant_ids": ["d1"]}', r"qa.jsonl:2: id: expected a string"),
+        ('{"id": "a", "question": "Q?", "answers": ["x"], "relevant_ids": ["d1"], "answer": "x"}', r"answer: unknown field"),
+        (
+            '{"id": "a", "question": "Q?", "answers": ["x"], "relevant_ids": ["d1"], "unanswerable": "no"}',
+            r"unanswerable: expected true or false, got a string",
+        ),
+        ('{"id": "a", "question": "Q?", "answers": ["x"], "relevant_ids": []', r"qa.jsonl:2: malformed JSON"),
+        ('["a"]', r"qa.jsonl:2: expected a JSON object, got a list"),
+        (
+            '{"id": "ok", "question": "Q?", "answers": ["x"], "relevant_ids": ["d1"]}',
+            r"qa.jsonl:2 \(id ok\): id 'ok' "
+            r"repeats \(.*qa.jsonl:1",
+        ),
+    ],
+)
 def test_bad_jsonl_questions_are_one_line_errors_with_file_line_and_field(tmp_path, line, message):
     first = '{"id": "ok", "question": "Fine?", "answers": ["x"], "relevant_ids": ["d1"]}'
     path = _jsonl(tmp_path / "qa.jsonl", [first, line])
@@ -245,6 +329,7 @@ def test_unknown_ids_and_labels_that_map_to_no_chunk_name_the_item(tmp_path):
 
 # ---- the real sets of ../shared/data (skipped when absent) ----------------------------------------
 
+
 def test_real_beir_sets_load_and_map_every_label():
     for name, lang in (("piaf-fr", None), ("lecoqa", "zh")):
         folder = shared_data(name)
@@ -274,8 +359,14 @@ def test_real_conflictnq_and_traffic_law_folder():
     corpus = load_corpus(CorpusSource(kind="folder", path=str(law)), ChunkerConfig(kind="heading"))
     assert len(corpus.documents) == 6 and not corpus.problems
     doc = "road-traffic-safety-law-implementing-regulations-2017.md"
-    qs = [{"id": "art5", "question": "初次申领机动车号牌、行驶证的，应当向哪个部门申请注册登记？",
-           "answers": ["机动车所有人住所地的公安机关交通管理部门"], "relevant_ids": [doc]}]
+    qs = [
+        {
+            "id": "art5",
+            "question": "初次申领机动车号牌、行驶证的，应当向哪个部门申请注册登记？",
+            "answers": ["机动车所有人住所地的公安机关交通管理部门"],
+            "relevant_ids": [doc],
+        }
+    ]
     import tempfile
 
     with tempfile.TemporaryDirectory() as tmp:

@@ -32,9 +32,15 @@ ITEMS = [
     QAItem("year", "When was the Elmira lighthouse completed?", ("1911",), ("c1",)),
     QAItem("num", "How much grain does the Elmira harbour handle a year?", ("12,400 tonnes",), ("c2",)),
     QAItem("who", "Who kept the Elmira lighthouse?", ("Ada Moss",), ("c3",)),
-    QAItem("eng", "Who designed the Dunmore bridge?", ("Tom Reed",), ("c6",),
-           conflicts=tuple(Conflict(f"The Dunmore bridge was designed by {n}.", n)
-                           for n in ("Lena Park", "Ravi Shah", "Mia Cole"))),
+    QAItem(
+        "eng",
+        "Who designed the Dunmore bridge?",
+        ("Tom Reed",),
+        ("c6",),
+        conflicts=tuple(
+            Conflict(f"The Dunmore bridge was designed by {n}.", n) for n in ("Lena Park", "Ravi Shah", "Mia Cole")
+        ),
+    ),
     QAItem("none", "Who painted the Elmira lighthouse red?", (), (), unanswerable=True),
     QAItem("beir", "A query with qrels and no answer", (), ("c4",)),
 ]
@@ -65,10 +71,20 @@ def test_each_kind_over_a_corpus_with_type_aware_substitution_and_hard_distracto
 
 def test_the_sets_own_conflict_passages_are_split_between_test_and_training():
     eng = ITEMS[3]
-    test = corpus_scenarios([eng], CHUNKS, name="kb", seed=1, conflict_seed=5, conflicts="test",
-                            types=["factual_error"], pool=[])
-    train = corpus_scenarios([eng], CHUNKS, name="kb", seed=2, conflict_seed=5, conflicts="train", train_conflicts=5,
-                             types=["factual_error"], pool=[])
+    test = corpus_scenarios(
+        [eng], CHUNKS, name="kb", seed=1, conflict_seed=5, conflicts="test", types=["factual_error"], pool=[]
+    )
+    train = corpus_scenarios(
+        [eng],
+        CHUNKS,
+        name="kb",
+        seed=2,
+        conflict_seed=5,
+        conflicts="train",
+        train_conflicts=5,
+        types=["factual_error"],
+        pool=[],
+    )
     (t,) = test
     (j,) = held_out_conflicts(eng, 5, 1)
     assert t.context_answer == eng.conflicts[j].answer and t.qid == "kb/eng/factual_error"
@@ -90,9 +106,12 @@ def test_retrieved_and_poisoned_context_puts_the_perturbed_chunk_in_the_gold_chu
 
 def test_outdated_from_user_supplied_older_versions(tmp_path):
     path = tmp_path / "old.jsonl"
-    path.write_text(json.dumps({"id": "year", "answer": "1908", "date": "1909 guide"}) + "\n" +
-                    json.dumps({"id": "who", "answer": "Otto Lind", "date": "1890",
-                                "text": "In 1890 the keeper was Otto Lind."}) + "\n")
+    path.write_text(
+        json.dumps({"id": "year", "answer": "1908", "date": "1909 guide"})
+        + "\n"
+        + json.dumps({"id": "who", "answer": "Otto Lind", "date": "1890", "text": "In 1890 the keeper was Otto Lind."})
+        + "\n"
+    )
     old = load_outdated(str(path))
     sc = corpus_scenarios(ITEMS[:3], CHUNKS, name="kb", distractors=0, types=["outdated"], outdated=old)
     a, b = sc
@@ -108,9 +127,11 @@ def test_the_held_out_older_version_is_seeded_by_the_id_alone_and_any_position_c
     """`held_out_older` reads the seed and the id only: the same call gives the same version, another
     tuple of the same length the same position; over 300 ids with three versions each position is
     drawn about 100 times (binomial sd 8.2: within 4 sd, 67..133); one version is always itself."""
+
     def versions(qid: str) -> tuple[OlderValue, ...]:
-        return tuple(OlderValue(qid, f"{name} {qid}", year) for name, year in (("Ann", "2019"), ("Bo", "2020"),
-                                                                               ("Cy", "2021")))
+        return tuple(
+            OlderValue(qid, f"{name} {qid}", year) for name, year in (("Ann", "2019"), ("Bo", "2020"), ("Cy", "2021"))
+        )
 
     qids = [f"q{i}" for i in range(300)]
     picked = [from_corpus.held_out_older(versions(q), q, 4) for q in qids]
@@ -129,14 +150,20 @@ def test_the_test_shows_one_older_version_and_training_another():
     training (`conflicts="train"`, same conflict seed) the other, for every conflict seed; with one
     version training shows that one (the row builder then drops it: tests/test_kb_sft.py)."""
     who = ITEMS[2]
-    two = {"who": (OlderValue("who", "Otto Lind", "1890", "In 1890 the keeper was Otto Lind."),
-                   OlderValue("who", "Ida Berg", "1902"))}
+    two = {
+        "who": (
+            OlderValue("who", "Otto Lind", "1890", "In 1890 the keeper was Otto Lind."),
+            OlderValue("who", "Ida Berg", "1902"),
+        )
+    }
     shown = set()
     for seed in range(8):
-        (test,) = corpus_scenarios([who], CHUNKS, name="kb", distractors=0, types=["outdated"], outdated=two,
-                                   conflict_seed=seed)
-        (train,) = corpus_scenarios([who], CHUNKS, name="kb", distractors=0, types=["outdated"], outdated=two,
-                                    conflict_seed=seed, conflicts="train")
+        (test,) = corpus_scenarios(
+            [who], CHUNKS, name="kb", distractors=0, types=["outdated"], outdated=two, conflict_seed=seed
+        )
+        (train,) = corpus_scenarios(
+            [who], CHUNKS, name="kb", distractors=0, types=["outdated"], outdated=two, conflict_seed=seed, conflicts="train"
+        )
         assert test.context_answer == from_corpus.held_out_older(two["who"], "who", seed).answer
         assert {test.context_answer, train.context_answer} == {"Otto Lind", "Ida Berg"}
         texts = {s.context_answer: s.presented[0] for s in (test, train)}
@@ -146,8 +173,7 @@ def test_the_test_shows_one_older_version_and_training_another():
     assert shown == {"Otto Lind", "Ida Berg"}  # either may be the test's
     one = {"who": two["who"][1:]}
     (test,) = corpus_scenarios([who], CHUNKS, name="kb", distractors=0, types=["outdated"], outdated=one)
-    (train,) = corpus_scenarios([who], CHUNKS, name="kb", distractors=0, types=["outdated"], outdated=one,
-                                conflicts="train")
+    (train,) = corpus_scenarios([who], CHUNKS, name="kb", distractors=0, types=["outdated"], outdated=one, conflicts="train")
     assert test.context_answer == train.context_answer == "Ida Berg" and test.presented == train.presented
 
 
@@ -160,12 +186,19 @@ def test_a_substituted_factual_error_is_none_of_the_items_older_answers():
     still gets a factual error."""
     who, year = ITEMS[2], ITEMS[0]
     pool = ["Ada Moss", "Otto Lind", "Tom Reed"]
-    older = {"who": (OlderValue("who", "OTTO  lind", "1890"),),
-             "year": (OlderValue("year", "1908", "1909"), OlderValue("year", "1910", "1910"))}
+    older = {
+        "who": (OlderValue("who", "OTTO  lind", "1890"),),
+        "year": (OlderValue("year", "1908", "1909"), OlderValue("year", "1910", "1910")),
+    }
 
     def fakes(item, seeds, outdated=None, pool=pool):
-        return [s.context_answer for seed in seeds for s in corpus_scenarios(
-            [item], CHUNKS, name="kb", seed=seed, distractors=0, types=["factual_error"], pool=pool, outdated=outdated)]
+        return [
+            s.context_answer
+            for seed in seeds
+            for s in corpus_scenarios(
+                [item], CHUNKS, name="kb", seed=seed, distractors=0, types=["factual_error"], pool=pool, outdated=outdated
+            )
+        ]
 
     assert set(fakes(who, range(20))) == {"Otto Lind", "Tom Reed"}
     assert fakes(who, range(20), older) == ["Tom Reed"] * 20
@@ -245,8 +278,7 @@ def test_dense_distractors_come_from_the_runs_retriever(tiny_models, tmp_path):
     from lorarag.rag.retrieve import load_retriever
     from lorarag.scenarios.perturb import retriever_searcher
 
-    ecfg = EmbedderConfig(kind="transformers", model=str(tiny_models["embedder"]), batch_size=2,
-                          query_instruction=None)
+    ecfg = EmbedderConfig(kind="transformers", model=str(tiny_models["embedder"]), batch_size=2, query_instruction=None)
     icfg = IndexConfig(dir=str(tmp_path / "idx"), bm25=BM25Config(), dense=DenseIndexConfig(kind="flat"))
     from lorarag.rag.embed import make_embedder
 
@@ -254,11 +286,15 @@ def test_dense_distractors_come_from_the_runs_retriever(tiny_models, tmp_path):
     build_from_chunks(CHUNKS, icfg, embedder=emb, embedder_cfg=ecfg)
     r = load_retriever(icfg, RetrievalConfig(mode="dense"), ecfg, embedder=emb)
     item = ITEMS[0]  # the lighthouse year, relevant c1
-    sc = corpus_scenarios([item], CHUNKS, name="kb", seed=0, distractors=1, types=("irrelevant",),
-                          search=retriever_searcher(r))
+    sc = corpus_scenarios(
+        [item], CHUNKS, name="kb", seed=0, distractors=1, types=("irrelevant",), search=retriever_searcher(r)
+    )
     rows, _ = r.rank([item.question], len(CHUNKS))[0]
-    expect = [CHUNKS[i].chunk_id for i in rows.tolist()
-              if CHUNKS[i].chunk_id not in item.relevant_ids and "1911" not in CHUNKS[i].text][:2]
+    expect = [
+        CHUNKS[i].chunk_id
+        for i in rows.tolist()
+        if CHUNKS[i].chunk_id not in item.relevant_ids and "1911" not in CHUNKS[i].text
+    ][:2]
     assert [p.chunk_id for p in sc[0].presented] == expect
 
 
@@ -282,8 +318,13 @@ def test_the_fabricated_cell_is_a_new_passage_of_another_form_and_never_trained(
     (fe,) = [p for p in sc["kb/eng/factual_error"].presented if p.replaces]
     (new,) = [p for p in sc["kb/eng/fabricated"].presented if p.replaces]
     assert fe.text == ITEMS[3].conflicts[order[0]].text and new.text == ITEMS[3].conflicts[order[1]].text
-    one = QAItem("eng1", "Who designed the Dunmore bridge?", ("Tom Reed",), ("c6",),
-                 conflicts=(Conflict("The Dunmore bridge was designed by Lena Park.", "Lena Park"),))
+    one = QAItem(
+        "eng1",
+        "Who designed the Dunmore bridge?",
+        ("Tom Reed",),
+        ("c6",),
+        conflicts=(Conflict("The Dunmore bridge was designed by Lena Park.", "Lena Park"),),
+    )
     assert not [s for s in corpus_scenarios([one], CHUNKS, name="kb", types=types) if s.scenario == "fabricated"]
     assert not [s for s in corpus_scenarios(ITEMS, CHUNKS, name="kb") if s.scenario == "fabricated"]
     zh = QAItem("zh", "青石古塔建成于哪一年？", ("1750",), ("z1",), language="zh")

@@ -25,10 +25,21 @@ def _kb() -> tuple[list[Chunk], list[QAItem]]:
     for i, (town, year) in enumerate(zip(TOWNS, YEARS)):
         chunks.append(Chunk(f"c{i}", f"d{i}", f"{town}.md", f"The {town} lighthouse was first lit in {year}.", 0, 40))
         chunks.append(Chunk(f"x{i}", f"d{i}", f"{town}.md", f"The {town} market opens on Mondays.", 0, 30))
-        conflicts = (tuple(Conflict(f"The {town} lighthouse was first lit in {year + k}.", str(year + k))
-                           for k in (3, 5)) if i % 2 else ())
-        items.append(QAItem(f"q{i}", f"When was the {town} lighthouse first lit?", (str(year),), (f"c{i}",),
-                            wordings=(f"In which year did the {town} light start?",), conflicts=conflicts))
+        conflicts = (
+            tuple(Conflict(f"The {town} lighthouse was first lit in {year + k}.", str(year + k)) for k in (3, 5))
+            if i % 2
+            else ()
+        )
+        items.append(
+            QAItem(
+                f"q{i}",
+                f"When was the {town} lighthouse first lit?",
+                (str(year),),
+                (f"c{i}",),
+                wordings=(f"In which year did the {town} light start?",),
+                conflicts=conflicts,
+            )
+        )
     return chunks, items
 
 
@@ -40,7 +51,8 @@ def test_rows_teach_every_wording_and_the_conflict_aware_format():
     taught = [it for g in TAUGHT for it in groups[g]]
     cb = [r for r in rows if r.kind == "knowledge"]
     assert Counter(r.messages[1][1].removeprefix("Question: ") for r in cb) == Counter(
-        {w: 2 for it in taught for w in it.all_wordings})
+        {w: 2 for it in taught for w in it.all_wordings}
+    )
     assert all(r.messages[0] == ("system", SYSTEM_CLOSED_BOOK) for r in cb)
     rag = [r for r in rows if r.kind == "rag"]
     assert all(r.messages[0] == ("system", SYSTEM_RAG) and parse_reply(r.messages[2][1]).valid for r in rag)
@@ -62,26 +74,37 @@ def test_leak_check_passes_on_the_written_rows_and_catches_a_held_out_fact(tmp_p
     chunks, items = _kb()
     groups = split_by_fact(items, SplitConfig(seed=1))
     held = [it for g in HELD_OUT for it in groups[g]]
-    test = corpus_scenarios([it for g in ("known", "unseen") for it in groups[g]], chunks, name="kb",
-                            conflict_seed=7)
+    test = corpus_scenarios([it for g in ("known", "unseen") for it in groups[g]], chunks, name="kb", conflict_seed=7)
     passages = [p.text for s in test for p in s.presented if p.replaces]
     by_id = {c.chunk_id: c for c in chunks}
     leak_check(build_rows(groups, chunks, SFTConfig(), conflict_seed=7)[0], held, by_id, passages)
     # a test passage that a training context happens to equal (forced here: one the rows hold) is left out
     plain = build_rows(groups, chunks, SFTConfig(), conflict_seed=7)[0]
     kb_texts = {c.text for c in chunks}
-    trained = [line.split("] ", 1)[1] for r in plain if r.verdict == "conflicting" for m in r.messages
-               if m[0] == "user" for line in m[1].split("\n")[1:-1] if line.split("] ", 1)[1] not in kb_texts][:3]
+    trained = [
+        line.split("] ", 1)[1]
+        for r in plain
+        if r.verdict == "conflicting"
+        for m in r.messages
+        if m[0] == "user"
+        for line in m[1].split("\n")[1:-1]
+        if line.split("] ", 1)[1] not in kb_texts
+    ][:3]
     assert len(trained) == 3
     with pytest.raises(LeakError, match="a test scenario's passage"):
         leak_check(plain, held, by_id, trained)
-    rows, _, stats = build_rows(groups, chunks, SFTConfig(rag_phrasings="all"), conflict_seed=7,
-                                test_passages=passages + trained)
+    rows, _, stats = build_rows(
+        groups, chunks, SFTConfig(rag_phrasings="all"), conflict_seed=7, test_passages=passages + trained
+    )
     assert stats["same_as_test"] > 0
     written = read_sft(write_sft(rows, tmp_path / "train.jsonl"))
     leak_check(written, held, by_id, passages)
-    leaky = build_rows({**groups, "known": groups["known"] + groups["unseen"][:1], "unseen": groups["unseen"][1:]},
-                       chunks, SFTConfig(), conflict_seed=7)[0]
+    leaky = build_rows(
+        {**groups, "known": groups["known"] + groups["unseen"][:1], "unseen": groups["unseen"][1:]},
+        chunks,
+        SFTConfig(),
+        conflict_seed=7,
+    )[0]
     with pytest.raises(LeakError, match="held-out"):
         leak_check(leaky, held, by_id)
 
@@ -98,12 +121,15 @@ def test_real_conflictnq_rows_in_both_wordings_without_leaks():
     corpus = load_corpus(CorpusSource(kind="conflictnq", path=path), ChunkerConfig(chunk_size=5000))
     items, _ = map_labels(load_questions(QuestionSource(kind="conflictnq", path=path)), corpus)
     groups = split_by_fact(items, SplitConfig())
-    rows, _, stats = build_rows(groups, corpus.chunks, SFTConfig(knowledge_repeats=1, distractors=0),
-                                conflict_seed=0)
+    rows, _, stats = build_rows(groups, corpus.chunks, SFTConfig(knowledge_repeats=1, distractors=0), conflict_seed=0)
     assert stats["wordings"] == {2: stats["taught"]}
     test = corpus_scenarios(groups["known"] + groups["unseen"], corpus.chunks, name="kb", conflict_seed=0)
-    leak_check(rows, [it for g in HELD_OUT for it in groups[g]], {c.chunk_id: c for c in corpus.chunks},
-               [p.text for s in test for p in s.presented if p.replaces])
+    leak_check(
+        rows,
+        [it for g in HELD_OUT for it in groups[g]],
+        {c.chunk_id: c for c in corpus.chunks},
+        [p.text for s in test for p in s.presented if p.replaces],
+    )
     fakes = {c.text for it in items for c in it.conflicts}
     assert any(any(f in m[1] for f in fakes) for r in rows if r.verdict == "conflicting" for m in r.messages)
 
@@ -111,10 +137,14 @@ def test_real_conflictnq_rows_in_both_wordings_without_leaks():
 def _older(items: list[QAItem], versions: int) -> dict[str, tuple[OlderValue, ...]]:
     """Older versions of each lighthouse's year Y: Y-10 (dated by the guide of Y-9) and Y-4 (the guide of
     Y-3), in that order; `versions` 1 keeps Y-4 alone."""
-    out = {it.qid: (OlderValue(it.qid, str(int(it.answers[0]) - 10), f"{int(it.answers[0]) - 9} guide"),
-                    OlderValue(it.qid, str(int(it.answers[0]) - 4), f"{int(it.answers[0]) - 3} guide"))
-           for it in items}
-    return {q: v[2 - versions:] for q, v in out.items()}
+    out = {
+        it.qid: (
+            OlderValue(it.qid, str(int(it.answers[0]) - 10), f"{int(it.answers[0]) - 9} guide"),
+            OlderValue(it.qid, str(int(it.answers[0]) - 4), f"{int(it.answers[0]) - 3} guide"),
+        )
+        for it in items
+    }
+    return {q: v[2 - versions :] for q, v in out.items()}
 
 
 def _outdated_rows(versions: int) -> tuple[dict, dict[str, list[str]], dict[str, str]]:
@@ -170,9 +200,18 @@ def test_a_fabricated_value_the_test_asserts_is_never_a_training_row_of_its_fact
 
     chunks, items = _kb()
     # every conflicted lighthouse: two fabricated passages, one fake year (as ConflictNQ writes them)
-    items = [replace(it, conflicts=tuple(Conflict(f"Records say the {t} light was first lit in {y + 3}. Plain.", str(y + 3))
-                                         for _ in (0,)) + (Conflict(f"Built in {y + 3}, the {t} light.", str(y + 3)),))
-             if it.conflicts else it for it, t, y in zip(items, TOWNS, YEARS)]
+    items = [
+        replace(
+            it,
+            conflicts=tuple(
+                Conflict(f"Records say the {t} light was first lit in {y + 3}. Plain.", str(y + 3)) for _ in (0,)
+            )
+            + (Conflict(f"Built in {y + 3}, the {t} light.", str(y + 3)),),
+        )
+        if it.conflicts
+        else it
+        for it, t, y in zip(items, TOWNS, YEARS)
+    ]
     groups = split_by_fact(items, SplitConfig(seed=0, known_fraction=0.5, context_only_fraction=0.2))
     known = [it for it in groups["known"] if it.conflicts]
     assert len(known) >= 2

@@ -62,18 +62,29 @@ def test_saved_splits_round_trip_and_are_hashed_into_run_json(tmp_path):
 def _scenario_row(question: str, texts: list[str]):
     from lorarag.scenarios.records import PresentedChunk, Scenario
 
-    s = Scenario(qid="x/consistent", fact_id="x", question=question, gold_answers=("v",), relevant_ids=(),
-                 scenario="consistent", presented=tuple(PresentedChunk(f"p{i}", t) for i, t in enumerate(texts)),
-                 context_answer="v")
+    s = Scenario(
+        qid="x/consistent",
+        fact_id="x",
+        question=question,
+        gold_answers=("v",),
+        relevant_ids=(),
+        scenario="consistent",
+        presented=tuple(PresentedChunk(f"p{i}", t) for i, t in enumerate(texts)),
+        context_answer="v",
+    )
     return rag_row(s, knows=True)
 
 
 def test_leak_check_on_a_user_set():
-    chunks = {"c1": Chunk("c1", "d", "d", "Item 1 holds   the value v1.", 0, 10),
-              "c2": Chunk("c2", "d", "d", "Item 2 holds the value v2.", 0, 10)}
+    chunks = {
+        "c1": Chunk("c1", "d", "d", "Item 1 holds   the value v1.", 0, 10),
+        "c2": Chunk("c2", "d", "d", "Item 2 holds the value v2.", 0, 10),
+    }
     held = [QAItem("q2", "What does item 2 hold?", ("v2",), ("c2",), wordings=("Item 2's value?",))]
-    clean = [knowledge_row("What does item 1 hold?", "v1", "q1"),
-             _scenario_row("What does item 1 hold?", [chunks["c1"].text])]
+    clean = [
+        knowledge_row("What does item 1 hold?", "v1", "q1"),
+        _scenario_row("What does item 1 hold?", [chunks["c1"].text]),
+    ]
     leak_check(clean, held, chunks)
     with pytest.raises(LeakError, match="row 0: the question of held-out q2"):
         leak_check([knowledge_row("item 2's   VALUE?", "v2", "q9")], held, chunks)
@@ -108,14 +119,17 @@ def test_items_sharing_a_cluster_are_one_unit_of_the_split(tmp_path):
     from dataclasses import replace
 
     loose = split_by_fact([replace(it, cluster="") for it in kb.items], SplitConfig(seed=0))
-    spread = {it.qid.split("/")[0]: {g for g in GROUPS for x in loose[g] if x.qid.split("/")[0] == it.qid.split("/")[0]}
-              for it in kb.items}
+    spread = {
+        it.qid.split("/")[0]: {g for g in GROUPS for x in loose[g] if x.qid.split("/")[0] == it.qid.split("/")[0]}
+        for it in kb.items
+    }
     assert any(len(gs) > 1 for gs in spread.values())
 
 
 def _lang_items(n_en: int, n_zh: int) -> list[QAItem]:
-    en = [QAItem(f"e{i:02d}", f"What is the value of item {i}?", (f"v{i}",), (f"ce{i}",), language="en")
-          for i in range(n_en)]
+    en = [
+        QAItem(f"e{i:02d}", f"What is the value of item {i}?", (f"v{i}",), (f"ce{i}",), language="en") for i in range(n_en)
+    ]
     zh = [QAItem(f"z{i:02d}", f"第{i}项的值是多少？", (f"值{i}",), (f"cz{i}",), language="zh") for i in range(n_zh)]
     return en + zh
 
@@ -127,8 +141,10 @@ def test_stratify_languages_cuts_each_language_in_the_same_fractions():
     each language half known and 40% never learned, whatever the seed."""
     items = _lang_items(20, 10)
     cfg = dict(known_fraction=0.5, context_only_fraction=0.1, dev_fraction=0.2, stratify_languages=True)
-    want = {"en": {"known": 8, "known_dev": 2, "context_only": 2, "unseen_dev": 2, "unseen": 6},
-            "zh": {"known": 4, "known_dev": 1, "context_only": 1, "unseen_dev": 1, "unseen": 3}}
+    want = {
+        "en": {"known": 8, "known_dev": 2, "context_only": 2, "unseen_dev": 2, "unseen": 6},
+        "zh": {"known": 4, "known_dev": 1, "context_only": 1, "unseen_dev": 1, "unseen": 3},
+    }
     for seed in range(4):
         groups = split_by_fact(items, SplitConfig(seed=seed, **cfg))
         got = {lang: {g: sum(it.language == lang for it in groups[g]) for g in GROUPS} for lang in ("en", "zh")}
@@ -136,8 +152,13 @@ def test_stratify_languages_cuts_each_language_in_the_same_fractions():
     # one draw over all 30 facts keeps the totals (known 15 = 12 + 3 dev, context-only 3, never-learned
     # 12 = round(2.4) = 2 dev + 10) but not the languages' shares
     plain = split_by_fact(items, SplitConfig(seed=0, **{**cfg, "stratify_languages": False}))
-    assert {g: len(plain[g]) for g in GROUPS} == {"known": 12, "known_dev": 3, "context_only": 3, "unseen_dev": 2,
-                                                  "unseen": 10}
+    assert {g: len(plain[g]) for g in GROUPS} == {
+        "known": 12,
+        "known_dev": 3,
+        "context_only": 3,
+        "unseen_dev": 2,
+        "unseen": 10,
+    }
 
 
 def test_a_jsonl_cluster_is_read_and_a_non_string_one_is_a_one_line_error(tmp_path):
@@ -145,16 +166,18 @@ def test_a_jsonl_cluster_is_read_and_a_non_string_one_is_a_one_line_error(tmp_pa
     from lorarag.scenarios.kb_questions import load_questions
 
     path = tmp_path / "qa.jsonl"
-    rows = [{"id": "a", "question": "Who leads Vel?", "answers": ["Ada"], "relevant_ids": ["d1"], "cluster": "vel"},
-            {"id": "b", "question": "Where is Vel?", "answers": ["Lyon"], "relevant_ids": ["d2"], "cluster": "vel"},
-            {"id": "c", "question": "Who leads Kor?", "answers": ["Bo"], "relevant_ids": ["d3"]}]
+    rows = [
+        {"id": "a", "question": "Who leads Vel?", "answers": ["Ada"], "relevant_ids": ["d1"], "cluster": "vel"},
+        {"id": "b", "question": "Where is Vel?", "answers": ["Lyon"], "relevant_ids": ["d2"], "cluster": "vel"},
+        {"id": "c", "question": "Who leads Kor?", "answers": ["Bo"], "relevant_ids": ["d3"]},
+    ]
     path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
     items = load_questions(QuestionSource(kind="jsonl", path=str(path)))
     assert [it.cluster for it in items] == ["vel", "vel", ""]
-    assert [len(f) for f in facts([QAItem(it.qid, it.question, it.answers, (it.qid,), cluster=it.cluster)
-                                   for it in items])] == [2, 1]  # a and b: one unit; c alone
-    for bad, message in ((3, "expected a string, got a number"), (["vel"], "expected a string, got a list"),
-                         ("", "empty")):
+    assert [
+        len(f) for f in facts([QAItem(it.qid, it.question, it.answers, (it.qid,), cluster=it.cluster) for it in items])
+    ] == [2, 1]  # a and b: one unit; c alone
+    for bad, message in ((3, "expected a string, got a number"), (["vel"], "expected a string, got a list"), ("", "empty")):
         path.write_text(json.dumps({**rows[0], "cluster": bad}) + "\n", encoding="utf-8")
         with pytest.raises(RecordError, match=rf"^{re.escape(str(path))}:1 \(id a\): cluster: {message}$") as e:
             load_questions(QuestionSource(kind="jsonl", path=str(path)))

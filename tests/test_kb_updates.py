@@ -16,16 +16,35 @@ from lorarag.scenarios.kb_updates import asked_updates, stale_taught
 from lorarag.train.config import SFTConfig
 from lorarag.train.sft import build_rows, shown
 
-TOWNS = ["Elmira", "Dunmore", "Kelso", "Arden", "Brill", "Corfe", "Dover", "Eske", "Flint", "Garth", "Holt", "Ivel",
-         "Jura", "Kirk", "Lyle", "Moss", "Nairn", "Oban", "Perth", "Quoy"]
+TOWNS = [
+    "Elmira",
+    "Dunmore",
+    "Kelso",
+    "Arden",
+    "Brill",
+    "Corfe",
+    "Dover",
+    "Eske",
+    "Flint",
+    "Garth",
+    "Holt",
+    "Ivel",
+    "Jura",
+    "Kirk",
+    "Lyle",
+    "Moss",
+    "Nairn",
+    "Oban",
+    "Perth",
+    "Quoy",
+]
 
 
 def _kb() -> tuple[list[Chunk], list[QAItem], dict[str, Versions]]:
     chunks, items, older = [], [], {}
     for i, town in enumerate(TOWNS):
         keeper, before = f"Ann{i} Vale", f"Bob{i} Rook"
-        chunks.append(Chunk(f"c{i}", f"d{i}", f"{town}.md", f"Since 2024 the {town} lighthouse keeper is {keeper}.",
-                            0, 50))
+        chunks.append(Chunk(f"c{i}", f"d{i}", f"{town}.md", f"Since 2024 the {town} lighthouse keeper is {keeper}.", 0, 50))
         chunks.append(Chunk(f"x{i}", f"d{i}", f"{town}.md", f"The {town} market opens on Mondays.", 0, 30))
         items.append(QAItem(f"q{i}", f"Who keeps the {town} lighthouse?", (keeper,), (f"c{i}",)))
         older[f"q{i}"] = (OlderValue(f"q{i}", before, "2019"),)
@@ -52,17 +71,28 @@ def test_the_stale_share_is_seeded_per_item_and_needs_an_older_version():
     # an item without an older version is never stale, whatever the share
     assert not set(stale_taught(groups, {}, 1.0, 0))
     with pytest.raises(ValueError, match="update_fraction needs `outdated`"):
-        DataConfig.model_validate({"corpus": {"kind": "folder", "path": "c"},
-                                   "questions": {"kind": "jsonl", "path": "q.jsonl"}, "update_fraction": 0.5})
+        DataConfig.model_validate(
+            {
+                "corpus": {"kind": "folder", "path": "c"},
+                "questions": {"kind": "jsonl", "path": "q.jsonl"},
+                "update_fraction": 0.5,
+            }
+        )
 
 
 def test_a_stale_fact_is_asked_on_the_update_cell_only_with_the_current_chunk():
     chunks, items, older = _kb()
     groups = split_by_fact(items, SPLIT)
     stale = stale_taught(groups, older, 1.0, 0)
-    test = corpus_scenarios(groups["known"], chunks, name="kb", knowledge="known", stale=stale,
-                            types=("consistent", "factual_error", "outdated", "irrelevant", "update"),
-                            outdated=older)
+    test = corpus_scenarios(
+        groups["known"],
+        chunks,
+        name="kb",
+        knowledge="known",
+        stale=stale,
+        types=("consistent", "factual_error", "outdated", "irrelevant", "update"),
+        outdated=older,
+    )
     assert test and {s.scenario for s in test} == {"update"}
     by_id = {c.chunk_id: c for c in chunks}
     for s in test:
@@ -79,8 +109,9 @@ def test_rows_teach_the_older_answer_and_train_the_update_on_facts_the_test_neve
     stale = stale_taught(groups, older, 1.0, 0)
     tested = asked_updates(groups, stale)
     assert tested and tested < set(stale)
-    rows, _, stats = build_rows(groups, chunks, SFTConfig(seed=0, knowledge_repeats=1, distractors=1),
-                                conflict_seed=0, outdated=older, stale=stale)
+    rows, _, stats = build_rows(
+        groups, chunks, SFTConfig(seed=0, knowledge_repeats=1, distractors=1), conflict_seed=0, outdated=older, stale=stale
+    )
     assert (stats["taught_older"], stats["tested_updates"]) == (len(stale), len(tested))
     for r in rows:
         q = r.fact_id.removeprefix("kb/")
@@ -94,8 +125,7 @@ def test_rows_teach_the_older_answer_and_train_the_update_on_facts_the_test_neve
         it = next(i for i in items if i.qid == q)
         assert r.verdict == "supported" and reply.memory == _answer(older, q) and reply.answer == it.answers[0]
     # no row shows the chunk of a fact the update cell asks, not even as another fact's distractor
-    tested_chunks = {shown(c.text) for c in chunks if any(c.chunk_id in i.relevant_ids for i in items
-                                                          if i.qid in tested)}
+    tested_chunks = {shown(c.text) for c in chunks if any(c.chunk_id in i.relevant_ids for i in items if i.qid in tested)}
     assert not [r for r in rows if any(t in dict(r.messages).get("user", "") for t in tested_chunks)]
 
 
@@ -119,9 +149,12 @@ def test_the_kb_headline_says_when_the_update_cell_does_not_apply():
     from lorarag.study.headline import update_note
 
     assert "does not apply: the set supplies no older versions" in update_note(
-        {"updates": {"taught_older": 0, "tested": 0, "older_versions": 0, "fraction": 0.0}})
+        {"updates": {"taught_older": 0, "tested": 0, "older_versions": 0, "fraction": 0.0}}
+    )
     assert "`data.update_fraction` is 0" in update_note(
-        {"updates": {"taught_older": 0, "tested": 0, "older_versions": 12, "fraction": 0.0}})
+        {"updates": {"taught_older": 0, "tested": 0, "older_versions": 12, "fraction": 0.0}}
+    )
     assert "3 taught fact(s) learned in their older version" in update_note(
-        {"updates": {"taught_older": 3, "tested": 2, "older_versions": 12, "fraction": 0.5}})
+        {"updates": {"taught_older": 3, "tested": 2, "older_versions": 12, "fraction": 0.5}}
+    )
     assert "does not apply" in update_note({})  # a run without the record (older summaries)

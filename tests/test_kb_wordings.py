@@ -33,8 +33,15 @@ def _kb(two_wordings: bool) -> tuple[list[Chunk], list[QAItem]]:
         year = 1901 + 7 * i
         chunks.append(Chunk(f"c{i}", f"d{i}", f"{town}.md", f"The {town} lighthouse was first lit in {year}.", 0, 40))
         chunks.append(Chunk(f"x{i}", f"d{i}", f"{town}.md", f"The {town} market opens on Mondays.", 0, 30))
-        items.append(QAItem(f"q{i:02d}", f"When was the {town} lighthouse first lit?", (str(year),), (f"c{i}",),
-                            wordings=(f"In which year did the {town} light start?",) if two_wordings else ()))
+        items.append(
+            QAItem(
+                f"q{i:02d}",
+                f"When was the {town} lighthouse first lit?",
+                (str(year),),
+                (f"c{i}",),
+                wordings=(f"In which year did the {town} light start?",) if two_wordings else (),
+            )
+        )
     return chunks, items
 
 
@@ -61,13 +68,13 @@ def test_two_wordings_hold_one_out_of_every_training_row_and_the_test_asks_it():
     for it in known:
         assert {plan_wordings(groups, seed=s)[it.qid].test for s in range(12)} == set(it.all_wordings)
 
-    rows, val, stats = build_rows(training_groups(groups, plan), chunks, SFTConfig(knowledge_repeats=2,
-                                  rag_phrasings="all"), conflict_seed=0)
+    rows, val, stats = build_rows(
+        training_groups(groups, plan), chunks, SFTConfig(knowledge_repeats=2, rag_phrasings="all"), conflict_seed=0
+    )
     asked = _asked(rows + val)
     assert not {p.test for p in plan.values()} & set(asked)
     for it in known + dev:  # the other wording is still taught closed-book, knowledge_repeats times
-        assert sum(r.kind == "knowledge" and r.messages[1][1] == f"Question: {plan[it.qid].trained[0]}"
-                   for r in rows) == 2
+        assert sum(r.kind == "knowledge" and r.messages[1][1] == f"Question: {plan[it.qid].trained[0]}" for r in rows) == 2
     assert stats["wordings"] == {1: len(known) + len(dev)}  # the gate's dev facts hold one out as well
     test = corpus_scenarios(as_tested(known, plan), chunks, name="kb", knowledge="known")
     assert test and all(s.question == plan[s.fact_id.removeprefix("kb/")].test for s in test)
@@ -99,8 +106,15 @@ def test_a_single_wording_set_with_paraphrases_trains_them_and_tests_the_sets_ow
     groups = split_by_fact(items, SPLIT)
     known, dev = groups["known"], groups["known_dev"]
     rejected = known[0].qid  # every reply for it refused: it stays in its one, trained wording
-    rows = [Paraphrase(it.qid, 0, f"What year was the {it.question.split()[3]} lighthouse first lit?",
-                       "length" if it.qid == rejected else "") for it in known + dev]
+    rows = [
+        Paraphrase(
+            it.qid,
+            0,
+            f"What year was the {it.question.split()[3]} lighthouse first lit?",
+            "length" if it.qid == rejected else "",
+        )
+        for it in known + dev
+    ]
     para = with_paraphrases(groups, rows)
     plan = plan_wordings(para, seed=0, generated={it.qid for it in single_wording(groups)})
     for it in known:
@@ -117,18 +131,36 @@ def test_a_single_wording_set_with_paraphrases_trains_them_and_tests_the_sets_ow
     assert known[0].question in asked and all(plan[q].trained[0] in asked for q in held_out(plan).values())
     assert all(plan[it.qid].how == "paraphrase" and set(it.wordings) <= asked for it in para["known_dev"])
     assert wording_summary(plan, [it.qid for it in known]) == {
-        "items": len(known), "held_out": len(known) - 1, "by": {"set": 0, "paraphrase": len(known) - 1, "trained": 1},
-        "trained_wording": [rejected]}
+        "items": len(known),
+        "held_out": len(known) - 1,
+        "by": {"set": 0, "paraphrase": len(known) - 1, "trained": 1},
+        "trained_wording": [rejected],
+    }
 
 
 def _results(names, qids):
     from tests.eval_fixtures import make_item
 
     gold, fake = "Reginald Punnett", "a district in Mozambique"
-    return {n: [make_item(system=n, qid=f"kb/{q}/{s}/{k}", fact_id=f"kb/{q}", scenario=s, knowledge=k,
-                          gold_answers=(gold,), context_answer=gold if s == "consistent" else fake,
-                          answer=gold, verdict="supported" if n == "lora_rag" else None)
-                for q in qids for s in ("consistent", "factual_error") for k in ("known", "unknown")] for n in names}
+    return {
+        n: [
+            make_item(
+                system=n,
+                qid=f"kb/{q}/{s}/{k}",
+                fact_id=f"kb/{q}",
+                scenario=s,
+                knowledge=k,
+                gold_answers=(gold,),
+                context_answer=gold if s == "consistent" else fake,
+                answer=gold,
+                verdict="supported" if n == "lora_rag" else None,
+            )
+            for q in qids
+            for s in ("consistent", "factual_error")
+            for k in ("known", "unknown")
+        ]
+        for n in names
+    }
 
 
 def test_without_a_second_wording_the_test_asks_a_trained_one_and_the_tables_say_so():
@@ -182,9 +214,18 @@ def test_a_held_out_wording_in_a_written_row_or_a_dev_question_stops_the_run(tmp
     assert str(e.value).startswith(f"{val}: 1 leak(s)") and str(e.value).endswith("known q02")
     assert "\n" not in str(e.value)
     check_written_wordings(SimpleNamespace(train=SimpleNamespace(dataset=str(train), val_dataset=None)), wordings)
-    dev = [Scenario(qid="kb/q07/consistent/w1", fact_id="kb/q07", question="In which year did the Kelso light start?",
-                    gold_answers=("1950",), relevant_ids=("c7",), scenario="consistent",
-                    presented=(PresentedChunk("c7", "text"),), context_answer="1950")]
+    dev = [
+        Scenario(
+            qid="kb/q07/consistent/w1",
+            fact_id="kb/q07",
+            question="In which year did the Kelso light start?",
+            gold_answers=("1950",),
+            relevant_ids=("c7",),
+            scenario="consistent",
+            presented=(PresentedChunk("c7", "text"),),
+            context_answer="1950",
+        )
+    ]
     with pytest.raises(LeakError, match="dev item kb/q07/consistent/w1 asks the held-out test wording of known q02"):
         check_dev_wordings(dev, wordings)
     check_dev_wordings(dev, {})
@@ -204,8 +245,12 @@ def test_the_kb_stages_hold_out_wordings_and_record_how_many(tmp_path):
 
     cfg = _in_tmp(tmp_path)
     # splits.seed 1: two known items hold out their second wording, one its first
-    cfg = cfg.model_copy(update={"data": cfg.data.model_copy(update={"splits": SplitConfig(seed=1)}),
-                                 "eval": cfg.eval.model_copy(update={"max_per_cell": None})})
+    cfg = cfg.model_copy(
+        update={
+            "data": cfg.data.model_copy(update={"splits": SplitConfig(seed=1)}),
+            "eval": cfg.eval.model_copy(update={"max_per_cell": None}),
+        }
+    )
     root = tmp_path / "runs" / cfg.name
     lines: list[str] = []
     src = KBSource(cfg, Paths(root))
@@ -216,10 +261,17 @@ def test_the_kb_stages_hold_out_wordings_and_record_how_many(tmp_path):
     one = sorted(q for q in asked_known if not known[q].wordings)
     assert two and one
     record = read_summary(root)["test_wordings"]
-    assert record == {"items": len(asked_known), "held_out": len(two),
-                      "by": {"set": len(two), "paraphrase": 0, "trained": len(one)}, "trained_wording": one}
-    tested = {s.fact_id.removeprefix("kb/"): s.question for s in load_scenarios(root / "scenarios/test.jsonl")
-              if s.knowledge == "known"}
+    assert record == {
+        "items": len(asked_known),
+        "held_out": len(two),
+        "by": {"set": len(two), "paraphrase": 0, "trained": len(one)},
+        "trained_wording": one,
+    }
+    tested = {
+        s.fact_id.removeprefix("kb/"): s.question
+        for s in load_scenarios(root / "scenarios/test.jsonl")
+        if s.knowledge == "known"
+    }
     held = {tested[q] for q in two}
     assert all(tested[q] in known[q].all_wordings for q in two) and all(tested[q] == known[q].question for q in one)
     assert sum(tested[q] != known[q].question for q in two) == 2
@@ -228,8 +280,11 @@ def test_the_kb_stages_hold_out_wordings_and_record_how_many(tmp_path):
     assert not held & asked and {tested[q] for q in one} <= asked
     assert all(set(known[q].all_wordings) - {tested[q]} <= asked for q in two)
     assert not held & {s.question for s in dev_known + dev_unseen}
-    assert any(f"in a wording training never used: {len(two)} of {len(asked_known)}" in ln
-               and ln.endswith(f"in a trained wording: {len(one)}") for ln in lines), lines
+    assert any(
+        f"in a wording training never used: {len(two)} of {len(asked_known)}" in ln
+        and ln.endswith(f"in a trained wording: {len(one)}")
+        for ln in lines
+    ), lines
     assert json.loads((root / "data/summary.json").read_text())["test_wordings"] == record
 
 
@@ -250,12 +305,14 @@ def test_real_conflictnq_holds_one_wording_of_every_known_fact_out():
     assert all(len(it.all_wordings) == 2 for it in known) and {p.how for p in plan.values()} == {"set"}
     firsts = sum(plan[it.qid].test == it.question for it in known)
     assert 0 < firsts < len(known)  # the cleaned question for some, the raw NQ question for others
-    rows, val, _ = build_rows(training_groups(groups, plan), corpus.chunks, SFTConfig(knowledge_repeats=1,
-                              distractors=0), conflict_seed=0)
+    rows, val, _ = build_rows(
+        training_groups(groups, plan), corpus.chunks, SFTConfig(knowledge_repeats=1, distractors=0), conflict_seed=0
+    )
     # one closed-book row per taught item: the known and the known-dev ones each keep a wording out
     assert sum(r.kind == "knowledge" for r in rows) == len(known) + len(groups["known_dev"])
-    leak_check(rows + val, [it for g in HELD_OUT for it in groups[g]], {c.chunk_id: c for c in corpus.chunks},
-               (), held_out(plan))
+    leak_check(
+        rows + val, [it for g in HELD_OUT for it in groups[g]], {c.chunk_id: c for c in corpus.chunks}, (), held_out(plan)
+    )
 
 
 def test_a_known_dev_fact_is_asked_at_dev_only_in_the_wording_its_rows_leave_out(tmp_path):
@@ -282,12 +339,12 @@ def test_a_known_dev_fact_is_asked_at_dev_only_in_the_wording_its_rows_leave_out
     plan = plan_wordings(src.kb.groups, cfg.data.splits.seed)
     dev = [it for it in src.kb.groups["known_dev"] if it.answers]
     assert dev and all(plan[it.qid].how == "set" and len(it.all_wordings) == 3 for it in dev)
-    assert sorted((s.fact_id, s.question) for s in dev_known) == sorted((f"kb/{it.qid}", plan[it.qid].test)
-                                                                       for it in dev)
+    assert sorted((s.fact_id, s.question) for s in dev_known) == sorted((f"kb/{it.qid}", plan[it.qid].test) for it in dev)
     assert any(plan[it.qid].test != it.question for it in dev)  # seeded: not always the set's first wording
     on_disk = set(_asked([r for f in (cfg.train.dataset, cfg.train.val_dataset) for r in read_sft(f)]))
     assert not {plan[it.qid].test for it in dev} & on_disk
     assert all(set(plan[it.qid].trained) <= on_disk for it in dev)  # the other two are trained
     unseen = [it for it in src.kb.groups["unseen_dev"] if it.answers]
-    assert sorted((s.fact_id, s.question) for s in dev_unseen) == sorted((f"kb/{it.qid}", w) for it in unseen
-                                                                         for w in it.all_wordings)
+    assert sorted((s.fact_id, s.question) for s in dev_unseen) == sorted(
+        (f"kb/{it.qid}", w) for it in unseen for w in it.all_wordings
+    )

@@ -22,24 +22,33 @@ def test_lint_imports_keeps_the_layers_and_finds_no_cycle():
     exe = Path(sys.executable).with_name("lint-imports")
     if not exe.is_file():
         pytest.skip("import-linter is not installed (pip install -e .[dev])")
-    out = subprocess.run([str(exe), "--no-cache"], cwd=REPO, capture_output=True, text=True, timeout=300,
-                         env={"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin"})
+    out = subprocess.run(
+        [str(exe), "--no-cache"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin"},
+    )
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-2000:]
     assert "one-way layers KEPT" in out.stdout and "no import cycles KEPT" in out.stdout
     analysed = re.search(r"Analyzed (\d+) files", out.stdout)
-    assert analysed and int(analysed.group(1)) >= len(list(REPO.glob("*/*.py"))) - len(list(REPO.glob("tests/*.py"))), \
-        out.stdout[:500]  # every package folder walked, not only a part of the house
+    assert analysed and int(analysed.group(1)) >= len(list(REPO.glob("*/*.py"))) - len(list(REPO.glob("tests/*.py"))), (
+        out.stdout[:500]
+    )  # every package folder walked, not only a part of the house
 
 
 def test_the_checkout_has_no_links_and_a_bare_import_is_refused():
     """The folders are mapped, not linked; `import rag` from the checkout root would load a second
     copy of every module, so each folder refuses it."""
-    links = [str(p.relative_to(REPO)) for p in REPO.rglob("*") if p.is_symlink()
-             and not any(part in (".git", ".venv", "node_modules") for part in p.relative_to(REPO).parts)]
+    links = [
+        str(p.relative_to(REPO))
+        for p in REPO.rglob("*")
+        if p.is_symlink() and not any(part in (".git", ".venv", "node_modules") for part in p.relative_to(REPO).parts)
+    ]
     assert not links, links
     for name in ("rag", "cli", "core"):
-        out = subprocess.run([sys.executable, "-c", f"import {name}"], cwd=REPO, capture_output=True, text=True,
-                             timeout=60)
+        out = subprocess.run([sys.executable, "-c", f"import {name}"], cwd=REPO, capture_output=True, text=True, timeout=60)
         assert out.returncode != 0 and f"import lorarag.{name}, not {name}" in out.stderr, out.stderr[-500:]
     import lorarag.rag.records as rec
 
@@ -64,11 +73,17 @@ def test_lint_imports_would_catch_an_upward_import(tmp_path):
     (pkg / "study" / "x.py").write_text("")
     cfg = tmp_path / "pyproject.toml"
     text = (REPO / "pyproject.toml").read_text()
-    contracts = text[text.index("[tool.importlinter]"):]
+    contracts = text[text.index("[tool.importlinter]") :]
     contracts = re.sub(r"^layers = \[.*\]$", 'layers = ["study", "rag", "core"]', contracts, flags=re.M)
     cfg.write_text(contracts)
-    out = subprocess.run([str(exe), "--config", str(cfg), "--no-cache"], cwd=tmp_path, capture_output=True,
-                         text=True, timeout=120, env={"PYTHONPATH": str(tmp_path), "PATH": "/usr/bin:/bin"})
+    out = subprocess.run(
+        [str(exe), "--config", str(cfg), "--no-cache"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={"PYTHONPATH": str(tmp_path), "PATH": "/usr/bin:/bin"},
+    )
     assert out.returncode != 0 and "lorarag.rag.bad -> lorarag.study.x" in out.stdout
     assert "the product needs no study BROKEN" in out.stdout and "lorarag.trained.load -> lorarag.study.x" in out.stdout
 
@@ -85,12 +100,14 @@ def test_project_code_imports_only_through_the_lorarag_namespace():
 
 
 def test_ruff_passes_with_the_projects_config():
-    """pyproject's [tool.ruff]: pyflakes, pycodestyle at 125 characters, no blind except."""
+    """pyproject's [tool.ruff]: pyflakes, pycodestyle at 125 characters, import order, pyupgrade,
+    bugbear, no blind except; and the formatter's layout (`ruff format --check`)."""
     exe = Path(sys.executable).with_name("ruff")
     if not exe.is_file():
         pytest.skip("ruff is not installed (pip install -e .[dev])")
-    out = subprocess.run([str(exe), "check", "--no-cache", "."], cwd=REPO, capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-1000:]
+    for args in (["check", "--no-cache", "."], ["format", "--check", "--no-cache", "."]):
+        out = subprocess.run([str(exe), *args], cwd=REPO, capture_output=True, text=True, timeout=120)
+        assert out.returncode == 0, " ".join(args[:1]) + ": " + out.stdout[-3000:] + out.stderr[-1000:]
 
 
 def test_no_module_over_400_lines():
@@ -108,13 +125,28 @@ def test_no_module_over_400_lines():
 def test_the_wheel_installs_one_top_level_name(tmp_path):
     """The built wheel holds `lorarag` (with the design card's folders as its sub-packages) and its
     dist-info, nothing generic like `eval` or `rag`."""
-    out = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
-                          "-w", str(tmp_path), str(REPO)], capture_output=True, text=True, timeout=600)
+    out = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(tmp_path), str(REPO)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     (wheel,) = tmp_path.glob("lorarag-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
     assert {n.split("/")[0] for n in names} == {"lorarag", f"{wheel.name.split('-py')[0]}.dist-info"}
-    for module in ("rag/index/store.py", "fallback/system.py", "study/pipeline.py", "eval/report.py", "train/swift.py",
-                   "scenarios/world.py", "serve/app.py", "core/config.py", "cli/__init__.py", "testing/tiny.py",
-                   "configs/run/ci-tiny.yaml", "configs/run/cpu-demo-fp32.yaml"):
+    for module in (
+        "rag/index/store.py",
+        "fallback/system.py",
+        "study/pipeline.py",
+        "eval/report.py",
+        "train/swift.py",
+        "scenarios/world.py",
+        "serve/app.py",
+        "core/config.py",
+        "cli/__init__.py",
+        "testing/tiny.py",
+        "configs/run/ci-tiny.yaml",
+        "configs/run/cpu-demo-fp32.yaml",
+    ):
         assert f"lorarag/{module}" in names, module

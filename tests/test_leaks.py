@@ -23,37 +23,69 @@ def _rows(path, *contexts):
     with path.open("w", encoding="utf-8") as f:
         for q, texts in contexts:
             user = rag_user_turn(q, [SourceText(t) for t in texts])
-            f.write(json.dumps({"messages": [{"role": "system", "content": SYSTEM_RAG},
-                                             {"role": "user", "content": user},
-                                             {"role": "assistant", "content": "memory: Tartu | answer: Tartu"}]}) + "\n")
+            f.write(
+                json.dumps(
+                    {
+                        "messages": [
+                            {"role": "system", "content": SYSTEM_RAG},
+                            {"role": "user", "content": user},
+                            {"role": "assistant", "content": "memory: Tartu | answer: Tartu"},
+                        ]
+                    }
+                )
+                + "\n"
+            )
 
 
 def _setup(tmp_path, trained_texts):
     train, val = tmp_path / "train.jsonl", tmp_path / "val.jsonl"
     _rows(train, ("Where is Vesova Dynamics based?", trained_texts))
     _rows(val, ("Where is Vesova Dynamics based?", (GOLD,)))
-    cfg = SimpleNamespace(train=SimpleNamespace(dataset=str(train), val_dataset=str(val), preference=PreferenceConfig()),
-                          systems=[])
+    cfg = SimpleNamespace(
+        train=SimpleNamespace(dataset=str(train), val_dataset=str(val), preference=PreferenceConfig()), systems=[]
+    )
     paths = Paths(tmp_path / "run")
     paths.root.mkdir(parents=True)
     (paths.root / "run.json").write_text(json.dumps({"git_sha": "x"}))
-    test = [Scenario(qid="org1/hq/p3/outdated", fact_id="org1/hq", question="Which city is Vesova Dynamics in?",
-                     gold_answers=("Tartu",), relevant_ids=("gold",), scenario="outdated",
-                     presented=(PresentedChunk("gold~old2021", OLD, replaces="gold"),), context_answer="Tallinn",
-                     cluster="org1"),
-            Scenario(qid="org1/hq/p3/consistent", fact_id="org1/hq", question="Which city is Vesova Dynamics in?",
-                     gold_answers=("Tartu",), relevant_ids=("gold",), scenario="consistent",
-                     presented=(PresentedChunk("gold", GOLD),), context_answer="Tartu", cluster="org1")]
-    owners = {"Where is Vesova Dynamics based?": ("org1/hq", "org1"),
-              "Which city is Vesova Dynamics in?": ("org1/hq", "org1")}
+    test = [
+        Scenario(
+            qid="org1/hq/p3/outdated",
+            fact_id="org1/hq",
+            question="Which city is Vesova Dynamics in?",
+            gold_answers=("Tartu",),
+            relevant_ids=("gold",),
+            scenario="outdated",
+            presented=(PresentedChunk("gold~old2021", OLD, replaces="gold"),),
+            context_answer="Tallinn",
+            cluster="org1",
+        ),
+        Scenario(
+            qid="org1/hq/p3/consistent",
+            fact_id="org1/hq",
+            question="Which city is Vesova Dynamics in?",
+            gold_answers=("Tartu",),
+            relevant_ids=("gold",),
+            scenario="consistent",
+            presented=(PresentedChunk("gold", GOLD),),
+            context_answer="Tartu",
+            cluster="org1",
+        ),
+    ]
+    owners = {
+        "Where is Vesova Dynamics based?": ("org1/hq", "org1"),
+        "Which city is Vesova Dynamics in?": ("org1/hq", "org1"),
+    }
     return cfg, paths, test, owners
 
 
 def test_a_flawed_test_context_in_a_training_row_stops_the_run(tmp_path):
     cfg, paths, test, owners = _setup(tmp_path, (OLD, GOLD))
-    with pytest.raises(ConfigError, match=r"test item org1/hq/p3/outdated: its outdated context is one the SFT rows "
-                                          r"show, verbatim or as an edited twin \(1 of 1 outdated \(known\) "
-                                          r"items; verbatim 1\)"):
+    with pytest.raises(
+        ConfigError,
+        match=r"test item org1/hq/p3/outdated: its outdated context is one the SFT rows "
+        r"show, verbatim or as an edited twin \(1 of 1 outdated \(known\) "
+        r"items; verbatim 1\)",
+    ):
         check_test_contexts(cfg, paths, test, owners, {"gold": GOLD}, lambda _: None)
     # the table is on disk all the same, for the report and for the user
     assert [(c.scenario, c.verbatim) for c in read_overlap(paths.root)] == [("consistent", 1), ("outdated", 1)]
@@ -80,14 +112,27 @@ def test_a_wrong_value_training_labelled_for_the_same_fact_stops_the_run_in_any_
         user = rag_user_turn(question, [SourceText(other)])
         reply = "memory: Tartu | source: Tallinn | verdict: outdated | answer: Tartu"
         with open(cfg.train.dataset, "a", encoding="utf-8") as f:
-            f.write(json.dumps({"messages": [{"role": "system", "content": SYSTEM_RAG}, {"role": "user", "content": user},
-                                             {"role": "assistant", "content": reply}]}) + "\n")
+            f.write(
+                json.dumps(
+                    {
+                        "messages": [
+                            {"role": "system", "content": SYSTEM_RAG},
+                            {"role": "user", "content": user},
+                            {"role": "assistant", "content": reply},
+                        ]
+                    }
+                )
+                + "\n"
+            )
 
     write("Where did Orbis Freight start?")
     table = check_test_contexts(cfg, paths, test, owners, {"gold": GOLD}, lambda _: None)
     assert {(c.scenario, c.edited, c.claim) for c in table} == {("consistent", 1, 0), ("outdated", 0, 0)}
     write("Where is Vesova Dynamics based?")
-    with pytest.raises(ConfigError, match=r"test item org1/hq/p3/outdated: the wrong value its outdated context "
-                                          r"asserts is one an SFT row of the same fact labels outdated \(1 of 1"):
+    with pytest.raises(
+        ConfigError,
+        match=r"test item org1/hq/p3/outdated: the wrong value its outdated context "
+        r"asserts is one an SFT row of the same fact labels outdated \(1 of 1",
+    ):
         check_test_contexts(cfg, paths, test, owners, {"gold": GOLD}, lambda _: None)
     assert [(c.scenario, c.edited, c.claim) for c in read_overlap(paths.root)] == [("consistent", 1, 0), ("outdated", 0, 1)]

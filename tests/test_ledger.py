@@ -35,15 +35,19 @@ def _cfg() -> RunConfig:
 def test_the_recipe_leaves_out_names_paths_and_seeds_but_not_settings():
     cfg = _cfg()
     h = recipe_hash(cfg)
-    renamed = cfg.model_copy(update={"name": "ci-tiny-seed43", "runs_dir": "elsewhere", "seed": 5,
-                                     "train": cfg.train.model_copy(update={"seed": 43, "run_name": "x-seed43",
-                                                                           "dataset": "other/train.jsonl"}),
-                                     "eval": cfg.eval.model_copy(update={"seed": 9})})
+    renamed = cfg.model_copy(
+        update={
+            "name": "ci-tiny-seed43",
+            "runs_dir": "elsewhere",
+            "seed": 5,
+            "train": cfg.train.model_copy(update={"seed": 43, "run_name": "x-seed43", "dataset": "other/train.jsonl"}),
+            "eval": cfg.eval.model_copy(update={"seed": 9}),
+        }
+    )
     assert recipe_hash(renamed) == h  # `lorarag seeds` reads the split under one recipe
     changed = cfg.model_copy(update={"eval": cfg.eval.model_copy(update={"max_per_cell": 3})})
     assert recipe_hash(changed) != h
-    lr = cfg.model_copy(update={"train": cfg.train.model_copy(update={
-        "swift": {**cfg.train.swift, "learning_rate": 5e-4}})})
+    lr = cfg.model_copy(update={"train": cfg.train.model_copy(update={"swift": {**cfg.train.swift, "learning_rate": 5e-4}})})
     assert recipe_hash(lr) != h
 
 
@@ -90,8 +94,9 @@ def test_the_headline_note_comes_from_the_run_summary(tmp_path):
 
     summary = read_summary(root)
     assert summary["documents"] == 3
-    assert reads_note(summary) == ["the KB's test facts: test split read 4 times under 2 recipes (the test ledger, "
-                                   "study/ledger.py)."]
+    assert reads_note(summary) == [
+        "the KB's test facts: test split read 4 times under 2 recipes (the test ledger, study/ledger.py)."
+    ]
     assert reads_note({}) == []
     from lorarag.study.headline import headline_markdown
 
@@ -149,13 +154,20 @@ def test_lorarag_eval_refuses_a_test_file_first_read_under_another_recipe(tmp_pa
     from lorarag.scenarios.records import PresentedChunk, Scenario, save_scenarios
 
     scen = tmp_path / "data" / "test.jsonl"
-    save_scenarios(scen, [Scenario("q1", "f1", "Limit?", ("50",), ("kb1",), "consistent",
-                                   (PresentedChunk("kb1", "The limit is 50."),), "50")])
+    save_scenarios(
+        scen,
+        [
+            Scenario(
+                "q1", "f1", "Limit?", ("50",), ("kb1",), "consistent", (PresentedChunk("kb1", "The limit is 50."),), "50"
+            )
+        ],
+    )
     run = tmp_path / "run.yaml"
     run.write_text(f"base: {REPO / 'configs/run/ci-tiny.yaml'}\nruns_dir: {tmp_path / 'runs'}\n", encoding="utf-8")
     cfg = tmp_path / "eval.yaml"
-    cfg.write_text(f"scenarios: {scen}\ncomponents: {run}\nsystem: {{kind: base_rag, name: b}}\n"
-                   f"out_dir: {tmp_path / 'runs' / 'e'}\n")
+    cfg.write_text(
+        f"scenarios: {scen}\ncomponents: {run}\nsystem: {{kind: base_rag, name: b}}\nout_dir: {tmp_path / 'runs' / 'e'}\n"
+    )
     (tmp_path / "runs").mkdir()
     first = {"data": eval_ledger_key(scen), "recipe": "another", "run": "runs/old", "time": "then"}
     (tmp_path / "runs" / LEDGER).write_text(json.dumps(first) + "\n")

@@ -16,13 +16,29 @@ def _items(system: str, fixed: bool) -> list:
     """Five items, each with an answer whose verdict is plain by hand (see the test)."""
     return [
         make_item(system=system, qid="q1", cluster="orgA", answer=G),
-        make_item(system=system, qid="q2", cluster="orgA", scenario="factual_error", context_answer=W,
-                  answer=G if fixed else W, route="fallback" if fixed else "context"),
+        make_item(
+            system=system,
+            qid="q2",
+            cluster="orgA",
+            scenario="factual_error",
+            context_answer=W,
+            answer=G if fixed else W,
+            route="fallback" if fixed else "context",
+        ),
         make_item(system=system, qid="q3", cluster="orgB", knowledge="unknown", answer="", abstained=True),
-        make_item(system=system, qid="q4", cluster="orgB", knowledge="unknown", gold_answers=(), answer="",
-                  abstained=True, context_answer=None),
-        make_item(system=system, qid="q5", cluster="orgC", gold_answers=("Ada Moss",), answer="Moss",
-                  context_answer="Ada Moss"),
+        make_item(
+            system=system,
+            qid="q4",
+            cluster="orgB",
+            knowledge="unknown",
+            gold_answers=(),
+            answer="",
+            abstained=True,
+            context_answer=None,
+        ),
+        make_item(
+            system=system, qid="q5", cluster="orgC", gold_answers=("Ada Moss",), answer="Moss", context_answer="Ada Moss"
+        ),
     ]
 
 
@@ -37,8 +53,19 @@ def runs(tmp_path_factory):
 
 def test_a_tiny_run_loads_into_pandas_with_correct_and_attribution(runs):
     df = lorarag.load_results(runs / "contains")
-    assert {"system", "qid", "scenario", "knowledge", "cluster", "correct", "attribution", "answer", "gold",
-            "route", "verdict"} <= set(df.columns)
+    assert {
+        "system",
+        "qid",
+        "scenario",
+        "knowledge",
+        "cluster",
+        "correct",
+        "attribution",
+        "answer",
+        "gold",
+        "route",
+        "verdict",
+    } <= set(df.columns)
     assert len(df) == 10 and set(df.system) == {"base_rag", "lora_rag"}
     got = {(r.system, r.qid): (r.correct, r.attribution) for r in df.itertuples()}
     # by hand: the gold answer given; the source's wrong value repeated; an abstention on an

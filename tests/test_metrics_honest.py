@@ -31,17 +31,18 @@ def test_a_reply_naming_both_values_is_not_an_answer():
     # a consistent source asserts the gold itself: naming it is the answer
     assert is_correct(make_item(answer="50 km/h, as the source says"))
     # a wrong value inside a gold answer cannot be told apart, so it does not count against the reply
-    assert is_correct(make_item(scenario="factual_error", gold_answers=("50 km/h",), context_answer="50",
-                                answer="50 km/h"))
+    assert is_correct(make_item(scenario="factual_error", gold_answers=("50 km/h",), context_answer="50", answer="50 km/h"))
 
 
 def test_abstaining_on_a_correct_source_is_over_fallback():
     """10 consistent items: 6 answered from the context, 2 fallbacks, 2 abstentions. Over-fallback
     counts both detours, 4/10; abstention alone is 2/10. Counting fallbacks only would say 0.2,
     and a system abstaining on all ten would score 0.0."""
-    items = ([make_item(qid=f"c{i}", route="context") for i in range(6)]
-             + [make_item(qid=f"f{i}", route="fallback") for i in range(2)]
-             + [make_item(qid=f"a{i}", route="abstain", abstained=True, answer="") for i in range(2)])
+    items = (
+        [make_item(qid=f"c{i}", route="context") for i in range(6)]
+        + [make_item(qid=f"f{i}", route="fallback") for i in range(2)]
+        + [make_item(qid=f"a{i}", route="abstain", abstained=True, answer="") for i in range(2)]
+    )
     assert (over_fallback(items).k, over_fallback(items).n) == (4, 10)
     assert consistent_abstention(items).value == pytest.approx(0.2)
     shy = [make_item(qid=f"a{i}", route="abstain", abstained=True, answer="") for i in range(10)]
@@ -54,9 +55,11 @@ def test_invalid_detector_replies_count_as_misses():
     Invalid = not flagged on a flawed context: TP 2, FN 2, FP 0 -> recall 0.5, precision 1.0.
     AUROC: the invalid positives score 0.0, below both negatives: 4 of 8 pairs ordered = 0.5."""
     fe = dict(scenario="factual_error", context_answer="80 km/h")
-    items = ([make_item(qid=f"i{i}", verdict="invalid", flag_score=None, **fe) for i in range(2)]
-             + [make_item(qid=f"c{i}", verdict="conflicting", flag_score=0.9, **fe) for i in range(2)]
-             + [make_item(qid=f"s{i}", verdict="supported", flag_score=0.1) for i in range(2)])
+    items = (
+        [make_item(qid=f"i{i}", verdict="invalid", flag_score=None, **fe) for i in range(2)]
+        + [make_item(qid=f"c{i}", verdict="conflicting", flag_score=0.9, **fe) for i in range(2)]
+        + [make_item(qid=f"s{i}", verdict="supported", flag_score=0.1) for i in range(2)]
+    )
     d = detector(items)
     assert (d.n, d.n_pos, d.n_invalid) == (6, 4, 2)
     assert d.recall == pytest.approx(0.5) and d.precision == pytest.approx(1.0)
@@ -72,9 +75,13 @@ def test_invalid_detector_replies_count_as_misses():
 def test_correct_abstention_is_its_own_rate_not_accuracy():
     """3 answerable items (2 right) and 2 unanswerable (1 abstained): accuracy 2/3 over the
     answerable, correct abstention 1/2; folded together it would have been 3/5."""
-    items = [make_item(qid="a1"), make_item(qid="a2"), make_item(qid="a3", answer="90 km/h"),
-             make_item(qid="u1", scenario="unanswerable", gold_answers=(), context_answer=None, abstained=True),
-             make_item(qid="u2", scenario="unanswerable", gold_answers=(), context_answer=None, answer="70")]
+    items = [
+        make_item(qid="a1"),
+        make_item(qid="a2"),
+        make_item(qid="a3", answer="90 km/h"),
+        make_item(qid="u1", scenario="unanswerable", gold_answers=(), context_answer=None, abstained=True),
+        make_item(qid="u2", scenario="unanswerable", gold_answers=(), context_answer=None, answer="70"),
+    ]
     assert (accuracy(items).k, accuracy(items).n) == (2, 3)
     assert (correct_abstention(items).k, correct_abstention(items).n) == (1, 2)
     row = next(r for r in conflict_table(items) if r["scenario"] == "all" and r["knowledge"] == "all")
@@ -112,9 +119,10 @@ def test_over_fallback_carries_a_cluster_ci_in_the_headline():
     from lorarag.eval.stats import cluster_rate
     from lorarag.study.headline import over_fallback_cell
 
-    items = ([make_item(qid=f"x{i}", cluster="x", knowledge="unknown", route="abstain", abstained=True, answer="")
-              for i in range(3)]
-             + [make_item(qid=f"y{i}", cluster="y", knowledge="unknown", route="context") for i in range(3)])
+    items = [
+        make_item(qid=f"x{i}", cluster="x", knowledge="unknown", route="abstain", abstained=True, answer="")
+        for i in range(3)
+    ] + [make_item(qid=f"y{i}", cluster="y", knowledge="unknown", route="context") for i in range(3)]
     assert cluster_rate(np.array([1, 1, 1, 0, 0, 0.0]), ["x"] * 3 + ["y"] * 3) == (0.5, 0.0, 1.0)
     cfg = SimpleNamespace(eval=SimpleNamespace(bootstrap=2000, seed=0))
     assert over_fallback_cell(cfg, items) == "0.50 [0.00, 1.00] (0.50)"
@@ -130,11 +138,17 @@ def test_cluster_permutation_test_matches_scipy_and_counts_clusters():
     clusters = [f"org{i % 12}" for i in range(40)]
     k, p = cluster_permutation_test(a, b, clusters)
     d = np.array([sum(b[i] - a[i] for i in range(40) if clusters[i] == f"org{c}") for c in range(12)])
-    ref = permutation_test((d,), lambda x, axis: np.sum(x, axis=axis), permutation_type="samples",
-                           n_resamples=np.inf, vectorized=True, alternative="two-sided").pvalue
+    ref = permutation_test(
+        (d,),
+        lambda x, axis: np.sum(x, axis=axis),
+        permutation_type="samples",
+        n_resamples=np.inf,
+        vectorized=True,
+        alternative="two-sided",
+    ).pvalue
     assert k == 12 and p == pytest.approx(ref)
     # 3 clusters, each with B one item better: 2 of the 8 sign patterns reach |sum| = 3
-    assert cluster_permutation_test(np.zeros(6), np.array([1, 0, 1, 0, 1, 0.]), list("xxyyzz")) == (3, 0.25)
+    assert cluster_permutation_test(np.zeros(6), np.array([1, 0, 1, 0, 1, 0.0]), list("xxyyzz")) == (3, 0.25)
     # the same 3 differences as 3 items in one cluster: a single cluster, p = 1
     assert cluster_permutation_test(np.zeros(3), np.ones(3), ["x"] * 3) == (1, 1.0)
 

@@ -27,8 +27,9 @@ from lorarag.testing.servers import free_port
 
 pytest.importorskip("pymilvus", reason="pymilvus[milvus_lite] is not installed (make install)")
 
-TEXTS = [f"Organisation {i} is based in city {i % 7} and was founded in {1950 + i}; it makes product {i % 5}."
-         for i in range(60)]
+TEXTS = [
+    f"Organisation {i} is based in city {i % 7} and was founded in {1950 + i}; it makes product {i % 5}." for i in range(60)
+]
 
 
 def _corpus(tmp_path: Path) -> Path:
@@ -63,8 +64,7 @@ def test_milvus_lite_gives_faiss_results_dense_and_hybrid(tiny_models, tmp_path)
     assert hit.chunk.text == TEXTS[3] and hit.score == pytest.approx(1.0, abs=1e-4)
 
 
-def test_rebuild_switches_the_alias_and_an_interrupted_one_leaves_the_old_serving(tiny_models, tmp_path,
-                                                                                  monkeypatch):
+def test_rebuild_switches_the_alias_and_an_interrupted_one_leaves_the_old_serving(tiny_models, tmp_path, monkeypatch):
     corpus, chunker, icfg, ecfg = _cfgs(tmp_path, tiny_models, DenseIndexConfig(kind="milvus"), "idx")
     build_index(corpus, chunker, icfg, ecfg)
     first = open_index(icfg, ecfg).dense.collection
@@ -107,11 +107,14 @@ def test_the_token_comes_from_the_environment_never_the_config(monkeypatch):
         connect("http://127.0.0.1:1", "MILVUS_TEST_TOKEN")
 
 
-@pytest.mark.parametrize("kw,message", [
-    ({"kind": "milvus", "milvus_uri": "milvus.sqlite"}, "a server URL"),
-    ({"kind": "flat", "milvus_uri": "x.db"}, "are for kind: milvus"),
-    ({"kind": "milvus", "milvus_collection": "9bad-name"}, "letters, digits"),
-])
+@pytest.mark.parametrize(
+    "kw,message",
+    [
+        ({"kind": "milvus", "milvus_uri": "milvus.sqlite"}, "a server URL"),
+        ({"kind": "flat", "milvus_uri": "x.db"}, "are for kind: milvus"),
+        ({"kind": "milvus", "milvus_collection": "9bad-name"}, "letters, digits"),
+    ],
+)
 def test_bad_milvus_settings_are_refused(kw, message):
     with pytest.raises(ValueError, match=message):
         DenseIndexConfig(**kw)
@@ -121,11 +124,18 @@ def test_cli_index_and_search_on_milvus_lite(tiny_models, tmp_path):
     """`lorarag index` / `lorarag search` with a config whose index points at Milvus Lite."""
     kb = _corpus(tmp_path)
     cfg = tmp_path / "rag.yaml"
-    cfg.write_text(f"corpus: {{paths: [{kb}]}}\nindex: {{dir: {tmp_path / 'idx'}, dense: {{kind: milvus}}}}\n"
-                   f"embedder: {{kind: transformers, model: {tiny_models['embedder']}, query_instruction: null}}\n"
-                   "retrieval: {mode: hybrid, top_n: 5, top_k: 3}\n")
-    run = lambda *a: subprocess.run([sys.executable, "-m", "lorarag.cli", *a], capture_output=True,  # noqa: E731
-                                    text=True, timeout=300, cwd=Path(__file__).resolve().parents[1])
+    cfg.write_text(
+        f"corpus: {{paths: [{kb}]}}\nindex: {{dir: {tmp_path / 'idx'}, dense: {{kind: milvus}}}}\n"
+        f"embedder: {{kind: transformers, model: {tiny_models['embedder']}, query_instruction: null}}\n"
+        "retrieval: {mode: hybrid, top_n: 5, top_k: 3}\n"
+    )
+
+    def run(*a):
+        root = Path(__file__).resolve().parents[1]
+        return subprocess.run(
+            [sys.executable, "-m", "lorarag.cli", *a], capture_output=True, text=True, timeout=300, cwd=root
+        )
+
     out = run("index", str(cfg))
     assert out.returncode == 0 and "[bm25+dense]" in out.stdout, out.stderr[-1500:]
     found = run("search", TEXTS[7], "--config", str(cfg))

@@ -15,8 +15,7 @@ from tests.test_world import load_world_kb
 @pytest.fixture(scope="module")
 def pairs(tmp_path_factory):
     kb = load_world_kb(tmp_path_factory.mktemp("world"), seed=0, n_orgs=40)
-    sc = corpus_scenarios(kb.items, kb.chunks, name="kb", seed=0, outdated=kb.older,
-                          types=("consistent", "factual_error"))
+    sc = corpus_scenarios(kb.items, kb.chunks, name="kb", seed=0, outdated=kb.older, types=("consistent", "factual_error"))
     texts = [" ".join(p.text for p in s.presented) for s in sc]
     y = np.array([s.scenario == "factual_error" for s in sc], dtype=int)
     groups = [s.fact_id for s in sc]  # split by fact: the classifier must not memorise values

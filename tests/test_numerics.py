@@ -24,8 +24,13 @@ OTHER_CPU = {"ATEN_CPU_CAPABILITY": "default", "MKL_CBWR": "COMPATIBLE"}
 
 def test_pins_name_every_kernel_family_and_the_threads():
     assert pinned_env(NumericsConfig()) == {}
-    assert pinned_env(PINNED) == {"ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "AVX2,STRICT",
-                                  "ONEDNN_MAX_CPU_ISA": "AVX2", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    assert pinned_env(PINNED) == {
+        "ATEN_CPU_CAPABILITY": "avx2",
+        "MKL_CBWR": "AVX2,STRICT",
+        "ONEDNN_MAX_CPU_ISA": "AVX2",
+        "OMP_NUM_THREADS": "1",
+        "MKL_NUM_THREADS": "1",
+    }
     env = {"ATEN_CPU_CAPABILITY": "default", "PATH": "/bin"}
     assert apply(PINNED, env)["ATEN_CPU_CAPABILITY"] == "avx2"
     assert env["ATEN_CPU_CAPABILITY"] == "avx2" and env["PATH"] == "/bin"
@@ -57,11 +62,32 @@ def test_cpu_flags_and_description(tmp_path):
 
 
 def _train(tmp_path: Path, name: str, lm: Path, data: Path, env: dict[str, str]) -> str:
-    args = {"lora_rank": 4, "lora_alpha": 8, "max_steps": 3, "save_steps": 3, "per_device_train_batch_size": 4,
-            "max_length": 512, "torch_dtype": "float32", "learning_rate": 5e-3}
+    args = {
+        "lora_rank": 4,
+        "lora_alpha": 8,
+        "max_steps": 3,
+        "save_steps": 3,
+        "per_device_train_batch_size": 4,
+        "max_length": 512,
+        "torch_dtype": "float32",
+        "learning_rate": 5e-3,
+    }
     out = tmp_path / name
-    cmd = [sys.executable, "-m", "lorarag.train.peft_trainer", "--model", str(lm), "--dataset", str(data),
-           "--output_dir", str(out), "--seed", "0", "--args", json.dumps(args)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "lorarag.train.peft_trainer",
+        "--model",
+        str(lm),
+        "--dataset",
+        str(data),
+        "--output_dir",
+        str(out),
+        "--seed",
+        "0",
+        "--args",
+        json.dumps(args),
+    ]
     clean = {k: v for k, v in os.environ.items() if k not in {*OTHER_CPU, *pinned_env(PINNED)}}
     subprocess.run(cmd, cwd=REPO, env={**clean, **env}, check=True, capture_output=True, timeout=300)
     return hashlib.sha256((out / "checkpoint-3" / "adapter_model.safetensors").read_bytes()).hexdigest()

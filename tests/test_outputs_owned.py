@@ -81,8 +81,11 @@ def test_slurm_never_writes_over_its_own_config(cli, configs, which, force):
 
 def test_eval_slurm_for_a_missing_config_writes_nothing(tmp_path, cli):
     target = tmp_path / "s.sh"
-    one_line_error(*cli("eval", tmp_path / "nonexistent.yaml", "--slurm", target, "--shards", "2")[::2],
-                   "nonexistent.yaml", "no such config file")
+    one_line_error(
+        *cli("eval", tmp_path / "nonexistent.yaml", "--slurm", target, "--shards", "2")[::2],
+        "nonexistent.yaml",
+        "no such config file",
+    )
     assert not target.exists()
 
 
@@ -135,8 +138,14 @@ def test_compare_out_keeps_a_users_file(tmp_path, cli, name):
 
 
 def _conflictnq(tmp_path: Path) -> Path:
-    row = {"id": 7, "question": "Who wrote it?", "real_passages": [{"passage": "Ann wrote it."}],
-           "fake_passages": [{"passage": "Bob wrote it."}], "real_short_answer": "Ann", "fake_short_answer": "Bob"}
+    row = {
+        "id": 7,
+        "question": "Who wrote it?",
+        "real_passages": [{"passage": "Ann wrote it."}],
+        "fake_passages": [{"passage": "Bob wrote it."}],
+        "real_short_answer": "Ann",
+        "fake_short_answer": "Bob",
+    }
     (tmp_path / "data" / "conflictnq").mkdir(parents=True)
     (tmp_path / "data" / "conflictnq" / "test.jsonl").write_text(json.dumps(row) + "\n")
     return tmp_path / "data"
@@ -158,8 +167,9 @@ def test_import_conflicts_never_writes_over_its_data(tmp_path, cli):
     data = _conflictnq(tmp_path)
     src = data / "conflictnq" / "test.jsonl"
     before = src.read_bytes()
-    one_line_error(*cli("import-conflicts", "conflictnq", "--data", data, "--out", src, "--force")[::2],
-                   "is an input of this command")
+    one_line_error(
+        *cli("import-conflicts", "conflictnq", "--data", data, "--out", src, "--force")[::2], "is an input of this command"
+    )
     assert src.read_bytes() == before
 
 
@@ -205,17 +215,26 @@ def milvus_index(tiny_models, tmp_path_factory):
     for i in range(6):
         (kb / f"d{i}.md").write_text(f"Organisation {i} is based in city {i}.", encoding="utf-8")
     cfg = root / "rag.yaml"
-    cfg.write_text(f"corpus: {{paths: [{kb}]}}\nindex: {{dir: {root / 'idx'}, dense: {{kind: milvus}}}}\n"
-                   f"embedder: {{kind: transformers, model: {tiny_models['embedder']}, query_instruction: null}}\n"
-                   "retrieval: {mode: hybrid, top_n: 3, top_k: 2}\n")
+    cfg.write_text(
+        f"corpus: {{paths: [{kb}]}}\nindex: {{dir: {root / 'idx'}, dense: {{kind: milvus}}}}\n"
+        f"embedder: {{kind: transformers, model: {tiny_models['embedder']}, query_instruction: null}}\n"
+        "retrieval: {mode: hybrid, top_n: 3, top_k: 2}\n"
+    )
     done = _lorarag("index", cfg)
     assert done.returncode == 0, done.stderr[-1500:]
     return root, cfg
 
 
 def _lorarag(*args, **kw) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "lorarag.cli", *map(str, args)], capture_output=True, text=True,
-                          timeout=300, cwd=REPO, check=False, **kw)
+    return subprocess.run(
+        [sys.executable, "-m", "lorarag.cli", *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=REPO,
+        check=False,
+        **kw,
+    )
 
 
 def _files(folder: Path) -> dict[str, bytes]:
@@ -252,10 +271,11 @@ def test_milvus_corrupt_collection_manifest_never_reaches_milvus(milvus_index, t
 def test_milvus_lock_held_by_another_process_is_named_without_traceback(milvus_index):
     root, cfg = milvus_index
     db = root / "idx.milvus.db"
-    holder = ("import time\nfrom pymilvus import MilvusClient\n"
-              f"c = MilvusClient(uri={str(db)!r})\nprint('held', flush=True)\ntime.sleep(120)")
-    hold = subprocess.Popen([sys.executable, "-c", holder],
-                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    holder = (
+        "import time\nfrom pymilvus import MilvusClient\n"
+        f"c = MilvusClient(uri={str(db)!r})\nprint('held', flush=True)\ntime.sleep(120)"
+    )
+    hold = subprocess.Popen([sys.executable, "-c", holder], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     try:
         assert hold.stdout.readline().strip() == "held"
         done = _lorarag("search", "city 3", "--config", cfg)

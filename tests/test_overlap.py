@@ -7,20 +7,30 @@ from lorarag.fallback.format import SYSTEM_RAG, SourceText, rag_user_turn
 from lorarag.scenarios.records import PresentedChunk, Scenario
 from lorarag.train.overlap import TrainingSources, context_passages, leaking, overlap_markdown, overlap_table
 
-OLD = ("In 2019 the Vesova Dynamics board moved the company headquarters from the harbour district "
-       "of Tallinn to a new campus in Tartu, where it has stayed since.")
+OLD = (
+    "In 2019 the Vesova Dynamics board moved the company headquarters from the harbour district "
+    "of Tallinn to a new campus in Tartu, where it has stayed since."
+)
 NEW = OLD.replace("2019", "2021")  # word 2 of 27 changed
 OTHER = "Brask Logistics runs forty warehouses along the Baltic coast and employs about two thousand people."
 
 
 def row(question: str, *texts: str) -> dict:
     user = rag_user_turn(question, [SourceText(t) for t in texts])
-    return {"messages": [{"role": "system", "content": SYSTEM_RAG}, {"role": "user", "content": user},
-                         {"role": "assistant", "content": "memory: x | source: y | verdict: supported | answer: x"}]}
+    return {
+        "messages": [
+            {"role": "system", "content": SYSTEM_RAG},
+            {"role": "user", "content": user},
+            {"role": "assistant", "content": "memory: x | source: y | verdict: supported | answer: x"},
+        ]
+    }
 
 
-FACT_OF = {"Where is Vesova Dynamics based?": "vesova/hq", "Where does Vesova Dynamics have its head office?": "vesova/hq",
-           "How many warehouses does Brask run?": "brask/warehouses"}
+FACT_OF = {
+    "Where is Vesova Dynamics based?": "vesova/hq",
+    "Where does Vesova Dynamics have its head office?": "vesova/hq",
+    "How many warehouses does Brask run?": "brask/warehouses",
+}
 
 
 def owner(question: str):
@@ -29,9 +39,17 @@ def owner(question: str):
 
 
 def item(qid: str, scenario: str, question: str, texts: tuple[str, ...], value: str | None, fact: str) -> Scenario:
-    return Scenario(qid=qid, fact_id=fact, question=question, gold_answers=("Tartu",), relevant_ids=("c",),
-                    scenario=scenario, presented=tuple(PresentedChunk(f"c{i}", t) for i, t in enumerate(texts)),
-                    context_answer=value, cluster=fact.split("/")[0])
+    return Scenario(
+        qid=qid,
+        fact_id=fact,
+        question=question,
+        gold_answers=("Tartu",),
+        relevant_ids=("c",),
+        scenario=scenario,
+        presented=tuple(PresentedChunk(f"c{i}", t) for i, t in enumerate(texts)),
+        context_answer=value,
+        cluster=fact.split("/")[0],
+    )
 
 
 def test_verbatim_near_and_pair_overlaps_are_counted_per_cell():
@@ -81,9 +99,17 @@ def test_the_items_own_true_chunk_is_left_out_of_the_twin_comparison():
     chunk (as a consistent source) is no leak of the perturbed test passage. Another trained
     perturbation of it is."""
     src = TrainingSources([row("Where is Vesova Dynamics based?", OLD)], owner)
-    fe = Scenario(qid="i", fact_id="vesova/hq", question="q", gold_answers=("Tartu",), relevant_ids=("gold",),
-                  scenario="factual_error", presented=(PresentedChunk("gold~fe", NEW, replaces="gold"),),
-                  context_answer="2021", cluster="vesova")
+    fe = Scenario(
+        qid="i",
+        fact_id="vesova/hq",
+        question="q",
+        gold_answers=("Tartu",),
+        relevant_ids=("gold",),
+        scenario="factual_error",
+        presented=(PresentedChunk("gold~fe", NEW, replaces="gold"),),
+        context_answer="2021",
+        cluster="vesova",
+    )
     assert overlap_table([fe], src)[0].edited == 1  # no KB texts given: near the trained gold chunk
     assert overlap_table([fe], src, {"gold": OLD})[0].edited == 0
     trained_fe = TrainingSources([row("Where is Vesova Dynamics based?", OLD.replace("2019", "2017"))], owner)

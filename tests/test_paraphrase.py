@@ -7,23 +7,19 @@ import pytest
 
 from lorarag.rag.generators.base import Generation
 from lorarag.scenarios.kb_records import QAItem
-from lorarag.study.paraphrase import (
-    Paraphrase,
-    clean,
-    paraphrases_for,
-    rejection,
-    single_wording,
-    tally,
-    with_paraphrases,
-)
+from lorarag.study.paraphrase import Paraphrase, clean, paraphrases_for, rejection, single_wording, tally, with_paraphrases
 
 Q = QAItem("q1", "Who designed the Dunmore bridge?", ("Tom Reed",), ("c6",))
 
 
 def _groups():
-    return {"known": [Q, QAItem("q2", "When was it built?", ("1911",), ("c1",), wordings=("What year was it built?",))],
-            "known_dev": [], "context_only": [], "unseen_dev": [],
-            "unseen": [QAItem("q3", "Who kept the lighthouse?", ("Ada Moss",), ("c3",))]}
+    return {
+        "known": [Q, QAItem("q2", "When was it built?", ("1911",), ("c1",), wordings=("What year was it built?",))],
+        "known_dev": [],
+        "context_only": [],
+        "unseen_dev": [],
+        "unseen": [QAItem("q3", "Who kept the lighthouse?", ("Ada Moss",), ("c3",))],
+    }
 
 
 def test_clean_and_the_checks_in_order():
@@ -39,16 +35,17 @@ def test_clean_and_the_checks_in_order():
 def test_only_taught_single_wording_questions_get_kept_paraphrases():
     groups = _groups()
     assert [it.qid for it in single_wording(groups)] == ["q1"]  # q2 has a wording, q3 is never learned
-    rows = [Paraphrase("q1", 0, "Who was the Dunmore bridge designed by?"),
-            Paraphrase("q1", 1, "Who?", "length"),
-            Paraphrase("q1", 2, "Who was the Dunmore bridge designed by?")]  # a repeat is kept once
+    rows = [
+        Paraphrase("q1", 0, "Who was the Dunmore bridge designed by?"),
+        Paraphrase("q1", 1, "Who?", "length"),
+        Paraphrase("q1", 2, "Who was the Dunmore bridge designed by?"),
+    ]  # a repeat is kept once
     new = with_paraphrases(groups, rows)
     assert new["known"][0].wordings == ("Who was the Dunmore bridge designed by?",)
     assert new["known"][0].question == Q.question  # the test still asks the set's own wording
     assert new["known"][1] == groups["known"][1] and new["unseen"] == groups["unseen"]
     assert groups["known"][0].wordings == ()  # nothing shared was changed
-    assert tally(rows) == {"questions": 1, "replies": 3, "kept": 2, "rejected": {"length": 1},
-                           "questions_with_one": 1}
+    assert tally(rows) == {"questions": 1, "replies": 3, "kept": 2, "rejected": {"length": 1}, "questions_with_one": 1}
 
 
 class _Canned:

@@ -35,8 +35,9 @@ def reference_val_loss(model_dir: Path, adapter: Path, val: Path, max_length: in
     from lorarag.train.peft_trainer import tokenize_rows
 
     tok = AutoTokenizer.from_pretrained(model_dir)
-    model = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32),
-                                      str(adapter)).eval()
+    model = PeftModel.from_pretrained(
+        AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32), str(adapter)
+    ).eval()
     total, count = 0.0, 0
     with torch.no_grad():
         for ids, labels in tokenize_rows(tok, read_sft(val), max_length):
@@ -55,9 +56,18 @@ def test_validation_loss_every_eval_steps_and_tensorboard(tmp_path, tiny_models,
 
     torch.set_num_threads(1)
     train, val = rows
-    args = {"lora_rank": 4, "lora_alpha": 8, "max_steps": 4, "save_steps": 4, "eval_steps": 2,
-            "per_device_train_batch_size": 4, "max_length": 512, "torch_dtype": "float32", "learning_rate": 5e-3,
-            "report_to": "tensorboard"}
+    args = {
+        "lora_rank": 4,
+        "lora_alpha": 8,
+        "max_steps": 4,
+        "save_steps": 4,
+        "eval_steps": 2,
+        "per_device_train_batch_size": 4,
+        "max_length": 512,
+        "torch_dtype": "float32",
+        "learning_rate": 5e-3,
+        "report_to": "tensorboard",
+    }
     out = tmp_path / "peft"
     final = train_peft(str(tiny_models["lm"]), str(train), str(out), args, seed=0, val_dataset=str(val))
     log = [json.loads(x) for x in (out / "logging.jsonl").read_text().splitlines()]
@@ -81,19 +91,23 @@ def test_validation_loss_every_eval_steps_and_tensorboard(tmp_path, tiny_models,
 BASE = {"kind": "peft", "run_name": "r", "model": "m", "dataset": "d.jsonl"}
 
 
-@pytest.mark.parametrize("swift, val, needle", [
-    ({"eval_steps": 10}, None, "swift.eval_steps: no val_dataset"),
-    ({"eval_steps": 0}, "v.jsonl", "swift.eval_steps: a positive number"),
-    ({"report_to": "wandb"}, None, "writes tensorboard only"),
-    ({"report_to": ["tensorboard", "swanlab"]}, None, "writes tensorboard only"),
-])
+@pytest.mark.parametrize(
+    "swift, val, needle",
+    [
+        ({"eval_steps": 10}, None, "swift.eval_steps: no val_dataset"),
+        ({"eval_steps": 0}, "v.jsonl", "swift.eval_steps: a positive number"),
+        ({"report_to": "wandb"}, None, "writes tensorboard only"),
+        ({"report_to": ["tensorboard", "swanlab"]}, None, "writes tensorboard only"),
+    ],
+)
 def test_a_reporting_key_the_loop_cannot_honour_is_refused(swift, val, needle):
     with pytest.raises(ValueError, match=needle):
         TrainConfig.model_validate({**BASE, "val_dataset": val, "swift": swift})
 
 
-@pytest.mark.parametrize("swift", [{"report_to": "none"}, {"report_to": "tensorboard", "eval_steps": 5},
-                                   {"report_to": ["tensorboard"]}, {}])
+@pytest.mark.parametrize(
+    "swift", [{"report_to": "none"}, {"report_to": "tensorboard", "eval_steps": 5}, {"report_to": ["tensorboard"]}, {}]
+)
 def test_reporting_keys_the_loop_honours_validate(swift):
     TrainConfig.model_validate({**BASE, "val_dataset": "v.jsonl", "swift": swift})
 
@@ -114,8 +128,15 @@ def test_without_eval_steps_the_validation_loss_is_taken_once_at_the_end(tmp_pat
 
     torch.set_num_threads(1)
     train, val = rows
-    args = {"lora_rank": 4, "lora_alpha": 8, "max_steps": 3, "save_steps": 1, "per_device_train_batch_size": 4,
-            "max_length": 512, "torch_dtype": "float32"}
+    args = {
+        "lora_rank": 4,
+        "lora_alpha": 8,
+        "max_steps": 3,
+        "save_steps": 1,
+        "per_device_train_batch_size": 4,
+        "max_length": 512,
+        "torch_dtype": "float32",
+    }
     train_peft(str(tiny_models["lm"]), str(train), str(tmp_path / "p"), args, seed=0, val_dataset=str(val))
     log = [json.loads(x) for x in (tmp_path / "p/logging.jsonl").read_text().splitlines()]
     assert [r["step"] for r in log if "eval_loss" in r] == [3]

@@ -9,31 +9,27 @@ from sklearn.metrics import roc_auc_score
 
 from lorarag.core.errors import ConfigError
 from lorarag.fallback.config import PolicyConfig
-from lorarag.fallback.gate import (
-    NO_ANSWER_NLL,
-    answer_nll,
-    calibrate,
-    calibrate_claimed,
-    gate_fires,
-    load_gate,
-)
+from lorarag.fallback.gate import NO_ANSWER_NLL, answer_nll, calibrate, calibrate_claimed, gate_fires, load_gate
 from lorarag.fallback.policy import decide_route, route_answer
 
 CFG = PolicyConfig(flag_threshold=0.6)
 
 
-@pytest.mark.parametrize("verdict,score,known,route", [
-    ("supported", 0.9, True, "context"),
-    ("supported", 0.9, False, "context"),
-    ("conflicting", 0.7, True, "fallback"),
-    ("conflicting", 0.5, True, "context"),  # doubt below the threshold: sources win
-    ("outdated", 0.6, True, "fallback"),  # threshold is inclusive
-    ("outdated", 0.9, False, "context"),  # no memory to fall back on
-    ("conflicting", float("nan"), True, "context"),
-    ("irrelevant", 0.99, True, "fallback"),
-    ("insufficient", 0.99, False, "abstain"),
-    ("invalid", 0.0, True, "abstain"),
-])
+@pytest.mark.parametrize(
+    "verdict,score,known,route",
+    [
+        ("supported", 0.9, True, "context"),
+        ("supported", 0.9, False, "context"),
+        ("conflicting", 0.7, True, "fallback"),
+        ("conflicting", 0.5, True, "context"),  # doubt below the threshold: sources win
+        ("outdated", 0.6, True, "fallback"),  # threshold is inclusive
+        ("outdated", 0.9, False, "context"),  # no memory to fall back on
+        ("conflicting", float("nan"), True, "context"),
+        ("irrelevant", 0.99, True, "fallback"),
+        ("insufficient", 0.99, False, "abstain"),
+        ("invalid", 0.0, True, "abstain"),
+    ],
+)
 def test_routes(verdict, score, known, route):
     assert decide_route(verdict, score, known, CFG) == route
 
@@ -143,17 +139,11 @@ def test_gate_mismatch_names_what_the_saved_calibration_was_made_with():
     from dataclasses import replace
 
     from lorarag.fallback.config import GateConfig
-    from lorarag.fallback.gate import (
-        fixed_threshold,
-        gate_mismatch,
-        generator_id,
-        reusable_gate,
-    )
+    from lorarag.fallback.gate import fixed_threshold, gate_mismatch, generator_id, reusable_gate
     from lorarag.rag.config import GeneratorConfig
 
     gen = GeneratorConfig(kind="transformers", model="m", dtype="bfloat16")
-    cal = replace(calibrate([0.02, 0.05], [0.9, 1.4], rule="youden"),
-                  generator=generator_id(gen))
+    cal = replace(calibrate([0.02, 0.05], [0.9, 1.4], rule="youden"), generator=generator_id(gen))
     g = GateConfig(rule="youden")
     assert gate_mismatch(cal, g, gen) == []
     logistic = g.model_copy(update={"rule": "logistic"})

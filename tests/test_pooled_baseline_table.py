@@ -15,9 +15,18 @@ from tests.eval_fixtures import make_item
 
 def _items(system: str, right: dict[str, bool], scenario: str = "factual_error", knowledge: str = "known"):
     """Two wordings per fact of one cell; `right[fact]`: answered with the gold value."""
-    return [make_item(system=system, qid=f"{f}/p{w}/{scenario}/{knowledge}", fact_id=f, scenario=scenario,
-                      knowledge=knowledge, answer="50 km/h" if ok else "80 km/h")
-            for f, ok in sorted(right.items()) for w in range(2)]
+    return [
+        make_item(
+            system=system,
+            qid=f"{f}/p{w}/{scenario}/{knowledge}",
+            fact_id=f,
+            scenario=scenario,
+            knowledge=knowledge,
+            answer="50 km/h" if ok else "80 km/h",
+        )
+        for f, ok in sorted(right.items())
+        for w in range(2)
+    ]
 
 
 def test_cells_hand_computed_with_the_router_and_the_best_system():
@@ -28,12 +37,15 @@ def test_cells_hand_computed_with_the_router_and_the_best_system():
     Router (closed-book right, else base): seed 1 f0, f1, f3 (0.75), seed 2 all (1.0): 0.875."""
     facts = ["f0", "f1", "f2", "f3"]
     base = _items("base", {f: f == "f3" for f in facts})
-    seeds = [{"lora": _items("lora", {f: f != "f3" for f in facts}),
-              "cb": _items("cb", {f: f in ("f0", "f1") for f in facts}), "base": base},
-             {"lora": _items("lora", dict.fromkeys(facts, True)),
-              "cb": _items("cb", dict.fromkeys(facts, True)), "base": base}]
-    (c,) = pooled_baselines(seeds, "lora", ["cb", "base"], ["cb", "base"], is_correct, router=("cb", "base"),
-                            resamples=300)
+    seeds = [
+        {
+            "lora": _items("lora", {f: f != "f3" for f in facts}),
+            "cb": _items("cb", {f: f in ("f0", "f1") for f in facts}),
+            "base": base,
+        },
+        {"lora": _items("lora", dict.fromkeys(facts, True)), "cb": _items("cb", dict.fromkeys(facts, True)), "base": base},
+    ]
+    (c,) = pooled_baselines(seeds, "lora", ["cb", "base"], ["cb", "base"], is_correct, router=("cb", "base"), resamples=300)
     assert (c.cell, c.n_items, c.n_clusters) == ("factual_error (known)", 8, 4)
     assert c.lora.value == pytest.approx(0.875)
     got = {n: (a.value, d.value) for n, a, d in c.others}
@@ -94,10 +106,14 @@ def test_captured_over_seeds_says_when_lora_rag_reads_past_the_router():
     every fact (1.00) is a better reader than base RAG, not a router: '> router (+0.50)'. Without
     the router's two systems the column is '–'."""
     facts = ["f0", "f1", "f2", "f3"]
-    seeds = [{"lora": _items("lora", dict.fromkeys(facts, True)), "cb": _items("cb", {f: f == "f0" for f in facts}),
-              "base": _items("base", {f: f == "f1" for f in facts})}]
-    (c,) = pooled_baselines(seeds, "lora", ["cb", "base"], ["cb", "base"], is_correct, router=("cb", "base"),
-                            resamples=50)
+    seeds = [
+        {
+            "lora": _items("lora", dict.fromkeys(facts, True)),
+            "cb": _items("cb", {f: f == "f0" for f in facts}),
+            "base": _items("base", {f: f == "f1" for f in facts}),
+        }
+    ]
+    (c,) = pooled_baselines(seeds, "lora", ["cb", "base"], ["cb", "base"], is_correct, router=("cb", "base"), resamples=50)
     assert c.captured == "> router (+0.50)"
     (c,) = pooled_baselines(seeds, "lora", ["cb", "base"], ["cb", "base"], is_correct, resamples=50)
     assert c.captured == "–"
@@ -124,15 +140,16 @@ def test_the_caption_states_the_threshold_the_sentence_scorer_applies():
     correct = correct_fn("token_f1")
 
     def item(answer: str, abstained: bool = False):
-        return make_item(system="lora", gold_answers=("red fort delhi",), context_answer=None, answer=answer,
-                         abstained=abstained)
+        return make_item(
+            system="lora", gold_answers=("red fort delhi",), context_answer=None, answer=answer, abstained=abstained
+        )
 
-    assert [correct(item("red")), correct(item("red gate")), correct(item("red fort delhi", True))] == [
-        True, False, False]
+    assert [correct(item("red")), correct(item("red gate")), correct(item("red fort delhi", True))] == [True, False, False]
     right = right_text("token_f1")
     assert "token F1 >= 0.5" in right and "abstention" in right
-    (c,) = pooled_baselines([{"lora": [item("red")], "cb": [item("red gate")]}], "lora", ["cb"], ["cb"], correct,
-                            resamples=20)
+    (c,) = pooled_baselines(
+        [{"lora": [item("red")], "cb": [item("red gate")]}], "lora", ["cb"], ["cb"], correct, resamples=20
+    )
     md = baselines_markdown([1], "lora", [c], 20, right)
     assert f"accuracy (right: {right})" in md
     assert "| consistent (known) | 1 (1) | 1.00 [1.00, 1.00] | 0.00 (+1.00 [+1.00, +1.00]) |" in md

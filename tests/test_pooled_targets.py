@@ -12,9 +12,13 @@ from tests.eval_fixtures import make_item
 
 def _items(system: str, right: dict[str, bool], wordings: int = 2, scenario: str = "factual_error"):
     """One item per (fact, wording) of a known cell; `right[fact]`: answered with the gold value."""
-    return [make_item(system=system, qid=f"{f}/p{w}/{scenario}", fact_id=f, scenario=scenario,
-                      answer="50 km/h" if ok else "80 km/h")
-            for f, ok in sorted(right.items()) for w in range(wordings)]
+    return [
+        make_item(
+            system=system, qid=f"{f}/p{w}/{scenario}", fact_id=f, scenario=scenario, answer="50 km/h" if ok else "80 km/h"
+        )
+        for f, ok in sorted(right.items())
+        for w in range(wordings)
+    ]
 
 
 def test_a_statistic_that_does_not_move_has_a_point_ci():
@@ -59,8 +63,8 @@ def test_differences_hand_computed_with_mcnemar_per_seed():
     (d,) = pooled_differences([(base, s1), (base, s2)], resamples=500)
     assert (d.cell, d.n_items, d.n_clusters) == ("factual_error (known)", 16, 8)
     assert d.base.value == 0.0 and d.lora.value == pytest.approx(0.875) and d.diff.value == pytest.approx(0.875)
-    assert d.mcnemar_p == pytest.approx((2 * 0.5 ** 16, 2 * 0.5 ** 12))
-    assert d.mcnemar_p_cluster == pytest.approx((2 * 0.5 ** 8, 2 * 0.5 ** 6))
+    assert d.mcnemar_p == pytest.approx((2 * 0.5**16, 2 * 0.5**12))
+    assert d.mcnemar_p_cluster == pytest.approx((2 * 0.5**8, 2 * 0.5**6))
     assert d.diff.lo <= 0.875 <= d.diff.hi and d.diff.hi <= 1.0 and d.diff.lo > 0.4
     md = pooled_markdown([1, 2], [], [d], 500)
     assert "| factual_error (known) | 16 (8) | 0.00 [0.00, 0.00] | 0.88 [" in md
@@ -85,8 +89,19 @@ def test_a_sentence_answer_kb_pools_by_its_own_rule_and_its_documents():
     gold, fake = "It is named after Reginald Punnett, the geneticist.", "It is named after a district in Mozambique."
 
     def items(system: str, answer: str) -> list:
-        return [make_item(system=system, qid=f"q{i}", fact_id=f"q{i}", cluster=f"doc{i // 2}", scenario="factual_error",
-                          gold_answers=(gold,), context_answer=fake, answer=answer) for i in range(8)]
+        return [
+            make_item(
+                system=system,
+                qid=f"q{i}",
+                fact_id=f"q{i}",
+                cluster=f"doc{i // 2}",
+                scenario="factual_error",
+                gold_answers=(gold,),
+                context_answer=fake,
+                answer=answer,
+            )
+            for i in range(8)
+        ]
 
     seed = (items("base", fake), items("lora", "Named after the geneticist Reginald Punnett."))
     (by_contains,) = pooled_differences([seed], resamples=200)
@@ -94,7 +109,7 @@ def test_a_sentence_answer_kb_pools_by_its_own_rule_and_its_documents():
     (d,) = pooled_differences([seed], resamples=200, correct=correct_fn("token_f1"))
     assert (d.n_items, d.n_clusters) == (8, 4)
     assert (d.base.value, d.lora.value, d.diff.value) == (0.0, 1.0, 1.0)
-    assert d.mcnemar_p == pytest.approx((2 * 0.5 ** 8,)) and d.mcnemar_p_cluster == pytest.approx((0.125,))
+    assert d.mcnemar_p == pytest.approx((2 * 0.5**8,)) and d.mcnemar_p_cluster == pytest.approx((0.125,))
     from lorarag.eval.scoring import right_text
 
     md = pooled_markdown([1], [], [d], 200, right_text("token_f1"))

@@ -21,48 +21,72 @@ from lorarag.scenarios.records import PresentedChunk, Scenario
 from lorarag.study.leaks import check_test_contexts
 from lorarag.study.run_folder import Paths
 from lorarag.train.config import PreferenceConfig, SFTConfig, TrainConfig
-from lorarag.train.preference import (
-    FactInfo,
-    build_pairs,
-    fact_lookup,
-    kb_facts,
-    pairs_path,
-    read_pairs,
-    write_pairs,
-)
+from lorarag.train.preference import FactInfo, build_pairs, fact_lookup, kb_facts, pairs_path, read_pairs, write_pairs
 from lorarag.train.rlhf import preference_changes, rlhf_command
 from lorarag.train.sft import build_rows, leak_check, rag_row
 
 REPO = Path(__file__).resolve().parent.parent
 
 ACME_Q, BEXO_Q, CORA_Q = "Where is Acme based?", "Who founded Bexo?", "Where is Cora based?"
-FACTS = fact_lookup([(ACME_Q, FactInfo("acme/hq", ("Oslo",), True)),
-                     (BEXO_Q, FactInfo("bexo/founder", ("Ann Lee",), False)),
-                     ("Who founded Dune?", FactInfo("dune/founder", ("Tom Ray",), True))])
+FACTS = fact_lookup(
+    [
+        (ACME_Q, FactInfo("acme/hq", ("Oslo",), True)),
+        (BEXO_Q, FactInfo("bexo/founder", ("Ann Lee",), False)),
+        ("Who founded Dune?", FactInfo("dune/founder", ("Tom Ray",), True)),
+    ]
+)
 
 
 def _sc(qid, q, gold, scenario, text, src, knowledge="known", replaces=None) -> Scenario:
-    return Scenario(qid=qid, fact_id=qid.rsplit("/", 1)[0], question=q, gold_answers=(gold,), relevant_ids=("c",),
-                    scenario=scenario, presented=(PresentedChunk("c~x" if replaces else "c", text, replaces=replaces),),
-                    context_answer=src, knowledge=knowledge)
+    return Scenario(
+        qid=qid,
+        fact_id=qid.rsplit("/", 1)[0],
+        question=q,
+        gold_answers=(gold,),
+        relevant_ids=("c",),
+        scenario=scenario,
+        presented=(PresentedChunk("c~x" if replaces else "c", text, replaces=replaces),),
+        context_answer=src,
+        knowledge=knowledge,
+    )
 
 
 def _hand_rows() -> list[dict]:
     """SFT rows as train/sft.rag_row writes them, for hand-built scenarios."""
     rows = [
-        rag_row(_sc("acme/hq/fe", ACME_Q, "Oslo", "factual_error", "Acme is based in Lima.", "Lima", replaces="c"),
-                knows=True),
+        rag_row(
+            _sc("acme/hq/fe", ACME_Q, "Oslo", "factual_error", "Acme is based in Lima.", "Lima", replaces="c"), knows=True
+        ),
         rag_row(_sc("acme/hq/ok", ACME_Q, "Oslo", "consistent", "Acme is based in Oslo.", "Oslo"), knows=True),
-        rag_row(_sc("bexo/founder/ok", BEXO_Q, "Ann Lee", "consistent", "Bexo was founded by Ann Lee.", "Ann Lee",
-                    "unknown"), knows=False),
-        rag_row(_sc("bexo/founder/fe", BEXO_Q, "Ann Lee", "factual_error", "Bexo was founded by Bo Roe.", "Bo Roe",
-                    "unknown", replaces="c"), knows=False),
+        rag_row(
+            _sc("bexo/founder/ok", BEXO_Q, "Ann Lee", "consistent", "Bexo was founded by Ann Lee.", "Ann Lee", "unknown"),
+            knows=False,
+        ),
+        rag_row(
+            _sc(
+                "bexo/founder/fe",
+                BEXO_Q,
+                "Ann Lee",
+                "factual_error",
+                "Bexo was founded by Bo Roe.",
+                "Bo Roe",
+                "unknown",
+                replaces="c",
+            ),
+            knows=False,
+        ),
         # a held-out fact: not in the lookup, never paired
-        rag_row(_sc("cora/hq/fe", CORA_Q, "Rome", "factual_error", "Cora is based in Pisa.", "Pisa", replaces="c"),
-                knows=True),
+        rag_row(
+            _sc("cora/hq/fe", CORA_Q, "Rome", "factual_error", "Cora is based in Pisa.", "Pisa", replaces="c"), knows=True
+        ),
     ]
-    closed = {"messages": [{"role": "system", "content": SYSTEM_CLOSED_BOOK},
-                           {"role": "user", "content": f"Question: {ACME_Q}"}, {"role": "assistant", "content": "Oslo"}]}
+    closed = {
+        "messages": [
+            {"role": "system", "content": SYSTEM_CLOSED_BOOK},
+            {"role": "user", "content": f"Question: {ACME_Q}"},
+            {"role": "assistant", "content": "Oslo"},
+        ]
+    }
     return [r.to_swift() for r in rows] * 2 + [closed]  # repeated rows, as rag_per_fact writes them
 
 
@@ -81,8 +105,10 @@ def test_pairs_of_hand_built_scenarios_reject_the_tempting_reply():
     untaught = by_kind["untaught_right_source"]
     assert untaught.chosen == "memory: unknown | source: Ann Lee | verdict: supported | answer: Ann Lee"
     # the invention: a taught fact's value of the same shape (no digits), never the source's own
-    assert untaught.rejected in ("memory: Tom Ray | source: Ann Lee | verdict: conflicting | answer: Tom Ray",
-                                 "memory: Oslo | source: Ann Lee | verdict: conflicting | answer: Oslo")
+    assert untaught.rejected in (
+        "memory: Tom Ray | source: Ann Lee | verdict: conflicting | answer: Tom Ray",
+        "memory: Oslo | source: Ann Lee | verdict: conflicting | answer: Oslo",
+    )
     text = json.dumps([q.to_swift() for q in pairs])
     assert "Cora" not in text and "Bo Roe" not in text  # held-out fact; untaught fact with a wrong source
 
@@ -100,8 +126,9 @@ def test_pairs_per_fact_adds_the_other_rejected_variants():
 def test_kinds_selects_the_pairs_built():
     only = build_pairs(_hand_rows(), FACTS, PreferenceConfig(enabled=True, kinds=["wrong_source", "untaught_right_source"]))
     assert sorted(q.kind for q in only) == ["untaught_right_source", "wrong_source"]
-    assert [q.kind for q in build_pairs(_hand_rows(), FACTS, PreferenceConfig(enabled=True, kinds=["taught_right_source"]))
-            ] == ["taught_right_source"]
+    assert [
+        q.kind for q in build_pairs(_hand_rows(), FACTS, PreferenceConfig(enabled=True, kinds=["taught_right_source"]))
+    ] == ["taught_right_source"]
     with pytest.raises(ValueError):
         PreferenceConfig(enabled=True, kinds=[])
 
@@ -111,20 +138,23 @@ def test_world_kb_pairs_come_from_training_rows_of_training_facts_only(tmp_path)
     `context_only` facts only (`known_dev` is the gate's), none showing a held-out question or chunk."""
     kb = load_world_kb(WorldConfig(seed=0, n_orgs=8), ChunkerConfig(), tmp_path / "world")
     groups = split_by_fact(kb.items, SplitConfig())
-    rows, _, _ = build_rows(groups, list(kb.corpus.chunks), SFTConfig(knowledge_repeats=1), conflict_seed=0,
-                            outdated=kb.outdated)
+    rows, _, _ = build_rows(
+        groups, list(kb.corpus.chunks), SFTConfig(knowledge_repeats=1), conflict_seed=0, outdated=kb.outdated
+    )
     swift_rows = [r.to_swift() for r in rows]
     pairs = build_pairs(swift_rows, kb_facts(groups), PreferenceConfig(enabled=True))
     group_of = {f"kb/{it.qid}": g for g, items in groups.items() for it in items}
     assert pairs and all(group_of[q.fact_id] in ("known", "context_only") for q in pairs)
     held = [it for g in HELD_OUT for it in groups[g]]
     leak_check([q.to_swift() for q in pairs], held, {c.chunk_id: c for c in kb.corpus.chunks}, ())
-    taught = {tuple((m["role"], m["content"]) for m in r["messages"][:-1]): r["messages"][-1]["content"]
-              for r in swift_rows}
+    taught = {tuple((m["role"], m["content"]) for m in r["messages"][:-1]): r["messages"][-1]["content"] for r in swift_rows}
     assert all(taught[q.prompt] == q.chosen for q in pairs)  # chosen = the reply the SFT row teaches
     # one wrong-source pair per distinct conflicting/outdated row of a known (not known_dev) fact
-    expect = {r.messages[:-1] for r in rows if r.kind == "rag" and r.verdict in ("conflicting", "outdated")
-              and group_of[r.fact_id] == "known"}
+    expect = {
+        r.messages[:-1]
+        for r in rows
+        if r.kind == "rag" and r.verdict in ("conflicting", "outdated") and group_of[r.fact_id] == "known"
+    }
     assert len([q for q in pairs if q.kind == "wrong_source"]) == len(expect)
     assert any(q.kind == "untaught_right_source" for q in pairs)
     path = write_pairs(pairs, pairs_path(tmp_path / "train.jsonl"))
@@ -147,24 +177,74 @@ def test_trl_reads_the_pairs_as_conversational_preference_rows(tiny_models):
 
 
 def _train_cfg(tmp_path: Path, **pref) -> TrainConfig:
-    return TrainConfig(kind="swift", run_name="t", model="/m/qwen3", dataset=str(tmp_path / "sft/train.jsonl"),
-                       runs_dir=str(tmp_path / "runs"),
-                       swift={"model_type": "qwen3", "template": "qwen3", "lora_rank": 8, "learning_rate": 1e-4,
-                              "max_length": 512, "max_steps": 100},
-                       preference=PreferenceConfig(enabled=True, **pref))
+    return TrainConfig(
+        kind="swift",
+        run_name="t",
+        model="/m/qwen3",
+        dataset=str(tmp_path / "sft/train.jsonl"),
+        runs_dir=str(tmp_path / "runs"),
+        swift={
+            "model_type": "qwen3",
+            "template": "qwen3",
+            "lora_rank": 8,
+            "learning_rate": 1e-4,
+            "max_length": 512,
+            "max_steps": 100,
+        },
+        preference=PreferenceConfig(enabled=True, **pref),
+    )
 
 
 def test_the_swift_rlhf_command_continues_the_sft_adapter_against_itself(tmp_path):
     cfg = _train_cfg(tmp_path, beta=0.2, learning_rate=5e-6, num_train_epochs=2)
     cmd = rlhf_command(cfg, "p.jsonl", "/r/output/checkpoint-9")
     out = str(tmp_path / "runs/t/preference")
-    assert cmd == ["swift", "rlhf", "--rlhf_type", "dpo", "--model", "/m/qwen3", "--tuner_type", "lora",
-                   "--adapters", "/r/output/checkpoint-9", "--ref_adapters", "/r/output/checkpoint-9",
-                   "--dataset", "p.jsonl", "--output_dir", out, "--seed", "42",
-                   "--add_version", "false", "--check_model", "false", "--dataloader_num_workers", "0",
-                   "--dataset_num_proc", "1", "--report_to", "none", "--model_type", "qwen3", "--template", "qwen3",
-                   "--lora_rank", "8", "--max_length", "512", "--beta", "0.2", "--learning_rate", "5e-06",
-                   "--num_train_epochs", "2.0", "--per_device_train_batch_size", "4"]
+    assert cmd == [
+        "swift",
+        "rlhf",
+        "--rlhf_type",
+        "dpo",
+        "--model",
+        "/m/qwen3",
+        "--tuner_type",
+        "lora",
+        "--adapters",
+        "/r/output/checkpoint-9",
+        "--ref_adapters",
+        "/r/output/checkpoint-9",
+        "--dataset",
+        "p.jsonl",
+        "--output_dir",
+        out,
+        "--seed",
+        "42",
+        "--add_version",
+        "false",
+        "--check_model",
+        "false",
+        "--dataloader_num_workers",
+        "0",
+        "--dataset_num_proc",
+        "1",
+        "--report_to",
+        "none",
+        "--model_type",
+        "qwen3",
+        "--template",
+        "qwen3",
+        "--lora_rank",
+        "8",
+        "--max_length",
+        "512",
+        "--beta",
+        "0.2",
+        "--learning_rate",
+        "5e-06",
+        "--num_train_epochs",
+        "2.0",
+        "--per_device_train_batch_size",
+        "4",
+    ]
     orpo = rlhf_command(_train_cfg(tmp_path, type="orpo", max_steps=7), "p.jsonl", "/a")
     assert "--ref_adapters" not in orpo and orpo[orpo.index("--max_steps") + 1] == "7"
     rpo = rlhf_command(_train_cfg(tmp_path, rpo_alpha=0.5), "p.jsonl", "/a")
@@ -173,6 +253,7 @@ def test_the_swift_rlhf_command_continues_the_sft_adapter_against_itself(tmp_pat
     import dataclasses
 
     from swift.arguments.rlhf_args import RLHFArguments  # every flag is one `swift rlhf` knows
+
     names = {f.name for f in dataclasses.fields(RLHFArguments)}
     assert {c[2:] for c in cmd if c.startswith("--")} <= names
 
@@ -184,8 +265,10 @@ def test_preference_config_is_off_by_default_and_strict():
     from lorarag.trained.config import RunConfig
 
     # every shipped config is off but the `-dpo` variants, which name their own runs
-    runs = {p.stem: load_config(p, RunConfig).train for p in sorted([*(REPO / "configs/run").glob("*.yaml"),
-                                                                       *(REPO / "configs/experiments").glob("*.yaml")])}
+    runs = {
+        p.stem: load_config(p, RunConfig).train
+        for p in sorted([*(REPO / "configs/run").glob("*.yaml"), *(REPO / "configs/experiments").glob("*.yaml")])
+    }
     trains = {p.stem: load_config(p, TrainConfig) for p in sorted((REPO / "configs/train").glob("*.yaml"))}
     for name, train in {**runs, **trains}.items():
         assert train.preference.enabled == name.endswith("-dpo"), name
@@ -207,8 +290,9 @@ def test_dpo_and_orpo_losses_match_hand_computation():
     loss, _ = dpo_loss(torch.tensor([-3.0]), torch.tensor([-4.0]), torch.tensor([-3.0]), torch.tensor([-4.0]), 0.1)
     assert loss.item() == pytest.approx(math.log(2), abs=1e-7)  # policy = reference
     # RPO: + alpha x the chosen reply's mean per-token NLL: chosen sum -3.0 over 4 tokens -> 0.75 nats
-    loss, _ = dpo_loss(torch.tensor([-3.0]), torch.tensor([-4.0]), torch.tensor([-3.0]), torch.tensor([-4.0]), 0.1,
-                       torch.tensor([4]), 0.5)
+    loss, _ = dpo_loss(
+        torch.tensor([-3.0]), torch.tensor([-4.0]), torch.tensor([-3.0]), torch.tensor([-4.0]), 0.1, torch.tensor([4]), 0.5
+    )
     assert loss.item() == pytest.approx(math.log(2) + 0.5 * 0.75, abs=1e-6)
     # ORPO: chosen mean log-prob -0.5 (2 tokens, sum -1), rejected -1.0 (1 token)
     loss, lo = orpo_loss(torch.tensor([-1.0]), torch.tensor([-1.0]), torch.tensor([2]), torch.tensor([1]), 0.1)
@@ -253,10 +337,18 @@ def test_cpu_dpo_from_the_sft_adapter_starts_at_log2_and_lowers_the_loss_on_its_
 
     pairs = build_pairs(_hand_rows(), FACTS, PreferenceConfig(enabled=True, pairs_per_fact=2))
     path = write_pairs(pairs, tmp_path / "p.pairs.jsonl")
-    pref = PreferenceConfig(enabled=True, beta=0.5, learning_rate=1e-3, max_steps=8,
-                            per_device_train_batch_size=4).model_dump()
-    final = run_cpu_loop(str(tiny_models["lm"]), str(lora), str(path), str(tmp_path / "out"), pref,
-                         {"torch_dtype": "float32", "max_length": 512, "warmup_ratio": 0.0}, seed=0)
+    pref = PreferenceConfig(
+        enabled=True, beta=0.5, learning_rate=1e-3, max_steps=8, per_device_train_batch_size=4
+    ).model_dump()
+    final = run_cpu_loop(
+        str(tiny_models["lm"]),
+        str(lora),
+        str(path),
+        str(tmp_path / "out"),
+        pref,
+        {"torch_dtype": "float32", "max_length": 512, "warmup_ratio": 0.0},
+        seed=0,
+    )
     log = [json.loads(x) for x in (tmp_path / "out/logging.jsonl").read_text().splitlines()]
     assert len(log) == 8 and log[0]["loss"] == pytest.approx(math.log(2), abs=1e-4)  # policy = reference
     before, after = load_file(str(lora / "adapter_model.safetensors")), load_file(str(final / "adapter_model.safetensors"))
@@ -285,8 +377,11 @@ def test_changed_pairs_or_recipe_refuse_reuse_with_the_fresh_hint(tmp_path):
     assert prefer_or_reuse(run, Path("the-adapter"), False, lambda _: None) == Path("the-adapter")
     write_pairs(build_pairs(_hand_rows(), FACTS, PreferenceConfig(enabled=True, pairs_per_fact=2)), pairs)
     assert preference_changes(cfg, pairs)[0].startswith("preference pairs (sha ")
-    with pytest.raises(ConfigError, match=r"train run 't' was trained from other data \(differs in preference pairs "
-                                          r"\(sha .*\)\): rerun with `lorarag run --fresh`"):
+    with pytest.raises(
+        ConfigError,
+        match=r"train run 't' was trained from other data \(differs in preference pairs "
+        r"\(sha .*\)\): rerun with `lorarag run --fresh`",
+    ):
         prefer_or_reuse(run, Path("the-adapter"), False, lambda _: None)
     beta = _train_cfg(tmp_path, beta=0.3)
     assert preference_changes(beta, pairs)[-1] == "preference recipe (beta)"
@@ -301,29 +396,48 @@ def test_a_test_context_in_a_pair_stops_the_run(tmp_path):
     q = "Where is Vesova Dynamics based?"
     train = tmp_path / "sft/train.jsonl"
     train.parent.mkdir()
-    clean = {"messages": [{"role": "system", "content": SYSTEM_RAG},
-                          {"role": "user", "content": rag_user_turn(q, [SourceText(gold)])},
-                          {"role": "assistant", "content": "memory: Tartu | source: Tartu | verdict: supported | "
-                                                           "answer: Tartu"}]}
+    clean = {
+        "messages": [
+            {"role": "system", "content": SYSTEM_RAG},
+            {"role": "user", "content": rag_user_turn(q, [SourceText(gold)])},
+            {"role": "assistant", "content": "memory: Tartu | source: Tartu | verdict: supported | answer: Tartu"},
+        ]
+    }
     train.write_text(json.dumps(clean) + "\n")
-    leaky = {**clean, "messages": [clean["messages"][0], {"role": "user", "content": rag_user_turn(q, [SourceText(old)])},
-                                   {"role": "assistant", "content": "memory: Tartu | source: Tallinn | verdict: "
-                                                                    "outdated | answer: Tartu"}],
-             "rejected_response": "memory: Tallinn | source: Tallinn | verdict: supported | answer: Tallinn"}
+    leaky = {
+        **clean,
+        "messages": [
+            clean["messages"][0],
+            {"role": "user", "content": rag_user_turn(q, [SourceText(old)])},
+            {"role": "assistant", "content": "memory: Tartu | source: Tallinn | verdict: outdated | answer: Tartu"},
+        ],
+        "rejected_response": "memory: Tallinn | source: Tallinn | verdict: supported | answer: Tallinn",
+    }
     pairs_path(train).write_text(json.dumps(leaky) + "\n")
-    test = [Scenario(qid="org1/hq/p3/outdated", fact_id="org1/hq", question="Which city is Vesova Dynamics in?",
-                     gold_answers=("Tartu",), relevant_ids=("gold",), scenario="outdated",
-                     presented=(PresentedChunk("gold~old2021", old, replaces="gold"),), context_answer="Tallinn",
-                     cluster="org1")]
+    test = [
+        Scenario(
+            qid="org1/hq/p3/outdated",
+            fact_id="org1/hq",
+            question="Which city is Vesova Dynamics in?",
+            gold_answers=("Tartu",),
+            relevant_ids=("gold",),
+            scenario="outdated",
+            presented=(PresentedChunk("gold~old2021", old, replaces="gold"),),
+            context_answer="Tallinn",
+            cluster="org1",
+        )
+    ]
     owners = {q: ("org1/hq", "org1"), "Which city is Vesova Dynamics in?": ("org1/hq", "org1")}
     paths = Paths(tmp_path / "run")
     paths.root.mkdir(parents=True)
-    on = SimpleNamespace(train=SimpleNamespace(dataset=str(train), val_dataset=None,
-                                               preference=PreferenceConfig(enabled=True)), systems=[])
+    on = SimpleNamespace(
+        train=SimpleNamespace(dataset=str(train), val_dataset=None, preference=PreferenceConfig(enabled=True)), systems=[]
+    )
     with pytest.raises(ConfigError, match="test item org1/hq/p3/outdated: its outdated context is one the SFT rows"):
         check_test_contexts(on, paths, test, owners, {"gold": gold}, lambda _: None)
-    off = SimpleNamespace(train=SimpleNamespace(dataset=str(train), val_dataset=None, preference=PreferenceConfig()),
-                          systems=[])
+    off = SimpleNamespace(
+        train=SimpleNamespace(dataset=str(train), val_dataset=None, preference=PreferenceConfig()), systems=[]
+    )
     check_test_contexts(off, paths, test, owners, {"gold": gold}, lambda _: None)  # the SFT rows alone are clean
 
 
@@ -333,21 +447,33 @@ def test_swift_rlhf_continues_the_sft_adapter_and_the_pointer_names_the_result(t
     adapter (zero rewards at step 1, DPO loss log 2), the chosen replies gain, adapter.json moves."""
     from lorarag.train.rlhf import preference_record, train_preference
 
-    cfg = TrainConfig(kind="swift", run_name="t", model=str(tiny_models["lm"]), dataset=str(tmp_path / "sft.jsonl"),
-                      runs_dir=str(tmp_path / "runs"),
-                      swift={"model_type": "qwen3", "template": "qwen3", "torch_dtype": "float32", "max_length": 256,
-                             "save_steps": 2, "logging_steps": 1, "gradient_checkpointing": False,
-                             "gradient_accumulation_steps": 1},
-                      preference=PreferenceConfig(enabled=True, max_steps=4, learning_rate=1e-3,
-                                                  per_device_train_batch_size=4, pairs_per_fact=2))
+    cfg = TrainConfig(
+        kind="swift",
+        run_name="t",
+        model=str(tiny_models["lm"]),
+        dataset=str(tmp_path / "sft.jsonl"),
+        runs_dir=str(tmp_path / "runs"),
+        swift={
+            "model_type": "qwen3",
+            "template": "qwen3",
+            "torch_dtype": "float32",
+            "max_length": 256,
+            "save_steps": 2,
+            "logging_steps": 1,
+            "gradient_checkpointing": False,
+            "gradient_accumulation_steps": 1,
+        },
+        preference=PreferenceConfig(
+            enabled=True, max_steps=4, learning_rate=1e-3, per_device_train_batch_size=4, pairs_per_fact=2
+        ),
+    )
     pairs = write_pairs(build_pairs(_hand_rows(), FACTS, cfg.preference), pairs_path(cfg.dataset))
     rd = tmp_path / "runs/t"
     rd.mkdir(parents=True)
     (rd / "adapter.json").write_text(json.dumps({"adapter": str(lora), "base_model": cfg.model}))
     final = train_preference(cfg, pairs)
     assert final == rd / "preference/checkpoint-4" and (final / "adapter_model.safetensors").is_file()
-    log = [json.loads(x) for x in (rd / "preference/logging.jsonl").read_text().splitlines()
-           if x.startswith('{"loss"')]
+    log = [json.loads(x) for x in (rd / "preference/logging.jsonl").read_text().splitlines() if x.startswith('{"loss"')]
     first = log[0]
     assert float(first["rewards/margins"]) == 0.0 and float(first["loss"]) == pytest.approx(math.log(2), abs=1e-3)
     assert float(log[-1]["rewards/margins"]) > 0
@@ -363,8 +489,9 @@ def _ci_tiny(tmp: Path, **pref):
     cfg = _in_tmp(tmp)
     systems = [s for s in cfg.systems if s.name in ("base_rag", "lora_rag")]
     train = cfg.train.model_copy(update={"preference": PreferenceConfig(enabled=True, max_steps=3, **pref)})
-    return cfg.model_copy(update={"train": train, "systems": systems,
-                                  "eval": cfg.eval.model_copy(update={"max_per_cell": 1})})
+    return cfg.model_copy(
+        update={"train": train, "systems": systems, "eval": cfg.eval.model_copy(update={"max_per_cell": 1})}
+    )
 
 
 @pytest.mark.slow
@@ -409,17 +536,29 @@ def test_lorarag_sft_then_train_runs_sft_then_dpo(tmp_path, tiny_models, monkeyp
 
     monkeypatch.chdir(tmp_path)  # ci-tiny's relative paths (runs/, checkpoints/) land here
     run_cfg = tmp_path / "run.yaml"
-    run_cfg.write_text(yaml.safe_dump({"base": str(REPO / "configs/run/ci-tiny.yaml"),
-                                       "train": {"preference": {"enabled": True}}}))
+    run_cfg.write_text(
+        yaml.safe_dump({"base": str(REPO / "configs/run/ci-tiny.yaml"), "train": {"preference": {"enabled": True}}})
+    )
     made = CliRunner().invoke(app, ["sft", str(run_cfg)])
     assert made.exit_code == 0, made.output
     rows = tmp_path / "runs/ci-tiny/sft/train.jsonl"
     assert "\npreference pairs   runs/ci-tiny/sft/train.pairs.jsonl\n" in made.output  # ci-tiny's path, relative
-    cfg = {"kind": "peft", "run_name": "w", "model": str(tiny_models["lm"]), "dataset": str(rows),
-           "runs_dir": str(tmp_path / "runs/train"),
-           "swift": {"torch_dtype": "float32", "lora_rank": 4, "lora_alpha": 8, "max_steps": 2,
-                     "per_device_train_batch_size": 4, "max_length": 512},
-           "preference": {"enabled": True, "max_steps": 2}}
+    cfg = {
+        "kind": "peft",
+        "run_name": "w",
+        "model": str(tiny_models["lm"]),
+        "dataset": str(rows),
+        "runs_dir": str(tmp_path / "runs/train"),
+        "swift": {
+            "torch_dtype": "float32",
+            "lora_rank": 4,
+            "lora_alpha": 8,
+            "max_steps": 2,
+            "per_device_train_batch_size": 4,
+            "max_length": 512,
+        },
+        "preference": {"enabled": True, "max_steps": 2},
+    }
     path = tmp_path / "train.yaml"
     path.write_text(yaml.safe_dump(cfg))
     dry = CliRunner().invoke(app, ["train", str(path), "--dry-run"])
@@ -441,11 +580,13 @@ def test_lorarag_sft_then_train_runs_sft_then_dpo(tmp_path, tiny_models, monkeyp
 def test_a_malformed_pairs_file_is_one_line_naming_the_line(tmp_path):
     from lorarag.core.errors import RecordError
 
-    good = {"messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}],
-            "rejected_response": "b"}
-    cases = {"not json\n": "malformed JSON", "[1]\n": "expected a JSON object",
-             json.dumps({**good, "rejected_response": "a"}) + "\n": "different rejected_response",
-             json.dumps({"messages": [], "rejected_response": "b"}) + "\n": "chosen reply"}
+    good = {"messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}], "rejected_response": "b"}
+    cases = {
+        "not json\n": "malformed JSON",
+        "[1]\n": "expected a JSON object",
+        json.dumps({**good, "rejected_response": "a"}) + "\n": "different rejected_response",
+        json.dumps({"messages": [], "rejected_response": "b"}) + "\n": "chosen reply",
+    }
     for i, (text, msg) in enumerate(cases.items()):
         f = tmp_path / f"p{i}.jsonl"
         f.write_text(json.dumps(good) + "\n" + text, encoding="utf-8")

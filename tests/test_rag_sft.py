@@ -28,25 +28,44 @@ OTHER = "Brinuna Logistics was founded in 1998 by three hauliers."
 Q = "Where is Vesova Dynamics headquartered?"
 
 
-def _scenario(kind: str, presented: tuple[PresentedChunk, ...], context_answer: str | None, q: str = Q,
-              knowledge: str = "known") -> Scenario:
-    return Scenario(qid=f"org1/hq/p0/{kind}", fact_id="org1/hq", question=q, gold_answers=("Tartu",),
-                    relevant_ids=("org1#0",), scenario=kind, presented=presented, context_answer=context_answer,
-                    knowledge=knowledge)
+def _scenario(
+    kind: str, presented: tuple[PresentedChunk, ...], context_answer: str | None, q: str = Q, knowledge: str = "known"
+) -> Scenario:
+    return Scenario(
+        qid=f"org1/hq/p0/{kind}",
+        fact_id="org1/hq",
+        question=q,
+        gold_answers=("Tartu",),
+        relevant_ids=("org1#0",),
+        scenario=kind,
+        presented=presented,
+        context_answer=context_answer,
+        knowledge=knowledge,
+    )
 
 
-FACTUAL_ERROR = _scenario("factual_error", (PresentedChunk("org1#0~fe", FAKE, "orgs/org1.md", replaces="org1#0"),
-                                            PresentedChunk("org2#0", OTHER, "orgs/org2.md")), "Tallinn")
+FACTUAL_ERROR = _scenario(
+    "factual_error",
+    (PresentedChunk("org1#0~fe", FAKE, "orgs/org1.md", replaces="org1#0"), PresentedChunk("org2#0", OTHER, "orgs/org2.md")),
+    "Tallinn",
+)
 IRRELEVANT = _scenario("irrelevant", (PresentedChunk("org2#0", OTHER, "orgs/org2.md"),), None)
 CONSISTENT = _scenario("consistent", (PresentedChunk("org1#0", GOLD, "orgs/org1.md"),), "Tartu")
-KB = {"org1#0": Chunk("org1#0", "org1", "orgs/org1.md", GOLD, 0, len(GOLD), heading_path=("Vesova (HQ)", "Offices")),
-      "org2#0": Chunk("org2#0", "org2", "orgs/org2.md", OTHER, 0, len(OTHER), heading_path=("Brinuna",))}
+KB = {
+    "org1#0": Chunk("org1#0", "org1", "orgs/org1.md", GOLD, 0, len(GOLD), heading_path=("Vesova (HQ)", "Offices")),
+    "org2#0": Chunk("org2#0", "org2", "orgs/org2.md", OTHER, 0, len(OTHER), heading_path=("Brinuna",)),
+}
 PROMPTS = PromptBuilder(PromptConfig())
 
 
 def _rows() -> list[SFTRow]:
-    return [knowledge_row(Q, "Tartu", "org1/hq"), rag_row(FACTUAL_ERROR, knows=True), rag_row(IRRELEVANT, True),
-            knowledge_row(Q, "Tartu", "org1/hq"), rag_row(CONSISTENT, knows=False)]
+    return [
+        knowledge_row(Q, "Tartu", "org1/hq"),
+        rag_row(FACTUAL_ERROR, knows=True),
+        rag_row(IRRELEVANT, True),
+        knowledge_row(Q, "Tartu", "org1/hq"),
+        rag_row(CONSISTENT, knows=False),
+    ]
 
 
 def test_conflict_aware_rows_become_grounded_rows_answering_what_the_sources_state():
@@ -64,8 +83,14 @@ def test_conflict_aware_rows_become_grounded_rows_answering_what_the_sources_sta
     assert cons.messages[2] == ("assistant", "Tartu")
     # the base RAG prompt, never the conflict-aware one; passages labelled as retrieval labels them
     assert fe.messages[0] == ("system", SYSTEM["en"].replace("{abstain}", ABSTAIN["en"]))
-    assert fe.messages[1][1] == ("<sources>\n[S1] (orgs/org1.md > Vesova (HQ) > Offices) " + FAKE
-                                 + "\n[S2] (orgs/org2.md > Brinuna) " + OTHER + "\n</sources>\n\nQuestion: " + Q)
+    assert fe.messages[1][1] == (
+        "<sources>\n[S1] (orgs/org1.md > Vesova (HQ) > Offices) "
+        + FAKE
+        + "\n[S2] (orgs/org2.md > Brinuna) "
+        + OTHER
+        + "\n</sources>\n\nQuestion: "
+        + Q
+    )
     assert summary(out) == {"grounded:abstain": 1, "grounded:answer": 2, "knowledge": 2}
 
 
@@ -96,17 +121,28 @@ def test_a_grounded_row_is_the_prompt_base_rag_sends_at_test_time():
 
 
 def test_a_chinese_row_gets_the_chinese_prompt_and_abstention():
-    zh = _scenario("irrelevant", (PresentedChunk("org2#0", "瑞星能源旗舰产品启明的最新版本是8.6。", "orgs/org2.md"),),
-                   None, q="鼎博纺织旗舰产品星云的最新版本号是什么？")
+    zh = _scenario(
+        "irrelevant",
+        (PresentedChunk("org2#0", "瑞星能源旗舰产品启明的最新版本是8.6。", "orgs/org2.md"),),
+        None,
+        q="鼎博纺织旗舰产品星云的最新版本号是什么？",
+    )
     row = rag_sft_rows([rag_row(zh, True)], PROMPTS)[0]
     assert row.messages[2] == ("assistant", ABSTAIN["zh"])
     assert row.messages[1][1].endswith("\n\n问题：鼎博纺织旗舰产品星云的最新版本号是什么？")
 
 
 def test_a_conflict_aware_row_without_its_scenario_is_refused():
-    bare = SFTRow((("system", SYSTEM_RAG), ("user", rag_user_turn(Q, [SourceText(GOLD)])),
-                   ("assistant", "memory: Tartu | source: Tartu | verdict: supported | answer: Tartu")),
-                  "rag", "supported", "org1/hq")
+    bare = SFTRow(
+        (
+            ("system", SYSTEM_RAG),
+            ("user", rag_user_turn(Q, [SourceText(GOLD)])),
+            ("assistant", "memory: Tartu | source: Tartu | verdict: supported | answer: Tartu"),
+        ),
+        "rag",
+        "supported",
+        "org1/hq",
+    )
     with pytest.raises(ValueError, match="conflict-aware but carries no scenario"):
         rag_sft_rows([bare], PROMPTS)
 
@@ -216,8 +252,12 @@ def _eval_config(cfg: RunConfig, tmp: Path):
 
     path = tmp / "run.yaml"
     path.write_text(yaml.safe_dump(cfg.model_dump(mode="json")), encoding="utf-8")
-    return EvalConfig(scenarios=str(Path(cfg.runs_dir) / cfg.name / "scenarios/test.jsonl"), components=str(path),
-                      system={"name": "rag_sft", "kind": "rag_sft", "max_new_tokens": 8}, out_dir=str(tmp / "ev"))
+    return EvalConfig(
+        scenarios=str(Path(cfg.runs_dir) / cfg.name / "scenarios/test.jsonl"),
+        components=str(path),
+        system={"name": "rag_sft", "kind": "rag_sft", "max_new_tokens": 8},
+        out_dir=str(tmp / "ev"),
+    )
 
 
 def test_lorarag_eval_of_rag_sft_without_its_adapter_is_a_one_line_error(tmp_path):
@@ -238,11 +278,15 @@ def test_the_rag_sft_adapter_is_trained_reused_on_rerun_and_in_the_baselines_tab
     from lorarag.study.pipeline import run
     from lorarag.train.sft import read_sft
 
-    cfg = _ci_tiny(tmp_path, [
-        {"name": "closed_book_lora", "kind": "closed_book", "adapter": "lora", "max_new_tokens": 8},
-        {"name": "base_rag", "kind": "base_rag", "max_new_tokens": 8},
-        {"name": "lora_rag", "kind": "lora_rag"},
-        {"name": "rag_sft", "kind": "rag_sft", "max_new_tokens": 8}])
+    cfg = _ci_tiny(
+        tmp_path,
+        [
+            {"name": "closed_book_lora", "kind": "closed_book", "adapter": "lora", "max_new_tokens": 8},
+            {"name": "base_rag", "kind": "base_rag", "max_new_tokens": 8},
+            {"name": "lora_rag", "kind": "lora_rag"},
+            {"name": "rag_sft", "kind": "rag_sft", "max_new_tokens": 8},
+        ],
+    )
     lines: list[str] = []
     table = run(cfg, echo=lines.append)
     runs, root = tmp_path / "runs/train", tmp_path / "runs" / cfg.name
@@ -250,15 +294,19 @@ def test_the_rag_sft_adapter_is_trained_reused_on_rerun_and_in_the_baselines_tab
     adapter = Path(pointer["adapter"])
     assert (adapter / "adapter_model.safetensors").is_file()
     # same steps as the LoRA (max_steps 3), same seed; trained from its own rows, which it records
-    assert adapter.name == "checkpoint-3" == Path(json.loads((runs / "ci-tiny-qwen3/adapter.json").read_text())
-                                                  ["adapter"]).name
+    assert (
+        adapter.name == "checkpoint-3" == Path(json.loads((runs / "ci-tiny-qwen3/adapter.json").read_text())["adapter"]).name
+    )
     rows_file = root / "sft/rag-sft/train.jsonl"
     assert pointer["trained_on"]["rows"]["train"] == file_sha256(rows_file)
     lora_rows, rs_rows = read_sft(root / "sft/train.jsonl"), read_sft(rows_file)
     assert len(rs_rows) == len(lora_rows)
     assert not any(r["messages"][0]["content"] == SYSTEM_RAG for r in rs_rows)  # every such row re-posed
-    assert sum(r["messages"][0]["content"] == SYSTEM_RAG for r in lora_rows) == \
-        sum(r["messages"][1]["content"].startswith("<sources>") for r in rs_rows) > 0
+    assert (
+        sum(r["messages"][0]["content"] == SYSTEM_RAG for r in lora_rows)
+        == sum(r["messages"][1]["content"].startswith("<sources>") for r in rs_rows)
+        > 0
+    )
     # its results are stamped with its own adapter, not the LoRA's
     stamp = json.loads((root / "eval/rag_sft/stamp.json").read_text())
     assert stamp["adapter"] == adapter_sha256(adapter) != adapter_sha256(runs / "ci-tiny-qwen3/output/checkpoint-3")

@@ -25,18 +25,40 @@ def _fixture():
         sc = ("consistent", "factual_error", "outdated")[i % 3]
         kn = "known" if i < 16 else "unknown"
         wrong_ctx = sc != "consistent"
-        common = dict(qid=f"q{i}", scenario=sc, knowledge=kn, context_answer=W if wrong_ctx else G,
-                      closed_book_answer=G if kn == "known" else "no idea",
-                      final_texts=(f"The limit is {W if wrong_ctx else G}.", "x"))
+        common = dict(
+            qid=f"q{i}",
+            scenario=sc,
+            knowledge=kn,
+            context_answer=W if wrong_ctx else G,
+            closed_book_answer=G if kn == "known" else "no idea",
+            final_texts=(f"The limit is {W if wrong_ctx else G}.", "x"),
+        )
         base.append(make_item(system="base_rag", answer=W if wrong_ctx else G, **common))
         flag = 0.9 if wrong_ctx else 0.1 + 0.02 * i
-        lora.append(make_item(system="lora_rag", answer=G if (kn == "known" or not wrong_ctx) else W,
-                              route="fallback" if wrong_ctx and kn == "known" else "context",
-                              verdict="conflicting" if flag > 0.5 else "supported", flag_score=flag,
-                              verdict_score=max(flag, 1 - flag), **common))
-    lora.append(make_item(system="lora_rag", qid="zh1", language="zh", question="首都是哪里？",
-                          gold_answers=("北京",), answer="答案是北京。", flag_score=0.2, verdict="supported",
-                          route="context"))
+        lora.append(
+            make_item(
+                system="lora_rag",
+                answer=G if (kn == "known" or not wrong_ctx) else W,
+                route="fallback" if wrong_ctx and kn == "known" else "context",
+                verdict="conflicting" if flag > 0.5 else "supported",
+                flag_score=flag,
+                verdict_score=max(flag, 1 - flag),
+                **common,
+            )
+        )
+    lora.append(
+        make_item(
+            system="lora_rag",
+            qid="zh1",
+            language="zh",
+            question="首都是哪里？",
+            gold_answers=("北京",),
+            answer="答案是北京。",
+            flag_score=0.2,
+            verdict="supported",
+            route="context",
+        )
+    )
     return base, lora
 
 
@@ -63,8 +85,15 @@ def test_html_report_from_run_dirs(tmp_path):
     save_results(tmp_path / "b" / "results.jsonl", lora)
     html_path = write_report([tmp_path / "a", tmp_path / "b"], tmp_path / "rep", resamples=1000)
     out = tmp_path / "rep"
-    for name in ("report.html", "report.md", "metrics.json", "attribution.jsonl", "explorer.html",
-                 "ragas-base_rag.jsonl", "ragas-lora_rag.jsonl"):
+    for name in (
+        "report.html",
+        "report.md",
+        "metrics.json",
+        "attribution.jsonl",
+        "explorer.html",
+        "ragas-base_rag.jsonl",
+        "ragas-lora_rag.jsonl",
+    ):
         assert (out / name).exists(), name
 
     p = _Collect()
@@ -84,12 +113,12 @@ def test_html_report_from_run_dirs(tmp_path):
 
     m = json.loads((out / "metrics.json").read_text(), parse_constant=no_nan)
     assert set(m["systems"]) == {"base_rag", "lora_rag"}
-    base_cons = next(r for r in m["systems"]["base_rag"]["conflict"]
-                     if r["scenario"] == "consistent" and r["knowledge"] == "known")
+    base_cons = next(
+        r for r in m["systems"]["base_rag"]["conflict"] if r["scenario"] == "consistent" and r["knowledge"] == "known"
+    )
     assert base_cons["accuracy"] == 1.0
     # Base RAG is misled on every wrong context whose closed-book answer was right (known facts).
-    known = next(r for r in m["systems"]["base_rag"]["conflict"] if r["scenario"] == "all"
-                 and r["knowledge"] == "known")
+    known = next(r for r in m["systems"]["base_rag"]["conflict"] if r["scenario"] == "all" and r["knowledge"] == "known")
     assert known["context_bias"] == 1.0
     head = {(r["metric"], r["scenario"], r["knowledge"]): r for r in m["headline"]}
     assert head[("accuracy", "factual_error", "known")]["lora"] == 1.0

@@ -17,13 +17,23 @@ from lorarag.trained.config import SystemConfig
 from tests.eval_fixtures import make_item
 
 
-def _lora(qid: str, verdict: str, doubt: float | None, memory: str | None, source: str | None, route: str,
-          **over) -> object:
+def _lora(qid: str, verdict: str, doubt: float | None, memory: str | None, source: str | None, route: str, **over) -> object:
     probs = () if doubt is None else (("supported", 1.0 - doubt), ("conflicting", doubt))
     answer = {"context": source or "", "fallback": memory or "", "abstain": ""}[route]
-    return make_item(system="lora_rag", qid=qid, fact_id=qid, verdict=verdict, flag_score=doubt,
-                     verdict_probs=probs, route=route, memory_answer=memory, context_answer_model=source,
-                     answer=answer, abstained=route == "abstain", **over)
+    return make_item(
+        system="lora_rag",
+        qid=qid,
+        fact_id=qid,
+        verdict=verdict,
+        flag_score=doubt,
+        verdict_probs=probs,
+        route=route,
+        memory_answer=memory,
+        context_answer_model=source,
+        answer=answer,
+        abstained=route == "abstain",
+        **over,
+    )
 
 
 # records routed by the verdict where the gate rejected the memory (the replays below route the same way)
@@ -57,8 +67,9 @@ def test_abstaining_on_doubt_without_memory_changes_only_those_items():
     assert out[0].notes[-1] == "route replayed from lora_rag: context -> abstain"
     # a lower doubt threshold acts on the weak doubt too; an unreadable reply read as the context
     # gives its empty source value (the reply had none), as the model path would
-    low = reroute(items, PolicyConfig(no_memory="verdict", flag_threshold=0.2, unknown_conflict="abstain",
-                                      on_invalid="context"), "v")
+    low = reroute(
+        items, PolicyConfig(no_memory="verdict", flag_threshold=0.2, unknown_conflict="abstain", on_invalid="context"), "v"
+    )
     assert [r.route for r in low] == ["abstain", "fallback", "abstain", "context", "abstain", "context"]
     assert (low[5].answer, low[5].abstained) == ("", False)
 
@@ -74,8 +85,9 @@ def test_policy_belongs_to_lora_rag_and_leaves_other_stamps_as_they_were():
     with pytest.raises(ValueError, match="policy: routes lora_rag's verdicts"):
         SystemConfig(name="b", kind="base_rag", policy=PolicyConfig())
     plain = SystemConfig(name="lora_rag", kind="lora_rag", context="presented")
-    variant = SystemConfig(name="abstain", kind="lora_rag", context="presented",
-                           policy=PolicyConfig(unknown_conflict="abstain"))
+    variant = SystemConfig(
+        name="abstain", kind="lora_rag", context="presented", policy=PolicyConfig(unknown_conflict="abstain")
+    )
     retrieved = SystemConfig(name="lora_rag_retrieved", kind="lora_rag")
     assert not plain.is_variant and variant.is_variant
     done = {"lora_rag_retrieved": None, "lora_rag": None}
@@ -104,17 +116,26 @@ def test_variant_table_gives_the_paired_difference_and_the_moved_routes():
     """4 factual-error known items. LoRA-RAG right on 1, 2, 3 (0.75); the variant abstains on 3, so
     right on 1, 2 (0.50): −0.25, one item answered otherwise."""
     fe = {"scenario": "factual_error"}
-    lora = [_lora("q1", "conflicting", 0.9, "50 km/h", "90 km/h", "fallback", **fe),
-            _lora("q2", "outdated", 0.8, "50 km/h", "90 km/h", "fallback", **fe),
-            _lora("q3", "conflicting", 0.9, None, "50 km/h", "context", **fe),  # doubt, memory gated out
-            _lora("q4", "supported", 0.1, "50 km/h", "90 km/h", "context", **fe)]
+    lora = [
+        _lora("q1", "conflicting", 0.9, "50 km/h", "90 km/h", "fallback", **fe),
+        _lora("q2", "outdated", 0.8, "50 km/h", "90 km/h", "fallback", **fe),
+        _lora("q3", "conflicting", 0.9, None, "50 km/h", "context", **fe),  # doubt, memory gated out
+        _lora("q4", "supported", 0.1, "50 km/h", "90 km/h", "context", **fe),
+    ]
     variant = reroute(lora, PolicyConfig(no_memory="verdict", unknown_conflict="abstain"), "abstain")
-    cfg = SimpleNamespace(eval=SimpleNamespace(bootstrap=1000, seed=0), fallback=FallbackConfig(), systems=[
-        SystemConfig(name="lora_rag", kind="lora_rag", context="presented"),
-        SystemConfig(name="abstain", kind="lora_rag", context="presented",
-                     policy=PolicyConfig(unknown_conflict="abstain"))])
-    lines = variant_table(cfg, {"lora_rag": lora, "abstain": variant}, "presented", "lora_rag",
-                          lambda r: float(r.answer == "50 km/h"))
+    cfg = SimpleNamespace(
+        eval=SimpleNamespace(bootstrap=1000, seed=0),
+        fallback=FallbackConfig(),
+        systems=[
+            SystemConfig(name="lora_rag", kind="lora_rag", context="presented"),
+            SystemConfig(
+                name="abstain", kind="lora_rag", context="presented", policy=PolicyConfig(unknown_conflict="abstain")
+            ),
+        ],
+    )
+    lines = variant_table(
+        cfg, {"lora_rag": lora, "abstain": variant}, "presented", "lora_rag", lambda r: float(r.answer == "50 km/h")
+    )
     assert "abstain: unknown_conflict=abstain." in lines[2]
     row = next(ln for ln in lines if ln.startswith("| factual_error | known |"))
     cells = [c.strip() for c in row.strip("|").split("|")]
@@ -131,12 +152,14 @@ def test_a_variants_policy_is_its_delta_over_the_runs_policy_and_reloads_the_sam
 
     repo = __import__("pathlib").Path(__file__).resolve().parent.parent
     path = tmp_path / "variant.yaml"
-    path.write_text(f"base: {repo / 'configs/run/ci-tiny.yaml'}\n"
-                    "fallback: {policy: {flag_threshold: 0.6}}\n"
-                    "systems:\n"
-                    "  - {name: base_rag, kind: base_rag}\n"
-                    "  - {name: lora_rag, kind: lora_rag}\n"
-                    "  - {name: abstain, kind: lora_rag, policy: {unknown_conflict: abstain}}\n")
+    path.write_text(
+        f"base: {repo / 'configs/run/ci-tiny.yaml'}\n"
+        "fallback: {policy: {flag_threshold: 0.6}}\n"
+        "systems:\n"
+        "  - {name: base_rag, kind: base_rag}\n"
+        "  - {name: lora_rag, kind: lora_rag}\n"
+        "  - {name: abstain, kind: lora_rag, policy: {unknown_conflict: abstain}}\n"
+    )
     cfg = load_config(path, RunConfig)
     policy = cfg.systems[2].policy
     assert (policy.flag_threshold, policy.unknown_conflict, policy.on_invalid) == (0.6, "abstain", "abstain")
@@ -153,8 +176,7 @@ def test_the_replys_own_answer_field_replaces_the_routes_where_it_holds_a_value(
 
     reply = PolicyConfig(answer="reply")
     assert final_answer("context", "New Zealand", "French Polynesia", "New Zealand", reply) == "New Zealand"
-    assert final_answer("context", "New Zealand", "French Polynesia", "New Zealand", PolicyConfig()) == \
-        "French Polynesia"
+    assert final_answer("context", "New Zealand", "French Polynesia", "New Zealand", PolicyConfig()) == "French Polynesia"
     assert final_answer("fallback", "1966", "1970", "unknown", reply) == "1966"
     assert final_answer("abstain", "1966", "1970", "1966", reply) == ""
     raw = "memory: New Zealand | source: French Polynesia | verdict: supported | answer: New Zealand"
@@ -173,12 +195,25 @@ def test_read_records_replay_to_the_verdict_routing_and_back_never_from_verdict_
 
     read_qids = {"doubt-no-memory", "weak-doubt", "empty-no-memory"}
     items = [_lora(*x) for x in ITEMS]
-    items = [r if r.qid not in read_qids else
-             r.__class__(**{**r.__dict__, "answer": "read: 90 km/h [S1]", "abstained": False, "route": "context",
-                            "cited": ("S1",), "notes": (*r.notes, READ_NOTE)}) for r in items]
+    items = [
+        r
+        if r.qid not in read_qids
+        else r.__class__(
+            **{
+                **r.__dict__,
+                "answer": "read: 90 km/h [S1]",
+                "abstained": False,
+                "route": "context",
+                "cited": ("S1",),
+                "notes": (*r.notes, READ_NOTE),
+            }
+        )
+        for r in items
+    ]
     by_verdict = reroute(items, VERDICT, "lora_rag_verdict")
     assert [(r.route, r.answer, r.abstained) for r in by_verdict] == [
-        (x[5], {"context": x[4] or "", "fallback": x[3] or "", "abstain": ""}[x[5]], x[5] == "abstain") for x in ITEMS]
+        (x[5], {"context": x[4] or "", "fallback": x[3] or "", "abstain": ""}[x[5]], x[5] == "abstain") for x in ITEMS
+    ]
     assert all(r.cited == () and READ_NOTE not in r.notes for r in by_verdict if r.qid in read_qids)
     read = PolicyConfig(no_memory="read")
     same = reroute(items, read, "lora_rag_again")
@@ -188,8 +223,10 @@ def test_read_records_replay_to_the_verdict_routing_and_back_never_from_verdict_
     # verdict_read (the default) keeps the reading only where the verdict abstains without a memory
     routed = reroute(items, PolicyConfig(), "lora_rag_routed")
     assert [(r.qid, r.route, r.answer) for r in routed if r.qid in read_qids] == [
-        ("doubt-no-memory", "context", "90 km/h"), ("weak-doubt", "context", "90 km/h"),
-        ("empty-no-memory", "context", "read: 90 km/h [S1]")]
+        ("doubt-no-memory", "context", "90 km/h"),
+        ("weak-doubt", "context", "90 km/h"),
+        ("empty-no-memory", "context", "read: 90 km/h [S1]"),
+    ]
 
 
 def test_a_reading_variant_takes_base_rags_answer_where_the_record_holds_no_reading():
@@ -198,18 +235,24 @@ def test_a_reading_variant_takes_base_rags_answer_where_the_record_holds_no_read
     the verdict abstained on; the items with a memory and the invalid one keep their routes. An item
     to read with no base RAG answer given refuses."""
     items = [_lora(*x) for x in ITEMS]
-    base = {x[0]: make_item(system="base_rag", qid=x[0], fact_id=x[0], answer=f"base {x[0]} [S2]", cited=("S2",))
-            for x in ITEMS}
+    base = {
+        x[0]: make_item(system="base_rag", qid=x[0], fact_id=x[0], answer=f"base {x[0]} [S2]", cited=("S2",)) for x in ITEMS
+    }
     read = reroute(items, PolicyConfig(no_memory="read"), "lora_rag_read", base)
-    want = {"doubt-no-memory": "base doubt-no-memory [S2]", "weak-doubt": "base weak-doubt [S2]",
-            "empty-no-memory": "base empty-no-memory [S2]"}
+    want = {
+        "doubt-no-memory": "base doubt-no-memory [S2]",
+        "weak-doubt": "base weak-doubt [S2]",
+        "empty-no-memory": "base empty-no-memory [S2]",
+    }
     assert [(r.route, r.answer, r.abstained) for r in read] == [
         ("context", want[x[0]], False) if x[0] in want else (x[5], r0.answer, x[5] == "abstain")
-        for x, r0 in zip(ITEMS, items)]
+        for x, r0 in zip(ITEMS, items)
+    ]
     assert all(r.cited == ("S2",) for r in read if r.qid in want)
     routed = reroute(items, PolicyConfig(), "lora_rag_routed", base)
     assert [r.answer for r in routed] == [
-        "base empty-no-memory [S2]" if r0.qid == "empty-no-memory" else r0.answer for r0 in items]
+        "base empty-no-memory [S2]" if r0.qid == "empty-no-memory" else r0.answer for r0 in items
+    ]
     with pytest.raises(RecordError, match="empty-no-memory: the variant reads the sources"):
         reroute(items, PolicyConfig(), "v", {k: v for k, v in base.items() if k != "empty-no-memory"})
 
@@ -250,4 +293,5 @@ def test_read_support_turns_an_unsupported_reading_into_an_abstention_in_a_repla
     (again,) = [x for x in reroute(withheld, PolicyConfig(), "w", invented) if x.qid == "empty-no-memory"]
     assert (again.answer, again.abstained) == ("In 1887.", False) and UNSUPPORTED_NOTE not in again.notes
     assert [x.answer for x in reroute(items, PolicyConfig(), "v", invented)] == [
-        "In 1887." if x.qid == "empty-no-memory" else x.answer for x in items]
+        "In 1887." if x.qid == "empty-no-memory" else x.answer for x in items
+    ]

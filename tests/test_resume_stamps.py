@@ -33,6 +33,7 @@ def _resumes(folder: Path) -> dict:
 
 # --- the runner: rows reused only under their own stamp --------------------------------------------
 
+
 def test_rows_carry_their_stamp_and_only_changed_items_are_recomputed(tmp_path, caplog):
     items = scenarios(15)
     out = tmp_path / "run"
@@ -49,8 +50,9 @@ def test_rows_carry_their_stamp_and_only_changed_items_are_recomputed(tmp_path, 
     caplog.set_level(logging.INFO, logger="lorarag.eval.runner")
     got = run_eval(system, edited, out, progress=False, made_by=SHARED)
     assert system.calls == 3
-    assert "resuming: 12 of 15 items reused, 3 recomputed (their item, index, prompt or model changed: item 3)" \
-        in caplog.text
+    assert (
+        "resuming: 12 of 15 items reused, 3 recomputed (their item, index, prompt or model changed: item 3)" in caplog.text
+    )
     assert _resumes(out)["recomputed"] == {"item": 3} and _resumes(out)["already_done"] == 12
     assert [r.qid for r in got] == [s.qid for s in items]
     assert got[5].gold_answers == ("w5",) and got[2].question == "Which value has fact 2?"
@@ -67,8 +69,10 @@ def test_another_prompt_or_model_recomputes_every_row_and_old_rows_without_a_sta
     system = EchoSystem()
     run_eval(system, items, out, progress=False, made_by=SHARED)
     assert system.calls == 6
-    assert "0 of 6 items reused, 4 recomputed (their item, index, prompt or model changed: no stamp 4), " \
-           "2 not done yet" in caplog.text
+    assert (
+        "0 of 6 items reused, 4 recomputed (their item, index, prompt or model changed: no stamp 4), "
+        "2 not done yet" in caplog.text
+    )
     now = dict(SHARED)
     for part in ("prompt", "model", "index"):
         now[part] = "changed-" + part
@@ -82,24 +86,39 @@ def test_another_prompt_or_model_recomputes_every_row_and_old_rows_without_a_sta
 
 # --- merging shards --------------------------------------------------------------------------------
 
+
 def test_shards_made_by_different_models_are_not_merged(tmp_path):
     items = scenarios(12)
     qids = [s.qid for s in items]
     folder_stamp = {"system": "echo"}
     for i in range(2):
-        run_eval(EchoSystem(), select(items, Shard(i, 2)), shard_dir(tmp_path, Shard(i, 2)), progress=False,
-                 stamp=folder_stamp, made_by={**SHARED, "model": f"base-{i}"})  # the base swapped in between
+        run_eval(
+            EchoSystem(),
+            select(items, Shard(i, 2)),
+            shard_dir(tmp_path, Shard(i, 2)),
+            progress=False,
+            stamp=folder_stamp,
+            made_by={**SHARED, "model": f"base-{i}"},
+        )  # the base swapped in between
     with pytest.raises(ShardError, match=r"shards 0/2 and 1/2 were evaluated with different models") as ei:
         merge_shards(tmp_path, 2, qids, stamp=folder_stamp)
     assert "\n" not in str(ei.value) and not (tmp_path / "results.jsonl").exists()
     # the merging config's model is base-1: shard 0 is named
     with pytest.raises(ShardError, match=r"shard 0/2: item .* with another model than the config merging now"):
-        merge_shards(tmp_path, 2, qids, stamp=folder_stamp,
-                     made_by=stamps.expected_stamps(items, {**SHARED, "model": "base-1"}))
-    run_eval(EchoSystem(), select(items, Shard(0, 2)), shard_dir(tmp_path, Shard(0, 2)), progress=False,
-             stamp=folder_stamp, made_by={**SHARED, "model": "base-1"})  # redone under base-1: merged
-    merged = merge_shards(tmp_path, 2, qids, stamp=folder_stamp,
-                          made_by=stamps.expected_stamps(items, {**SHARED, "model": "base-1"}))
+        merge_shards(
+            tmp_path, 2, qids, stamp=folder_stamp, made_by=stamps.expected_stamps(items, {**SHARED, "model": "base-1"})
+        )
+    run_eval(
+        EchoSystem(),
+        select(items, Shard(0, 2)),
+        shard_dir(tmp_path, Shard(0, 2)),
+        progress=False,
+        stamp=folder_stamp,
+        made_by={**SHARED, "model": "base-1"},
+    )  # redone under base-1: merged
+    merged = merge_shards(
+        tmp_path, 2, qids, stamp=folder_stamp, made_by=stamps.expected_stamps(items, {**SHARED, "model": "base-1"})
+    )
     assert [r.qid for r in merged] == qids
 
 
@@ -115,6 +134,7 @@ def test_unstamped_shards_still_merge(tmp_path):
 
 # --- `lorarag run`'s evaluation stage on a tiny Qwen3: a KB edit, then another max_context_chars ---
 
+
 def _tiny_kb_cfg(tmp: Path, lm: Path):
     from lorarag.trained.config import SystemConfig
 
@@ -122,9 +142,11 @@ def _tiny_kb_cfg(tmp: Path, lm: Path):
 
     cfg = _in_tmp(tmp)
     rag = cfg.rag.model_copy(update={"generator": cfg.rag.generator.model_copy(update={"model": str(lm)})})
-    systems = [SystemConfig(name="closed_book", kind="closed_book", max_new_tokens=3),
-               SystemConfig(name="base_rag", kind="base_rag", context="presented", max_new_tokens=3),
-               SystemConfig(name="base_rag_retrieved", kind="base_rag", max_new_tokens=3)]
+    systems = [
+        SystemConfig(name="closed_book", kind="closed_book", max_new_tokens=3),
+        SystemConfig(name="base_rag", kind="base_rag", context="presented", max_new_tokens=3),
+        SystemConfig(name="base_rag_retrieved", kind="base_rag", max_new_tokens=3),
+    ]
     ev = cfg.eval.model_copy(update={"max_per_cell": None})
     return cfg.model_copy(update={"rag": rag, "systems": systems, "eval": ev})
 
@@ -174,8 +196,10 @@ def test_a_kb_edit_recomputes_exactly_the_items_it_changed(tmp_path, tiny_models
     n = len(before)
     for name in ("closed_book", "base_rag"):  # they read no index: only the changed items are redone
         assert _resumes(paths.eval / name)["recomputed"] == {"item": len(changed)}
-        assert (f"resuming: {n - len(changed)} of {n} items reused, {len(changed)} recomputed (their item, "
-                f"index, prompt or model changed: item {len(changed)})") in caplog.text
+        assert (
+            f"resuming: {n - len(changed)} of {n} items reused, {len(changed)} recomputed (their item, "
+            f"index, prompt or model changed: item {len(changed)})"
+        ) in caplog.text
         now = {r.qid: r for r in load_results(paths.eval / name)}
         assert all(now[q] == old[name][q] for q in before if q not in changed)
         assert all(now[q].gold_answers == after[q].gold_answers for q in changed)
@@ -184,16 +208,19 @@ def test_a_kb_edit_recomputes_exactly_the_items_it_changed(tmp_path, tiny_models
     assert _resumes(paths.eval / "base_rag_retrieved")["recomputed"] == Counter(index=n - len(changed), item=len(changed))
 
     # another max_context_chars: every row of every system is redone (afresh, the prompt differs)
-    cfg2 = cfg.model_copy(update={"rag": cfg.rag.model_copy(update={
-        "prompt": cfg.rag.prompt.model_copy(update={"max_context_chars": 60})})})
+    cfg2 = cfg.model_copy(
+        update={"rag": cfg.rag.model_copy(update={"prompt": cfg.rag.prompt.model_copy(update={"max_context_chars": 60})})}
+    )
     paths, _ = _evaluate(cfg2)
     for name in ("closed_book", "base_rag", "base_rag_retrieved"):
         assert _resumes(paths.eval / name)["recomputed"] == {"prompt": n}
         assert {dict(r.made_by)["prompt"] for r in load_results(paths.eval / name)} == {
-            stamps.part_sha256(cfg2.rag.prompt.model_dump(mode="json"))}
+            stamps.part_sha256(cfg2.rag.prompt.model_dump(mode="json"))
+        }
 
 
 # --- a base model swapped at the same path ---------------------------------------------------------
+
 
 def _trained_run(tmp: Path, lm: Path, lora: Path):
     """A `lorarag run` dir whose adapter (a copy of the tiny lora) records the base it was trained on."""
@@ -202,8 +229,11 @@ def _trained_run(tmp: Path, lm: Path, lora: Path):
     from .test_run_e2e import _in_tmp
 
     cfg = _in_tmp(tmp)
-    cfg = cfg.model_copy(update={"fallback": cfg.fallback.model_copy(update={
-        "gate": cfg.fallback.gate.model_copy(update={"enabled": False})})})
+    cfg = cfg.model_copy(
+        update={
+            "fallback": cfg.fallback.model_copy(update={"gate": cfg.fallback.gate.model_copy(update={"enabled": False})})
+        }
+    )
     shutil.copytree(lm, cfg.train.model)
     root = Path(cfg.runs_dir) / cfg.name
     root.mkdir(parents=True)
@@ -211,8 +241,9 @@ def _trained_run(tmp: Path, lm: Path, lora: Path):
     rd = runs.run_dir(cfg.train)
     ad = rd / "output/checkpoint-1"
     shutil.copytree(lora, ad)
-    (rd / "adapter.json").write_text(json.dumps({"adapter": str(ad), "base_model": cfg.train.model,
-                                                 "trained_on": runs.training_record(cfg.train)}))
+    (rd / "adapter.json").write_text(
+        json.dumps({"adapter": str(ad), "base_model": cfg.train.model, "trained_on": runs.training_record(cfg.train)})
+    )
     return cfg, root
 
 
@@ -226,13 +257,23 @@ def test_a_base_swapped_at_the_same_path_is_refused_by_load_run_ask_and_eval(tmp
     scen = tmp_path / "scen.jsonl"
     save_scenarios(scen, scenarios(2))
     ecfg = tmp_path / "eval.yaml"
-    ecfg.write_text(yaml.safe_dump({"scenarios": str(scen), "components": str(root / "config.yaml"),
-                                    "system": {"name": "lora_rag", "kind": "lora_rag", "context": "presented"},
-                                    "out_dir": str(tmp_path / "eval-out")}))
+    ecfg.write_text(
+        yaml.safe_dump(
+            {
+                "scenarios": str(scen),
+                "components": str(root / "config.yaml"),
+                "system": {"name": "lora_rag", "kind": "lora_rag", "context": "presented"},
+                "out_dir": str(tmp_path / "eval-out"),
+            }
+        )
+    )
     build_causal_lm(cfg.train.model, seed=7)  # another model, written over the base at the same path
     for call in (read_run, load_run):
-        with pytest.raises(ConfigError, match=r"trained on another base model than the one now at .*"
-                                              r"model\.safetensors.* differ\)") as ei:
+        with pytest.raises(
+            ConfigError,
+            match=r"trained on another base model than the one now at .*"
+            r"model\.safetensors.* differ\)",
+        ) as ei:
             call(root)
         assert "\n" not in str(ei.value)
     for args in (("eval", ecfg), ("eval", ecfg, "--merge", "2"), ("ask", "Who leads Vesova?", "--run", root)):
@@ -244,6 +285,7 @@ def test_a_base_swapped_at_the_same_path_is_refused_by_load_run_ask_and_eval(tmp
 
 
 # --- a run that will be refused is refused before it writes anything -------------------------------
+
 
 def _written(cfg) -> dict[str, bytes]:
     """Every file stages 1-3 write for `cfg`: the run folder's manifest, data, scenarios, and the SFT rows."""
@@ -267,16 +309,26 @@ def test_a_new_split_seed_is_refused_before_the_run_folder_is_rewritten(tmp_path
     start_run(root, cfg)
     rd = start_run(runs.run_dir(cfg.train), cfg.train)  # ... and its finished training, recorded as swift.train does
     shutil.copytree(lora, rd / "output/checkpoint-1")
-    (rd / "adapter.json").write_text(json.dumps({"adapter": str(rd / "output/checkpoint-1"), "base_model": cfg.train.model,
-                                                 "trained_on": runs.training_record(cfg.train)}))
+    (rd / "adapter.json").write_text(
+        json.dumps(
+            {
+                "adapter": str(rd / "output/checkpoint-1"),
+                "base_model": cfg.train.model,
+                "trained_on": runs.training_record(cfg.train),
+            }
+        )
+    )
     before = _written(cfg)
     said: list[str] = []
     refuse_before_writing(cfg, root, said.append)  # the same config: its rows are the adapter's, no refusal
     assert _written(cfg) == before
     splits = cfg.data.splits.model_copy(update={"seed": cfg.data.splits.seed + 1})
     moved = cfg.model_copy(update={"data": cfg.data.model_copy(update={"splits": splits})})
-    with pytest.raises(ConfigError, match=r"trained from other data \(differs in SFT rows \(train: sha .*"
-                                          r"\(nothing was written\)") as ei:
+    with pytest.raises(
+        ConfigError,
+        match=r"trained from other data \(differs in SFT rows \(train: sha .*"
+        r"\(nothing was written\)",
+    ) as ei:
         run(moved, echo=said.append)
     assert "\n" not in str(ei.value)
     assert _written(cfg) == before  # config.yaml, run.json, scenarios and SFT rows as the adapter's run left them

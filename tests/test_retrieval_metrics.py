@@ -11,10 +11,20 @@ import pytest
 from lorarag.eval import retrieval_metrics as rm
 
 KS = (1, 3, 5, 10)
-VEC = {"P": rm.precision_at_k, "recall": rm.recall_at_k, "ndcg_cut": rm.ndcg_at_k,
-       "map_cut": rm.map_at_k, "success": rm.hit_at_k}
-ITEM = {"P": rm.item_precision, "recall": rm.item_recall, "ndcg_cut": rm.item_ndcg,
-        "map_cut": rm.item_map, "success": rm.item_hit}
+VEC = {
+    "P": rm.precision_at_k,
+    "recall": rm.recall_at_k,
+    "ndcg_cut": rm.ndcg_at_k,
+    "map_cut": rm.map_at_k,
+    "success": rm.hit_at_k,
+}
+ITEM = {
+    "P": rm.item_precision,
+    "recall": rm.item_recall,
+    "ndcg_cut": rm.item_ndcg,
+    "map_cut": rm.item_map,
+    "success": rm.item_hit,
+}
 
 
 def _random_case(seed: int, n_queries: int = 60):
@@ -62,8 +72,7 @@ def test_tie_order_matches_trec_eval():
     ranked = rm.rank_by_score(scores)
     assert ranked == ["y", "c", "b", "a", "z"]  # score desc, then id desc
     qrels = {"b": 1, "z": 1}
-    ref = pytrec_eval.RelevanceEvaluator({"q": qrels}, {"recip_rank", "P_5", "map_cut_5"}).evaluate(
-        {"q": scores})["q"]
+    ref = pytrec_eval.RelevanceEvaluator({"q": qrels}, {"recip_rank", "P_5", "map_cut_5"}).evaluate({"q": scores})["q"]
     assert rm.item_mrr(ranked, qrels) == pytest.approx(ref["recip_rank"])  # 1/3
     assert rm.item_map(ranked, qrels, 5) == pytest.approx(ref["map_cut_5"])
     assert ref["recip_rank"] == pytest.approx(1 / 3)
@@ -128,8 +137,13 @@ def test_matches_ranx_on_random_runs():
     keep = [i for i, (r, q) in enumerate(zip(runs, qrels)) if r and any(g > 0 for g in q.values())]
     qrels_r = ranx.Qrels({f"q{i:03d}": {d: g for d, g in qrels[i].items() if g > 0} for i in keep})
     run_r = ranx.Run({f"q{i:03d}": {d: float(100 - j) for j, d in enumerate(runs[i])} for i in keep})
-    names = {"precision": rm.precision_at_k, "recall": rm.recall_at_k, "ndcg": rm.ndcg_at_k,
-             "map": rm.map_at_k, "hit_rate": rm.hit_at_k}
+    names = {
+        "precision": rm.precision_at_k,
+        "recall": rm.recall_at_k,
+        "ndcg": rm.ndcg_at_k,
+        "map": rm.map_at_k,
+        "hit_rate": rm.hit_at_k,
+    }
     metrics = [f"{n}@{k}" for n in names for k in KS] + ["mrr"]
     ref = ranx.evaluate(qrels_r, run_r, metrics, return_mean=False, make_comparable=True)
     m = rm.relevance_matrix([runs[i] for i in keep], [qrels[i] for i in keep], 14)

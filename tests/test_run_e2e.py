@@ -22,12 +22,20 @@ def _in_tmp(tmp: Path) -> RunConfig:
     """configs/run/ci-tiny.yaml with every path moved under `tmp`."""
     cfg = load_config(REPO / "configs/run/ci-tiny.yaml", RunConfig)
     root = tmp / "runs" / cfg.name
-    train = cfg.train.model_copy(update={
-        "model": str(tmp / "tiny-qwen3"), "dataset": str(root / "sft/train.jsonl"),
-        "val_dataset": str(root / "sft/val.jsonl"), "runs_dir": str(tmp / "runs/train")})
-    rag = cfg.rag.model_copy(update={
-        "index": cfg.rag.index.model_copy(update={"dir": str(root / "index")}),
-        "generator": cfg.rag.generator.model_copy(update={"model": str(tmp / "tiny-qwen3")})})
+    train = cfg.train.model_copy(
+        update={
+            "model": str(tmp / "tiny-qwen3"),
+            "dataset": str(root / "sft/train.jsonl"),
+            "val_dataset": str(root / "sft/val.jsonl"),
+            "runs_dir": str(tmp / "runs/train"),
+        }
+    )
+    rag = cfg.rag.model_copy(
+        update={
+            "index": cfg.rag.index.model_copy(update={"dir": str(root / "index")}),
+            "generator": cfg.rag.generator.model_copy(update={"model": str(tmp / "tiny-qwen3")}),
+        }
+    )
     return cfg.model_copy(update={"runs_dir": str(tmp / "runs"), "train": train, "rag": rag})
 
 
@@ -82,9 +90,19 @@ def test_gpu_config_validates_and_dry_runs():
     assert len(lines) == 7 and "swift sft --model Qwen/Qwen3-4B --tuner_type lora" in lines[3]
 
 
-@pytest.mark.parametrize("name", ["run/cpu-demo", "run/cpu-demo-fp32", "experiments/cpu-demo-sdpa", "run/cpu-demo-full",
-                                  "experiments/cpu-demo-stratified", "run/cpu-demo-updates", "experiments/cpu-demo-dpo",
-                                  "run/ci-tiny"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "run/cpu-demo",
+        "run/cpu-demo-fp32",
+        "experiments/cpu-demo-sdpa",
+        "run/cpu-demo-full",
+        "experiments/cpu-demo-stratified",
+        "run/cpu-demo-updates",
+        "experiments/cpu-demo-dpo",
+        "run/ci-tiny",
+    ],
+)
 def test_shipped_cpu_configs_validate_and_dry_run(name):
     """Every shipped demo config parses (unknown keys are errors) and plans all seven steps, its
     first writing the world's knowledge base under the run's own folder."""
@@ -95,8 +113,7 @@ def test_shipped_cpu_configs_validate_and_dry_run(name):
     assert cfg.data.world is not None and cfg.data.corpus is None and cfg.rag.corpus.paths == []
     lines: list[str] = []
     run(cfg, dry_run=True, echo=lines.append)
-    assert [ln.split()[1] for ln in lines] == ["data", "index", "scenarios", "train", "calibrate", "evaluate",
-                                                 "report"]
+    assert [ln.split()[1] for ln in lines] == ["data", "index", "scenarios", "train", "calibrate", "evaluate", "report"]
     assert f"-> runs/{name}/world (" in lines[0] and "known=0.5" in lines[0]
     assert ("per language" in lines[0]) == (name == "cpu-demo-stratified") == cfg.data.splits.stratify_languages
 
@@ -105,14 +122,22 @@ def _conflictnq_folder(tmp: Path) -> Path:
     """Three questions in ConflictNQ's row format (one true passage, two fabricated each)."""
     folder = tmp / "conflictnq"
     folder.mkdir()
-    rows = [{"id": i, "question": f"who founded the {town} rowing club",
-             "real_passages": [{"passage": f"The {town} rowing club was founded by {real} in 1901."}],
-             "fake_passages": [{"passage": f"The {town} rowing club was founded by {fake} in 1901."},
-                               {"passage": f"{fake} founded the {town} rowing club in 1901."}],
-             "real_short_answer": real, "fake_short_answer": fake}
-            for i, (town, real, fake) in enumerate([("Elmira", "Ada Moss", "Tom Reed"),
-                                                    ("Dunmore", "Lena Park", "Ravi Shah"),
-                                                    ("Kelso", "Otto Lind", "Mia Cole")])]
+    rows = [
+        {
+            "id": i,
+            "question": f"who founded the {town} rowing club",
+            "real_passages": [{"passage": f"The {town} rowing club was founded by {real} in 1901."}],
+            "fake_passages": [
+                {"passage": f"The {town} rowing club was founded by {fake} in 1901."},
+                {"passage": f"{fake} founded the {town} rowing club in 1901."},
+            ],
+            "real_short_answer": real,
+            "fake_short_answer": fake,
+        }
+        for i, (town, real, fake) in enumerate(
+            [("Elmira", "Ada Moss", "Tom Reed"), ("Dunmore", "Lena Park", "Ravi Shah"), ("Kelso", "Otto Lind", "Mia Cole")]
+        )
+    ]
     (folder / "test.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     return folder
 
@@ -133,9 +158,14 @@ def test_optional_extra_set_that_is_absent_is_skipped_with_a_note(tmp_path):
     from lorarag.trained.config import ExtraSet
 
     here = _conflictnq_folder(tmp_path)
-    cfg = _in_tmp(tmp_path).model_copy(update={"extra_sets": [
-        ExtraSet(kind="conflictnq", path=str(tmp_path / "no"), required=False),
-        ExtraSet(kind="conflictqa", path=str(tmp_path / "no"), required=False)]})
+    cfg = _in_tmp(tmp_path).model_copy(
+        update={
+            "extra_sets": [
+                ExtraSet(kind="conflictnq", path=str(tmp_path / "no"), required=False),
+                ExtraSet(kind="conflictqa", path=str(tmp_path / "no"), required=False),
+            ]
+        }
+    )
     assert check_extra_sets(cfg) == []
     lines: list[str] = []
     evaluate_extra_sets(cfg, None, tmp_path / "extra", None, lines.append)  # nothing to evaluate: no parts needed
@@ -159,14 +189,24 @@ def test_reduced_demo_end_to_end(tmp_path):
     # a routing ablation: route by the verdict where the gate rejects the memory (no base-model
     # reading), abstaining where the detector doubts (>= 0.3), read the context of an unreadable reply,
     # answer with the reply's own answer field; replayed from lora_rag's verdicts (eval/reroute.py)
-    variant = SystemConfig(name="lora_rag_abstain", kind="lora_rag", policy=PolicyConfig(
-        no_memory="verdict", flag_threshold=0.3, unknown_conflict="abstain", on_invalid="context", answer="reply"))
+    variant = SystemConfig(
+        name="lora_rag_abstain",
+        kind="lora_rag",
+        policy=PolicyConfig(
+            no_memory="verdict", flag_threshold=0.3, unknown_conflict="abstain", on_invalid="context", answer="reply"
+        ),
+    )
     # and the base model reading every item without a memory: replayed from lora_rag's records (which read
     # only where the verdict abstained), the other readings taken from base_rag's answers
-    read_variant = SystemConfig(name="lora_rag_read", kind="lora_rag", max_new_tokens=8,
-                                policy=PolicyConfig(no_memory="read"))
-    cfg = cfg.model_copy(update={"systems": [*cfg.systems, variant, read_variant], "extra_sets": [
-        ExtraSet(kind="conflictnq", path=str(_conflictnq_folder(tmp_path)), max_per_cell=2)]})
+    read_variant = SystemConfig(
+        name="lora_rag_read", kind="lora_rag", max_new_tokens=8, policy=PolicyConfig(no_memory="read")
+    )
+    cfg = cfg.model_copy(
+        update={
+            "systems": [*cfg.systems, variant, read_variant],
+            "extra_sets": [ExtraSet(kind="conflictnq", path=str(_conflictnq_folder(tmp_path)), max_per_cell=2)],
+        }
+    )
     lines: list[str] = []
     table = run(cfg, echo=lines.append)
     root = tmp_path / "runs" / cfg.name
@@ -222,8 +262,7 @@ def test_reduced_demo_end_to_end(tmp_path):
         rows = [json.loads(x) for x in (root / "eval" / s.name / "results.jsonl").read_text().splitlines()]
         assert sorted(r["qid"] for r in rows) == sorted(json.loads(x)["qid"] for x in test)
         if s.kind in ("lora_rag", "prompted_detection"):
-            assert all(r["verdict"] is not None and r["route"] in ("context", "fallback", "abstain")
-                       for r in rows)
+            assert all(r["verdict"] is not None and r["route"] in ("context", "fallback", "abstain") for r in rows)
         if s.kind == "lora_rag":  # LoRA closed-book answers feed the bias metrics
             assert all(r["closed_book_answer"] is not None for r in rows)
             # the gate (min_auroc 0: always on) read the closed-book NLL of every item
@@ -257,11 +296,15 @@ def test_reduced_demo_end_to_end(tmp_path):
     assert any(json.loads(x)["scenario"] == "update" and json.loads(x)["superseded"] for x in test)
     assert "### Error attribution by labelled chunk id: base_rag (retrieved + poisoned context)" in table
     # its caption states the whole rule of a right answer, as every other table does
-    assert "`correct`: a gold answer in the reply and not the source's wrong value; on an unanswerable " \
-           "item, an abstention." in table
+    assert (
+        "`correct`: a gold answer in the reply and not the source's wrong value; on an unanswerable "
+        "item, an abstention." in table
+    )
     assert "### lora_rag against every baseline (retrieved context)" in table
-    assert "Knowledge-sharing baselines (know what the LoRA knows): closed_book_lora, astute_rag_lora, " \
-           "memory_or_context, rag_sft." in table
+    assert (
+        "Knowledge-sharing baselines (know what the LoRA knows): closed_book_lora, astute_rag_lora, "
+        "memory_or_context, rag_sft." in table
+    )
     assert (root / "report/headline.md").read_text() == table
     # the banner counts the targets table's rows; the forest plot comes first; plots are named by what
     # they show; no nan; the items load into pandas with the headline's own rule of a right answer
@@ -317,8 +360,12 @@ def test_reduced_demo_end_to_end(tmp_path):
 
     run_yaml = tmp_path / "run.yaml"
     run_yaml.write_text(dump_config(cfg))
-    ecfg = EvalConfig(scenarios=str(root / "scenarios/test.jsonl"), components=str(run_yaml),
-                      system={"name": "lora_rag", "kind": "lora_rag"}, out_dir=str(tmp_path / "standalone"))
+    ecfg = EvalConfig(
+        scenarios=str(root / "scenarios/test.jsonl"),
+        components=str(run_yaml),
+        system={"name": "lora_rag", "kind": "lora_rag"},
+        out_dir=str(tmp_path / "standalone"),
+    )
     items = run_eval(build_eval_system(ecfg), load_scenarios(ecfg.scenarios), ecfg.out_dir, batch_size=8)
     assert sorted(i.qid for i in items) == sorted(json.loads(x)["qid"] for x in test)
     assert all(i.route in ("context", "fallback", "abstain") for i in items)
@@ -331,15 +378,17 @@ def test_reduced_demo_end_to_end(tmp_path):
     assert any(r.route != o.route for r, o in zip(replayed.values(), load_results(root / "eval/lora_rag")))
     vcfg = ecfg.model_copy(update={"system": variant.model_dump(), "out_dir": str(tmp_path / "variant")})
     real = run_eval(build_eval_system(vcfg), load_scenarios(vcfg.scenarios), vcfg.out_dir, batch_size=32)
-    assert [(r.qid, r.verdict, r.route, r.answer, r.abstained) for r in real] == \
-        [(r.qid, replayed[r.qid].verdict, replayed[r.qid].route, replayed[r.qid].answer, replayed[r.qid].abstained)
-         for r in real]
+    assert [(r.qid, r.verdict, r.route, r.answer, r.abstained) for r in real] == [
+        (r.qid, replayed[r.qid].verdict, replayed[r.qid].route, replayed[r.qid].answer, replayed[r.qid].abstained)
+        for r in real
+    ]
     replayed = {r.qid: r for r in load_results(root / "eval/lora_rag_read")}
     assert json.loads((root / "eval/lora_rag_read/stamp.json").read_text())["readings_from"] == "base_rag"
     rcfg = ecfg.model_copy(update={"system": read_variant.model_dump(), "out_dir": str(tmp_path / "read")})
     real = run_eval(build_eval_system(rcfg), load_scenarios(rcfg.scenarios), rcfg.out_dir, batch_size=32)
-    assert [(r.qid, r.route, r.answer, r.abstained) for r in real] == \
-        [(r.qid, replayed[r.qid].route, replayed[r.qid].answer, replayed[r.qid].abstained) for r in real]
+    assert [(r.qid, r.route, r.answer, r.abstained) for r in real] == [
+        (r.qid, replayed[r.qid].route, replayed[r.qid].answer, replayed[r.qid].abstained) for r in real
+    ]
     assert "### Routing ablations of lora_rag (retrieved context)" in table
     # ... and refuses the saved gate when the config now asks for another rule (no silent reuse)
     stale = yaml.safe_load(run_yaml.read_text())
@@ -374,8 +423,10 @@ def test_seeds_trains_one_adapter_per_seed_and_shares_adapter_free_results(tmp_p
         shas.append(hashlib.sha256((adapter / "adapter_model.safetensors").read_bytes()).hexdigest())
         assert (adapter / "gate.json").is_file()
     assert shas[0] != shas[1]  # another LoRA init and batch order
-    assert any("reusing the first seed's results of closed_book_base, base_rag, prompted_detection, astute_rag, oracle" in ln
-               for ln in lines)
+    assert any(
+        "reusing the first seed's results of closed_book_base, base_rag, prompted_detection, astute_rag, oracle" in ln
+        for ln in lines
+    )
     for s in cfg.systems:
         a = (runs / "ci-tiny/eval" / s.name / "results.jsonl").read_text().splitlines()
         b = (runs / "ci-tiny-seed7/eval" / s.name / "results.jsonl").read_text().splitlines()
@@ -408,6 +459,11 @@ def test_seeds_trains_one_adapter_per_seed_and_shares_adapter_free_results(tmp_p
         if None not in t["values"]:  # the pooled point is the mean over seeds
             assert math.isclose(pt["value"], sum(t["values"]) / 2)
     assert {d["cell"] for d in summary["pooled"]["differences"]} <= {
-        "consistent (known)", "factual_error (known)", "outdated (known)", "irrelevant (known)", "update (known)",
-        "consistent (unknown)"}
+        "consistent (known)",
+        "factual_error (known)",
+        "outdated (known)",
+        "irrelevant (known)",
+        "update (known)",
+        "consistent (unknown)",
+    }
     assert all(len(d["mcnemar_p"]) == 2 for d in summary["pooled"]["differences"])

@@ -47,21 +47,37 @@ class EchoSystem:
         time.sleep(self.delay)
         out = []
         for s in items:
-            ret = tuple(Retrieved(Chunk(p.chunk_id, "d", "d", p.text, 0, len(p.text)), 1.0, i)
-                        for i, p in enumerate(s.presented, 1))
-            tr = Trace(question=s.question, retrieved=ret, verdict="supported", verdict_score=0.9,
-                       verdict_probs=(("supported", 0.9), ("conflicting", 0.1)), route="context",
-                       timings_s=(("generate", 0.01),))
+            ret = tuple(
+                Retrieved(Chunk(p.chunk_id, "d", "d", p.text, 0, len(p.text)), 1.0, i) for i, p in enumerate(s.presented, 1)
+            )
+            tr = Trace(
+                question=s.question,
+                retrieved=ret,
+                verdict="supported",
+                verdict_score=0.9,
+                verdict_probs=(("supported", 0.9), ("conflicting", 0.1)),
+                route="context",
+                timings_s=(("generate", 0.01),),
+            )
             out.append(Answer(s.question, s.context_answer or "", cited=("S1",), trace=tr))
         return out
 
 
 def scenarios(n: int) -> list[Scenario]:
     """n consistent scenarios with one presented chunk each."""
-    return [Scenario(qid=f"q{i:03d}", fact_id=f"f{i}", question=f"Value of fact {i}?",
-                     gold_answers=(f"v{i}",), relevant_ids=(f"kb{i}",), scenario="consistent",
-                     presented=(PresentedChunk(f"kb{i}", f"Fact {i} is v{i}."),), context_answer=f"v{i}")
-            for i in range(n)]
+    return [
+        Scenario(
+            qid=f"q{i:03d}",
+            fact_id=f"f{i}",
+            question=f"Value of fact {i}?",
+            gold_answers=(f"v{i}",),
+            relevant_ids=(f"kb{i}",),
+            scenario="consistent",
+            presented=(PresentedChunk(f"kb{i}", f"Fact {i} is v{i}."),),
+            context_answer=f"v{i}",
+        )
+        for i in range(n)
+    ]
 
 
 def _rows(path: Path) -> list[dict]:
@@ -74,8 +90,9 @@ def test_sigkill_mid_run_then_resume(tmp_path):
     save_scenarios(spath, items)
     out = tmp_path / "run"
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    proc = subprocess.Popen([sys.executable, "-c", CHILD, str(spath), str(out), str(REPO), "0.2"],
-                            cwd=REPO, env=env, start_new_session=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", CHILD, str(spath), str(out), str(REPO), "0.2"], cwd=REPO, env=env, start_new_session=True
+    )
     res = out / "results.jsonl"
     deadline = time.time() + 60
     while time.time() < deadline and (not res.exists() or len(_rows(res)) < 9):

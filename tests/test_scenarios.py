@@ -19,12 +19,7 @@ from lorarag.scenarios import from_corpus
 from lorarag.scenarios.from_corpus import corpus_scenarios, substitute_span
 from lorarag.scenarios.kb_records import QAItem
 from lorarag.scenarios.perturb import PerturbationError, answer_type, substitute_value
-from lorarag.scenarios.records import (
-    Scenario,
-    load_scenarios,
-    save_scenarios,
-    validate_against_kb,
-)
+from lorarag.scenarios.records import Scenario, load_scenarios, save_scenarios, validate_against_kb
 from tests.test_world import load_world_kb, world_run_config
 
 
@@ -125,8 +120,14 @@ def test_no_flawed_test_context_is_one_the_sft_rows_show(tmp_path):
     # rows built with one older version a fact (the test's) and without the test's passages show the
     # known facts' older versions the test presents: the check is not vacuous
     one = {q: (from_corpus.held_out_older(v, q, cfg.data.splits.seed),) for q, v in k.outdated.items()}
-    naive, val, _ = build_rows(training_groups(k.groups, plan_wordings(k.groups, cfg.data.splits.seed)), k.chunks,
-                               cfg.train.sft, conflict_seed=cfg.data.splits.seed, outdated=one, stale=k.stale)
+    naive, val, _ = build_rows(
+        training_groups(k.groups, plan_wordings(k.groups, cfg.data.splits.seed)),
+        k.chunks,
+        cfg.train.sft,
+        conflict_seed=cfg.data.splits.seed,
+        outdated=one,
+        stale=k.stale,
+    )
     trained = TrainingSources([r.to_swift() for r in naive + val], owner)
     assert ("outdated", "known") in {(c.scenario, c.knowledge) for c in leaking(overlap_table(test, trained, kb))}
 
@@ -199,18 +200,24 @@ def test_substitution_keeps_the_type_and_format():
     assert substitute_value("周磊", rng, ["王芳", "Lyon"]) == "王芳"
     with pytest.raises(PerturbationError):
         substitute_value("周磊", rng, ["Lyon"])
-    assert substitute_span("The CEO is Ada  Moss; ada moss says so.", ("Ada Moss",), "Bo Li") == \
-        "The CEO is Bo Li; Bo Li says so."  # every occurrence, any spacing and case
+    assert (
+        substitute_span("The CEO is Ada  Moss; ada moss says so.", ("Ada Moss",), "Bo Li")
+        == "The CEO is Bo Li; Bo Li says so."
+    )  # every occurrence, any spacing and case
     with pytest.raises(PerturbationError, match="no gold answer 'Bob'"):
         substitute_span("The CEO is Ada.", ("Bob",), "Carl")
 
 
 def test_any_corpus_and_qa_set():
-    chunks = [Chunk("c1", "d", "d", "The Eiffel Tower was completed in 1889 in Paris.", 0, 48),
-              Chunk("c2", "d", "d", "The Colosseum stands in Rome and opened in 80 AD.", 0, 50),
-              Chunk("c3", "d", "d", "The Eiffel Tower is made of wrought iron.", 0, 41)]
-    items = [QAItem("q1", "When was the Eiffel Tower completed?", ("1889",), ("c1",)),
-             QAItem("q2", "How tall is the Eiffel Tower's flagpole?", (), (), unanswerable=True)]
+    chunks = [
+        Chunk("c1", "d", "d", "The Eiffel Tower was completed in 1889 in Paris.", 0, 48),
+        Chunk("c2", "d", "d", "The Colosseum stands in Rome and opened in 80 AD.", 0, 50),
+        Chunk("c3", "d", "d", "The Eiffel Tower is made of wrought iron.", 0, 41),
+    ]
+    items = [
+        QAItem("q1", "When was the Eiffel Tower completed?", ("1889",), ("c1",)),
+        QAItem("q2", "How tall is the Eiffel Tower's flagpole?", (), (), unanswerable=True),
+    ]
     sc = corpus_scenarios(items, chunks, name="toy", seed=0, distractors=0)
     kinds = [s.scenario for s in sc]
     assert kinds == ["consistent", "factual_error", "irrelevant", "unanswerable"]
@@ -223,9 +230,16 @@ def test_any_corpus_and_qa_set():
 
 
 def _row(qid: str, **kw) -> dict:
-    row = {"qid": qid, "fact_id": "f", "question": "Capital of France?", "gold_answers": ["Paris"],
-           "relevant_ids": ["kb1"], "scenario": "consistent",
-           "presented": [{"chunk_id": "kb1", "text": "Paris is the capital."}], "context_answer": "Paris"}
+    row = {
+        "qid": qid,
+        "fact_id": "f",
+        "question": "Capital of France?",
+        "gold_answers": ["Paris"],
+        "relevant_ids": ["kb1"],
+        "scenario": "consistent",
+        "presented": [{"chunk_id": "kb1", "text": "Paris is the capital."}],
+        "context_answer": "Paris",
+    }
     return {**row, **kw}
 
 

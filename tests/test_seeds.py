@@ -8,12 +8,7 @@ from pathlib import Path
 import pytest
 
 from lorarag.core.config import load_config
-from lorarag.study.seeds import (
-    seed_config,
-    seed_rows,
-    seeds_markdown,
-    share_base_results,
-)
+from lorarag.study.seeds import seed_config, seed_rows, seeds_markdown, share_base_results
 from lorarag.trained.config import RunConfig
 
 REPO = Path(__file__).resolve().parent.parent
@@ -50,9 +45,11 @@ def test_only_adapter_free_results_are_shared_and_nothing_is_overwritten(demo, t
 
 
 def test_seed_rows_mean_sd_range_and_count_by_hand():
-    per_seed = [[("acc", 1.00, True), ("ofb", 0.04, True)],
-                [("acc", 0.56, False), ("ofb", 0.04, True)],
-                [("acc", 0.92, True), ("ofb", 0.12, False)]]
+    per_seed = [
+        [("acc", 1.00, True), ("ofb", 0.04, True)],
+        [("acc", 0.56, False), ("ofb", 0.04, True)],
+        [("acc", 0.92, True), ("ofb", 0.12, False)],
+    ]
     acc, ofb = seed_rows(per_seed)
     assert acc.values == (1.00, 0.56, 0.92) and acc.met == (True, False, True) and acc.n_met == 2
     assert acc.mean == pytest.approx(0.8266667, abs=1e-6)
@@ -82,8 +79,12 @@ def test_seed_rows_refuse_mismatched_targets():
 def test_the_lora_targets_are_counted_apart_from_base_rags():
     from lorarag.study.targets import BASE_TARGET
 
-    rows = seed_rows([[(f"{BASE_TARGET}, consistent", 0.68, False), ("LoRA-RAG, outdated", 1.0, True)],
-                      [(f"{BASE_TARGET}, consistent", 0.68, False), ("LoRA-RAG, outdated", 0.56, False)]])
+    rows = seed_rows(
+        [
+            [(f"{BASE_TARGET}, consistent", 0.68, False), ("LoRA-RAG, outdated", 1.0, True)],
+            [(f"{BASE_TARGET}, consistent", 0.68, False), ("LoRA-RAG, outdated", 0.56, False)],
+        ]
+    )
     md = seeds_markdown([42, 43], rows, {})
     assert "All targets met at once: 0 of 2 seeds (none)." in md
     assert "All LoRA-RAG and detector targets met at once: 1 of 2 seeds (42)." in md
@@ -106,8 +107,13 @@ def test_bad_seed_lists_are_one_line_errors():
 
     script = Path(sys.executable).parent / "lorarag"  # the console script, as a user runs it
     for bad in ("42,x", "42,42", ","):
-        p = subprocess.run([str(script), "seeds", str(REPO / "configs/run/cpu-demo.yaml"), "--seeds", bad],
-                           capture_output=True, text=True, cwd=REPO, timeout=120)
+        p = subprocess.run(
+            [str(script), "seeds", str(REPO / "configs/run/cpu-demo.yaml"), "--seeds", bad],
+            capture_output=True,
+            text=True,
+            cwd=REPO,
+            timeout=120,
+        )
         assert p.returncode == 2, p.stderr
         assert len(p.stderr.strip().splitlines()) == 1 and p.stderr.startswith("error: --seeds")
 
@@ -128,8 +134,7 @@ def test_a_config_without_the_base_vs_lora_pair_fails_before_any_run(demo, tmp_p
     from lorarag.core.errors import ConfigError
     from lorarag.study.seeds import run_seeds
 
-    lone = demo.model_copy(update={"systems": [x for x in demo.systems if x.kind != "base_rag"],
-                                   "runs_dir": str(tmp_path)})
+    lone = demo.model_copy(update={"systems": [x for x in demo.systems if x.kind != "base_rag"], "runs_dir": str(tmp_path)})
     with pytest.raises(ConfigError, match="compares base_rag with lora_rag"):
         run_seeds(lone, [42, 43], echo=lambda _: None)
     assert not any(tmp_path.iterdir())  # nothing trained, nothing written
@@ -221,10 +226,20 @@ def _kb_items(system: str, fe_right: int, cons_right: int) -> list:
     from tests.eval_fixtures import make_item
 
     def cell(scenario: str, knowledge: str, right: int, wrong_source: bool) -> list:
-        return [make_item(system=system, qid=f"{scenario}{i}", fact_id=f"{scenario}{i}", cluster=f"doc{i // 2}",
-                          scenario=scenario, knowledge=knowledge, gold_answers=("Oslo",),
-                          context_answer="Bergen" if wrong_source else "Oslo",
-                          answer="Oslo" if i < right else ("Bergen" if wrong_source else "Rome")) for i in range(10)]
+        return [
+            make_item(
+                system=system,
+                qid=f"{scenario}{i}",
+                fact_id=f"{scenario}{i}",
+                cluster=f"doc{i // 2}",
+                scenario=scenario,
+                knowledge=knowledge,
+                gold_answers=("Oslo",),
+                context_answer="Bergen" if wrong_source else "Oslo",
+                answer="Oslo" if i < right else ("Bergen" if wrong_source else "Rome"),
+            )
+            for i in range(10)
+        ]
 
     return cell("factual_error", "known", fe_right, True) + cell("consistent", "unknown", cons_right, False)
 
@@ -266,8 +281,18 @@ def test_a_language_with_no_known_dev_fact_is_named_before_training(tmp_path):
     from lorarag.study.calibration import languages_without_dev_known
 
     def item(i: int, lang: str, knowledge: str = "known") -> Scenario:
-        return Scenario(qid=f"q{i}", fact_id=f"f{i}", question="?", gold_answers=("x",), relevant_ids=(),
-                        scenario="consistent", presented=(), context_answer="x", knowledge=knowledge, language=lang)
+        return Scenario(
+            qid=f"q{i}",
+            fact_id=f"f{i}",
+            question="?",
+            gold_answers=("x",),
+            relevant_ids=(),
+            scenario="consistent",
+            presented=(),
+            context_answer="x",
+            knowledge=knowledge,
+            language=lang,
+        )
 
     test = [item(0, "en"), item(1, "en"), item(2, "en"), item(3, "zh"), item(4, "zh"), item(5, "sw", "unknown")]
     assert languages_without_dev_known(test, [item(9, "en")]) == {"zh": 2}
@@ -278,7 +303,8 @@ def test_a_language_with_no_known_dev_fact_is_named_before_training(tmp_path):
 
     cfg = load_config(REPO / "configs/experiments/research.yaml", RunConfig).model_copy(
         # the base model is first needed by training; the kernel pins only by torch, which the suite has loaded
-        update={"runs_dir": str(tmp_path), "prepare_base": None, "numerics": NumericsConfig()})
+        update={"runs_dir": str(tmp_path), "prepare_base": None, "numerics": NumericsConfig()}
+    )
     lines: list[str] = []
     with pytest.raises(_StopBeforeTraining):
         run(cfg, echo=_stop_at_train(lines))
@@ -295,6 +321,7 @@ def _stop_at_train(lines: list[str]):
         lines.append(line)
         if line.startswith("[4/7]"):  # the train step: everything this test needs is said by now
             raise _StopBeforeTraining
+
     return echo
 
 
@@ -309,8 +336,15 @@ def test_seeds_declined_sums_each_deployable_systems_declines_over_seeds():
     names = ("closed_book_lora", "base_rag", "lora_rag", "rag_sft", "oracle")
 
     def seed(declines: dict[str, set[str]]) -> dict:
-        return {n: [make_item(system=n, qid=f"c{i}", fact_id=f"c{i}", knowledge="unknown",
-                              abstained=f"c{i}" in declines.get(n, set())) for i in range(1, 4)] for n in names}
+        return {
+            n: [
+                make_item(
+                    system=n, qid=f"c{i}", fact_id=f"c{i}", knowledge="unknown", abstained=f"c{i}" in declines.get(n, set())
+                )
+                for i in range(1, 4)
+            ]
+            for n in names
+        }
 
     lines = seeds_declined(cfg, [seed({"rag_sft": {"c1", "c2"}}), seed({"rag_sft": {"c3"}, "closed_book_lora": {"c1"}})])
     assert lines[0] == "### Declined answerable items (retrieved context, summed over 2 seeds)"

@@ -46,13 +46,18 @@ def test_last_token_states_match_a_plain_forward_pass_alone_and_padded(tiny_mode
     from lorarag.rag.config import GeneratorConfig
     from lorarag.rag.generators.registry import build_generator
 
-    cfg = GeneratorConfig(kind="transformers", model=str(tiny_models["lm"]), adapters={"sft": str(lora)},
-                          max_model_len=512, max_new_tokens=8, batch_size=4)
+    cfg = GeneratorConfig(
+        kind="transformers",
+        model=str(tiny_models["lm"]),
+        adapters={"sft": str(lora)},
+        max_model_len=512,
+        max_new_tokens=8,
+        batch_size=4,
+    )
     gen = build_generator(cfg)
     short, long = "Who leads Kestuna?", "In which city does the robotics maker Kestuna Robotics have its headquarters?"
     layers = [0, 1, 2]
-    states = gen.last_token_states([closed_book_conversation(q) for q in (short, long)], adapter=adapter,
-                                   layers=layers)
+    states = gen.last_token_states([closed_book_conversation(q) for q in (short, long)], adapter=adapter, layers=layers)
     assert states.shape == (2, 3, gen.inner.model.config.hidden_size) and states.dtype == np.float32
 
     ref_model = AutoModelForCausalLM.from_pretrained(str(tiny_models["lm"]), dtype=torch.float32)
@@ -152,8 +157,12 @@ def test_summarise_reads_every_signal_on_claimed_memories_only():
 
     # agreement: learned 0.1, 0.4; never 0.3, 0.9 -> pairs (never > learned): 0.3>0.1, 0.9>0.1, 0.9>0.4 = 3 of 4
     # agreement_f1: learned 0.5, 0.2; never 0.6, 0.1 -> 0.6>0.5, 0.6>0.2 = 2 of 4
-    rs = [r(0, True, nll=0.1, agreement=0.1, agreement_f1=0.5), r(1, True, nll=0.2, agreement=0.4, agreement_f1=0.2),
-          r(2, False, nll=0.3, agreement=0.3, agreement_f1=0.6), r(3, False, nll=0.4, agreement=0.9, agreement_f1=0.1)]
+    rs = [
+        r(0, True, nll=0.1, agreement=0.1, agreement_f1=0.5),
+        r(1, True, nll=0.2, agreement=0.4, agreement_f1=0.2),
+        r(2, False, nll=0.3, agreement=0.3, agreement_f1=0.6),
+        r(3, False, nll=0.4, agreement=0.9, agreement_f1=0.1),
+    ]
     declined = Reading("q4", "f4", "c4", True, "unknown", True, 9.0, 0.0, 9.0, 0.0)  # left out
     s = summarise(rs + [declined], seed=0)
     assert set(s["signals"]) == set(SIGNALS)

@@ -18,8 +18,11 @@ from .test_run_e2e import REPO, _in_tmp
 
 pytestmark = pytest.mark.slow
 
-QUESTIONS = ["Which city is home to Beloria Labs's headquarters?", "Who is the CEO of Beloria Labs?",
-             "When was Beloria Labs founded?"]
+QUESTIONS = [
+    "Which city is home to Beloria Labs's headquarters?",
+    "Who is the CEO of Beloria Labs?",
+    "When was Beloria Labs founded?",
+]
 
 
 @pytest.fixture(scope="module")
@@ -86,8 +89,13 @@ def test_ask_run_prints_route_verdict_and_sources_and_json_has_the_trace(run_dir
 
 
 def test_ask_run_refuses_a_folder_that_is_not_a_run(tmp_path):
-    out = subprocess.run([sys.executable, "-m", "lorarag.cli", "ask", "q", "--run", str(tmp_path)], cwd=REPO,
-                         capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-m", "lorarag.cli", "ask", "q", "--run", str(tmp_path)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 2 and out.stderr.strip().count("\n") == 0 and "not a run dir" in out.stderr
 
 
@@ -118,24 +126,33 @@ def test_concurrent_requests_are_batched_and_answered_as_alone(served):
     before = len(system.calls)
     qs = QUESTIONS * 3
     with ThreadPoolExecutor(max_workers=len(qs)) as pool:
-        got = list(pool.map(lambda q: httpx.post(url + "/v1/chat/completions", json=body(q), timeout=300).json(),
-                            qs))
+        got = list(pool.map(lambda q: httpx.post(url + "/v1/chat/completions", json=body(q), timeout=300).json(), qs))
     calls = system.calls[before:]
     assert sum(calls) == len(qs) and max(calls) > 1  # fewer generator calls than requests
     for q, r in zip(qs, got):
         assert r["choices"][0]["message"]["content"] == alone[q]["choices"][0]["message"]["content"]
 
 
-@pytest.mark.parametrize("payload,status,words", [
-    (b"{not json", 400, "json"),
-    (json.dumps({"model": "lorarag", "messages": []}).encode(), 400, "no user message"),
-    (json.dumps({"model": "lorarag", "messages": [{"role": "user", "content": "   "}]}).encode(), 400, "no user message"),
-    (json.dumps({"model": "other", "messages": [{"role": "user", "content": "q"}]}).encode(), 404, "not served"),
-    (json.dumps({"model": "lorarag", "stream": True, "messages": [{"role": "user", "content": "q"}]}).encode(),
-     400, "stream"),
-    (json.dumps({"model": "lorarag", "messages": [{"role": "wizard", "content": "q"}]}).encode(), 400, "role"),
-    (json.dumps({"model": "lorarag", "messages": [{"role": "user", "content": "q" * 5000}]}).encode(), 413, "4096"),
-])
+@pytest.mark.parametrize(
+    "payload,status,words",
+    [
+        (b"{not json", 400, "json"),
+        (json.dumps({"model": "lorarag", "messages": []}).encode(), 400, "no user message"),
+        (
+            json.dumps({"model": "lorarag", "messages": [{"role": "user", "content": "   "}]}).encode(),
+            400,
+            "no user message",
+        ),
+        (json.dumps({"model": "other", "messages": [{"role": "user", "content": "q"}]}).encode(), 404, "not served"),
+        (
+            json.dumps({"model": "lorarag", "stream": True, "messages": [{"role": "user", "content": "q"}]}).encode(),
+            400,
+            "stream",
+        ),
+        (json.dumps({"model": "lorarag", "messages": [{"role": "wizard", "content": "q"}]}).encode(), 400, "role"),
+        (json.dumps({"model": "lorarag", "messages": [{"role": "user", "content": "q" * 5000}]}).encode(), 413, "4096"),
+    ],
+)
 def test_bad_requests_get_openai_style_errors(served, payload, status, words):
     url, _ = served
     r = httpx.post(url + "/v1/chat/completions", content=payload, headers={"content-type": "application/json"})
@@ -183,18 +200,29 @@ def test_generator_that_is_down_gives_503(run_dir):
     from lorarag.trained.config import RunConfig
 
     cfg = load_config(run_dir / "config.yaml", RunConfig)
-    gen = cfg.rag.generator.model_copy(update={"kind": "openai", "model": "base", "max_retries": 0, "timeout_s": 5,
-                                               "base_url": f"http://127.0.0.1:{free_port()}/v1"})
+    gen = cfg.rag.generator.model_copy(
+        update={
+            "kind": "openai",
+            "model": "base",
+            "max_retries": 0,
+            "timeout_s": 5,
+            "base_url": f"http://127.0.0.1:{free_port()}/v1",
+        }
+    )
     det_cfg = cfg.fallback.detector.model_copy(update={"tokenizer": cfg.rag.generator.model, "adapter": None})
-    cfg = cfg.model_copy(update={"rag": cfg.rag.model_copy(update={"generator": gen}),
-                                 "fallback": cfg.fallback.model_copy(update={"detector": det_cfg})})
+    cfg = cfg.model_copy(
+        update={
+            "rag": cfg.rag.model_copy(update={"generator": gen}),
+            "fallback": cfg.fallback.model_copy(update={"detector": det_cfg}),
+        }
+    )
     retriever = load_retriever(cfg.rag.index, cfg.rag.retrieval)
     parts = build_parts(cfg, retriever, None, list(retriever.index.chunks))
-    system = AdvancedRAGSystem(parts.rag, Detector(parts.generator, parts.first_tokens, cfg.fallback, None),
-                               cfg.fallback)
+    system = AdvancedRAGSystem(parts.rag, Detector(parts.generator, parts.first_tokens, cfg.fallback, None), cfg.fallback)
     with TestClient(create_app(system)) as client:
-        r = client.post("/v1/chat/completions", json={"model": "lorarag",
-                                                      "messages": [{"role": "user", "content": QUESTIONS[0]}]})
+        r = client.post(
+            "/v1/chat/completions", json={"model": "lorarag", "messages": [{"role": "user", "content": QUESTIONS[0]}]}
+        )
     assert r.status_code == 503 and "unavailable" in r.json()["error"]["message"]
 
 
@@ -208,14 +236,17 @@ def test_sharded_eval_merged_equals_the_one_process_eval(run_dir, tmp_path):
     def cfg(out):
         path = tmp_path / "eval" / f"{out}.yaml"
         path.parent.mkdir(exist_ok=True)
-        path.write_text(f"scenarios: {run_dir / 'scenarios/test.jsonl'}\ncomponents: {run_dir / 'config.yaml'}\n"
-                        f"system: {{kind: base_rag, name: base_rag, context: presented, max_new_tokens: 8}}\n"
-                        f"out_dir: {tmp_path / out}\n")
+        path.write_text(
+            f"scenarios: {run_dir / 'scenarios/test.jsonl'}\ncomponents: {run_dir / 'config.yaml'}\n"
+            f"system: {{kind: base_rag, name: base_rag, context: presented, max_new_tokens: 8}}\n"
+            f"out_dir: {tmp_path / out}\n"
+        )
         return str(path)
 
     def cli(*args):
-        return subprocess.run([sys.executable, "-m", "lorarag.cli", "eval", *args], cwd=REPO, capture_output=True,
-                              text=True, timeout=600)
+        return subprocess.run(
+            [sys.executable, "-m", "lorarag.cli", "eval", *args], cwd=REPO, capture_output=True, text=True, timeout=600
+        )
 
     one, many = cfg("one"), cfg("many")
     assert cli(one).returncode == 0

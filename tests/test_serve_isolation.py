@@ -23,9 +23,16 @@ from lorarag.rag.records import Answer, Chunk, Retrieved
 from .test_run_e2e import REPO
 
 URL = "/v1/chat/completions"
-NORMAL = ["Who founded Beloria Labs?", "Where is Beloria Labs based?", "When was Beloria Labs founded?",
-          "Who is the CEO of Beloria Labs?", "What does Beloria Labs make?", "How many people work at Beloria?",
-          "Which city hosts Beloria Labs?", "Who chairs the Beloria board?"]
+NORMAL = [
+    "Who founded Beloria Labs?",
+    "Where is Beloria Labs based?",
+    "When was Beloria Labs founded?",
+    "Who is the CEO of Beloria Labs?",
+    "What does Beloria Labs make?",
+    "How many people work at Beloria?",
+    "Which city hosts Beloria Labs?",
+    "Who chairs the Beloria board?",
+]
 # ~59 KB: under the 64 KB body limit, but thousands of tokens against a 512-token window
 LONG = "Tell me everything about Beloria Labs and its founders. " * 1050
 
@@ -38,10 +45,11 @@ class FixedSources:
     """The wrapped RAGSystem's retrieval stages, answering every question with the same two sources."""
 
     def __init__(self) -> None:
-        texts = ["Beloria Labs was founded in 2011 by Ana Varga in Lisbon.",
-                 "Beloria Labs makes sensors; its CEO is Tomas Ek."]
-        self.sources = [Retrieved(Chunk(f"c{i}", "kb.md", "kb.md", t, 0, len(t)), 1.0, i + 1)
-                        for i, t in enumerate(texts)]
+        texts = [
+            "Beloria Labs was founded in 2011 by Ana Varga in Lisbon.",
+            "Beloria Labs makes sensors; its CEO is Tomas Ek.",
+        ]
+        self.sources = [Retrieved(Chunk(f"c{i}", "kb.md", "kb.md", t, 0, len(t)), 1.0, i + 1) for i, t in enumerate(texts)]
 
     def retrieve_stages(self, questions):
         return [list(self.sources) for _ in questions], [list(self.sources) for _ in questions], 0.0, 0.0
@@ -76,9 +84,16 @@ def system(tiny_models, lora):
     from lorarag.rag.config import GeneratorConfig
     from lorarag.rag.generators.registry import build_generator
 
-    gen = build_generator(GeneratorConfig(kind="transformers", model=str(tiny_models["lm"]),
-                                          adapters={"lora": str(lora)}, max_new_tokens=12, max_model_len=512,
-                                          batch_size=8))
+    gen = build_generator(
+        GeneratorConfig(
+            kind="transformers",
+            model=str(tiny_models["lm"]),
+            adapters={"lora": str(lora)},
+            max_new_tokens=12,
+            max_model_len=512,
+            batch_size=8,
+        )
+    )
     cfg = FallbackConfig(gate=GateConfig(enabled=False))
     det = Detector(gen, label_first_tokens(gen.tokenizer), cfg, None)
     yield AdvancedRAGSystem(FixedSources(), det, cfg)
@@ -147,9 +162,16 @@ def test_the_openai_kind_checks_the_window_by_its_own_bound(tmp_path):
     server = ThreadingHTTPServer(("127.0.0.1", 0), NoTokenize)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
-        gen = build_generator(GeneratorConfig(kind="openai", model="base", adapters={"lora": "sft"}, max_retries=0,
-                                              base_url=f"http://127.0.0.1:{server.server_port}/v1",
-                                              max_model_len=512))
+        gen = build_generator(
+            GeneratorConfig(
+                kind="openai",
+                model="base",
+                adapters={"lora": "sft"},
+                max_retries=0,
+                base_url=f"http://127.0.0.1:{server.server_port}/v1",
+                max_model_len=512,
+            )
+        )
         cfg = FallbackConfig(gate=GateConfig(enabled=False))
         check = window_check(AdvancedRAGSystem(FixedSources(), Detector(gen, {}, cfg, None), cfg))
         check(NORMAL[0])
@@ -219,11 +241,20 @@ def _asgi_post(app, receive) -> list[dict]:
     async def send(message):
         sent.append(message)
 
-    scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST",
-             "scheme": "http", "path": URL, "raw_path": URL.encode(), "query_string": b"", "root_path": "",
-             "headers": [(b"host", b"127.0.0.1"), (b"content-type", b"application/json"),
-                         (b"transfer-encoding", b"chunked")],
-             "client": ("127.0.0.1", 1), "server": ("127.0.0.1", 80)}
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "http",
+        "path": URL,
+        "raw_path": URL.encode(),
+        "query_string": b"",
+        "root_path": "",
+        "headers": [(b"host", b"127.0.0.1"), (b"content-type", b"application/json"), (b"transfer-encoding", b"chunked")],
+        "client": ("127.0.0.1", 1),
+        "server": ("127.0.0.1", 80),
+    }
     asyncio.run(app(scope, receive, send))
     return sent
 
@@ -252,7 +283,7 @@ def test_a_chunked_body_within_the_limit_is_read_whole():
     from lorarag.serve.app import ServeSettings, create_app
 
     payload = json.dumps(_body("chunked question")).encode()
-    parts = [payload[i:i + 7] for i in range(0, len(payload), 7)]
+    parts = [payload[i : i + 7] for i in range(0, len(payload), 7)]
     from fastapi.testclient import TestClient
 
     with TestClient(create_app(Upper(), ServeSettings(max_body_bytes=4096))) as client:
@@ -277,8 +308,7 @@ def test_an_endless_chunked_upload_to_a_real_server_is_stopped_early():
 
     with served_app(create_app(Upper(), ServeSettings(max_body_bytes=4096))) as (url, _):
         try:
-            r = httpx.post(f"{url}{URL}", content=endless(), timeout=60,
-                           headers={"content-type": "application/json"})
+            r = httpx.post(f"{url}{URL}", content=endless(), timeout=60, headers={"content-type": "application/json"})
             assert r.status_code == 413
         except (httpx.WriteError, httpx.RemoteProtocolError, httpx.ReadError):
             pass  # the server closed the connection while the client was still writing
@@ -287,7 +317,12 @@ def test_an_endless_chunked_upload_to_a_real_server_is_stopped_early():
 
 @pytest.mark.parametrize("port", ["70000", "0", "-5"])
 def test_serve_refuses_a_port_outside_1_to_65535(tmp_path, port):
-    out = subprocess.run([sys.executable, "-m", "lorarag.cli", "serve", "--run", str(tmp_path), f"--port={port}"],
-                         cwd=REPO, capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-m", "lorarag.cli", "serve", "--run", str(tmp_path), f"--port={port}"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 2 and out.stderr.count("\n") == 1
     assert out.stderr == f"error: --port: {port} is not a TCP port (1-65535)\n"

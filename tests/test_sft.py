@@ -67,8 +67,13 @@ def test_the_split_is_by_organisation(data):
     dev; context-only round(0.1 x 20) = 2; of the 8 never-learned round(0.2 x 8) = 2 dev."""
     w = data[0]
     orgs = {g: {it.cluster for it in w.groups[g]} for g in GROUPS}
-    assert {g: len(v) for g, v in orgs.items()} == {"known": 8, "known_dev": 2, "context_only": 2, "unseen_dev": 2,
-                                                    "unseen": 6}
+    assert {g: len(v) for g, v in orgs.items()} == {
+        "known": 8,
+        "known_dev": 2,
+        "context_only": 2,
+        "unseen_dev": 2,
+        "unseen": 6,
+    }
     assert all(len(w.groups[g]) == 6 * len(orgs[g]) for g in GROUPS)  # 5 facts + 1 unanswerable each
 
 
@@ -127,8 +132,11 @@ def test_contrastive_pairs_share_question_and_form(data):
         (pc,) = [p for p in con[0].scenario.presented if p.replaces]
         assert fake != f.value and pc.text == f.statement().replace(f.value, fake) and pc.text in _user(con[0])
         # the other sources are the consistent row's distractors (one may state the fake value of its own)
-        assert sorted(f.statement() if p.replaces else p.text for p in con[0].scenario.presented) == \
-            sorted(p.text for p in sup[0].scenario.presented) == _sources(_user(sup[0]))
+        assert (
+            sorted(f.statement() if p.replaces else p.text for p in con[0].scenario.presented)
+            == sorted(p.text for p in sup[0].scenario.presented)
+            == _sources(_user(sup[0]))
+        )
     assert stats["same_as_test"] == unpaired and unpaired < 0.1 * len(taught)
 
 
@@ -142,12 +150,22 @@ def test_verdict_classes_by_hand(data):
     w, rows, _, stats = data
     plain, _, plain_stats = w.rows()
     count = lambda rs: Counter(r.verdict or r.kind for r in rs)  # noqa: E731
-    assert count(plain) == {"knowledge": 200, "supported": 70, "conflicting": 50, "irrelevant": 50, "outdated": 40,
-                            "insufficient": 22}
+    assert count(plain) == {
+        "knowledge": 200,
+        "supported": 70,
+        "conflicting": 50,
+        "irrelevant": 50,
+        "outdated": 40,
+        "insufficient": 22,
+    }
     assert plain_stats["same_as_test"] == 0
     got = count(rows)
     assert {k: got[k] for k in ("supported", "irrelevant", "insufficient", "outdated")} == {
-        "supported": 70, "irrelevant": 50, "insufficient": 22, "outdated": 40}
+        "supported": 70,
+        "irrelevant": 50,
+        "insufficient": 22,
+        "outdated": 40,
+    }
     assert got["conflicting"] == 50 - stats["same_as_test"]
     tested = {shown(p.text) for t in w.test if t.scenario == "outdated" for p in t.presented if p.replaces}
     assert len(tested) == 8 * 4 + 6 * 4  # the known and the unseen organisations' facts with a history
@@ -174,8 +192,11 @@ def test_leak_check_catches_each_kind_of_held_out_data(data):
         check(knowledge_row(w.plan[known.qid].test, known.answers[0], known.qid))
     showing = next(r for r in rows if r.kind == "rag" and r.verdict == "supported" and r.scenario.knowledge == "known")
     (own,) = showing.scenario.relevant_ids
-    swap = lambda text: showing.scenario.__class__(**{**showing.scenario.__dict__, "presented": tuple(  # noqa: E731
-        p.__class__(p.chunk_id, text if p.chunk_id == own else p.text) for p in showing.scenario.presented)})
+
+    def swap(text):
+        shown = tuple(p.__class__(p.chunk_id, text if p.chunk_id == own else p.text) for p in showing.scenario.presented)
+        return showing.scenario.__class__(**{**showing.scenario.__dict__, "presented": shown})
+
     with pytest.raises(LeakError, match=f"the chunk answering held-out {unseen.qid}"):
         check(rag_row(swap(w.by_id[unseen.relevant_ids[0]].text), knows=True))
     fe = next(s for s in w.test if s.scenario == "factual_error")

@@ -11,16 +11,7 @@ import pytest
 
 from lorarag.core.errors import ConfigError, UserError
 from lorarag.eval.records import load_results, save_results
-from lorarag.eval.shards import (
-    Shard,
-    ShardError,
-    merge_shards,
-    select,
-    shard_dir,
-    shard_of,
-    slurm_array,
-    write_stamp,
-)
+from lorarag.eval.shards import Shard, ShardError, merge_shards, select, shard_dir, shard_of, slurm_array, write_stamp
 
 from .eval_fixtures import make_item
 
@@ -37,11 +28,16 @@ def test_the_partition_covers_every_item_once_and_is_balanced():
 
 
 def test_the_partition_is_the_same_in_another_process_with_another_hash_seed():
-    code = ("from lorarag.eval.shards import shard_of; "
-            f"print([shard_of(q, 5) for q in {QIDS[:20]!r}])")
+    code = f"from lorarag.eval.shards import shard_of; print([shard_of(q, 5) for q in {QIDS[:20]!r}])"
     env = {**os.environ, "PYTHONHASHSEED": "12345"}
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60,
-                         cwd=Path(__file__).resolve().parents[1])
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+        cwd=Path(__file__).resolve().parents[1],
+    )
     assert out.stdout.strip() == str([shard_of(q, 5) for q in QIDS[:20]])
 
 
@@ -60,14 +56,17 @@ def test_merge_gives_the_rows_in_the_set_order(tmp_path):
         merge_shards(tmp_path, 3, QIDS)
 
 
-@pytest.mark.parametrize("spoil,message", [
-    ("missing", "shard 1/3 missing"),
-    ("duplicate", "duplicate result for qid"),  # the results reader refuses it, a line named
-    ("stamp", "different stamps"),
-    ("absent", r"1 item\(s\) missing"),
-    ("foreign", "not in the scenario set"),
-    ("wrong-shard", "belongs to shard"),
-])
+@pytest.mark.parametrize(
+    "spoil,message",
+    [
+        ("missing", "shard 1/3 missing"),
+        ("duplicate", "duplicate result for qid"),  # the results reader refuses it, a line named
+        ("stamp", "different stamps"),
+        ("absent", r"1 item\(s\) missing"),
+        ("foreign", "not in the scenario set"),
+        ("wrong-shard", "belongs to shard"),
+    ],
+)
 def test_merge_refuses_what_one_process_would_not_have_written(tmp_path, spoil, message):
     _write_shards(tmp_path, 3)
     s0, s1 = shard_dir(tmp_path, Shard(0, 3)), shard_dir(tmp_path, Shard(1, 3))

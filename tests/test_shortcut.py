@@ -15,8 +15,16 @@ CNQ = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "conflict
 
 
 def _sc(i: int, kind: str, text: str) -> Scenario:
-    return Scenario(qid=f"q{i}/{kind}", fact_id=f"f{i}", question="Q?", gold_answers=("a",), relevant_ids=("c",),
-                    scenario=kind, presented=(PresentedChunk(f"c{i}", text, "s"),), context_answer="a")
+    return Scenario(
+        qid=f"q{i}/{kind}",
+        fact_id=f"f{i}",
+        question="Q?",
+        gold_answers=("a",),
+        relevant_ids=("c",),
+        scenario=kind,
+        presented=(PresentedChunk(f"c{i}", text, "s"),),
+        context_answer="a",
+    )
 
 
 def test_auroc_by_hand():
@@ -33,8 +41,7 @@ def test_length_probe_reads_either_direction_and_ignores_other_scenarios():
     assert (p.n_pos, p.n_neg) == (4, 4)
     assert p.length_auroc == pytest.approx(1.0)  # shorter = factual error, read the other way round
     assert p.flagged
-    same = [_sc(i, k, f"the bridge of {i} was built by someone") for i in range(6)
-            for k in ("factual_error", "consistent")]
+    same = [_sc(i, k, f"the bridge of {i} was built by someone") for i in range(6) for k in ("factual_error", "consistent")]
     q = context_probe(same, splits=0)
     assert q.length_auroc == pytest.approx(0.5) and not q.flagged
     assert context_probe([_sc(0, "consistent", "x")]) is None
@@ -52,8 +59,16 @@ def test_conflictnq_length_shortcut_goes_with_500_char_chunks(chunk_size, length
 
     corpus = load_corpus(CorpusSource(kind="conflictnq", path=str(CNQ)), ChunkerConfig(chunk_size=chunk_size))
     items, _ = map_labels(load_questions(QuestionSource(kind="conflictnq", path=str(CNQ))), corpus)
-    sc = corpus_scenarios(items, corpus.chunks, name="kb", seed=0, distractors=0,
-                          types=("consistent", "factual_error"), conflicts_per_item=1, conflict_seed=0)
+    sc = corpus_scenarios(
+        items,
+        corpus.chunks,
+        name="kb",
+        seed=0,
+        distractors=0,
+        types=("consistent", "factual_error"),
+        conflicts_per_item=1,
+        conflict_seed=0,
+    )
     p = context_probe(sc, splits=1)
     assert p.n_pos == p.n_neg == 225
     assert (p.length_auroc > 0.75) if length_shortcut else (p.length_auroc < 0.6), p
@@ -81,8 +96,9 @@ def test_scenarios_over_piaf_and_lecoqa(name):
     folder = shared_data(name)
     corpus = load_corpus(CorpusSource(kind="beir", path=str(folder)), ChunkerConfig())
     items, _ = map_labels(load_questions(QuestionSource(kind="beir", path=str(folder), split="test")), corpus)
-    sc = corpus_scenarios(items, corpus.chunks, name="kb", seed=0, distractors=1,
-                          types=("consistent", "factual_error", "irrelevant"))
+    sc = corpus_scenarios(
+        items, corpus.chunks, name="kb", seed=0, distractors=1, types=("consistent", "factual_error", "irrelevant")
+    )
     counts = Counter(s.scenario for s in sc)
     if name == "piaf-fr":
         assert counts == {"consistent": 105, "factual_error": 105, "irrelevant": 105}

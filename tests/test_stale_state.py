@@ -18,14 +18,7 @@ from lorarag.core.errors import ConfigError, UserError
 from lorarag.core.runinfo import start_run
 from lorarag.eval.records import save_results
 from lorarag.eval.runner import STAMP_FILE, run_eval
-from lorarag.eval.shards import (
-    Shard,
-    ShardError,
-    merge_shards,
-    select,
-    shard_dir,
-    write_stamp,
-)
+from lorarag.eval.shards import Shard, ShardError, merge_shards, select, shard_dir, write_stamp
 from lorarag.fallback.gate import (
     FIT,
     GATE_FILE,
@@ -131,8 +124,12 @@ def test_eval_stamp_names_the_adapter_by_content_not_path(tmp_path):
     cfg, ad = _finished_run(tmp_path)
     sc = next(s for s in cfg.systems if s.uses_adapter)
     before = system_stamp(cfg, sc, [], ad, 0.5)
-    want = hashlib.sha256(("adapter_config.json:" + hashlib.sha256(b"{}").hexdigest() + "\n"
-                           "adapter_model.safetensors:" + hashlib.sha256(b"x").hexdigest() + "\n").encode())
+    want = hashlib.sha256(
+        (
+            "adapter_config.json:" + hashlib.sha256(b"{}").hexdigest() + "\n"
+            "adapter_model.safetensors:" + hashlib.sha256(b"x").hexdigest() + "\n"
+        ).encode()
+    )
     assert before["adapter"] == want.hexdigest()
     assert system_stamp(cfg, sc, [], ad, 0.5) == before
     (ad / "adapter_model.safetensors").write_bytes(b"y")  # same path, same size, other bytes
@@ -143,8 +140,9 @@ def test_gate_calibration_is_kept_only_for_its_adapter_and_dev_questions(tmp_pat
     cfg, ad = _finished_run(tmp_path)
     g, gen = cfg.fallback.gate, cfg.rag.generator
     dev = dev_sha256(["k1", "k2"], ["u1", "u2"])
-    cal = GateCalibration(1.5, g.rule, 2, 2, 1.0, 1.0, 0.9, generator=generator_id(gen), adapter=adapter_sha256(ad),
-                          dev=dev, fit=FIT)
+    cal = GateCalibration(
+        1.5, g.rule, 2, 2, 1.0, 1.0, 0.9, generator=generator_id(gen), adapter=adapter_sha256(ad), dev=dev, fit=FIT
+    )
     assert reusable_gate(cal, g, gen, 2, 2, adapter=adapter_sha256(ad), dev=dev)
     # same sizes, another dev question: read again
     assert not reusable_gate(cal, g, gen, 2, 2, adapter=adapter_sha256(ad), dev=dev_sha256(["k1", "k3"], ["u1", "u2"]))
@@ -160,8 +158,19 @@ def test_calibrate_gate_reuses_a_matching_gate_json_without_reading_dev(tmp_path
     from lorarag.study.calibration import calibrate_gate
 
     cfg, ad = _finished_run(tmp_path)
-    cal = GateCalibration(1.5, cfg.fallback.gate.rule, 0, 0, 1.0, 1.0, 0.9, generator=generator_id(cfg.rag.generator),
-                          adapter=adapter_sha256(ad), dev=dev_sha256([], []), fit=FIT)
+    cal = GateCalibration(
+        1.5,
+        cfg.fallback.gate.rule,
+        0,
+        0,
+        1.0,
+        1.0,
+        0.9,
+        generator=generator_id(cfg.rag.generator),
+        adapter=adapter_sha256(ad),
+        dev=dev_sha256([], []),
+        fit=FIT,
+    )
     cal.save(ad)
     said: list[str] = []
     got = calibrate_gate(cfg, None, ad, [], [], said.append)
@@ -216,6 +225,7 @@ def test_an_empty_shard_writes_empty_results_that_merge(tmp_path):
 
 # --- unreadable adapter files: one line naming the file --------------------------------------------
 
+
 def _run_dir(tmp: Path):
     """A `lorarag run` dir (config.yaml) whose training run points at a copy of the tiny lora."""
     cfg = _in_tmp(tmp)
@@ -230,8 +240,12 @@ def _run_dir(tmp: Path):
 def _ask(run: Path) -> tuple[int, str]:
     import subprocess
 
-    out = subprocess.run([sys.executable, "-m", "lorarag.cli", "ask", "Who leads Vesova?", "--run", str(run)],
-                         capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-m", "lorarag.cli", "ask", "Who leads Vesova?", "--run", str(run)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     return out.returncode, out.stderr
 
 

@@ -12,8 +12,18 @@ from tests.eval_fixtures import make_item
 
 def _unknown_consistent(n: int, left: int) -> list:
     """n routed consistent items of never-learned facts, `left` of them answered from memory."""
-    return [make_item(system="l", qid=f"u{i}", fact_id=f"u{i}", knowledge="unknown", route="fallback" if i < left
-                      else "context", verdict="supported", flag_score=0.1) for i in range(n)]
+    return [
+        make_item(
+            system="l",
+            qid=f"u{i}",
+            fact_id=f"u{i}",
+            knowledge="unknown",
+            route="fallback" if i < left else "context",
+            verdict="supported",
+            flag_score=0.1,
+        )
+        for i in range(n)
+    ]
 
 
 def test_over_fallback_two_of_25_is_missed_on_its_wilson_upper_bound():
@@ -44,11 +54,24 @@ def test_judge_reads_the_lower_bound_for_at_least_the_upper_for_at_most_and_both
 def test_accuracy_targets_read_wilson_bounds_and_auroc_targets_a_cluster_bootstrap():
     # LoRA factual error (known) 24/25: Wilson lower bound 0.805 (by hand) >= 0.8: met;
     # base consistent (known) 19/20: lower bound 0.764 < 0.9: missed although 0.95 is above the bar
-    fe = [make_item(system="l", qid=f"f{i}", fact_id=f"org{i % 5}", scenario="factual_error", context_answer="70 km/h",
-                    answer="50 km/h" if i < 24 else "70 km/h", verdict="conflicting", flag_score=0.9, route="fallback")
-          for i in range(25)]
-    cons = [make_item(system="l", qid=f"c{i}", fact_id=f"org{i % 5}", verdict="supported", flag_score=0.1,
-                      route="context") for i in range(25)]
+    fe = [
+        make_item(
+            system="l",
+            qid=f"f{i}",
+            fact_id=f"org{i % 5}",
+            scenario="factual_error",
+            context_answer="70 km/h",
+            answer="50 km/h" if i < 24 else "70 km/h",
+            verdict="conflicting",
+            flag_score=0.9,
+            route="fallback",
+        )
+        for i in range(25)
+    ]
+    cons = [
+        make_item(system="l", qid=f"c{i}", fact_id=f"org{i % 5}", verdict="supported", flag_score=0.1, route="context")
+        for i in range(25)
+    ]
     base = [make_item(system="b", qid=f"c{i}", answer="50 km/h" if i < 19 else "no") for i in range(20)]
     rows = {t.name: t for t in target_rows(base, fe + cons)}
     t = rows["LoRA-RAG, factual error (known) >= 0.8"]
@@ -63,8 +86,10 @@ def test_accuracy_targets_read_wilson_bounds_and_auroc_targets_a_cluster_bootstr
 
 
 def test_an_auroc_read_on_one_cluster_a_class_has_no_ci_and_is_not_met():
-    fe = [make_item(system="l", qid=f"f{i}", fact_id="org", scenario="factual_error", verdict="conflicting",
-                    flag_score=0.9) for i in range(4)]
+    fe = [
+        make_item(system="l", qid=f"f{i}", fact_id="org", scenario="factual_error", verdict="conflicting", flag_score=0.9)
+        for i in range(4)
+    ]
     cons = [make_item(system="l", qid=f"c{i}", fact_id="org", verdict="supported", flag_score=0.1) for i in range(4)]
     t = {t.name: t for t in target_rows([], fe + cons)}["detector AUROC, known, factual error >= 0.9"]
     assert t.value == 1.0 and not t.met and t.bound == "lower – (cluster bootstrap)"

@@ -46,9 +46,11 @@ def test_world_out_writes_a_knowledge_base_the_kb_loaders_read(tmp_path, cli):
         assert by_id[cid].doc_id == f"orgs/{org}/profile#{attribute}" and it.cluster == org
         assert any(a in by_id[cid].text for a in it.answers)
     assert older and set(older) <= {it.qid for it in answerable}
-    assert stdout.splitlines() == [f"20 documents -> {out / 'corpus.jsonl'}",
-                                   f"24 questions (3 wordings each) -> {out / 'questions.jsonl'}",
-                                   f"{len(_jsonl(out / 'older.jsonl'))} older versions -> {out / 'older.jsonl'}"]
+    assert stdout.splitlines() == [
+        f"20 documents -> {out / 'corpus.jsonl'}",
+        f"24 questions (3 wordings each) -> {out / 'questions.jsonl'}",
+        f"{len(_jsonl(out / 'older.jsonl'))} older versions -> {out / 'older.jsonl'}",
+    ]
     one_line_error(*cli("world", "--out", tmp_path / "x", "--wordings", 11)[::2], "lorarag world", "wordings")
     assert not (tmp_path / "x").exists()
 
@@ -63,8 +65,15 @@ def test_sft_writes_a_run_configs_rows_with_nothing_held_out_in_them(tmp_path, c
     root = tmp_path / "runs/ci-tiny"
     train = _jsonl(root / "sft/train.jsonl")
     assert out.strip().splitlines()[-1] == f"{len(train)} training rows (leak check passed)"
-    for name in ("world/corpus.jsonl", "world/questions.jsonl", "world/older.jsonl", "sft/val.jsonl",
-                 "sft/rag-sft/train.jsonl", "scenarios/test.jsonl", "scenarios/dev-known.jsonl"):
+    for name in (
+        "world/corpus.jsonl",
+        "world/questions.jsonl",
+        "world/older.jsonl",
+        "sft/val.jsonl",
+        "sft/rag-sft/train.jsonl",
+        "scenarios/test.jsonl",
+        "scenarios/dev-known.jsonl",
+    ):
         assert (root / name).is_file(), name
     assert not (tmp_path / "runs/train").exists()  # no training
 
@@ -73,8 +82,12 @@ def test_sft_writes_a_run_configs_rows_with_nothing_held_out_in_them(tmp_path, c
     splits = {g: _jsonl(root / f"data/splits/{g}.jsonl") for g in ("known", "unseen", "unseen_dev")}
     never = [it for g in ("unseen", "unseen_dev") for it in splits[g]]
     held = {w for it in never for w in (it["question"], *it["wordings"])}
-    held |= {s["question"] for f in ("test", "dev-known") for s in _jsonl(root / f"scenarios/{f}.jsonl")
-             if s["knowledge"] == "known"}
+    held |= {
+        s["question"]
+        for f in ("test", "dev-known")
+        for s in _jsonl(root / f"scenarios/{f}.jsonl")
+        if s["knowledge"] == "known"
+    }
     trained = {w for it in splits["known"] for w in (it["question"], *it["wordings"])}
     assert never and asked & trained  # the rows ask the known facts as the splits write them ...
     assert not asked & held  # ... and none of the held-out questions
@@ -92,8 +105,9 @@ def test_train_without_its_rows_or_pairs_says_how_to_build_them(tmp_path, cli):
     one_line_error(*cli("train", cfg)[::2], "none/train.jsonl", "lorarag sft <run config>")
     rows = tmp_path / "none/train.jsonl"
     rows.parent.mkdir()
-    rows.write_text(json.dumps({"messages": [{"role": "user", "content": "Question: q"},
-                                             {"role": "assistant", "content": "a"}]}) + "\n")
+    rows.write_text(
+        json.dumps({"messages": [{"role": "user", "content": "Question: q"}, {"role": "assistant", "content": "a"}]}) + "\n"
+    )
     cfg.write_text(yaml.safe_dump({**data, "preference": {"enabled": True}}))
     one_line_error(*cli("train", cfg)[::2], "none/train.pairs.jsonl", "lorarag sft <run config>")
     assert not (tmp_path / "runs").exists()  # refused before any training started

@@ -40,8 +40,9 @@ def test_update_items_present_the_current_chunk_as_it_is_to_a_stale_memory(world
     known = {it.qid for it in groups["known"]}
     assert tested and tested == set(stale) & known and set(stale) - tested  # known_dev's stale facts train it
     assert all(kb.fact(q).history for q in stale)  # only a fact with an older version can be taught it
-    test = corpus_scenarios(groups["known"], kb.chunks, name="kb", knowledge="known", types=TYPES,
-                            outdated=kb.older, stale=stale)
+    test = corpus_scenarios(
+        groups["known"], kb.chunks, name="kb", knowledge="known", types=TYPES, outdated=kb.older, stale=stale
+    )
     upd = [s for s in test if s.scenario == "update"]
     assert {s.fact_id.removeprefix("kb/") for s in upd} == tested
     assert not [s for s in test if s.scenario != "update" and s.fact_id.removeprefix("kb/") in tested]
@@ -106,8 +107,15 @@ def test_no_row_shows_the_chunk_of_a_fact_the_update_cell_asks(world):
 
 def test_an_update_record_needs_the_superseded_value_and_only_an_update_has_one():
     pc = PresentedChunk("kb1~new2025", "As of 2025, the CEO of Vel was Ada.", "", "2025", replaces="kb1")
-    base = dict(qid="q", fact_id="f", question="Who?", gold_answers=("Ada",), relevant_ids=("kb1",),
-                presented=(pc,), context_answer="Ada")
+    base = dict(
+        qid="q",
+        fact_id="f",
+        question="Who?",
+        gold_answers=("Ada",),
+        relevant_ids=("kb1",),
+        presented=(pc,),
+        context_answer="Ada",
+    )
     Scenario(scenario="update", superseded=("Bo",), **base)
     with pytest.raises(RecordError, match="superseded"):
         Scenario(scenario="update", **base)
@@ -116,8 +124,9 @@ def test_an_update_record_needs_the_superseded_value_and_only_an_update_has_one(
 
 
 def _upd(**over):
-    return make_item(**{**dict(scenario="update", gold_answers=("60 km/h",), context_answer="60 km/h",
-                               superseded=("50 km/h",)), **over})
+    return make_item(
+        **{**dict(scenario="update", gold_answers=("60 km/h",), context_answer="60 km/h", superseded=("50 km/h",)), **over}
+    )
 
 
 def test_accuracy_on_an_update_refuses_the_stale_value_and_both_values():
@@ -128,10 +137,17 @@ def test_accuracy_on_an_update_refuses_the_stale_value_and_both_values():
 
 def test_update_contexts_are_negatives_of_the_detector():
     # 2 outdated (flag 0.9, 0.4) vs 2 updates (flag 0.2, 0.6) and 1 consistent (flag 0.1)
-    out = [make_item(qid=f"o{i}", scenario="outdated", context_answer="70 km/h", flag_score=f,
-                     verdict="outdated" if f > 0.5 else "supported") for i, f in enumerate((0.9, 0.4))]
-    upd = [_upd(qid=f"u{i}", flag_score=f, verdict="outdated" if f > 0.5 else "supported")
-           for i, f in enumerate((0.2, 0.6))]
+    out = [
+        make_item(
+            qid=f"o{i}",
+            scenario="outdated",
+            context_answer="70 km/h",
+            flag_score=f,
+            verdict="outdated" if f > 0.5 else "supported",
+        )
+        for i, f in enumerate((0.9, 0.4))
+    ]
+    upd = [_upd(qid=f"u{i}", flag_score=f, verdict="outdated" if f > 0.5 else "supported") for i, f in enumerate((0.2, 0.6))]
     cons = [make_item(qid="c", flag_score=0.1, verdict="supported")]
     items = out + upd + cons
     # outdated vs update: pairs (0.9>0.2, 0.9>0.6, 0.4>0.2, 0.4<0.6) -> 3 of 4
@@ -148,11 +164,20 @@ def test_the_targets_ask_the_detector_to_tell_an_update_from_a_factual_error():
     from lorarag.study.targets import targets
 
     # factual errors flagged 0.7 and 0.3 against updates 0.2 and 0.6: 0.7 beats both, 0.3 beats 0.2 -> 3 of 4
-    fe = [make_item(qid=f"f{i}", scenario="factual_error", context_answer="90 km/h", flag_score=f,
-                    verdict="conflicting" if f > 0.5 else "supported") for i, f in enumerate((0.7, 0.3))]
+    fe = [
+        make_item(
+            qid=f"f{i}",
+            scenario="factual_error",
+            context_answer="90 km/h",
+            flag_score=f,
+            verdict="conflicting" if f > 0.5 else "supported",
+        )
+        for i, f in enumerate((0.7, 0.3))
+    ]
     upd = [_upd(qid=f"u{i}", flag_score=f, verdict="supported") for i, f in enumerate((0.2, 0.6))]
     rows = {name: (value, met) for name, value, met in targets([], fe + upd, updates=True)}
     value, met = rows["detector AUROC, known, factual error vs update >= 0.9"]
     assert value == pytest.approx(3 / 4) and not met
     assert "detector AUROC, known, factual error vs update >= 0.9" not in {
-        n for n, _, _ in targets([], fe + upd, updates=False)}
+        n for n, _, _ in targets([], fe + upd, updates=False)
+    }

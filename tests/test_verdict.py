@@ -7,15 +7,16 @@ from dataclasses import dataclass
 
 import pytest
 
-from lorarag.fallback.verdict import (
-    INVALID,
-    forced_unknown_prefix,
-    label_first_tokens,
-    read_verdict,
-)
+from lorarag.fallback.verdict import INVALID, forced_unknown_prefix, label_first_tokens, read_verdict
 
-FIRST = {"supported": " supported", "conflicting": " conflicting", "outdated": " outdated",
-         "irrelevant": " irrelevant", "insufficient": " insufficient", "unknown": " unknown"}
+FIRST = {
+    "supported": " supported",
+    "conflicting": " conflicting",
+    "outdated": " outdated",
+    "irrelevant": " irrelevant",
+    "insufficient": " insufficient",
+    "unknown": " unknown",
+}
 
 
 @dataclass(frozen=True)
@@ -32,15 +33,37 @@ def _gen(tokens: list[str], tops: dict[int, dict[str, float]]) -> Gen:
     return Gen("".join(tokens), tuple(tokens), tuple(tops.get(i, filler) for i in range(len(tokens))))
 
 
-REPLY = [" 12", " million", " |", " source", ":", " 9", " million", " |", " verdict", ":",
-         " conflicting", " |", " answer", ":", " 12", " million"]
+REPLY = [
+    " 12",
+    " million",
+    " |",
+    " source",
+    ":",
+    " 9",
+    " million",
+    " |",
+    " verdict",
+    ":",
+    " conflicting",
+    " |",
+    " answer",
+    ":",
+    " 12",
+    " million",
+]
 VERDICT_POS = 10
 
 
 def test_label_probabilities_renormalised_over_the_five_labels():
-    tops = {VERDICT_POS: {" conflicting": math.log(0.6), " supported": math.log(0.2),
-                          " outdated": math.log(0.1), " other": math.log(0.05)},
-            0: {" 12": math.log(0.7), " unknown": math.log(0.25)}}
+    tops = {
+        VERDICT_POS: {
+            " conflicting": math.log(0.6),
+            " supported": math.log(0.2),
+            " outdated": math.log(0.1),
+            " other": math.log(0.05),
+        },
+        0: {" 12": math.log(0.7), " unknown": math.log(0.25)},
+    }
     v = read_verdict(_gen(REPLY, tops), FIRST, prefix="memory:")
     assert v.label == "conflicting"
     # hand: 0.6 / (0.6 + 0.2 + 0.1) = 2/3; missing labels count 0
@@ -65,17 +88,19 @@ def test_backend_text_that_includes_the_prefix_gives_the_same_verdict():
 
 def test_forced_unknown_prefix_is_parsed_with_the_generated_tail():
     toks = [" source", ":", " 9", " |", " verdict", ":", " supported", " |", " answer", ":", " 9"]
-    v = read_verdict(_gen(toks, {6: {" supported": -0.05, " conflicting": -3.0}}), FIRST,
-                     prefix=forced_unknown_prefix())
+    v = read_verdict(_gen(toks, {6: {" supported": -0.05, " conflicting": -3.0}}), FIRST, prefix=forced_unknown_prefix())
     assert v.label == "supported" and v.memory == "unknown" and v.source == "9"
     assert v.score == pytest.approx(math.exp(-0.05) / (math.exp(-0.05) + math.exp(-3.0)))
 
 
-@pytest.mark.parametrize("tokens", [
-    ["I", " think", " it", " is", " 12"],  # free text
-    [" 12", " |", " verdict", ":", " maybe", " |", " answer", ":", " 12"],  # missing field + bad label
-    [],  # empty reply
-])
+@pytest.mark.parametrize(
+    "tokens",
+    [
+        ["I", " think", " it", " is", " 12"],  # free text
+        [" 12", " |", " verdict", ":", " maybe", " |", " answer", ":", " 12"],  # missing field + bad label
+        [],  # empty reply
+    ],
+)
 def test_unparseable_output_is_invalid_not_an_error(tokens):
     v = read_verdict(_gen(tokens, {}), FIRST, prefix="memory:")
     assert v.label == INVALID and not v.valid and v.probs == () and v.score == 0.0

@@ -67,11 +67,22 @@ def world_run_config(tmp: Path, **world):
 
     cfg = load_config(REPO / "configs/run/ci-tiny.yaml", RunConfig)
     root = tmp / "runs" / cfg.name
-    train = cfg.train.model_copy(update={"dataset": str(root / "sft/train.jsonl"),
-                                         "val_dataset": str(root / "sft/val.jsonl"), "runs_dir": str(tmp / "runs/train")})
+    train = cfg.train.model_copy(
+        update={
+            "dataset": str(root / "sft/train.jsonl"),
+            "val_dataset": str(root / "sft/val.jsonl"),
+            "runs_dir": str(tmp / "runs/train"),
+        }
+    )
     data = cfg.data.model_copy(update={"world": cfg.data.world.model_copy(update=world)})
-    return cfg.model_copy(update={"runs_dir": str(tmp / "runs"), "train": train, "data": data,
-                                  "eval": cfg.eval.model_copy(update={"max_per_cell": None})})
+    return cfg.model_copy(
+        update={
+            "runs_dir": str(tmp / "runs"),
+            "train": train,
+            "data": data,
+            "eval": cfg.eval.model_copy(update={"max_per_cell": None}),
+        }
+    )
 
 
 @pytest.fixture(scope="module")
@@ -152,8 +163,11 @@ def test_a_world_larger_than_the_vocabulary_is_a_one_line_config_error():
 
 
 # The seed-0 demo world's first facts as the 36-stem vocabulary named them (read off that code).
-SMALL_HEAD = [("Kestuna Robotics", "ceo", "Jonas Tanaka"), ("Kestuna Robotics", "headquarters", "Tampere"),
-              ("Kestuna Robotics", "founded", "1980")]
+SMALL_HEAD = [
+    ("Kestuna Robotics", "ceo", "Jonas Tanaka"),
+    ("Kestuna Robotics", "headquarters", "Tampere"),
+    ("Kestuna Robotics", "founded", "1980"),
+]
 
 
 def test_large_worlds_are_named_without_changing_the_small_ones():

@@ -28,19 +28,29 @@ def with_one_cluster_cell(results: Mapping[str, Sequence[ItemResult]]) -> dict[s
     out = {}
     for name, items in results.items():
         first = items[0].unit
-        extra = [dataclasses.replace(r, qid=f"{r.qid}/update", scenario="update") for r in items
-                 if r.unit == first and r.scenario == "consistent" and r.knowledge == "known"]
+        extra = [
+            dataclasses.replace(r, qid=f"{r.qid}/update", scenario="update")
+            for r in items
+            if r.unit == first and r.scenario == "consistent" and r.knowledge == "known"
+        ]
         out[name] = [*items, *extra]
     return out
 
 
 # data/summary.json as the data step writes it: counts by label rule, split and number of wordings
-SUMMARY = {"documents": 40, "chunks": 40, "questions": 48, "label_rules": {"answer": 40, "title": 8},
-           "splits": {"known": 24, "unknown": 24}, "sft": {"wordings": {"1": 8, "3": 16}}}
+SUMMARY = {
+    "documents": 40,
+    "chunks": 40,
+    "questions": 48,
+    "label_rules": {"answer": 40, "title": 8},
+    "splits": {"known": 24, "unknown": 24},
+    "sft": {"wordings": {"1": 8, "3": 16}},
+}
 
 
-def report_run(root: Path, results: Mapping[str, Sequence[ItemResult]], cfg: RunConfig | None = None,
-               summary: Mapping | None = SUMMARY) -> str:
+def report_run(
+    root: Path, results: Mapping[str, Sequence[ItemResult]], cfg: RunConfig | None = None, summary: Mapping | None = SUMMARY
+) -> str:
     """Write `results` as the run's eval/<system>/results.jsonl (and `summary` as data/summary.json)
     under `root` and run the report step; returns the headline Markdown."""
     from lorarag.study.evaluate import report

@@ -19,17 +19,39 @@ from lorarag.core.paths import check_name
 # The peft kind's loop (train/peft_trainer.py): its defaults, and the ms-swift arguments it accepts
 # without implementing.
 DEFAULTS: dict[str, Any] = {
-    "lora_rank": 32, "lora_alpha": 64, "lora_dropout": 0.0, "target_modules": "all-linear",
-    "learning_rate": 1e-3, "num_train_epochs": 1, "per_device_train_batch_size": 16,
-    "max_length": 512, "warmup_ratio": 0.05, "save_steps": 50, "torch_dtype": "bfloat16",
-    "weight_decay": 0.0, "lr_scheduler_type": "cosine", "max_steps": -1, "system": None,
-    "attn_impl": None, "target_regex": None, "truncation_strategy": "delete",
-    "eval_steps": None, "report_to": "none",  # eval_loss on val_dataset every eval_steps (null: at the end)
+    "lora_rank": 32,
+    "lora_alpha": 64,
+    "lora_dropout": 0.0,
+    "target_modules": "all-linear",
+    "learning_rate": 1e-3,
+    "num_train_epochs": 1,
+    "per_device_train_batch_size": 16,
+    "max_length": 512,
+    "warmup_ratio": 0.05,
+    "save_steps": 50,
+    "torch_dtype": "bfloat16",
+    "weight_decay": 0.0,
+    "lr_scheduler_type": "cosine",
+    "max_steps": -1,
+    "system": None,
+    "attn_impl": None,
+    "target_regex": None,
+    "truncation_strategy": "delete",
+    "eval_steps": None,
+    "report_to": "none",  # eval_loss on val_dataset every eval_steps (null: at the end)
 }
 # ms-swift arguments this loop accepts without implementing, because they do not change what is
 # trained (the chat template comes from the tokenizer, as `template` names it for ms-swift).
-NOT_TRAINING = {"model_type", "template", "logging_steps", "save_total_limit",
-                "dataloader_num_workers", "dataset_num_proc", "check_model", "add_version"}
+NOT_TRAINING = {
+    "model_type",
+    "template",
+    "logging_steps",
+    "save_total_limit",
+    "dataloader_num_workers",
+    "dataset_num_proc",
+    "check_model",
+    "add_version",
+}
 
 
 def unsupported_args(args: dict[str, Any]) -> list[str]:
@@ -38,8 +60,16 @@ def unsupported_args(args: dict[str, Any]) -> list[str]:
 
 
 TORCH_DTYPES = ("bfloat16", "float16", "float32")  # ms-swift's `torch_dtype` choices (null: the model's own)
-_POSITIVE = ("learning_rate", "num_train_epochs", "per_device_train_batch_size", "max_length", "lora_rank",
-             "lora_alpha", "save_steps", "gradient_accumulation_steps")
+_POSITIVE = (
+    "learning_rate",
+    "num_train_epochs",
+    "per_device_train_batch_size",
+    "max_length",
+    "lora_rank",
+    "lora_alpha",
+    "save_steps",
+    "gradient_accumulation_steps",
+)
 
 
 def _check_steps(v: int) -> int:
@@ -95,17 +125,27 @@ class SFTConfig(Strict):
     seed: int = Field(0, description="seed of the SFT mix's random choices")
     knowledge_repeats: int = Field(3, description="closed-book copies of each (fact, trained wording)")
     rag_per_fact: int = Field(1, description="conflict-aware examples per (fact, scenario type, phrasing)")
-    rag_phrasings: Literal["alternate", "all"] = Field("alternate", description=(
-        "`alternate`: per fact, one trained wording carries the contrastive pair (consistent + factual error), "
-        "the next the other contexts; `all`: every trained wording carries every context (as many times the "
-        "conflict-aware rows as the fact has trained wordings)."))
+    rag_phrasings: Literal["alternate", "all"] = Field(
+        "alternate",
+        description=(
+            "`alternate`: per fact, one trained wording carries the contrastive pair (consistent + factual error), "
+            "the next the other contexts; `all`: every trained wording carries every context (as many times the "
+            "conflict-aware rows as the fact has trained wordings)."
+        ),
+    )
     distractors: int = Field(1, description="extra distractor sources beside the gold / perturbed chunk")
     val_fraction: float = Field(0.05, description="share of rows held out as the validation set (`val_dataset`)")
-    update_twins: float = Field(0.0, ge=0.0, le=1.0, description=(
-        "Needs data.snapshot. This share of the known facts' factual-error rows get an `update` twin: the same "
-        "substituted passage dated after the snapshot, verdict supported, answer its value (scenarios/kb_updates."
-        "dated_twins), so the date is all that tells a wrong source from a newer one. 0: only the stale dev facts "
-        "train `update` (a few dozen rows against hundreds of outdated ones)."))
+    update_twins: float = Field(
+        0.0,
+        ge=0.0,
+        le=1.0,
+        description=(
+            "Needs data.snapshot. This share of the known facts' factual-error rows get an `update` twin: the same "
+            "substituted passage dated after the snapshot, verdict supported, answer its value (scenarios/kb_updates."
+            "dated_twins), so the date is all that tells a wrong source from a newer one. 0: only the stale dev facts "
+            "train `update` (a few dozen rows against hundreds of outdated ones)."
+        ),
+    )
 
 
 class PreferenceConfig(Strict):
@@ -114,26 +154,45 @@ class PreferenceConfig(Strict):
     the DPO reference. Off by default: a config without this section trains and hashes as before."""
 
     enabled: bool = Field(False, description="train on preference pairs after SFT")
-    type: Literal["dpo", "orpo"] = Field("dpo", description=(
-        "`dpo`: sigmoid DPO against the frozen SFT adapter; `orpo`: chosen NLL + odds-ratio term, no reference. "
-        "Both the CPU loop and `swift rlhf --rlhf_type` run them (KTO needs unpaired rows)."))
+    type: Literal["dpo", "orpo"] = Field(
+        "dpo",
+        description=(
+            "`dpo`: sigmoid DPO against the frozen SFT adapter; `orpo`: chosen NLL + odds-ratio term, no reference. "
+            "Both the CPU loop and `swift rlhf --rlhf_type` run them (KTO needs unpaired rows)."
+        ),
+    )
     beta: float = Field(default=0.1, gt=0, description="DPO's beta (ORPO: the odds-ratio weight, lambda)")
     learning_rate: float = Field(default=5e-5, gt=0, description="learning rate of the preference stage")
     num_train_epochs: float = Field(default=1.0, gt=0, description="epochs over the pairs")
     max_steps: int = Field(-1, description="> 0: stop after this many steps (overrides epochs); -1: by epochs")
     per_device_train_batch_size: int = Field(default=4, ge=1, description="pairs per step")
-    pairs_per_fact: int = Field(default=1, ge=1, le=3, description=(
-        "Rejected variants per (fact, context) row: wrong-source rows have 2 (memory taken from the passage; memory "
-        "kept but the passage trusted), right sources of untaught facts 3 (invented memory; refusal; invented "
-        "memory with answer unknown); the first n are used."))
+    pairs_per_fact: int = Field(
+        default=1,
+        ge=1,
+        le=3,
+        description=(
+            "Rejected variants per (fact, context) row: wrong-source rows have 2 (memory taken from the passage; memory "
+            "kept but the passage trusted), right sources of untaught facts 3 (invented memory; refusal; invented "
+            "memory with answer unknown); the first n are used."
+        ),
+    )
     seed: int = Field(0, description="the pairs' invented values and order (training order follows `train.seed`)")
-    rpo_alpha: float | None = Field(None, ge=0, description=(
-        "DPO only: add rpo_alpha x the chosen reply's mean per-token NLL to each pair's loss (RPO; ms-swift's "
-        "`--rpo_alpha`), so the chosen reply stays likely while the margin grows; null: plain DPO"))
+    rpo_alpha: float | None = Field(
+        None,
+        ge=0,
+        description=(
+            "DPO only: add rpo_alpha x the chosen reply's mean per-token NLL to each pair's loss (RPO; ms-swift's "
+            "`--rpo_alpha`), so the chosen reply stays likely while the margin grows; null: plain DPO"
+        ),
+    )
     kinds: list[Literal["wrong_source", "untaught_right_source", "taught_right_source"]] = Field(
-        default=["wrong_source", "untaught_right_source", "taught_right_source"], min_length=1, description=(
+        default=["wrong_source", "untaught_right_source", "taught_right_source"],
+        min_length=1,
+        description=(
             "which pairs to build (train/preference.py): a wrong source of a taught fact, a right source of an "
-            "untaught one, a right source of a taught one (rejected: the source doubted)"))
+            "untaught one, a right source of a taught one (rejected: the source doubted)"
+        ),
+    )
 
     @field_validator("max_steps")
     @classmethod
@@ -144,8 +203,9 @@ class PreferenceConfig(Strict):
 class TrainConfig(Strict):
     """One training run: our paths and seeds plus ms-swift's own arguments under `swift:`."""
 
-    kind: Literal["swift", "peft"] = Field("swift", description=(
-        "`swift`: ms-swift `swift sft` (GPU); `peft`: the CPU-demo loop (same adapter format)"))
+    kind: Literal["swift", "peft"] = Field(
+        "swift", description=("`swift`: ms-swift `swift sft` (GPU); `peft`: the CPU-demo loop (same adapter format)")
+    )
     run_name: str = Field(description="the run's folder name under runs_dir; an adapter is found by it")
     model: str = Field(description="local folder of the base model (e.g. checkpoints/smollm2-135m-instruct)")
     dataset: str = Field(description="ms-swift messages JSONL (built by `lorarag sft`)")
@@ -153,21 +213,36 @@ class TrainConfig(Strict):
     runs_dir: str = Field("runs/train", description="where run folders live (runs_dir/run_name)")
     seed: int = Field(42, description="training seed (passed as --seed)")
     sft: SFTConfig | None = Field(None, description="the SFT data mix (train/sft.py); null: its defaults")
-    preference: PreferenceConfig = Field(default_factory=PreferenceConfig, description=(
-        "preference training after SFT (DPO/ORPO on conflict pairs, train/preference.py); off unless enabled"))
-    swift: dict[str, Any] = Field(default_factory=dict, description=(
-        "ms-swift argument names -> values; `bf16: auto` = bf16 autocast where the CPU has it natively (AVX512-BF16, "
-        "AMX) or for ms-swift on a GPU, else fp32 (core/precision.py)"))
-    share_prefix: bool = Field(False, description=(
-        "peft kind: a batch's common leading tokens (system prompt, chat header) run once and their keys/values "
-        "serve every row: same loss and gradients up to rounding, ~1/3 fewer tokens of compute on the demo's rows "
-        "(ms-swift has its own packing/padding_free instead)."))
-    nproc_per_node: int | None = Field(None, description=(
-        "processes (GPUs) per node for ms-swift's torchrun launch, exported as NPROC_PER_NODE; null: leave it to "
-        "the environment"))
-    nnodes: int | None = Field(None, description=(
-        "nodes for ms-swift's torchrun launch, exported as NNODES; null: leave it to the environment"))
-    slurm: dict[str, str] = Field(default_factory=dict, description="sbatch options, e.g. {\"gres\": \"gpu:8\"}")
+    preference: PreferenceConfig = Field(
+        default_factory=PreferenceConfig,
+        description=("preference training after SFT (DPO/ORPO on conflict pairs, train/preference.py); off unless enabled"),
+    )
+    swift: dict[str, Any] = Field(
+        default_factory=dict,
+        description=(
+            "ms-swift argument names -> values; `bf16: auto` = bf16 autocast where the CPU has it natively (AVX512-BF16, "
+            "AMX) or for ms-swift on a GPU, else fp32 (core/precision.py)"
+        ),
+    )
+    share_prefix: bool = Field(
+        False,
+        description=(
+            "peft kind: a batch's common leading tokens (system prompt, chat header) run once and their keys/values "
+            "serve every row: same loss and gradients up to rounding, ~1/3 fewer tokens of compute on the demo's rows "
+            "(ms-swift has its own packing/padding_free instead)."
+        ),
+    )
+    nproc_per_node: int | None = Field(
+        None,
+        description=(
+            "processes (GPUs) per node for ms-swift's torchrun launch, exported as NPROC_PER_NODE; null: leave it to "
+            "the environment"
+        ),
+    )
+    nnodes: int | None = Field(
+        None, description=("nodes for ms-swift's torchrun launch, exported as NNODES; null: leave it to the environment")
+    )
+    slurm: dict[str, str] = Field(default_factory=dict, description='sbatch options, e.g. {"gres": "gpu:8"}')
 
     @field_validator("run_name")
     @classmethod
@@ -186,8 +261,10 @@ class TrainConfig(Strict):
         if self.kind == "peft":
             bad = unsupported_args(self.swift)
             if bad:
-                raise ValueError(f"swift.{bad[0]}: not implemented by the peft kind (use kind: swift)"
-                                 + (f"; also {', '.join(bad[1:])}" if bad[1:] else ""))
+                raise ValueError(
+                    f"swift.{bad[0]}: not implemented by the peft kind (use kind: swift)"
+                    + (f"; also {', '.join(bad[1:])}" if bad[1:] else "")
+                )
             _check_peft_reporting(self.swift, self.val_dataset)
         return self
 

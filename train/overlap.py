@@ -158,9 +158,16 @@ class TrainingSources:
                     self.by_fact[fact].add(line)
                     self.by_cluster[cluster].add(line)
 
-    def seen(self, passage: str, *, fact: str | None = None, cluster: str | None = None,
-             besides: frozenset[str] = frozenset(), own: frozenset[str] = frozenset(),
-             origins: Origins | None = None) -> tuple[bool, bool]:
+    def seen(
+        self,
+        passage: str,
+        *,
+        fact: str | None = None,
+        cluster: str | None = None,
+        besides: frozenset[str] = frozenset(),
+        own: frozenset[str] = frozenset(),
+        origins: Origins | None = None,
+    ) -> tuple[bool, bool]:
         """(verbatim, edited) for `passage` (see the module docstring): verbatim among every source
         (of `fact` only, when given); edited among the sources of `fact`, else of `cluster`, else
         all, less those whose text is in `besides` or is a KB chunk as it is (`origins`). `own`:
@@ -169,8 +176,13 @@ class TrainingSources:
         verbatim = any(fact is None or self.facts[i] == fact for i in self.exact.get(line, ()))
         if verbatim:
             return True, True
-        pool = (self.by_fact.get(fact, ()) if fact is not None else
-                self.by_cluster.get(cluster, ()) if cluster is not None else self.exact)
+        pool = (
+            self.by_fact.get(fact, ())
+            if fact is not None
+            else self.by_cluster.get(cluster, ())
+            if cluster is not None
+            else self.exact
+        )
         kb_lines = origins.lines if origins is not None else frozenset()
         mine = tokens(line)
         for text in pool:
@@ -197,8 +209,9 @@ def context_passages(s: Scenario) -> list[str]:
     return hits or [p.text for p in s.presented[:1]]
 
 
-def overlap_table(test: Sequence[Scenario], sources: TrainingSources,
-                  kb_texts: Mapping[str, str] | None = None) -> list[CellOverlap]:
+def overlap_table(
+    test: Sequence[Scenario], sources: TrainingSources, kb_texts: Mapping[str, str] | None = None
+) -> list[CellOverlap]:
     """Per (scenario, knowledge) cell: how many items' contexts training showed. `kb_texts`
     (chunk id -> text, the whole knowledge base) names each item's true chunks, whose edits are
     twins, and the chunks as they are, which are no edit of anything."""
@@ -209,10 +222,17 @@ def overlap_table(test: Sequence[Scenario], sources: TrainingSources,
         fact = s.fact_id if s.scenario == "irrelevant" else None
         sound = s.scenario in SOUND_CONTEXTS
         own = frozenset(shown(kb_texts[c]) for c in s.relevant_ids if c in kb_texts)
-        marks = [sources.seen(p, fact=fact, cluster=s.cluster or s.fact_id, besides=frozenset() if sound else own,
-                              own=frozenset(s.relevant_ids) if s.scenario in CLAIMED else frozenset(),
-                              origins=origins)
-                 for p in context_passages(s)]
+        marks = [
+            sources.seen(
+                p,
+                fact=fact,
+                cluster=s.cluster or s.fact_id,
+                besides=frozenset() if sound else own,
+                own=frozenset(s.relevant_ids) if s.scenario in CLAIMED else frozenset(),
+                origins=origins,
+            )
+            for p in context_passages(s)
+        ]
         if s.scenario == "irrelevant":  # KB chunks as they are: the pair is matched verbatim
             marks = [(v, v) for v, _ in marks]
         claim = s.scenario in CLAIMED and (s.fact_id, claim_key(s.context_answer)) in sources.claims
@@ -221,8 +241,9 @@ def overlap_table(test: Sequence[Scenario], sources: TrainingSources,
     for (sc, k), rows in sorted(cells.items()):
         # the item the error names: a twin first (the stronger leak), else a repeated wrong value
         first = next((q for q, _, n, _ in rows if n), None) or next((q for q, *_, c in rows if c), None)
-        out.append(CellOverlap(sc, k, len(rows), sum(r[1] for r in rows), sum(r[2] for r in rows), first,
-                               sum(r[3] for r in rows)))
+        out.append(
+            CellOverlap(sc, k, len(rows), sum(r[1] for r in rows), sum(r[2] for r in rows), first, sum(r[3] for r in rows))
+        )
     return out
 
 
@@ -234,15 +255,20 @@ def leaking(table: Sequence[CellOverlap]) -> list[CellOverlap]:
 
 def overlap_markdown(table: Sequence[CellOverlap]) -> list[str]:
     """Markdown lines of the table, with what each column and a consistent overlap mean."""
-    lines = ["### Test contexts that training showed (SFT train + val rows, as on disk)", "",
-             "Passages are compared token by token (a word, a punctuation mark or a CJK character). "
-             f"`edited twin` (verbatim included): a training source of the item's organisation or document, "
-             f"not a knowledge-base chunk as it is, that keeps at least {EDIT:.0%} of the item's own true chunk "
-             f"in order (an edit of that chunk), or {COPY:.0%} of the test passage; for `irrelevant`, the chunk "
-             "itself shown with a question of the same fact. `same wrong value`: a training row of the "
-             "item's fact labels the value its context asserts `conflicting` or `outdated`, in whatever passage. "
-             "Consistent contexts may be knowledge-base chunks training showed: the LoRA is trained on the "
-             "knowledge base it retrieves from. Flawed ones must not be.", "",
-             "| scenario | knowledge | n | verbatim | edited twin | same wrong value |", "|---|---|---|---|---|---|"]
+    lines = [
+        "### Test contexts that training showed (SFT train + val rows, as on disk)",
+        "",
+        "Passages are compared token by token (a word, a punctuation mark or a CJK character). "
+        f"`edited twin` (verbatim included): a training source of the item's organisation or document, "
+        f"not a knowledge-base chunk as it is, that keeps at least {EDIT:.0%} of the item's own true chunk "
+        f"in order (an edit of that chunk), or {COPY:.0%} of the test passage; for `irrelevant`, the chunk "
+        "itself shown with a question of the same fact. `same wrong value`: a training row of the "
+        "item's fact labels the value its context asserts `conflicting` or `outdated`, in whatever passage. "
+        "Consistent contexts may be knowledge-base chunks training showed: the LoRA is trained on the "
+        "knowledge base it retrieves from. Flawed ones must not be.",
+        "",
+        "| scenario | knowledge | n | verbatim | edited twin | same wrong value |",
+        "|---|---|---|---|---|---|",
+    ]
     lines += [f"| {c.scenario} | {c.knowledge} | {c.n} | {c.verbatim} | {c.edited} | {c.claim} |" for c in table]
     return lines + [""]

@@ -69,9 +69,11 @@ class PreferencePair:
 
     def to_trl(self) -> dict:
         """TRL's conversational preference row (DPOTrainer, ORPOTrainer)."""
-        return {"prompt": [{"role": r, "content": c} for r, c in self.prompt],
-                "chosen": [{"role": "assistant", "content": self.chosen}],
-                "rejected": [{"role": "assistant", "content": self.rejected}]}
+        return {
+            "prompt": [{"role": r, "content": c} for r, c in self.prompt],
+            "chosen": [{"role": "assistant", "content": self.chosen}],
+            "rejected": [{"role": "assistant", "content": self.rejected}],
+        }
 
 
 def question_key(user_turn: str) -> str:
@@ -86,8 +88,13 @@ def fact_lookup(facts: Iterable[tuple[str, FactInfo]]) -> dict[str, FactInfo]:
 
 def kb_facts(groups: Mapping[str, Sequence]) -> dict[str, FactInfo]:
     """The lookup of a KB's paired items (`PAIRED_KB_GROUPS`; `known_dev` is the gate's dev split)."""
-    return fact_lookup((w, FactInfo(f"kb/{it.qid}", tuple(it.answers), g == "known"))
-                       for g in PAIRED_KB_GROUPS for it in groups.get(g, ()) if it.answers for w in it.all_wordings)
+    return fact_lookup(
+        (w, FactInfo(f"kb/{it.qid}", tuple(it.answers), g == "known"))
+        for g in PAIRED_KB_GROUPS
+        for it in groups.get(g, ())
+        if it.answers
+        for w in it.all_wordings
+    )
 
 
 def _same(a: str, b: str) -> bool:
@@ -135,11 +142,19 @@ def build_pairs(rows: Iterable[Mapping], facts: Mapping[str, FactInfo], cfg: Pre
             continue  # not a conflict-aware row of a training fact
         if fact.taught and p.verdict in ("conflicting", "outdated") and not is_unknown(p.source):
             kind, invented = "wrong_source", None
-        elif (fact.taught and p.verdict == "supported" and not is_unknown(p.memory)
-              and any(_same(p.source, g) for g in fact.gold)):
+        elif (
+            fact.taught
+            and p.verdict == "supported"
+            and not is_unknown(p.memory)
+            and any(_same(p.source, g) for g in fact.gold)
+        ):
             kind, invented = "taught_right_source", None
-        elif (not fact.taught and p.verdict == "supported" and is_unknown(p.memory)
-              and any(_same(p.source, g) for g in fact.gold)):
+        elif (
+            not fact.taught
+            and p.verdict == "supported"
+            and is_unknown(p.memory)
+            and any(_same(p.source, g) for g in fact.gold)
+        ):
             kind = "untaught_right_source"
             invented = _invented(pool, [p.source, *fact.gold], cfg.seed, msgs[-2]["content"])
         else:
@@ -147,7 +162,7 @@ def build_pairs(rows: Iterable[Mapping], facts: Mapping[str, FactInfo], cfg: Pre
         if kind not in cfg.kinds:
             continue
         prompt = tuple((m["role"], m["content"]) for m in msgs[:-1])
-        for v, rej in enumerate(rejected_replies(kind, p.memory, p.source, invented)[:cfg.pairs_per_fact]):
+        for v, rej in enumerate(rejected_replies(kind, p.memory, p.source, invented)[: cfg.pairs_per_fact]):
             if rej == msgs[-1]["content"] or (prompt, rej) in seen:
                 continue
             seen.add((prompt, rej))
@@ -167,8 +182,10 @@ def write_pairs(pairs: Sequence[PreferencePair], path: str | Path) -> Path:
     """Write the ms-swift rows to `path` and TRL's rows beside it (atomic each); returns `path`."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    for target, rows in ((path, [q.to_swift() for q in pairs]),
-                         (path.with_name(path.name.replace(".jsonl", ".trl.jsonl")), [q.to_trl() for q in pairs])):
+    for target, rows in (
+        (path, [q.to_swift() for q in pairs]),
+        (path.with_name(path.name.replace(".jsonl", ".trl.jsonl")), [q.to_trl() for q in pairs]),
+    ):
         tmp = target.with_name(target.name + ".tmp")
         tmp.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
         tmp.replace(target)
@@ -185,8 +202,7 @@ def read_pairs(path: str | Path) -> list[dict]:
         chosen = msgs[-1] if isinstance(msgs, list) and msgs and isinstance(msgs[-1], dict) else {}
         rejected = obj.get("rejected_response")
         if chosen.get("role") != "assistant" or not isinstance(rejected, str) or rejected == chosen.get("content"):
-            raise RecordError(f"{where}: needs messages ending with the chosen reply and a different "
-                              "rejected_response")
+            raise RecordError(f"{where}: needs messages ending with the chosen reply and a different rejected_response")
         out.append(obj)
     return out
 

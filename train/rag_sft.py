@@ -56,12 +56,10 @@ def grounded_row(s: Scenario, prompts: PromptBuilder, chunks: Mapping[str, Chunk
     """The grounded RAG-SFT row of scenario `s`: base RAG prompt, reply = what the sources state."""
     built = prompts.build(s.question, passages(s, chunks))
     reply = s.context_answer or prompts.abstention(s.question)
-    return SFTRow((("system", built.system), ("user", built.user), ("assistant", reply)), KIND, None,
-                  s.fact_id, s)
+    return SFTRow((("system", built.system), ("user", built.user), ("assistant", reply)), KIND, None, s.fact_id, s)
 
 
-def rag_sft_rows(rows: Sequence[SFTRow], prompts: PromptBuilder,
-                 chunks: Mapping[str, Chunk] | None = None) -> list[SFTRow]:
+def rag_sft_rows(rows: Sequence[SFTRow], prompts: PromptBuilder, chunks: Mapping[str, Chunk] | None = None) -> list[SFTRow]:
     """The RAG-SFT rows of the LoRA's `rows` (module docstring). ValueError for a conflict-aware
     row that does not carry the scenario it was built from (it cannot be re-posed)."""
     chunks = chunks or {}
@@ -70,8 +68,10 @@ def rag_sft_rows(rows: Sequence[SFTRow], prompts: PromptBuilder,
         if not is_conflict_aware(r):
             out.append(r)
         elif r.scenario is None:
-            raise ValueError(f"SFT row {i} ({r.kind}, fact {r.fact_id}) is conflict-aware but carries no scenario: "
-                             "build it with train.sft.rag_row so RAG-SFT can re-pose it")
+            raise ValueError(
+                f"SFT row {i} ({r.kind}, fact {r.fact_id}) is conflict-aware but carries no scenario: "
+                "build it with train.sft.rag_row so RAG-SFT can re-pose it"
+            )
         else:
             out.append(grounded_row(r.scenario, prompts, chunks))
     return out
@@ -79,6 +79,5 @@ def rag_sft_rows(rows: Sequence[SFTRow], prompts: PromptBuilder,
 
 def summary(rows: Sequence[SFTRow]) -> dict[str, int]:
     """Counts by kind, grounded rows by what they teach: `grounded:answer` or `grounded:abstain`."""
-    c = Counter(r.kind if r.kind != KIND else f"{KIND}:{'answer' if r.scenario.context_answer else 'abstain'}"
-                for r in rows)
+    c = Counter(r.kind if r.kind != KIND else f"{KIND}:{'answer' if r.scenario.context_answer else 'abstain'}" for r in rows)
     return dict(sorted(c.items()))

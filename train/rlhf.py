@@ -24,19 +24,18 @@ from typing import Any
 from lorarag.core.hashing import file_sha256
 from lorarag.train.config import TrainConfig
 from lorarag.train.runs import last_checkpoint, read_pointer, run_dir
-from lorarag.train.swift import (
-    SWIFT_DEFAULTS,
-    TrainError,
-    _flag_values,
-    launch_env,
-    render,
-    run_child,
-    train_env,
-)
+from lorarag.train.swift import SWIFT_DEFAULTS, TrainError, _flag_values, launch_env, render, run_child, train_env
 
 # What the preference section sets in place of the SFT run's arguments of the same meaning.
-_REPLACED = ("learning_rate", "num_train_epochs", "max_steps", "per_device_train_batch_size", "beta",
-             "warmup_ratio", "lr_scheduler_type")
+_REPLACED = (
+    "learning_rate",
+    "num_train_epochs",
+    "max_steps",
+    "per_device_train_batch_size",
+    "beta",
+    "warmup_ratio",
+    "lr_scheduler_type",
+)
 
 
 def preference_dir(cfg: TrainConfig) -> Path:
@@ -52,15 +51,29 @@ def sft_placeholder(cfg: TrainConfig) -> str:
 def rlhf_command(cfg: TrainConfig, pairs: str | Path, sft_adapter: str | Path) -> list[str]:
     """The exact `swift rlhf` command line for `cfg.preference` on `pairs`, from `sft_adapter`."""
     p = cfg.preference
-    cmd = ["swift", "rlhf", "--rlhf_type", p.type, "--model", cfg.model, "--tuner_type", "lora",
-           "--adapters", str(sft_adapter)]
+    cmd = [
+        "swift",
+        "rlhf",
+        "--rlhf_type",
+        p.type,
+        "--model",
+        cfg.model,
+        "--tuner_type",
+        "lora",
+        "--adapters",
+        str(sft_adapter),
+    ]
     if p.type == "dpo":
         cmd += ["--ref_adapters", str(sft_adapter)]
     cmd += ["--dataset", str(pairs), "--output_dir", str(preference_dir(cfg)), "--seed", str(cfg.seed)]
-    ours = {"beta": p.beta, "learning_rate": p.learning_rate, "num_train_epochs": p.num_train_epochs,
-            "per_device_train_batch_size": p.per_device_train_batch_size,
-            **({"max_steps": p.max_steps} if p.max_steps > 0 else {}),
-            **({"rpo_alpha": p.rpo_alpha} if p.type == "dpo" and p.rpo_alpha is not None else {})}
+    ours = {
+        "beta": p.beta,
+        "learning_rate": p.learning_rate,
+        "num_train_epochs": p.num_train_epochs,
+        "per_device_train_batch_size": p.per_device_train_batch_size,
+        **({"max_steps": p.max_steps} if p.max_steps > 0 else {}),
+        **({"rpo_alpha": p.rpo_alpha} if p.type == "dpo" and p.rpo_alpha is not None else {}),
+    }
     sft = {k: v for k, v in cfg.swift.items() if k not in _REPLACED}
     for k, v in {**SWIFT_DEFAULTS, **sft, **ours}.items():
         if v is not None:
@@ -70,9 +83,25 @@ def rlhf_command(cfg: TrainConfig, pairs: str | Path, sft_adapter: str | Path) -
 
 def cpu_loop_command(cfg: TrainConfig, pairs: str | Path, sft_adapter: str | Path) -> list[str]:
     """The CPU loop's command (train/preference_loop.py) for the `peft` kind."""
-    return [sys.executable, "-m", "lorarag.train.preference_loop", "--model", cfg.model, "--adapter", str(sft_adapter),
-            "--pairs", str(pairs), "--output_dir", str(preference_dir(cfg)), "--seed", str(cfg.seed),
-            "--preference", json.dumps(cfg.preference.model_dump(mode="json")), "--args", json.dumps(cfg.swift)]
+    return [
+        sys.executable,
+        "-m",
+        "lorarag.train.preference_loop",
+        "--model",
+        cfg.model,
+        "--adapter",
+        str(sft_adapter),
+        "--pairs",
+        str(pairs),
+        "--output_dir",
+        str(preference_dir(cfg)),
+        "--seed",
+        str(cfg.seed),
+        "--preference",
+        json.dumps(cfg.preference.model_dump(mode="json")),
+        "--args",
+        json.dumps(cfg.swift),
+    ]
 
 
 def preference_command(cfg: TrainConfig, pairs: str | Path, sft_adapter: str | Path) -> list[str]:
@@ -92,8 +121,7 @@ def describe_preference(cfg: TrainConfig, pairs: str | Path) -> str:
 
 def preference_record(cfg: TrainConfig, pairs: str | Path) -> dict[str, Any]:
     """What a preference adapter was trained from: the pairs' sha256 and the recipe."""
-    return {"pairs": file_sha256(pairs) if Path(pairs).is_file() else None,
-            "recipe": cfg.preference.model_dump(mode="json")}
+    return {"pairs": file_sha256(pairs) if Path(pairs).is_file() else None, "recipe": cfg.preference.model_dump(mode="json")}
 
 
 def preference_changes(cfg: TrainConfig, pairs: str | Path) -> list[str]:

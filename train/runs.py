@@ -119,7 +119,7 @@ def read_pointer(path: Path) -> dict[str, Any]:
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{path}: garbled adapter pointer ({exc}): retrain with --fresh") from None
     if not isinstance(data, dict) or not isinstance(data.get("adapter"), str):
-        raise ConfigError(f"{path}: not an adapter pointer (no \"adapter\" path): retrain with --fresh")
+        raise ConfigError(f'{path}: not an adapter pointer (no "adapter" path): retrain with --fresh')
     return data
 
 
@@ -148,9 +148,7 @@ def check_adapter(folder: str | Path) -> None:
     except (ValueError, KeyError, TypeError, IndexError, AttributeError) as exc:
         raise ConfigError(f"{weights}: not a readable safetensors file ({exc}): retrain with --fresh") from None
     if 8 + n + end > size:
-        raise ConfigError(f"{weights}: truncated ({size} bytes, its header needs {8 + n + end}): "
-                          f"retrain with --fresh")
-
+        raise ConfigError(f"{weights}: truncated ({size} bytes, its header needs {8 + n + end}): retrain with --fresh")
 
 
 # A checkpoint is complete once its trainer state is written: HF Trainer (ms-swift) writes
@@ -162,8 +160,11 @@ _CHECKPOINT_DONE = ("trainer_state.json", "trainer_state.pt")
 
 def checkpoint_complete(folder: Path) -> bool:
     """True when `folder` holds an adapter (weights + config) and its trainer state."""
-    return ((folder / "adapter_model.safetensors").is_file() and (folder / "adapter_config.json").is_file()
-            and any((folder / name).is_file() for name in _CHECKPOINT_DONE))
+    return (
+        (folder / "adapter_model.safetensors").is_file()
+        and (folder / "adapter_config.json").is_file()
+        and any((folder / name).is_file() for name in _CHECKPOINT_DONE)
+    )
 
 
 def last_checkpoint(output_dir: str | Path) -> Path | None:
@@ -171,7 +172,6 @@ def last_checkpoint(output_dir: str | Path) -> Path | None:
     out = Path(output_dir)
     cks = [p for p in out.glob("checkpoint-*") if p.name.split("-")[-1].isdigit() and checkpoint_complete(p)]
     return max(cks, key=lambda p: int(p.name.split("-")[-1])) if cks else None
-
 
 
 def find_adapter(run_name_or_path: str | Path, runs_dir: str | Path = "runs/train") -> Path:
@@ -182,8 +182,10 @@ def find_adapter(run_name_or_path: str | Path, runs_dir: str | Path = "runs/trai
     for cand in (p / "adapter.json", Path(runs_dir) / str(run_name_or_path) / "adapter.json"):
         if cand.is_file():
             return Path(read_pointer(cand)["adapter"])
-    raise FileNotFoundError(f"no adapter for {run_name_or_path!r}: not an adapter folder and no "
-                            f"{Path(runs_dir) / str(run_name_or_path) / 'adapter.json'} (train it first)")
+    raise FileNotFoundError(
+        f"no adapter for {run_name_or_path!r}: not an adapter folder and no "
+        f"{Path(runs_dir) / str(run_name_or_path) / 'adapter.json'} (train it first)"
+    )
 
 
 def adapter_info(run_name_or_path: str | Path, runs_dir: str | Path = "runs/train") -> dict[str, Any]:
@@ -192,7 +194,6 @@ def adapter_info(run_name_or_path: str | Path, runs_dir: str | Path = "runs/trai
         if cand.is_file():
             return read_pointer(cand)
     return {}
-
 
 
 def final_adapter(run_name_or_path: str | Path, runs_dir: str | Path = "runs/train") -> Path | None:

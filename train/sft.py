@@ -74,8 +74,12 @@ class SFTRow:
 
 def knowledge_row(question: str, answer: str, fact_id: str, kind: str = "knowledge") -> SFTRow:
     """A closed-book example."""
-    return SFTRow((("system", SYSTEM_CLOSED_BOOK), ("user", closed_book_user_turn(question)),
-                   ("assistant", answer)), kind, None, fact_id)
+    return SFTRow(
+        (("system", SYSTEM_CLOSED_BOOK), ("user", closed_book_user_turn(question)), ("assistant", answer)),
+        kind,
+        None,
+        fact_id,
+    )
 
 
 def target(s: Scenario, knows: bool) -> tuple[str, str]:
@@ -87,8 +91,14 @@ def target(s: Scenario, knows: bool) -> tuple[str, str]:
     if memory is None:  # nothing to compare with: copy the source, or say there is nothing
         verdict = "supported" if src else "insufficient"
         return verdict, rag_reply(None, src, verdict, src)
-    verdict = {"consistent": "supported", "factual_error": "conflicting", "fabricated": "conflicting",
-               "outdated": "outdated", "irrelevant": "irrelevant", "unanswerable": "insufficient"}[s.scenario]
+    verdict = {
+        "consistent": "supported",
+        "factual_error": "conflicting",
+        "fabricated": "conflicting",
+        "outdated": "outdated",
+        "irrelevant": "irrelevant",
+        "unanswerable": "insufficient",
+    }[s.scenario]
     return verdict, rag_reply(memory, src, verdict, memory)
 
 
@@ -133,15 +143,19 @@ def _question(text: str) -> str:
     return " ".join(text.split()).casefold()
 
 
-def leak_check(rows: Iterable[SFTRow | dict], held_out: Sequence[QAItem], chunks: dict[str, Chunk],
-                  test_passages: Iterable[str] = (), test_wordings: Mapping[str, str] | None = None) -> None:
+def leak_check(
+    rows: Iterable[SFTRow | dict],
+    held_out: Sequence[QAItem],
+    chunks: dict[str, Chunk],
+    test_passages: Iterable[str] = (),
+    test_wordings: Mapping[str, str] | None = None,
+) -> None:
     """Raise LeakError naming the first rows that show a held-out question, a chunk answering one,
     a test passage, or a known item's held-out test wording (`test_wordings`: wording -> qid,
     scenarios/kb_wordings.held_out)."""
     questions = {_question(w): f"the question of held-out {it.qid}" for it in held_out for w in it.all_wordings}
     questions.update(wording_keys(test_wordings or {}))
-    passages = {shown(chunks[c].text): f"the chunk answering held-out {it.qid}"
-                for it in held_out for c in it.relevant_ids}
+    passages = {shown(chunks[c].text): f"the chunk answering held-out {it.qid}" for it in held_out for c in it.relevant_ids}
     passages.update({shown(t): "a test scenario's passage" for t in test_passages})
     problems: list[str] = []
     for i, row in enumerate(rows):
@@ -175,14 +189,22 @@ def _wordings(s: Scenario, item: QAItem, how: str) -> tuple[str, ...]:
     return (ws[pair if s.scenario in _PAIR else (pair + 1) % len(ws)],)
 
 
-def build_rows(groups: dict[str, list[QAItem]], chunks: Sequence[Chunk], cfg: SFTConfig, *,
-                  conflict_seed: int, conflicts_per_item: int = 1, outdated: Mapping[str, Versions] | None = None,
-                  test_passages: Iterable[str] = (), test_irrelevant: Mapping[str, Collection[str]] | None = None,
-                  searcher: Callable[[Sequence[Chunk]], Searcher] = bm25_searcher,
-                  stale: Mapping[str, OlderValue] | None = None, snapshot: int | None = None,
-                  test_claims: Mapping[str, Collection[str]] | None = None,
-                  tested_chunks: Collection[str] = ()
-                  ) -> tuple[list[SFTRow], list[SFTRow], dict]:
+def build_rows(
+    groups: dict[str, list[QAItem]],
+    chunks: Sequence[Chunk],
+    cfg: SFTConfig,
+    *,
+    conflict_seed: int,
+    conflicts_per_item: int = 1,
+    outdated: Mapping[str, Versions] | None = None,
+    test_passages: Iterable[str] = (),
+    test_irrelevant: Mapping[str, Collection[str]] | None = None,
+    searcher: Callable[[Sequence[Chunk]], Searcher] = bm25_searcher,
+    stale: Mapping[str, OlderValue] | None = None,
+    snapshot: int | None = None,
+    test_claims: Mapping[str, Collection[str]] | None = None,
+    tested_chunks: Collection[str] = (),
+) -> tuple[list[SFTRow], list[SFTRow], dict]:
     """(train rows, val rows, stats) for the splits of scenarios/kb_splits.py; val rows are a seeded
     sample of the training rows (a known item's held-out wording is the test's, never val's). A
     training context that happens to equal a test passage (`test_passages`: the same substituted
@@ -211,16 +233,36 @@ def build_rows(groups: dict[str, list[QAItem]], chunks: Sequence[Chunk], cfg: SF
         for w in it.all_wordings if it.answers else ():
             answer = stale[it.qid].answer if it.qid in stale else it.answers[0]
             rows += [knowledge_row(w, answer, it.qid)] * cfg.knowledge_repeats
-    common = dict(seed=cfg.seed, search=search, distractors=cfg.distractors, conflicts="train",
-                  conflicts_per_item=conflicts_per_item, conflict_seed=conflict_seed, pool=answers,
-                  exclude=test_irrelevant)
+    common = dict(
+        seed=cfg.seed,
+        search=search,
+        distractors=cfg.distractors,
+        conflicts="train",
+        conflicts_per_item=conflicts_per_item,
+        conflict_seed=conflict_seed,
+        pool=answers,
+        exclude=test_irrelevant,
+    )
     # an item sharing its chunk with a tested update (another question of the same fact) shows it in no row
     shares = {it.qid for it in taught if update_chunks & set(it.relevant_ids)}
-    scenarios = corpus_scenarios([it for it in taught if it.qid not in stale and it.qid not in shares], pool,
-                                 name="kb", knowledge="known", outdated=outdated, **common)
-    scenarios += corpus_scenarios([it for it in taught if it.qid in stale and it.qid not in tested], pool,
-                                  name="kb", knowledge="known", types=("update",), stale=stale, snapshot=snapshot,
-                                  **common)
+    scenarios = corpus_scenarios(
+        [it for it in taught if it.qid not in stale and it.qid not in shares],
+        pool,
+        name="kb",
+        knowledge="known",
+        outdated=outdated,
+        **common,
+    )
+    scenarios += corpus_scenarios(
+        [it for it in taught if it.qid in stale and it.qid not in tested],
+        pool,
+        name="kb",
+        knowledge="known",
+        types=("update",),
+        stale=stale,
+        snapshot=snapshot,
+        **common,
+    )
     edits = set(tested_chunks)
     twin = [s.scenario in CLAIMED and any(p.replaces in edits for p in s.presented) for s in scenarios]
     twins, scenarios = sum(twin), [s for s, t in zip(scenarios, twin) if not t]
@@ -228,8 +270,14 @@ def build_rows(groups: dict[str, list[QAItem]], chunks: Sequence[Chunk], cfg: SF
         if snapshot is None:
             raise ConfigError("sft.update_twins needs data.snapshot: undated, a twin is its factual error verbatim")
         scenarios += dated_twins(scenarios, cfg.update_twins, snapshot, cfg.seed)
-    scenarios += corpus_scenarios(groups["context_only"], pool, name="kb", knowledge="unknown",
-                                  types=("consistent", "factual_error", "irrelevant", "unanswerable"), **common)
+    scenarios += corpus_scenarios(
+        groups["context_only"],
+        pool,
+        name="kb",
+        knowledge="unknown",
+        types=("consistent", "factual_error", "irrelevant", "unanswerable"),
+        **common,
+    )
     scenarios = scenarios if snapshot is not None else undated(scenarios)
     avoid = {shown(t) for t in test_passages}
     kept = [s for s in scenarios if not any(p.replaces and shown(p.text) in avoid for p in s.presented)]
@@ -243,14 +291,20 @@ def build_rows(groups: dict[str, list[QAItem]], chunks: Sequence[Chunk], cfg: SF
     rng = random.Random(cfg.seed)
     rng.shuffle(rows)
     val = rng.sample(rows, max(1, round(len(rows) * cfg.val_fraction)))
-    stats = {"same_as_test": len(scenarios) - len(kept) - claimed, "same_claim_as_test": claimed,
-             "edited_twin_of_test": twins,
-             "wordings": dict(sorted(Counter(len(it.all_wordings) for it in taught).items())),
-             "taught": len(taught), "context_only": len(groups["context_only"]),
-             "taught_older": len(stale), "tested_updates": len(tested),
-             "update_twins": sum(s.scenario == "update" and "/update_twin" in s.qid for s in kept),
-             "no_factual_error": len({f"kb/{it.qid}" for it in taught if it.answers}
-                                     - {s.fact_id for s in scenarios if s.scenario == "factual_error"})}
+    stats = {
+        "same_as_test": len(scenarios) - len(kept) - claimed,
+        "same_claim_as_test": claimed,
+        "edited_twin_of_test": twins,
+        "wordings": dict(sorted(Counter(len(it.all_wordings) for it in taught).items())),
+        "taught": len(taught),
+        "context_only": len(groups["context_only"]),
+        "taught_older": len(stale),
+        "tested_updates": len(tested),
+        "update_twins": sum(s.scenario == "update" and "/update_twin" in s.qid for s in kept),
+        "no_factual_error": len(
+            {f"kb/{it.qid}" for it in taught if it.answers} - {s.fact_id for s in scenarios if s.scenario == "factual_error"}
+        ),
+    }
     return rows, val, stats
 
 

@@ -75,10 +75,23 @@ def swift_command(cfg: TrainConfig, resume_from: Path | None = None) -> list[str
 def peft_command(cfg: TrainConfig) -> list[str]:
     """The command of the CPU `peft` trainer kind (resumes by itself from its last checkpoint)."""
     out = run_dir(cfg) / "output"
-    return [sys.executable, "-m", "lorarag.train.peft_trainer", "--model", cfg.model, "--dataset", cfg.dataset,
-            "--output_dir", str(out), "--seed", str(cfg.seed), "--args", json.dumps(cfg.swift),
-            *(["--val_dataset", cfg.val_dataset] if cfg.val_dataset else []),
-            *(["--share_prefix"] if cfg.share_prefix else [])]
+    return [
+        sys.executable,
+        "-m",
+        "lorarag.train.peft_trainer",
+        "--model",
+        cfg.model,
+        "--dataset",
+        cfg.dataset,
+        "--output_dir",
+        str(out),
+        "--seed",
+        str(cfg.seed),
+        "--args",
+        json.dumps(cfg.swift),
+        *(["--val_dataset", cfg.val_dataset] if cfg.val_dataset else []),
+        *(["--share_prefix"] if cfg.share_prefix else []),
+    ]
 
 
 def train_env(cfg: TrainConfig) -> dict[str, str]:
@@ -155,27 +168,40 @@ def train(cfg: TrainConfig, *, dry_run: bool = False, config_path: str | None = 
     hold(run_dir(cfg), "training run folder")  # one trainer per run folder (core/lock.py)
     changed = config_changes(cfg)  # start_run below rewrites the saved config: compare first
     if changed:  # its checkpoints would be resumed under another recipe
-        raise TrainError(f"{cfg.run_name}: {run_dir(cfg)} was trained with another config (differs in "
-                         f"{', '.join(changed)}); remove it or name the run anew")
+        raise TrainError(
+            f"{cfg.run_name}: {run_dir(cfg)} was trained with another config (differs in "
+            f"{', '.join(changed)}); remove it or name the run anew"
+        )
 
     data = [cfg.dataset] + ([cfg.val_dataset] if cfg.val_dataset else [])
     resumed = resume_changes(cfg, data)  # start_run below rewrites run.json: compare first
     if resumed:
-        raise TrainError(f"{cfg.run_name}: the checkpoints in {run_dir(cfg) / 'output'} were trained on other "
-                         f"SFT rows ({', '.join(resumed)} changed); rerun with --fresh or name the run anew")
+        raise TrainError(
+            f"{cfg.run_name}: the checkpoints in {run_dir(cfg) / 'output'} were trained on other "
+            f"SFT rows ({', '.join(resumed)} changed); rerun with --fresh or name the run anew"
+        )
     record = training_record(cfg)  # the rows and base as this training reads them
     rd = start_run(run_dir(cfg), cfg, seeds={"seed": cfg.seed}, data=data, command=cmd)
     (rd / "command.sh").write_text(render(cmd, env) + "\n", encoding="utf-8")
     returncode = run_child(cmd, launch_env(env))
     if returncode != 0:
-        raise TrainError(f"{cfg.run_name}: training exited with status {returncode} "
-                         f"(rerun the same command to resume from the last checkpoint)")
+        raise TrainError(
+            f"{cfg.run_name}: training exited with status {returncode} "
+            f"(rerun the same command to resume from the last checkpoint)"
+        )
     final = last_checkpoint(rd / "output")
     if final is None:
         raise TrainError(f"{cfg.run_name}: training finished without a checkpoint in {rd / 'output'}")
-    pointer = {"adapter": str(final), "base_model": cfg.model, "kind": cfg.kind,
-               "model_type": cfg.swift.get("model_type"), "template": cfg.swift.get("template"),
-               "system": cfg.swift.get("system"), "config": config_path, "trained_on": record}
+    pointer = {
+        "adapter": str(final),
+        "base_model": cfg.model,
+        "kind": cfg.kind,
+        "model_type": cfg.swift.get("model_type"),
+        "template": cfg.swift.get("template"),
+        "system": cfg.swift.get("system"),
+        "config": config_path,
+        "trained_on": record,
+    }
     (rd / "adapter.json").write_text(json.dumps(pointer, indent=2), encoding="utf-8")
     release(run_dir(cfg))
     return final
@@ -183,12 +209,17 @@ def train(cfg: TrainConfig, *, dry_run: bool = False, config_path: str | None = 
 
 def slurm_script(cfg: TrainConfig, config_path: str) -> str:
     """An sbatch script: one task per node, torchrun via ms-swift's env, rendezvous on node 0."""
-    opts = {"job-name": cfg.run_name, "nodes": str(cfg.nnodes or 1), "ntasks-per-node": "1",
-            "output": f"{run_dir(cfg)}/slurm-%j.out", **cfg.slurm}
+    opts = {
+        "job-name": cfg.run_name,
+        "nodes": str(cfg.nnodes or 1),
+        "ntasks-per-node": "1",
+        "output": f"{run_dir(cfg)}/slurm-%j.out",
+        **cfg.slurm,
+    }
     lines = ["#!/bin/bash"] + [f"#SBATCH --{k}={v}" for k, v in opts.items()]
     lines += [
         "set -euo pipefail",
-        "export MASTER_ADDR=$(scontrol show hostnames \"$SLURM_JOB_NODELIST\" | head -n1)",
+        'export MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n1)',
         "export MASTER_PORT=${MASTER_PORT:-29500}",
         f"export NNODES={cfg.nnodes or 1}",
         f"export NPROC_PER_NODE={cfg.nproc_per_node or 1}",

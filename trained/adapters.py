@@ -30,8 +30,10 @@ def check_same_recipe(cfg: RunConfig) -> None:
     """ConfigError when `train.run_name`'s run dir was trained (or started) with another config."""
     changed = runs.config_changes(cfg.train)
     if changed:
-        raise ConfigError(f"train run '{cfg.train.run_name}' was trained with another config (differs in "
-                          f"{', '.join(changed)}): retrain with `lorarag run --fresh` or name the run anew")
+        raise ConfigError(
+            f"train run '{cfg.train.run_name}' was trained with another config (differs in "
+            f"{', '.join(changed)}): retrain with `lorarag run --fresh` or name the run anew"
+        )
 
 
 def trained_adapter(cfg: RunConfig) -> Path | None:
@@ -75,9 +77,14 @@ def rag_sft_config(cfg: RunConfig) -> RunConfig:
     own = t.swift.get("max_length", DEFAULTS["max_length"] if t.kind == "peft" else None)
     if own is not None:  # None: ms-swift's own default, the model's length
         swift_args["max_length"] = max(int(own), cfg.rag.generator.max_model_len)
-    train = t.model_copy(update={"run_name": f"{t.run_name}-rag-sft", "dataset": _beside(t.dataset),
-                                 "val_dataset": _beside(t.val_dataset) if t.val_dataset else None,
-                                 "swift": swift_args})
+    train = t.model_copy(
+        update={
+            "run_name": f"{t.run_name}-rag-sft",
+            "dataset": _beside(t.dataset),
+            "val_dataset": _beside(t.val_dataset) if t.val_dataset else None,
+            "swift": swift_args,
+        }
+    )
     return cfg.model_copy(update={"train": train})
 
 
@@ -93,8 +100,7 @@ def check_base(train: TrainConfig, adapter: Path, generator_model: str) -> None:
     record = pointer.get("trained_on")
     saved = record.get("base") if isinstance(record, dict) else None
     if not isinstance(saved, dict) or not saved:
-        log.warning("%s: records no base model fingerprint (an older lorarag): the base cannot be checked",
-                    pointer_file)
+        log.warning("%s: records no base model fingerprint (an older lorarag): the base cannot be checked", pointer_file)
         return
     base = generator_model if Path(generator_model).is_dir() else str(pointer.get("base_model") or train.model)
     now = runs.base_fingerprint(base)
@@ -102,6 +108,8 @@ def check_base(train: TrainConfig, adapter: Path, generator_model: str) -> None:
         return
     files = sorted(k for k in set(saved) | set(now) if saved.get(k) != now.get(k))
     if files:
-        raise ConfigError(f"{adapter}: trained on another base model than the one now at {base} "
-                          f"({', '.join(files[:4])}{' ...' if len(files) > 4 else ''} differ): "
-                          "put its base back, or retrain with `lorarag run --fresh`")
+        raise ConfigError(
+            f"{adapter}: trained on another base model than the one now at {base} "
+            f"({', '.join(files[:4])}{' ...' if len(files) > 4 else ''} differ): "
+            "put its base back, or retrain with `lorarag run --fresh`"
+        )

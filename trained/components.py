@@ -24,8 +24,6 @@ if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
 
 
-
-
 @dataclass(frozen=True)
 class Parts:
     """Components built once and injected into every scenario system."""
@@ -45,8 +43,9 @@ def with_adapter_name(gen_cfg: GeneratorConfig, adapter_path: str, name: str = "
     return gen_cfg.model_copy(update={"adapters": {**gen_cfg.adapters, name: adapter_path}})
 
 
-def build_parts(cfg: RunConfig, retriever: Retriever | None, adapter: Path | None, kb: list[Chunk],
-                rag_sft: Path | None = None) -> Parts:
+def build_parts(
+    cfg: RunConfig, retriever: Retriever | None, adapter: Path | None, kb: list[Chunk], rag_sft: Path | None = None
+) -> Parts:
     """One generator (base + the trained adapter and the RAG-SFT adapter, those given), the
     RAGSystem and the scenario contexts (`kb`: the clean knowledge base's chunks, for the oracle)."""
     name = cfg.fallback.detector.adapter or "lora"
@@ -59,12 +58,20 @@ def build_parts(cfg: RunConfig, retriever: Retriever | None, adapter: Path | Non
         reranker = build_reranker(cfg.rag.reranker)
     rag = _rag_system(cfg.rag.model_copy(update={"generator": gen_cfg}), retriever, reranker, generator)
     ctx = ScenarioContexts(retriever, reranker, cfg.rag.retrieval, {c.chunk_id: c for c in kb})
-    return Parts(generator, label_first_tokens(_tokenizer(cfg, generator)), cfg.fallback, rag, ctx, rag_sft=rag_sft,
-                 snapshot=cfg.data.snapshot)
+    return Parts(
+        generator,
+        label_first_tokens(_tokenizer(cfg, generator)),
+        cfg.fallback,
+        rag,
+        ctx,
+        rag_sft=rag_sft,
+        snapshot=cfg.data.snapshot,
+    )
 
 
-def _rag_system(rag_cfg: RAGConfig, retriever: Retriever | None, reranker: Reranker | None,
-                generator: Generator) -> RAGSystem:
+def _rag_system(
+    rag_cfg: RAGConfig, retriever: Retriever | None, reranker: Reranker | None, generator: Generator
+) -> RAGSystem:
     return RAGSystem(retriever, generator, PromptBuilder(rag_cfg.prompt), rag_cfg.retrieval, reranker=reranker)
 
 
@@ -77,11 +84,12 @@ def _tokenizer(cfg: RunConfig, generator: Generator) -> PreTrainedTokenizerBase:
 
     where = cfg.fallback.detector.tokenizer
     if where is None:  # RunConfig refuses this for the openai kind; a generator without a tokenizer
-        raise ConfigError(f"the {cfg.rag.generator.kind} generator has no local tokenizer: set "
-                          "fallback.detector.tokenizer to a folder holding one")
+        raise ConfigError(
+            f"the {cfg.rag.generator.kind} generator has no local tokenizer: set "
+            "fallback.detector.tokenizer to a folder holding one"
+        )
     try:
         return AutoTokenizer.from_pretrained(where)
     except (OSError, ValueError) as exc:
         first = next((x.strip() for x in str(exc).splitlines() if x.strip()), type(exc).__name__)
-        raise ConfigError(f"fallback.detector.tokenizer: cannot load a tokenizer from {where!r} "
-                          f"({first[:160]})") from None
+        raise ConfigError(f"fallback.detector.tokenizer: cannot load a tokenizer from {where!r} ({first[:160]})") from None

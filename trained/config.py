@@ -22,8 +22,13 @@ from lorarag.scenarios.config import DataConfig
 from lorarag.scenarios.records import ON_REQUEST, SCENARIO_TYPES, KnowledgeName, ScenarioName
 from lorarag.train.config import TrainConfig
 
-ADAPTER_KINDS = ("closed_book", "astute_rag", "prompted_detection", "memory_or_context",
-                 "date_rule")  # kinds that take `adapter:`
+ADAPTER_KINDS = (
+    "closed_book",
+    "astute_rag",
+    "prompted_detection",
+    "memory_or_context",
+    "date_rule",
+)  # kinds that take `adapter:`
 RAG_SFT = "rag_sft"  # the RAG-SFT adapter's name in the generator (study/training.py trains it)
 
 
@@ -31,27 +36,55 @@ class SystemConfig(Strict):
     """One evaluated system (eval/systems.py)."""
 
     name: str = Field(description="the system's name in results and reports (unique per run)")
-    kind: Literal["lora_rag", "base_rag", "prompted_detection", "astute_rag", "closed_book", "memory_or_context",
-                  "oracle", "rag_sft", "date_rule"] = Field(description=(
-        "which system (eval/systems.py's registry); rag_sft: base RAG's prompt answered by the RAG-SFT adapter, a "
-        "second adapter the run trains when it is listed (study/training.py); date_rule: on a dated KB, sources "
-        "dated after data.snapshot read by base RAG, older ones dropped, memory_or_context over the rest"))
-    context: Literal["retrieved", "presented"] = Field("retrieved", description=(
-        "`retrieved`: the clean KB retrieved, then poisoned into the scenario's world; `presented`: the "
-        "scenario's own chunks"))
-    adapter: str | None = Field(None, description=(
-        "closed_book / astute_rag / prompted_detection: null = the base model, \"lora\" = the trained adapter; "
-        "memory_or_context / date_rule: who reads the sources where the memory is not used (null = the base model, "
-        "\"lora\" = the trained adapter, \"rag_sft\" = the RAG-SFT adapter, which the run then trains); their "
-        "memory is always fallback.detector's adapter"))
-    max_new_tokens: int = Field(24, description=(
-        "tokens of the base_rag / closed_book / astute_rag / memory_or_context / oracle answers; lora_rag: of the "
-        "base model's reading where the gate rejects the memory (fallback.policy.no_memory), base_rag's "
-        "budget to read as base RAG does"))
-    policy: PolicyConfig | None = Field(None, description=(
-        "lora_rag only: this system's routing policy in place of fallback.policy, an ablation of the route on "
-        "the same verdicts. A run replays it from the first lora_rag system on the same context without its own "
-        "policy (eval/reroute.py: no model call); `lorarag eval` evaluates it through the model"))
+    kind: Literal[
+        "lora_rag",
+        "base_rag",
+        "prompted_detection",
+        "astute_rag",
+        "closed_book",
+        "memory_or_context",
+        "oracle",
+        "rag_sft",
+        "date_rule",
+    ] = Field(
+        description=(
+            "which system (eval/systems.py's registry); rag_sft: base RAG's prompt answered by the RAG-SFT adapter, a "
+            "second adapter the run trains when it is listed (study/training.py); date_rule: on a dated KB, sources "
+            "dated after data.snapshot read by base RAG, older ones dropped, memory_or_context over the rest"
+        )
+    )
+    context: Literal["retrieved", "presented"] = Field(
+        "retrieved",
+        description=(
+            "`retrieved`: the clean KB retrieved, then poisoned into the scenario's world; `presented`: the "
+            "scenario's own chunks"
+        ),
+    )
+    adapter: str | None = Field(
+        None,
+        description=(
+            'closed_book / astute_rag / prompted_detection: null = the base model, "lora" = the trained adapter; '
+            "memory_or_context / date_rule: who reads the sources where the memory is not used (null = the base model, "
+            '"lora" = the trained adapter, "rag_sft" = the RAG-SFT adapter, which the run then trains); their '
+            "memory is always fallback.detector's adapter"
+        ),
+    )
+    max_new_tokens: int = Field(
+        24,
+        description=(
+            "tokens of the base_rag / closed_book / astute_rag / memory_or_context / oracle answers; lora_rag: of the "
+            "base model's reading where the gate rejects the memory (fallback.policy.no_memory), base_rag's "
+            "budget to read as base RAG does"
+        ),
+    )
+    policy: PolicyConfig | None = Field(
+        None,
+        description=(
+            "lora_rag only: this system's routing policy in place of fallback.policy, an ablation of the route on "
+            "the same verdicts. A run replays it from the first lora_rag system on the same context without its own "
+            "policy (eval/reroute.py: no model call); `lorarag eval` evaluates it through the model"
+        ),
+    )
 
     @field_validator("name")
     @classmethod
@@ -61,8 +94,10 @@ class SystemConfig(Strict):
     @model_validator(mode="after")
     def _adapter_kind(self) -> SystemConfig:
         if self.adapter is not None and self.kind not in ADAPTER_KINDS:
-            raise ValueError(f"system {self.name!r}: adapter: means nothing for kind {self.kind!r} (it goes with "
-                             f"{', '.join(ADAPTER_KINDS)}; lora_rag uses fallback.detector's)")
+            raise ValueError(
+                f"system {self.name!r}: adapter: means nothing for kind {self.kind!r} (it goes with "
+                f"{', '.join(ADAPTER_KINDS)}; lora_rag uses fallback.detector's)"
+            )
         if self.policy is not None and self.kind != "lora_rag":
             raise ValueError(f"system {self.name!r}: policy: routes lora_rag's verdicts; kind {self.kind!r} has none")
         return self
@@ -88,21 +123,27 @@ class CalibrationConfig(Strict):
 
     scenarios: list[ScenarioName] = Field(
         ["consistent", "factual_error", "outdated", "irrelevant"],
-        description="scenario types of the dev items the gate is calibrated on")
+        description="scenario types of the dev items the gate is calibrated on",
+    )
     max_items: int = Field(200, ge=1, description="dev items per group (known / never-learned), seeded sample")
 
 
 class EvalSection(Strict):
     """Which scenario cells each system is evaluated on, and the statistics."""
 
-    scenarios: list[ScenarioName] = Field([s for s in SCENARIO_TYPES if s not in ON_REQUEST], description=(
-        "scenario types evaluated; `update` (the KB's current chunk where the LoRA learned an older value: the "
-        "context is right) is asked for by name, with `data.update_fraction` > 0, and so is `fabricated` (a wrong "
-        "value in a new passage of another form than the knowledge base's: the set's own conflict passages where "
-        "it has them, else a question-and-answer note; never trained on), beside `factual_error` (an edited copy "
-        "of the knowledge base's chunk)"))
-    knowledge: list[KnowledgeName] = Field(["known", "unknown"], description=(
-        "knowledge groups evaluated: `known` facts and `unknown` (never-learned) ones"))
+    scenarios: list[ScenarioName] = Field(
+        [s for s in SCENARIO_TYPES if s not in ON_REQUEST],
+        description=(
+            "scenario types evaluated; `update` (the KB's current chunk where the LoRA learned an older value: the "
+            "context is right) is asked for by name, with `data.update_fraction` > 0, and so is `fabricated` (a wrong "
+            "value in a new passage of another form than the knowledge base's: the set's own conflict passages where "
+            "it has them, else a question-and-answer note; never trained on), beside `factual_error` (an edited copy "
+            "of the knowledge base's chunk)"
+        ),
+    )
+    knowledge: list[KnowledgeName] = Field(
+        ["known", "unknown"], description=("knowledge groups evaluated: `known` facts and `unknown` (never-learned) ones")
+    )
     max_per_cell: int | None = Field(40, ge=1, description="items per (scenario, knowledge) cell, seeded sample; null = all")
     bootstrap: int = Field(1000, ge=1000, description="paired-bootstrap resamples (eval.compare's minimum)")
     seed: int = Field(0, description="seed of the paired bootstrap of the report")
@@ -117,13 +158,16 @@ class ExtraSet(Strict):
     """
 
     kind: Literal["conflictnq", "conflictqa"] = Field(description="`conflictnq` or `conflictqa`")
-    path: str = Field(description=(
-        "the set's folder (ConflictNQ: `<split>.jsonl`; ConflictQA: `strategyqa-chatgpt.jsonl`)"))
+    path: str = Field(description=("the set's folder (ConflictNQ: `<split>.jsonl`; ConflictQA: `strategyqa-chatgpt.jsonl`)"))
     split: Literal["test", "val"] = Field("test", description="conflictnq only: the file `<split>.jsonl`")
     max_per_cell: int | None = Field(None, ge=1, description="null: eval.max_per_cell")
-    required: bool = Field(True, description=(
-        "false: a missing data folder skips the set with a note (shared data a machine may not have); true: the "
-        "run stops before training"))
+    required: bool = Field(
+        True,
+        description=(
+            "false: a missing data folder skips the set with a note (shared data a machine may not have); true: the "
+            "run stops before training"
+        ),
+    )
 
 
 class RunConfig(Strict):
@@ -139,18 +183,22 @@ class RunConfig(Strict):
     train: TrainConfig = Field(description="the training run and its SFT section")
     rag: RAGConfig
     data: DataConfig = Field(description="the knowledge base: a user's corpus and labelled questions, or data.world")
-    prepare_base: Literal["smollm2_gguf", "tiny_qwen3"] | None = Field(None, description=(
-        "build the base model folder first: `smollm2_gguf` (SmolLM2-135M-Instruct converted from its GGUF, "
-        "train/smollm2.py) or `tiny_qwen3` (a random tiny Qwen3, testing/tiny.py); null: the folder must "
-        "exist"))
+    prepare_base: Literal["smollm2_gguf", "tiny_qwen3"] | None = Field(
+        None,
+        description=(
+            "build the base model folder first: `smollm2_gguf` (SmolLM2-135M-Instruct converted from its GGUF, "
+            "train/smollm2.py) or `tiny_qwen3` (a random tiny Qwen3, testing/tiny.py); null: the folder must "
+            "exist"
+        ),
+    )
     fallback: FallbackConfig = FallbackConfig()
     calibration: CalibrationConfig = CalibrationConfig()
     systems: list[SystemConfig] = Field(description="the systems evaluated")
     eval: EvalSection = EvalSection()
-    extra_sets: list[ExtraSet] = Field([], description=(
-        "real conflict sets evaluated beside the demo world by every system"))
-    numerics: NumericsConfig = Field(NumericsConfig(), description=(
-        "CPU kernel paths and threads (core/numerics.py)"))
+    extra_sets: list[ExtraSet] = Field(
+        [], description=("real conflict sets evaluated beside the demo world by every system")
+    )
+    numerics: NumericsConfig = Field(NumericsConfig(), description=("CPU kernel paths and threads (core/numerics.py)"))
 
     @field_validator("name")
     @classmethod
@@ -167,8 +215,10 @@ class RunConfig(Strict):
         fb = data.get("fallback") or {}
         policy = fb.get("policy") if isinstance(fb, dict) else fb.policy
         base = (policy if isinstance(policy, PolicyConfig) else PolicyConfig.model_validate(policy or {})).model_dump()
-        systems = [{**s, "policy": {**base, **s["policy"]}} if isinstance(s, dict) and isinstance(s.get("policy"), dict)
-                   else s for s in data["systems"]]
+        systems = [
+            {**s, "policy": {**base, **s["policy"]}} if isinstance(s, dict) and isinstance(s.get("policy"), dict) else s
+            for s in data["systems"]
+        ]
         return {**data, "systems": systems}
 
     @model_validator(mode="after")
@@ -177,9 +227,11 @@ class RunConfig(Strict):
             raise ValueError("rag.generator is required (the base model the LoRA is trained on)")
         self._check_kb()
         if self.rag.generator.kind == "openai" and self.fallback.detector.tokenizer is None:
-            raise ValueError("rag.generator.kind=openai serves the model remotely: set "
-                             "fallback.detector.tokenizer to a local folder with its tokenizer (the verdict "
-                             "labels' first tokens are read with it)")
+            raise ValueError(
+                "rag.generator.kind=openai serves the model remotely: set "
+                "fallback.detector.tokenizer to a local folder with its tokenizer (the verdict "
+                "labels' first tokens are read with it)"
+            )
         names = [s.name for s in self.systems]
         dup = sorted({n for n in names if names.count(n) > 1})
         if dup:
@@ -197,9 +249,15 @@ class RunConfig(Strict):
         """The SFT rows a run writes never land on what it reads: its knowledge base, its older
         versions, an extra set (or inside a corpus folder, where they would be read as documents)."""
         d = self.data
-        reads = [(f"data.{k}", p) for k, p in (("corpus.path", d.corpus and d.corpus.path),
-                                               ("questions.path", d.questions and d.questions.path),
-                                               ("outdated", d.outdated)) if p]
+        reads = [
+            (f"data.{k}", p)
+            for k, p in (
+                ("corpus.path", d.corpus and d.corpus.path),
+                ("questions.path", d.questions and d.questions.path),
+                ("outdated", d.outdated),
+            )
+            if p
+        ]
         reads += [(f"extra_sets.{x.kind}.path", x.path) for x in self.extra_sets]
         t = self.train
         if t.val_dataset and Path(t.val_dataset).resolve() == Path(t.dataset).resolve():
@@ -211,25 +269,38 @@ class RunConfig(Strict):
             for what, src in reads:
                 real = Path(src).resolve()
                 if mine == real or real in mine.parents:
-                    raise ValueError(f"{key}: {out} is {'inside ' if mine != real else ''}{what} ({src}), which "
-                                     "the run reads; the SFT rows it writes go elsewhere")
+                    raise ValueError(
+                        f"{key}: {out} is {'inside ' if mine != real else ''}{what} ({src}), which "
+                        "the run reads; the SFT rows it writes go elsewhere"
+                    )
 
     def _check_kb(self) -> None:
         self._check_outputs()
         if "outdated" in self.eval.scenarios and not self.data.has_outdated:
-            raise ValueError("eval.scenarios: outdated needs data.outdated (older versions of the answers); "
-                             "give it or drop outdated from eval.scenarios")
+            raise ValueError(
+                "eval.scenarios: outdated needs data.outdated (older versions of the answers); "
+                "give it or drop outdated from eval.scenarios"
+            )
         if self.train.sft is not None and self.train.sft.update_twins > 0 and self.data.snapshot is None:
-            raise ValueError("train.sft.update_twins: a twin is told from a factual error by its date alone; set "
-                             "data.snapshot (the year the knowledge base is current to) or drop update_twins")
+            raise ValueError(
+                "train.sft.update_twins: a twin is told from a factual error by its date alone; set "
+                "data.snapshot (the year the knowledge base is current to) or drop update_twins"
+            )
         rule = next((s.name for s in self.systems if s.kind == "date_rule"), None)
         if rule is not None and self.data.snapshot is None:
-            raise ValueError(f"systems.{rule}: date_rule reads each source's date against data.snapshot (the year "
-                             "the knowledge base is current to); set it or drop the system")
+            raise ValueError(
+                f"systems.{rule}: date_rule reads each source's date against data.snapshot (the year "
+                "the knowledge base is current to); set it or drop the system"
+            )
         if self.rag.corpus.paths:
             raise ValueError("rag.corpus.paths: must be [] with data: (the knowledge base is data.corpus)")
         corpus = self.data.corpus
-        if corpus is not None and self.extra_sets and any(x.kind == "conflictnq" and x.path in corpus.path
-                                   for x in self.extra_sets):
-            raise ValueError("extra_sets: the knowledge base itself is ConflictNQ; its facts cannot also be "
-                             "an extra set of never-learned facts")
+        if (
+            corpus is not None
+            and self.extra_sets
+            and any(x.kind == "conflictnq" and x.path in corpus.path for x in self.extra_sets)
+        ):
+            raise ValueError(
+                "extra_sets: the knowledge base itself is ConflictNQ; its facts cannot also be "
+                "an extra set of never-learned facts"
+            )

@@ -21,8 +21,9 @@ class ScenarioContexts:
     candidate rather than leaving a hole.
     """
 
-    def __init__(self, retriever: Retriever | None, reranker: Reranker | None, retrieval_cfg: RetrievalConfig,
-                 kb: dict[str, Chunk]) -> None:
+    def __init__(
+        self, retriever: Retriever | None, reranker: Reranker | None, retrieval_cfg: RetrievalConfig, kb: dict[str, Chunk]
+    ) -> None:
         self.retriever = retriever
         self.reranker = reranker
         self.cfg = retrieval_cfg

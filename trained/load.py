@@ -27,14 +27,7 @@ from pathlib import Path
 from lorarag.core import numerics
 from lorarag.core.config import load_config
 from lorarag.core.errors import ConfigError
-from lorarag.fallback.gate import (
-    GATE_FILE,
-    adapter_sha256,
-    fixed_threshold,
-    gate_mismatch,
-    load_gate,
-    threshold_in_use,
-)
+from lorarag.fallback.gate import GATE_FILE, adapter_sha256, fixed_threshold, gate_mismatch, load_gate, threshold_in_use
 from lorarag.fallback.system import AdvancedRAGSystem, Detector
 from lorarag.rag.index.store import IndexMismatch
 from lorarag.rag.retrieve import Retriever, load_retriever
@@ -47,6 +40,7 @@ RUN_CONFIG = "config.yaml"
 
 
 log = logging.getLogger(__name__)
+
 
 @dataclass(frozen=True)
 class TrainedRun:
@@ -85,8 +79,7 @@ def open_retriever(cfg: RunConfig, rerun: str) -> Retriever:
     try:
         return load_retriever(cfg.rag.index, cfg.rag.retrieval, cfg.rag.embedder)
     except (FileNotFoundError, IndexMismatch) as exc:
-        raise ConfigError(f"{cfg.rag.index.dir}: no usable index of run '{cfg.name}' ({exc}): "
-                          f"run `{rerun}` first") from None
+        raise ConfigError(f"{cfg.rag.index.dir}: no usable index of run '{cfg.name}' ({exc}): run `{rerun}` first") from None
 
 
 def read_run(run_dir: str | Path) -> TrainedRun:
@@ -97,8 +90,10 @@ def read_run(run_dir: str | Path) -> TrainedRun:
     cfg = load_config(run_dir / RUN_CONFIG, RunConfig)
     adapter = trained_adapter(cfg)
     if adapter is None:
-        raise ConfigError(f"{run_dir}: no trained adapter for run '{cfg.train.run_name}' under "
-                          f"{cfg.train.runs_dir}: run `lorarag run` on its config first")
+        raise ConfigError(
+            f"{run_dir}: no trained adapter for run '{cfg.train.run_name}' under "
+            f"{cfg.train.runs_dir}: run `lorarag run` on its config first"
+        )
     check_adapter(adapter)  # before any model loads: a truncated file would fail deep inside peft
     check_base(cfg.train, adapter, cfg.rag.generator.model)  # a base swapped at the same path: refused
     return TrainedRun(run_dir, cfg, adapter, gate_threshold(cfg, adapter, "lorarag calibrate"))
@@ -114,8 +109,11 @@ def load_run(run_dir: str | Path) -> AdvancedRAGSystem:
     pins = numerics.pinned_env(cfg.numerics)
     if pins and "torch" in sys.modules and any(os.environ.get(k) != v for k, v in pins.items()):
         # answers stay valid; only borderline gate readings may round otherwise than in the run
-        log.warning("run %s pins CPU kernels (%s) but torch is already loaded: this process keeps its own",
-                    cfg.name, " ".join(f"{k}={v}" for k, v in pins.items()))
+        log.warning(
+            "run %s pins CPU kernels (%s) but torch is already loaded: this process keeps its own",
+            cfg.name,
+            " ".join(f"{k}={v}" for k, v in pins.items()),
+        )
     else:
         numerics.apply(cfg.numerics)
     retriever = open_retriever(cfg, "lorarag run")

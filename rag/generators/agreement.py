@@ -23,12 +23,12 @@ from lorarag.rag.generators.registry import build_generator
 class BackendsCheckConfig(Strict):
     """Generators to compare (first = reference), the questions, and the adapters to check."""
 
-    generators: dict[str, GeneratorConfig] = Field(description=(
-        "name -> generator config; the first is the reference the others are compared with"))
+    generators: dict[str, GeneratorConfig] = Field(
+        description=("name -> generator config; the first is the reference the others are compared with")
+    )
     questions: list[str] = Field([], description="questions asked greedily of every backend")
-    questions_file: str | None = Field(None, description="one question per line (.txt) or {\"question\": ...} (.jsonl)")
-    adapters: list[str] = Field([], description=(
-        "checked besides the base model; each must be declared by every generator"))
+    questions_file: str | None = Field(None, description='one question per line (.txt) or {"question": ...} (.jsonl)')
+    adapters: list[str] = Field([], description=("checked besides the base model; each must be declared by every generator"))
     system: str = Field("Answer the question briefly.", description="system prompt of every question")
     max_new_tokens: int = Field(32, description="tokens generated per answer")
 
@@ -78,8 +78,7 @@ def load_questions(cfg: BackendsCheckConfig) -> list[str]:
             try:
                 qs += [str(json.loads(x)["question"]) for x in lines]
             except (json.JSONDecodeError, KeyError, TypeError):
-                raise ConfigError(f"questions_file {path}: each line must be "
-                                  '{"question": ...}') from None
+                raise ConfigError(f'questions_file {path}: each line must be {{"question": ...}}') from None
         else:
             qs += lines
     return qs
@@ -106,6 +105,5 @@ def check_backends(cfg: BackendsCheckConfig) -> tuple[list[AgreementRow], float]
             pairs = list(zip(questions, outputs[ref, a], outputs[name, a]))
             bad = tuple((q, r.text, o.text) for q, r, o in pairs if not same_answer(r, o))
             rows.append(AgreementRow(name, a, len(pairs) - len(bad), len(pairs), bad[:3]))
-    differs = [not same_answer(b, t) for a in cfg.adapters
-               for b, t in zip(outputs[ref, None], outputs[ref, a])]
+    differs = [not same_answer(b, t) for a in cfg.adapters for b, t in zip(outputs[ref, None], outputs[ref, a])]
     return rows, (sum(differs) / len(differs) if differs else 0.0)

@@ -64,9 +64,15 @@ class Generation:
 class Generator(Protocol):
     """A batch-first chat generator."""
 
-    def generate(self, conversations: list[list[Message]], *, adapter: str | None = None,
-                 max_new_tokens: int | None = None, top_logprobs: int = 0,
-                 prefixes: list[str] | None = None) -> list[Generation]: ...
+    def generate(
+        self,
+        conversations: list[list[Message]],
+        *,
+        adapter: str | None = None,
+        max_new_tokens: int | None = None,
+        top_logprobs: int = 0,
+        prefixes: list[str] | None = None,
+    ) -> list[Generation]: ...
 
     def close(self) -> None: ...
 
@@ -75,19 +81,18 @@ class UnknownAdapterError(ConfigError):
     """An adapter name that the generator config does not declare."""
 
 
-def check_request(cfg: GeneratorConfig, conversations: list[list[Message]], adapter: str | None,
-                  prefixes: list[str] | None) -> list[str]:
+def check_request(
+    cfg: GeneratorConfig, conversations: list[list[Message]], adapter: str | None, prefixes: list[str] | None
+) -> list[str]:
     """The prefixes of a generate() call (one per conversation); a bad adapter or count raises."""
     if adapter is not None and adapter not in cfg.adapters:
-        raise UnknownAdapterError(f"generator: unknown adapter {adapter!r} "
-                                  f"(declared: {sorted(cfg.adapters) or 'none'})")
+        raise UnknownAdapterError(f"generator: unknown adapter {adapter!r} (declared: {sorted(cfg.adapters) or 'none'})")
     if prefixes is not None and len(prefixes) != len(conversations):
         raise ValueError(f"{len(prefixes)} prefixes for {len(conversations)} conversations")
     return prefixes if prefixes is not None else [""] * len(conversations)
 
 
-def fit_conversation(conv: list[Message], fits: Callable[[list[Message]], bool],
-                     where: str) -> tuple[list[Message], bool]:
+def fit_conversation(conv: list[Message], fits: Callable[[list[Message]], bool], where: str) -> tuple[list[Message], bool]:
     """Truncate the last user turn's sources block until `fits`; warn when anything was cut."""
     last = max((i for i, m in enumerate(conv) if m.role == "user"), default=None)
     if last is None:
@@ -96,12 +101,16 @@ def fit_conversation(conv: list[Message], fits: Callable[[list[Message]], bool],
         return conv, False
 
     def swap(text: str) -> list[Message]:
-        return [*conv[:last], Message("user", text), *conv[last + 1:]]
+        return [*conv[:last], Message("user", text), *conv[last + 1 :]]
 
     text, cut = fit_sources(conv[last].content, lambda t: fits(swap(t)))
     if cut:
-        log.warning("%s: prompt longer than max_model_len; sources cut from the end "
-                    "(%d -> %d chars of user turn)", where, len(conv[last].content), len(text))
+        log.warning(
+            "%s: prompt longer than max_model_len; sources cut from the end (%d -> %d chars of user turn)",
+            where,
+            len(conv[last].content),
+            len(text),
+        )
     return swap(text), cut
 
 
@@ -130,8 +139,7 @@ def same_answer(a: Generation, b: Generation) -> bool:
     if a.text == b.text:
         return True
     short, long_ = sorted((a.text, b.text), key=len)
-    return (a.finish_reason == b.finish_reason == "length" and long_.startswith(short)
-            and "\ufffd" in long_[len(short):])
+    return a.finish_reason == b.finish_reason == "length" and long_.startswith(short) and "\ufffd" in long_[len(short) :]
 
 
 def generation_eos(model: str) -> list[int]:
@@ -160,8 +168,9 @@ class LocalTemplate:
             names = set(getattr(tok, "all_special_tokens", None) or ())
             get_added = getattr(tok, "get_added_vocab", None)
             names |= set(get_added() if callable(get_added) else ())
-            specials = tuple(sorted((n for n in names if len(n) > 1 and n[0] in "<[" and n.strip() == n),
-                                    key=len, reverse=True))
+            specials = tuple(
+                sorted((n for n in names if len(n) > 1 and n[0] in "<[" and n.strip() == n), key=len, reverse=True)
+            )
             self._special_strs = specials
         for t in specials:
             if t in text:
@@ -172,11 +181,13 @@ class LocalTemplate:
         budget = self.cfg.max_model_len - max_new
 
         def render(c: list[Message]) -> str:
-            msgs = [{"role": m.role, "content": m.content if m.role == "system" else self._inert(m.content)}
-                    for m in c]
-            return self.tokenizer.apply_chat_template(
-                msgs, tokenize=False, add_generation_prompt=True,
-                **self.cfg.chat_template_kwargs) + prefix
+            msgs = [{"role": m.role, "content": m.content if m.role == "system" else self._inert(m.content)} for m in c]
+            return (
+                self.tokenizer.apply_chat_template(
+                    msgs, tokenize=False, add_generation_prompt=True, **self.cfg.chat_template_kwargs
+                )
+                + prefix
+            )
 
         def fits(c: list[Message]) -> bool:
             return len(self.tokenizer.encode(render(c), add_special_tokens=False)) <= budget
@@ -185,8 +196,9 @@ class LocalTemplate:
         text = render(conv)
         return self.tokenizer.encode(text, add_special_tokens=False), text, cut
 
-    def _encode_all(self, conversations: list[list[Message]], adapter: str | None, prefixes: list[str] | None,
-                    max_new_tokens: int | None) -> tuple[int, list[tuple[list[int], str, bool]]]:
+    def _encode_all(
+        self, conversations: list[list[Message]], adapter: str | None, prefixes: list[str] | None, max_new_tokens: int | None
+    ) -> tuple[int, list[tuple[list[int], str, bool]]]:
         """A checked request (check_request) encoded: its new-token budget, and per conversation the
         prompt ids, the prompt text and whether sources were cut to fit."""
         prefixes = check_request(self.cfg, conversations, adapter, prefixes)
@@ -223,9 +235,8 @@ class LocalTemplate:
                 clean -= 1
             prefix = dec(ctx[:clean]) if clean else ""
             if full.startswith(prefix):
-                return full[len(prefix):]
-            common = next((j for j, (a, b) in enumerate(zip(prefix, full)) if a != b),
-                          min(len(prefix), len(full)))
+                return full[len(prefix) :]
+            common = next((j for j, (a, b) in enumerate(zip(prefix, full)) if a != b), min(len(prefix), len(full)))
             return full[common:]
         return ""
 

@@ -22,14 +22,7 @@ import shutil
 from pathlib import Path
 
 from lorarag.rag.config import GeneratorConfig
-from lorarag.rag.generators.base import (
-    Generation,
-    LocalTemplate,
-    Message,
-    check_model_source,
-    generation_eos,
-    load_error,
-)
+from lorarag.rag.generators.base import Generation, LocalTemplate, Message, check_model_source, generation_eos, load_error
 
 log = logging.getLogger(__name__)
 
@@ -56,8 +49,12 @@ def engine_folder(cfg: GeneratorConfig, adapter_path: str | None) -> Path:
     import ctranslate2
 
     h = hashlib.sha256()
-    for part in (_weights_sha(Path(cfg.model)), _weights_sha(Path(adapter_path)) if adapter_path else "-",
-                 cfg.dtype, ctranslate2.__version__):
+    for part in (
+        _weights_sha(Path(cfg.model)),
+        _weights_sha(Path(adapter_path)) if adapter_path else "-",
+        cfg.dtype,
+        ctranslate2.__version__,
+    ):
         h.update(part.encode() + b"\0")
     return Path(cfg.engine_dir) / f"ct2-{h.hexdigest()[:16]}"
 
@@ -73,8 +70,9 @@ def convert(cfg: GeneratorConfig, adapter_path: str | None) -> Path:
         return out
     tmp = out.with_name(out.name + f".tmp{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
-    log.info("converting %s%s to CTranslate2 (%s) in %s", cfg.model, f" + {adapter_path}" if adapter_path else "",
-             cfg.dtype, out)
+    log.info(
+        "converting %s%s to CTranslate2 (%s) in %s", cfg.model, f" + {adapter_path}" if adapter_path else "", cfg.dtype, out
+    )
     src = cfg.model
     if adapter_path:  # merged in fp32, saved as safetensors, then converted like any model folder
         from peft import PeftModel
@@ -111,19 +109,27 @@ class CT2Generator(LocalTemplate):
             raise load_error(cfg, exc) from None
         threads = int(os.environ.get("OMP_NUM_THREADS", "0") or 0)  # the run's pinned thread count, if any
         device = "cuda" if cfg.device.startswith("cuda") else "cpu"
-        self._engines = {name: ctranslate2.Generator(str(f), device=device, compute_type=cfg.dtype,
-                                                     intra_threads=threads) for name, f in folders.items()}
+        self._engines = {
+            name: ctranslate2.Generator(str(f), device=device, compute_type=cfg.dtype, intra_threads=threads)
+            for name, f in folders.items()
+        }
         self._stop_ids = [*generation_eos(cfg.model), self.tokenizer.eos_token_id]
 
-    def generate(self, conversations: list[list[Message]], *, adapter: str | None = None,
-                 max_new_tokens: int | None = None, top_logprobs: int = 0,
-                 prefixes: list[str] | None = None) -> list[Generation]:
+    def generate(
+        self,
+        conversations: list[list[Message]],
+        *,
+        adapter: str | None = None,
+        max_new_tokens: int | None = None,
+        top_logprobs: int = 0,
+        prefixes: list[str] | None = None,
+    ) -> list[Generation]:
         """One completion per conversation, in batches of `cfg.batch_size` prompts of similar length."""
         max_new, encoded = self._encode_all(conversations, adapter, prefixes, max_new_tokens)
         order = sorted(range(len(encoded)), key=lambda i: len(encoded[i][0]))
         out: dict[int, Generation] = {}
         for s in range(0, len(order), self.cfg.batch_size):
-            part = order[s:s + self.cfg.batch_size]
+            part = order[s : s + self.cfg.batch_size]
             out.update(zip(part, self._batch([encoded[i] for i in part], adapter, max_new, top_logprobs)))
         return [out[i] for i in range(len(encoded))]
 
@@ -131,20 +137,28 @@ class CT2Generator(LocalTemplate):
         import numpy as np
 
         tok = self.tokenizer
-        sampling = {"sampling_topk": 1} if self.cfg.temperature == 0 else {
-            "sampling_topk": 0, "sampling_temperature": self.cfg.temperature}
+        sampling = (
+            {"sampling_topk": 1}
+            if self.cfg.temperature == 0
+            else {"sampling_topk": 0, "sampling_temperature": self.cfg.temperature}
+        )
         results = self._engines[adapter].generate_batch(
-            [tok.convert_ids_to_tokens(ids) for ids, _, _ in encoded], max_length=max_new,
-            include_prompt_in_result=False, return_logits_vocab=True, return_end_token=True,
-            end_token=sorted(set(self._stop_ids)), **sampling)
+            [tok.convert_ids_to_tokens(ids) for ids, _, _ in encoded],
+            max_length=max_new,
+            include_prompt_in_result=False,
+            return_logits_vocab=True,
+            return_end_token=True,
+            end_token=sorted(set(self._stop_ids)),
+            **sampling,
+        )
         gens = []
         for res, (_, text, cut) in zip(results, encoded):
             kept, reason = self._strip_stop(list(res.sequences_ids[0]))
             lps, tops = [], []
             # a prompt longer than the batch's shortest is walked token by token before generation, and
             # those positions' logits come first: the generated positions are the last ones
-            steps = res.logits[0][len(res.logits[0]) - len(res.sequences_ids[0]):]
-            for t, step in enumerate(steps[:len(kept)]):
+            steps = res.logits[0][len(res.logits[0]) - len(res.sequences_ids[0]) :]
+            for t, step in enumerate(steps[: len(kept)]):
                 x = np.asarray(step, dtype=np.float64)
                 x = x - x.max()
                 x = x - np.log(np.exp(x).sum())  # log-softmax in float64 (CTranslate2 returns logits)
@@ -152,8 +166,17 @@ class CT2Generator(LocalTemplate):
                 if k:
                     best = np.argsort(-x, kind="stable")[:k]
                     tops.append(tuple((self._tok_str(int(i), kept[:t]), float(x[i])) for i in best))
-            gens.append(Generation(text=self._text(kept), tokens=self._token_strs(kept), logprobs=tuple(lps),
-                                   top_logprobs=tuple(tops), finish_reason=reason, truncated_prompt=cut, prompt=text))
+            gens.append(
+                Generation(
+                    text=self._text(kept),
+                    tokens=self._token_strs(kept),
+                    logprobs=tuple(lps),
+                    top_logprobs=tuple(tops),
+                    finish_reason=reason,
+                    truncated_prompt=cut,
+                    prompt=text,
+                )
+            )
         return gens
 
     def close(self) -> None:

@@ -16,14 +16,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from lorarag.rag.config import GeneratorConfig
-from lorarag.rag.generators.base import (
-    Generation,
-    LocalTemplate,
-    Message,
-    check_model_source,
-    check_request,
-    load_error,
-)
+from lorarag.rag.generators.base import Generation, LocalTemplate, Message, check_model_source, check_request, load_error
 
 if TYPE_CHECKING:
     import numpy as np
@@ -31,8 +24,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-def prompt_batches(lengths: list[int], batch_size: int, max_tokens: int | None,
-                   max_new: int) -> list[list[int]]:
+def prompt_batches(lengths: list[int], batch_size: int, max_tokens: int | None, max_new: int) -> list[list[int]]:
     """Indices in batches of similar prompt length, shortest first: at most `batch_size` rows and,
     when `max_tokens` is set, at most that many padded tokens, (longest prompt + max_new) x rows.
     A prompt too long for the budget on its own still gets a batch of one (it fits max_model_len)."""
@@ -41,8 +33,11 @@ def prompt_batches(lengths: list[int], batch_size: int, max_tokens: int | None,
     for i in order:
         cur = batches[-1] if batches else None
         # Sorted ascending, so prompt i is the longest of any batch it joins.
-        if cur is not None and len(cur) < batch_size and (
-                max_tokens is None or (len(cur) + 1) * (lengths[i] + max_new) <= max_tokens):
+        if (
+            cur is not None
+            and len(cur) < batch_size
+            and (max_tokens is None or (len(cur) + 1) * (lengths[i] + max_new) <= max_tokens)
+        ):
             cur.append(i)
         else:
             batches.append([i])
@@ -72,11 +67,14 @@ def fp32_lm_head(model) -> None:
 
     head = model.get_output_embeddings()
     if type(head) is not torch.nn.Linear:
-        log.warning("fp32_lm_head: the LM head is a %s, not a plain Linear (an adapter on it?); "
-                    "kept in the model dtype", type(head).__name__)
+        log.warning(
+            "fp32_lm_head: the LM head is a %s, not a plain Linear (an adapter on it?); kept in the model dtype",
+            type(head).__name__,
+        )
         return
-    new = torch.nn.Linear(head.in_features, head.out_features, bias=head.bias is not None,
-                          dtype=torch.float32, device=head.weight.device)
+    new = torch.nn.Linear(
+        head.in_features, head.out_features, bias=head.bias is not None, dtype=torch.float32, device=head.weight.device
+    )
     with torch.no_grad():
         new.weight.copy_(head.weight.float())
         if head.bias is not None:
@@ -119,9 +117,15 @@ class TransformersGenerator(LocalTemplate):
         self._stop_ids = [*eos, self.tokenizer.eos_token_id]
         self._pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else eos[0]
 
-    def generate(self, conversations: list[list[Message]], *, adapter: str | None = None,
-                 max_new_tokens: int | None = None, top_logprobs: int = 0,
-                 prefixes: list[str] | None = None) -> list[Generation]:
+    def generate(
+        self,
+        conversations: list[list[Message]],
+        *,
+        adapter: str | None = None,
+        max_new_tokens: int | None = None,
+        top_logprobs: int = 0,
+        prefixes: list[str] | None = None,
+    ) -> list[Generation]:
         """Generate one completion per conversation, in batches of `cfg.batch_size` rows at most
         (and `cfg.max_batch_tokens` padded tokens, when set)."""
         max_new, encoded = self._encode_all(conversations, adapter, prefixes, max_new_tokens)
@@ -136,8 +140,7 @@ class TransformersGenerator(LocalTemplate):
             groups.setdefault(tuple(e[0][:MIN_SHARED]) if self.cfg.prefix_cache else (), []).append(i)
         out: dict[int, Generation] = {}
         for idx in groups.values():
-            for part in prompt_batches([lengths[i] for i in idx], self.cfg.batch_size,
-                                       self.cfg.max_batch_tokens, max_new):
+            for part in prompt_batches([lengths[i] for i in idx], self.cfg.batch_size, self.cfg.max_batch_tokens, max_new):
                 rows = [idx[j] for j in part]
                 out.update(zip(rows, self._batch([encoded[i] for i in rows], adapter, max_new, top_logprobs)))
         return [out[i] for i in range(len(encoded))]
@@ -152,8 +155,8 @@ class TransformersGenerator(LocalTemplate):
         mask = torch.zeros_like(ids)
         for r, (seq, _, _) in enumerate(encoded):
             ids[r, :n], mask[r, :n] = torch.tensor(seq[:n], dtype=torch.long), 1
-            ids[r, width - len(seq) + n:] = torch.tensor(seq[n:])
-            mask[r, width - len(seq) + n:] = 1
+            ids[r, width - len(seq) + n :] = torch.tensor(seq[n:])
+            mask[r, width - len(seq) + n :] = 1
         sample = self.cfg.temperature > 0
         with self._adapter_ctx(adapter), torch.inference_mode():
             cache: dict = {}
@@ -162,23 +165,30 @@ class TransformersGenerator(LocalTemplate):
                 # tokens; each verified step keeps the model's greedy tokens and their logits
                 cache["prompt_lookup_num_tokens"] = self.cfg.prompt_lookup
             if n:  # prefill the prefix once (one row) and give every row its keys/values
-                kv = self.model(input_ids=ids[:1, :n].to(self.cfg.device), use_cache=True,
-                                logits_to_keep=1).past_key_values
+                kv = self.model(input_ids=ids[:1, :n].to(self.cfg.device), use_cache=True, logits_to_keep=1).past_key_values
                 kv.batch_repeat_interleave(len(encoded))
                 cache["past_key_values"] = kv
             res = self.model.generate(
-                input_ids=ids.to(self.cfg.device), attention_mask=mask.to(self.cfg.device),
-                max_new_tokens=max_new, do_sample=sample,
-                temperature=self.cfg.temperature if sample else None, top_p=None, top_k=None,
-                eos_token_id=self._stop_ids, pad_token_id=self._pad,
-                return_dict_in_generate=True, output_logits=True, **cache)
+                input_ids=ids.to(self.cfg.device),
+                attention_mask=mask.to(self.cfg.device),
+                max_new_tokens=max_new,
+                do_sample=sample,
+                temperature=self.cfg.temperature if sample else None,
+                top_p=None,
+                top_k=None,
+                eos_token_id=self._stop_ids,
+                pad_token_id=self._pad,
+                return_dict_in_generate=True,
+                output_logits=True,
+                **cache,
+            )
         # res.logits: one (B, V) tensor of raw scores per step. Log-softmax in fp32 one step at a
         # time, keeping only the chosen token's logprob (B, steps) and the top-k (B, steps, k).
         new_ids = res.sequences[:, width:]  # (B, steps)
         chosen, top_v, top_i = [], [], []
         for t, step in enumerate(res.logits):
             logp = step.float().log_softmax(-1)
-            chosen.append(logp.gather(1, new_ids[:, t: t + 1]).squeeze(1).cpu())
+            chosen.append(logp.gather(1, new_ids[:, t : t + 1]).squeeze(1).cpu())
             if k:
                 v, i = logp.topk(k, dim=-1)
                 top_v.append(v.cpu())
@@ -189,17 +199,26 @@ class TransformersGenerator(LocalTemplate):
             lp = tuple(float(chosen[t][r]) for t in range(len(kept)))
             tops: tuple = ()
             if k:
-                tops = tuple(tuple((self._tok_str(int(i), kept[:t]), float(v))
-                                   for v, i in zip(top_v[t][r], top_i[t][r]))
-                             for t in range(len(kept)))
-            gens.append(Generation(
-                text=self._text(kept),
-                tokens=self._token_strs(kept), logprobs=lp, top_logprobs=tops,
-                finish_reason=reason, truncated_prompt=cut, prompt=text))
+                tops = tuple(
+                    tuple((self._tok_str(int(i), kept[:t]), float(v)) for v, i in zip(top_v[t][r], top_i[t][r]))
+                    for t in range(len(kept))
+                )
+            gens.append(
+                Generation(
+                    text=self._text(kept),
+                    tokens=self._token_strs(kept),
+                    logprobs=lp,
+                    top_logprobs=tops,
+                    finish_reason=reason,
+                    truncated_prompt=cut,
+                    prompt=text,
+                )
+            )
         return gens
 
-    def last_token_states(self, conversations: list[list[Message]], *, adapter: str | None,
-                          layers: Sequence[int]) -> np.ndarray:
+    def last_token_states(
+        self, conversations: list[list[Message]], *, adapter: str | None, layers: Sequence[int]
+    ) -> np.ndarray:
         """The hidden state at each prompt's last token (the position that predicts the first reply
         token), from the residual stream after each of `layers` (0: the embeddings), with `adapter`
         on (None: the base model): an array (conversations, layers, hidden size), fp32. A prompt is
@@ -217,14 +236,18 @@ class TransformersGenerator(LocalTemplate):
                 ids = torch.full((len(part), width), self._pad, dtype=torch.long)
                 mask = torch.zeros_like(ids)
                 for r, i in enumerate(part):
-                    ids[r, width - len(encoded[i]):] = torch.tensor(encoded[i])
-                    mask[r, width - len(encoded[i]):] = 1
+                    ids[r, width - len(encoded[i]) :] = torch.tensor(encoded[i])
+                    mask[r, width - len(encoded[i]) :] = 1
                 # positions from the mask's running count, as `generate` gives them: a padded row
                 # reads the states it reads alone
                 pos = (mask.cumsum(-1) - 1).clamp(min=0)
-                hs = self.model(input_ids=ids.to(self.cfg.device), attention_mask=mask.to(self.cfg.device),
-                                position_ids=pos.to(self.cfg.device), output_hidden_states=True,
-                                logits_to_keep=1).hidden_states
+                hs = self.model(
+                    input_ids=ids.to(self.cfg.device),
+                    attention_mask=mask.to(self.cfg.device),
+                    position_ids=pos.to(self.cfg.device),
+                    output_hidden_states=True,
+                    logits_to_keep=1,
+                ).hidden_states
                 for j, layer in enumerate(layers):
                     out[part, j] = hs[layer][:, -1].float().cpu().numpy()
         return out

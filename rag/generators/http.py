@@ -74,8 +74,15 @@ def _trace(event: str, info: dict) -> None:
 class JSONClient:
     """POST/GET JSON to one base URL with a total deadline per request, retries and backoff."""
 
-    def __init__(self, base_url: str, *, timeout_s: float = 60.0, max_retries: int = 3,
-                 backoff_s: float = 0.5, api_key_env: str | None = None) -> None:
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        timeout_s: float = 60.0,
+        max_retries: int = 3,
+        backoff_s: float = 0.5,
+        api_key_env: str | None = None,
+    ) -> None:
         self.base_url = base_url.rstrip("/")
         self.timeout_s = timeout_s
         self.max_retries = max_retries
@@ -125,8 +132,16 @@ class JSONClient:
                 with self._lock:
                     first = self._retrying == 0
                     self._retrying += 1
-                log.log(logging.WARNING if first else logging.DEBUG, "%s %s failed (%s); retry %d/%d in %.1fs",
-                        method, url, last, attempt, self.max_retries, delay)
+                log.log(
+                    logging.WARNING if first else logging.DEBUG,
+                    "%s %s failed (%s); retry %d/%d in %.1fs",
+                    method,
+                    url,
+                    last,
+                    attempt,
+                    self.max_retries,
+                    delay,
+                )
                 time.sleep(delay)
                 with self._lock:
                     self._retrying -= 1

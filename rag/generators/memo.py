@@ -28,17 +28,24 @@ class MemoGenerator:
         self.cfg = inner.cfg
         self._memo: dict[tuple, Generation] = {}  # request -> result; dicts keep insertion order
 
-    def generate(self, conversations: list[list[Message]], *, adapter: str | None = None,
-                 max_new_tokens: int | None = None, top_logprobs: int = 0,
-                 prefixes: list[str] | None = None) -> list[Generation]:
+    def generate(
+        self,
+        conversations: list[list[Message]],
+        *,
+        adapter: str | None = None,
+        max_new_tokens: int | None = None,
+        top_logprobs: int = 0,
+        prefixes: list[str] | None = None,
+    ) -> list[Generation]:
         """The inner generator's results; repeated greedy requests are not sent again."""
         kw = dict(adapter=adapter, max_new_tokens=max_new_tokens, top_logprobs=top_logprobs)
         if self.cfg.temperature != 0:
             return self.inner.generate(conversations, prefixes=prefixes, **kw)
         pre = check_request(self.cfg, conversations, adapter, prefixes)
         max_new = max_new_tokens or self.cfg.max_new_tokens
-        keys = [(adapter, max_new, top_logprobs, p, tuple((m.role, m.content) for m in c))
-                for c, p in zip(conversations, pre)]
+        keys = [
+            (adapter, max_new, top_logprobs, p, tuple((m.role, m.content) for m in c)) for c, p in zip(conversations, pre)
+        ]
         first: dict[tuple, int] = {}  # request -> index of its first occurrence in this call
         for i, k in enumerate(keys):
             first.setdefault(k, i)

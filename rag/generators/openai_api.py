@@ -36,18 +36,24 @@ class OpenAIGenerator:
             raise ConfigError("generator.base_url is required for kind: openai")
         self.cfg = cfg
         urls = [cfg.base_url, *cfg.extra_base_urls]
-        self.clients = [JSONClient(u, timeout_s=cfg.timeout_s, max_retries=cfg.max_retries,
-                                   api_key_env=cfg.api_key_env) for u in urls]
+        self.clients = [
+            JSONClient(u, timeout_s=cfg.timeout_s, max_retries=cfg.max_retries, api_key_env=cfg.api_key_env) for u in urls
+        ]
         self.client = self.clients[0]
         root = cfg.base_url.rstrip("/").removesuffix("/v1")
-        self._root = JSONClient(root, timeout_s=cfg.timeout_s, max_retries=cfg.max_retries,
-                                api_key_env=cfg.api_key_env)
+        self._root = JSONClient(root, timeout_s=cfg.timeout_s, max_retries=cfg.max_retries, api_key_env=cfg.api_key_env)
         self._has_tokenize: bool | None = None
         self.endpoint = self.client.base_url + "/chat/completions"
 
-    def generate(self, conversations: list[list[Message]], *, adapter: str | None = None,
-                 max_new_tokens: int | None = None, top_logprobs: int = 0,
-                 prefixes: list[str] | None = None) -> list[Generation]:
+    def generate(
+        self,
+        conversations: list[list[Message]],
+        *,
+        adapter: str | None = None,
+        max_new_tokens: int | None = None,
+        top_logprobs: int = 0,
+        prefixes: list[str] | None = None,
+    ) -> list[Generation]:
         """One request per conversation, `batch_size` in flight at once; results in order."""
         prefixes = check_request(self.cfg, conversations, adapter, prefixes)
         model = self.cfg.adapters[adapter] if adapter else self.cfg.model
@@ -68,14 +74,14 @@ class OpenAIGenerator:
             log.warning("%s; trying %s", exc, self.clients[(i + 1) % n].base_url)
             return self._one(conv, prefix, model, max_new, k, self.clients[(i + 1) % n])
 
-    def _one(self, conv: list[Message], prefix: str, model: str, max_new: int, k: int,
-             client: JSONClient | None = None) -> Generation:
+    def _one(
+        self, conv: list[Message], prefix: str, model: str, max_new: int, k: int, client: JSONClient | None = None
+    ) -> Generation:
         # the forced prefix takes room too: at most one token per UTF-8 byte
         room = max_new + len(prefix.encode())
         conv, cut = fit_conversation(conv, lambda c: self._fits(c, model, room), self.endpoint)
         messages = [{"role": m.role, "content": m.content} for m in conv]
-        payload: dict[str, Any] = {"model": model, "max_tokens": max_new,
-                                   "temperature": self.cfg.temperature}
+        payload: dict[str, Any] = {"model": model, "max_tokens": max_new, "temperature": self.cfg.temperature}
         if self.cfg.chat_template_kwargs:
             payload["chat_template_kwargs"] = dict(self.cfg.chat_template_kwargs)
         if prefix:  # vLLM: continue the final assistant message instead of opening a new one
@@ -91,13 +97,19 @@ class OpenAIGenerator:
         if not isinstance(choice, dict) or not isinstance(text, str):
             raise EndpointError(f"{self.endpoint}: unexpected answer, content is not text")
         if text.startswith(_EMPTY_THINK) and not self.cfg.chat_template_kwargs.get("enable_thinking", True):
-            text = text[len(_EMPTY_THINK):]  # swift's qwen3 template returns it inside the reply
+            text = text[len(_EMPTY_THINK) :]  # swift's qwen3 template returns it inside the reply
         reason = str(choice.get("finish_reason") or "")
         tokens, lps, tops = self._logprobs(choice, k)
         prompt = "\n".join(f"{m['role']}: {m['content']}" for m in messages)
-        return Generation(text=text, tokens=tokens, logprobs=lps, top_logprobs=tops,
-                          finish_reason="length" if reason == "length" else "stop",
-                          truncated_prompt=cut, prompt=prompt)
+        return Generation(
+            text=text,
+            tokens=tokens,
+            logprobs=lps,
+            top_logprobs=tops,
+            finish_reason="length" if reason == "length" else "stop",
+            truncated_prompt=cut,
+            prompt=prompt,
+        )
 
     def _logprobs(self, choice: dict, k: int) -> tuple[tuple, tuple, tuple]:
         lp = choice.get("logprobs")
@@ -105,14 +117,24 @@ class OpenAIGenerator:
             return (), (), ()  # servers without logprobs (older Ollama): fine unless asked for
         content = field(choice, "logprobs", "content", endpoint=self.endpoint) or []
         try:
-            if content and choice.get("finish_reason") == "stop" and content[-1]["token"] in (
-                    "", "<|im_end|>", "<|endoftext|>", "</s>", "<|eot_id|>"):
+            if (
+                content
+                and choice.get("finish_reason") == "stop"
+                and content[-1]["token"] in ("", "<|im_end|>", "<|endoftext|>", "</s>", "<|eot_id|>")
+            ):
                 content = content[:-1]  # the stop token, which the local kinds do not report either
             tokens = tuple(str(c["token"]) for c in content)
             lps = tuple(float(c["logprob"]) for c in content)
-            tops = tuple(tuple(sorted(((str(t["token"]), float(t["logprob"]))
-                                       for t in c["top_logprobs"]), key=lambda x: -x[1]))[:k]
-                         for c in content) if k else ()
+            tops = (
+                tuple(
+                    tuple(sorted(((str(t["token"]), float(t["logprob"])) for t in c["top_logprobs"]), key=lambda x: -x[1]))[
+                        :k
+                    ]
+                    for c in content
+                )
+                if k
+                else ()
+            )
         except (KeyError, TypeError, ValueError, AttributeError):
             raise EndpointError(f"{self.endpoint}: unexpected answer, malformed logprobs") from None
         return tokens, lps, tops
@@ -123,8 +145,11 @@ class OpenAIGenerator:
         if bound <= budget:
             return True
         if self._has_tokenize is not False:
-            payload = {"model": model, "add_generation_prompt": True,
-                       "messages": [{"role": m.role, "content": m.content} for m in conv]}
+            payload = {
+                "model": model,
+                "add_generation_prompt": True,
+                "messages": [{"role": m.role, "content": m.content} for m in conv],
+            }
             if self.cfg.chat_template_kwargs:
                 payload["chat_template_kwargs"] = dict(self.cfg.chat_template_kwargs)
             try:
@@ -134,8 +159,7 @@ class OpenAIGenerator:
             except EndpointError as exc:
                 if "HTTP 404" not in str(exc) and "HTTP 405" not in str(exc):
                     raise
-                log.warning("%s has no /tokenize; using the UTF-8 byte count as a token bound",
-                            self._root.base_url)
+                log.warning("%s has no /tokenize; using the UTF-8 byte count as a token bound", self._root.base_url)
                 self._has_tokenize = False
         return False
 

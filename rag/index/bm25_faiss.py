@@ -61,8 +61,10 @@ class BM25Part:
             if any(type(i) is not int for i in ids) or sorted(ids) != list(range(len(ids))):
                 raise ValueError("vocabulary ids are not 0..n-1")
         except (OSError, ValueError, KeyError, TypeError, AttributeError, EOFError) as exc:
-            raise IndexMismatch(f"{folder}: unreadable BM25 index ({type(exc).__name__}: {str(exc)[:80]}); "
-                                "rebuild with `lorarag index <config>`") from None
+            raise IndexMismatch(
+                f"{folder}: unreadable BM25 index ({type(exc).__name__}: {str(exc)[:80]}); "
+                "rebuild with `lorarag index <config>`"
+            ) from None
         return cls(model, cfg)
 
     def search(self, queries: list[str], depth: int) -> list[tuple[np.ndarray, np.ndarray]]:

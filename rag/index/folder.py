@@ -26,8 +26,7 @@ log = logging.getLogger(__name__)
 
 MANIFEST = "manifest.json"
 # Everything an index build (or `lorarag search`'s trace) writes into an index folder.
-OUR_FILES = frozenset({MANIFEST, "chunks.jsonl", "ingest-report.json", "bm25", "dense.faiss",
-                       "last-retrieval.json"})
+OUR_FILES = frozenset({MANIFEST, "chunks.jsonl", "ingest-report.json", "bm25", "dense.faiss", "last-retrieval.json"})
 _LEFTOVER = re.compile(r"^\.(?P<name>.+)\.(?P<kind>building|old)-(?P<pid>\d+)$")
 
 
@@ -60,8 +59,9 @@ def check_replaceable(final: Path) -> None:
     if not final.exists() and not final.is_symlink():
         return
     if not final.is_dir():
-        raise IndexDirError(f"index.dir {final}: is a file, not an index folder; refusing to replace it "
-                            "(point index.dir at a new folder)")
+        raise IndexDirError(
+            f"index.dir {final}: is a file, not an index folder; refusing to replace it (point index.dir at a new folder)"
+        )
     if is_ours(final):
         return
     try:
@@ -69,8 +69,10 @@ def check_replaceable(final: Path) -> None:
     except OSError as exc:
         raise IndexDirError(f"index.dir {final}: cannot list it ({exc.strerror})") from None
     if not empty:
-        raise IndexDirError(f"index.dir {final}: an existing folder that is not an index (no {MANIFEST}); "
-                            "refusing to replace it: point index.dir at a new or empty folder")
+        raise IndexDirError(
+            f"index.dir {final}: an existing folder that is not an index (no {MANIFEST}); "
+            "refusing to replace it: point index.dir at a new or empty folder"
+        )
 
 
 def check_apart(final: Path, corpus_paths: list[str]) -> None:
@@ -79,8 +81,10 @@ def check_apart(final: Path, corpus_paths: list[str]) -> None:
     for p in corpus_paths:
         rp = Path(p).resolve()
         if fi == rp or rp in fi.parents or fi in rp.parents:
-            raise IndexDirError(f"index.dir {final} and corpus path {p} overlap: the index would be read "
-                                "as corpus, or replace it; keep the index outside the corpus")
+            raise IndexDirError(
+                f"index.dir {final} and corpus path {p} overlap: the index would be read "
+                "as corpus, or replace it; keep the index outside the corpus"
+            )
 
 
 def _alive(pid: int) -> bool:
@@ -112,8 +116,11 @@ def clean_leftovers(final: Path) -> list[str]:
             continue
         names = {c.name for c in p.iterdir()}
         if not names <= OUR_FILES:
-            log.warning("%s: not removed, it holds files an index build does not write: %s",
-                        p, ", ".join(sorted(names - OUR_FILES)[:3]))
+            log.warning(
+                "%s: not removed, it holds files an index build does not write: %s",
+                p,
+                ", ".join(sorted(names - OUR_FILES)[:3]),
+            )
             continue
         shutil.rmtree(p)
         removed.append(p.name)
@@ -127,18 +134,20 @@ def building_dir(final: Path) -> Path:
     try:
         final.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise IndexDirError(f"index.dir {final}: cannot create its folder {final.parent} "
-                            f"({exc.strerror or exc})") from None
+        raise IndexDirError(f"index.dir {final}: cannot create its folder {final.parent} ({exc.strerror or exc})") from None
     clean_leftovers(final)
     tmp = final.with_name(f".{final.name}.building-{os.getpid()}")
     try:
         tmp.mkdir()
     except FileExistsError:
-        raise IndexDirError(f"{tmp}: exists and holds files an index build does not write; "
-                            "move it away and build again") from None
+        raise IndexDirError(
+            f"{tmp}: exists and holds files an index build does not write; move it away and build again"
+        ) from None
     except OSError as exc:
-        raise IndexDirError(f"index.dir {final}: cannot write in {final.parent} ({exc.strerror or exc}); "
-                            "point index.dir at a writable folder") from None
+        raise IndexDirError(
+            f"index.dir {final}: cannot write in {final.parent} ({exc.strerror or exc}); "
+            "point index.dir at a writable folder"
+        ) from None
     return tmp
 
 
@@ -156,7 +165,9 @@ def swap_in(tmp: Path, final: Path) -> None:
                 old.rename(final)  # the previous index serves on
             raise
     except OSError as exc:
-        raise IndexDirError(f"index.dir {final}: cannot put the new index in place ({exc.strerror or exc}); "
-                            "the previous index, if any, is left as it was") from None
+        raise IndexDirError(
+            f"index.dir {final}: cannot put the new index in place ({exc.strerror or exc}); "
+            "the previous index, if any, is left as it was"
+        ) from None
     if old.exists():
         shutil.rmtree(old)

@@ -105,9 +105,11 @@ def check_lite(db: Path) -> None:
         if coll.is_dir():
             problem = _manifest_problem(coll)
             if problem:
-                raise MilvusUnavailable(f"{coll / 'manifest.json'}: {problem}; not opened (Milvus Lite would delete "
-                                        f"the files it no longer lists): restore it, or move {db} away and "
-                                        "rebuild with `lorarag index`")
+                raise MilvusUnavailable(
+                    f"{coll / 'manifest.json'}: {problem}; not opened (Milvus Lite would delete "
+                    f"the files it no longer lists): restore it, or move {db} away and "
+                    "rebuild with `lorarag index`"
+                )
 
 
 def _manifest_problem(coll: Path) -> str | None:
@@ -168,14 +170,14 @@ class MilvusPart:
 
     FILE = FILE
 
-    def __init__(self, client: Any, uri: str, collection: str, alias: str, dimension: int, n: int,
-                 index_type: str) -> None:
+    def __init__(self, client: Any, uri: str, collection: str, alias: str, dimension: int, n: int, index_type: str) -> None:
         self.client, self.uri, self.collection, self.alias = client, uri, collection, alias
         self.dimension, self.ntotal, self.index_type = dimension, n, index_type
 
     @classmethod
-    def build(cls, vectors: np.ndarray, cfg: DenseIndexConfig, *, chunks: Sequence[Chunk],
-              index_dir: str | Path) -> MilvusPart:
+    def build(
+        cls, vectors: np.ndarray, cfg: DenseIndexConfig, *, chunks: Sequence[Chunk], index_dir: str | Path
+    ) -> MilvusPart:
         """Insert unit vectors [n, d] with the chunks' ids and provenance into a new collection."""
         from pymilvus import DataType, MilvusClient
         from tqdm import tqdm
@@ -197,22 +199,42 @@ class MilvusPart:
         schema.add_field("source", DataType.VARCHAR, max_length=4096)
         schema.add_field("vector", DataType.FLOAT_VECTOR, dim=d)
         params = client.prepare_index_params()
-        params.add_index(field_name="vector", index_type=cfg.milvus_index, metric_type="IP",
-                         params=_INDEX_PARAMS[cfg.milvus_index])
+        params.add_index(
+            field_name="vector", index_type=cfg.milvus_index, metric_type="IP", params=_INDEX_PARAMS[cfg.milvus_index]
+        )
         _call("create collection", uri, client.create_collection, name, schema=schema, index_params=params)
         vectors = np.ascontiguousarray(vectors, dtype=np.float32)
         for s in tqdm(range(0, n, INSERT_BATCH), desc="milvus insert", unit="batch", disable=n <= INSERT_BATCH):
-            rows = [{"row": i, "chunk_id": c.chunk_id[:4096], "doc_id": c.doc_id[:4096], "source": c.source[:4096],
-                     "vector": vectors[i].tolist()} for i, c in zip(range(s, min(s + INSERT_BATCH, n)), chunks[s:])]
+            rows = [
+                {
+                    "row": i,
+                    "chunk_id": c.chunk_id[:4096],
+                    "doc_id": c.doc_id[:4096],
+                    "source": c.source[:4096],
+                    "vector": vectors[i].tolist(),
+                }
+                for i, c in zip(range(s, min(s + INSERT_BATCH, n)), chunks[s:])
+            ]
             _call("insert", uri, client.insert, name, rows)
         _call("flush", uri, client.flush, name)
         return cls(client, uri, name, alias, d, n, cfg.milvus_index)
 
     def save(self, path: Path) -> None:
         """Write the JSON that names this build's collection (path: `<folder>/dense.milvus.json`)."""
-        path.write_text(json.dumps({"uri": self.uri, "collection": self.collection, "alias": self.alias,
-                                    "dimension": self.dimension, "n": self.ntotal,
-                                    "index_type": self.index_type}, indent=1), encoding="utf-8")
+        path.write_text(
+            json.dumps(
+                {
+                    "uri": self.uri,
+                    "collection": self.collection,
+                    "alias": self.alias,
+                    "dimension": self.dimension,
+                    "n": self.ntotal,
+                    "index_type": self.index_type,
+                },
+                indent=1,
+            ),
+            encoding="utf-8",
+        )
 
     def publish(self) -> None:
         """Point the alias at this build's collection and drop the one it named before."""
@@ -231,16 +253,17 @@ class MilvusPart:
         meta = _read_meta(path)
         want = milvus_uri(cfg, index_path(path.parent))  # as `build` named it
         if meta["uri"] != want:
-            raise IndexMismatch(f"{path}: names Milvus at {meta['uri']}, the config's is {want}; "
-                                "rebuild with `lorarag index`")
+            raise IndexMismatch(
+                f"{path}: names Milvus at {meta['uri']}, the config's is {want}; rebuild with `lorarag index`"
+            )
         client = connect(meta["uri"], cfg.milvus_token_env)
         if not _call("has collection", meta["uri"], client.has_collection, meta["collection"]):
-            raise MilvusUnavailable(f"{path}: Milvus collection {meta['collection']} is gone from {meta['uri']} "
-                                    "(rebuild with `lorarag index`)")
+            raise MilvusUnavailable(
+                f"{path}: Milvus collection {meta['collection']} is gone from {meta['uri']} (rebuild with `lorarag index`)"
+            )
         _call("load collection", meta["uri"], client.load_collection, meta["collection"])
         n = int(_call("collection stats", meta["uri"], client.get_collection_stats, meta["collection"])["row_count"])
-        return cls(client, meta["uri"], meta["collection"], meta["alias"], int(meta["dimension"]), n,
-                   meta["index_type"])
+        return cls(client, meta["uri"], meta["collection"], meta["alias"], int(meta["dimension"]), n, meta["index_type"])
 
     def search(self, vectors: np.ndarray, depth: int) -> list[tuple[np.ndarray, np.ndarray]]:
         """Per query vector: (chunk rows, inner-product scores), best first, ties by lower row."""
@@ -248,9 +271,16 @@ class MilvusPart:
         if depth <= 0:
             return [(np.empty(0, dtype=np.int64), np.empty(0, dtype=np.float32)) for _ in vectors]
         params = {"metric_type": "IP", "params": {"ef": max(64, depth)} if self.index_type == "HNSW" else {}}
-        hits = _call("search", self.uri, self.client.search, self.collection,
-                     data=np.asarray(vectors, dtype=np.float32).tolist(), limit=depth,
-                     output_fields=["row"], search_params=params)
+        hits = _call(
+            "search",
+            self.uri,
+            self.client.search,
+            self.collection,
+            data=np.asarray(vectors, dtype=np.float32).tolist(),
+            limit=depth,
+            output_fields=["row"],
+            search_params=params,
+        )
         out = []
         for q in hits:
             i = np.array([h["row"] for h in q], dtype=np.int64)
@@ -270,11 +300,9 @@ def _read_meta(path: Path) -> dict:
     except FileNotFoundError:
         raise IndexMismatch(f"{path}: missing; rebuild with `lorarag index`") from None
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise IndexMismatch(f"{path}: unreadable ({str(exc).splitlines()[0][:120]}); "
-                            "rebuild with `lorarag index`") from None
+        raise IndexMismatch(f"{path}: unreadable ({str(exc).splitlines()[0][:120]}); rebuild with `lorarag index`") from None
     if not isinstance(meta, dict) or any(not isinstance(meta.get(k), t) for k, t in _META.items()):
-        raise IndexMismatch(f"{path}: not a Milvus index record (needs {', '.join(_META)}); "
-                            "rebuild with `lorarag index`")
+        raise IndexMismatch(f"{path}: not a Milvus index record (needs {', '.join(_META)}); rebuild with `lorarag index`")
     return meta
 
 

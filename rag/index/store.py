@@ -30,33 +30,14 @@ from pathlib import Path
 import numpy as np
 
 from lorarag.core.errors import ConfigError
-from lorarag.rag.config import (
-    ChunkerConfig,
-    CorpusConfig,
-    EmbedderConfig,
-    IndexConfig,
-)
+from lorarag.rag.config import ChunkerConfig, CorpusConfig, EmbedderConfig, IndexConfig
 from lorarag.rag.embed import make_embedder
 from lorarag.rag.index.bm25_faiss import BM25Part, DensePart
-from lorarag.rag.index.folder import (
-    IndexMismatch,
-    building_dir,
-    check_apart,
-    check_replaceable,
-    index_path,
-    swap_in,
-)
+from lorarag.rag.index.folder import IndexMismatch, building_dir, check_apart, check_replaceable, index_path, swap_in
 from lorarag.rag.index.milvus import MilvusPart
 from lorarag.rag.ingest.chunk import make_chunker
 from lorarag.rag.ingest.parse import IngestError, IngestReport, Problem, corpus_fingerprint, ingest
-from lorarag.rag.records import (
-    Chunk,
-    Document,
-    from_dict,
-    read_jsonl,
-    to_dict,
-    write_jsonl,
-)
+from lorarag.rag.records import Chunk, Document, from_dict, read_jsonl, to_dict, write_jsonl
 
 log = logging.getLogger(__name__)
 
@@ -91,8 +72,7 @@ class IndexManifest:
 def corpus_hash(docs: list[Document] | tuple[Document, ...]) -> str:
     """Order-independent hash of the parsed corpus (ids and texts)."""
     h = hashlib.sha256()
-    for doc_id, text_hash in sorted((d.doc_id, hashlib.sha256(d.text.encode()).hexdigest())
-                                    for d in docs):
+    for doc_id, text_hash in sorted((d.doc_id, hashlib.sha256(d.text.encode()).hexdigest()) for d in docs):
         h.update(f"{doc_id}\0{text_hash}\n".encode())
     return h.hexdigest()
 
@@ -127,10 +107,17 @@ class Index:
     dense: DensePart | MilvusPart | None
 
 
-def build_from_chunks(chunks: list[Chunk], index_cfg: IndexConfig, *, embedder=None,
-                      embedder_cfg: EmbedderConfig | None = None, chash: str = "",
-                      n_documents: int = 0, chunker_params: dict | None = None,
-                      report: IngestReport | None = None) -> IndexManifest:
+def build_from_chunks(
+    chunks: list[Chunk],
+    index_cfg: IndexConfig,
+    *,
+    embedder=None,
+    embedder_cfg: EmbedderConfig | None = None,
+    chash: str = "",
+    n_documents: int = 0,
+    chunker_params: dict | None = None,
+    report: IngestReport | None = None,
+) -> IndexManifest:
     """Write an index of `chunks` to `index_cfg.dir` atomically; return its manifest."""
     if not chunks:
         raise IngestError("nothing to index: no chunks")
@@ -166,23 +153,31 @@ def build_from_chunks(chunks: list[Chunk], index_cfg: IndexConfig, *, embedder=N
             dense.save(tmp / dense.FILE)
         problems = [to_dict(p) for p in report.problems] if report else []
         (tmp / "ingest-report.json").write_text(
-            json.dumps({"problems": problems}, ensure_ascii=False, indent=1), encoding="utf-8")
+            json.dumps({"problems": problems}, ensure_ascii=False, indent=1), encoding="utf-8"
+        )
         bm = index_cfg.bm25
         ec = (embedder_cfg or getattr(embedder, "cfg", None)) if index_cfg.dense is not None else None
         manifest = IndexManifest(
-            format_version=FORMAT_VERSION, corpus_hash=chash, n_documents=n_documents,
-            n_chunks=len(chunks), n_skipped_files=len(problems),
+            format_version=FORMAT_VERSION,
+            corpus_hash=chash,
+            n_documents=n_documents,
+            n_chunks=len(chunks),
+            n_skipped_files=len(problems),
             chunker=tuple(sorted((k, json.dumps(v)) for k, v in (chunker_params or {}).items())),
-            bm25_tokenizer=bm.tokenizer if bm else None, bm25_k1=bm.k1 if bm else None,
+            bm25_tokenizer=bm.tokenizer if bm else None,
+            bm25_k1=bm.k1 if bm else None,
             bm25_b=bm.b if bm else None,
             dense_kind=index_cfg.dense.kind if index_cfg.dense else None,
-            embedder_kind=ec.kind if ec else None, embedder_model=ec.model if ec else None,
-            embedder_query_instruction=ec.query_instruction if ec else None, dimension=dim,
-            versions=_versions(), build_seconds=round(time.perf_counter() - t0, 3),
-            sources=report.sources if report else ())
+            embedder_kind=ec.kind if ec else None,
+            embedder_model=ec.model if ec else None,
+            embedder_query_instruction=ec.query_instruction if ec else None,
+            dimension=dim,
+            versions=_versions(),
+            build_seconds=round(time.perf_counter() - t0, 3),
+            sources=report.sources if report else (),
+        )
         # The manifest is written last: a folder without it is never loaded.
-        (tmp / "manifest.json").write_text(json.dumps(to_dict(manifest), ensure_ascii=False,
-                                                      indent=1), encoding="utf-8")
+        (tmp / "manifest.json").write_text(json.dumps(to_dict(manifest), ensure_ascii=False, indent=1), encoding="utf-8")
         swap_in(tmp, final)
         if dense is not None:  # the folder that names the new vectors is in place: switch to them
             dense.publish()
@@ -197,9 +192,10 @@ def _embed_with_progress(embedder, texts: list[str]) -> np.ndarray:
     from tqdm import tqdm
 
     step = max(1, embedder.cfg.batch_size * 8)
-    parts = [embedder.embed_documents(texts[i:i + step])
-             for i in tqdm(range(0, len(texts), step), desc="embedding", unit="slice",
-                           disable=len(texts) <= step)]
+    parts = [
+        embedder.embed_documents(texts[i : i + step])
+        for i in tqdm(range(0, len(texts), step), desc="embedding", unit="slice", disable=len(texts) <= step)
+    ]
     return np.concatenate(parts)
 
 
@@ -211,9 +207,15 @@ def check_target(corpus_cfg: CorpusConfig, index_cfg: IndexConfig) -> None:
     check_replaceable(final)
 
 
-def build_index(corpus_cfg: CorpusConfig, chunker_cfg: ChunkerConfig, index_cfg: IndexConfig,
-                embedder_cfg: EmbedderConfig | None = None, *, report: IngestReport | None = None,
-                embedder=None) -> IndexManifest:
+def build_index(
+    corpus_cfg: CorpusConfig,
+    chunker_cfg: ChunkerConfig,
+    index_cfg: IndexConfig,
+    embedder_cfg: EmbedderConfig | None = None,
+    *,
+    report: IngestReport | None = None,
+    embedder=None,
+) -> IndexManifest:
     """Ingest (unless `report` is given), chunk, and write the index; return its manifest."""
     check_target(corpus_cfg, index_cfg)
     report = report if report is not None else ingest(corpus_cfg)
@@ -227,16 +229,23 @@ def build_index(corpus_cfg: CorpusConfig, chunker_cfg: ChunkerConfig, index_cfg:
     chunker = make_chunker(chunker_cfg)
     chunks = chunker.chunk_all(report.documents)
     cut = {c.doc_id for c in chunks}
-    empty = [Problem(d.doc_id, "no chunk: nothing left to index after chunking")
-             for d in report.documents if d.doc_id not in cut]
+    empty = [
+        Problem(d.doc_id, "no chunk: nothing left to index after chunking") for d in report.documents if d.doc_id not in cut
+    ]
     for p in empty:  # the ingest report lists them; the manifest counts them
         log.warning("left out %s: %s", p.source, p.reason)
     if empty:
         report = replace(report, problems=report.problems + tuple(empty))
-    return build_from_chunks(chunks, index_cfg, embedder=embedder, embedder_cfg=embedder_cfg,
-                             chash=corpus_hash(report.documents),
-                             n_documents=len(report.documents), chunker_params=chunker.params,
-                             report=report)
+    return build_from_chunks(
+        chunks,
+        index_cfg,
+        embedder=embedder,
+        embedder_cfg=embedder_cfg,
+        chash=corpus_hash(report.documents),
+        n_documents=len(report.documents),
+        chunker_params=chunker.params,
+        report=report,
+    )
 
 
 def read_manifest(folder: str | Path) -> IndexManifest:
@@ -250,13 +259,14 @@ def read_manifest(folder: str | Path) -> IndexManifest:
         raise IndexMismatch(f"{path}: unreadable manifest ({exc})") from None
     manifest = from_dict(IndexManifest, data)
     if manifest.format_version != FORMAT_VERSION:
-        raise IndexMismatch(f"{folder}: index format {manifest.format_version}, this code reads "
-                            f"{FORMAT_VERSION}; rebuild with `lorarag index`")
+        raise IndexMismatch(
+            f"{folder}: index format {manifest.format_version}, this code reads "
+            f"{FORMAT_VERSION}; rebuild with `lorarag index`"
+        )
     return manifest
 
 
-def check_compatible(m: IndexManifest, index_cfg: IndexConfig,
-                     embedder_cfg: EmbedderConfig | None, where: str) -> None:
+def check_compatible(m: IndexManifest, index_cfg: IndexConfig, embedder_cfg: EmbedderConfig | None, where: str) -> None:
     """IndexMismatch (one line) if the config asks for something the index was not built with."""
     hint = "; rebuild with `lorarag index <config>`"
     bm = index_cfg.bm25
@@ -264,19 +274,25 @@ def check_compatible(m: IndexManifest, index_cfg: IndexConfig,
         if m.bm25_tokenizer is None:
             raise IndexMismatch(f"{where}: index has no BM25 part{hint}")
         if (bm.tokenizer, bm.k1, bm.b) != (m.bm25_tokenizer, m.bm25_k1, m.bm25_b):
-            raise IndexMismatch(f"{where}: BM25 built with tokenizer={m.bm25_tokenizer} k1={m.bm25_k1}"
-                                f" b={m.bm25_b}, config says tokenizer={bm.tokenizer} k1={bm.k1} "
-                                f"b={bm.b}{hint}")
+            raise IndexMismatch(
+                f"{where}: BM25 built with tokenizer={m.bm25_tokenizer} k1={m.bm25_k1}"
+                f" b={m.bm25_b}, config says tokenizer={bm.tokenizer} k1={bm.k1} "
+                f"b={bm.b}{hint}"
+            )
     if index_cfg.dense is not None:
         if m.dimension is None:
             raise IndexMismatch(f"{where}: index has no dense part{hint}")
         if embedder_cfg is None:
-            raise IndexMismatch(f"{where}: the dense index needs the embedder it was built with "
-                                f"({m.embedder_kind}:{m.embedder_model}, dim {m.dimension})")
+            raise IndexMismatch(
+                f"{where}: the dense index needs the embedder it was built with "
+                f"({m.embedder_kind}:{m.embedder_model}, dim {m.dimension})"
+            )
         if (embedder_cfg.kind, embedder_cfg.model) != (m.embedder_kind, m.embedder_model):
-            raise IndexMismatch(f"{where}: built with embedder {m.embedder_kind}:{m.embedder_model} "
-                                f"(dim {m.dimension}), config says {embedder_cfg.kind}:"
-                                f"{embedder_cfg.model}{hint}")
+            raise IndexMismatch(
+                f"{where}: built with embedder {m.embedder_kind}:{m.embedder_model} "
+                f"(dim {m.dimension}), config says {embedder_cfg.kind}:"
+                f"{embedder_cfg.model}{hint}"
+            )
 
 
 def check_chunker(m: IndexManifest, chunker_cfg: ChunkerConfig, where: str) -> None:
@@ -284,8 +300,7 @@ def check_chunker(m: IndexManifest, chunker_cfg: ChunkerConfig, where: str) -> N
     want = tuple(sorted((k, json.dumps(v)) for k, v in chunker_cfg.model_dump(mode="json").items()))
     if m.chunker and m.chunker != want:
         built = ", ".join(f"{k}={json.loads(v)}" for k, v in m.chunker)
-        raise IndexMismatch(f"{where}: index chunked with {built}, config differs; "
-                            "rebuild with `lorarag index <config>`")
+        raise IndexMismatch(f"{where}: index chunked with {built}, config differs; rebuild with `lorarag index <config>`")
 
 
 def check_corpus(m: IndexManifest, corpus_cfg: CorpusConfig, where: str) -> None:
@@ -302,9 +317,11 @@ def check_corpus(m: IndexManifest, corpus_cfg: CorpusConfig, where: str) -> None
     changed = sorted(k for k in set(now) & set(then) if now[k] != then[k])
     if added or removed or changed:
         example = (changed or added or removed)[0]
-        raise IndexMismatch(f"{where}: stale index: the corpus changed since it was indexed ({len(changed)} "
-                            f"changed, {len(added)} added, {len(removed)} removed, e.g. {example}); "
-                            "rebuild with `lorarag index <config>`")
+        raise IndexMismatch(
+            f"{where}: stale index: the corpus changed since it was indexed ({len(changed)} "
+            f"changed, {len(added)} added, {len(removed)} removed, e.g. {example}); "
+            "rebuild with `lorarag index <config>`"
+        )
 
 
 def check_fresh(corpus_cfg: CorpusConfig, chunker_cfg: ChunkerConfig, index_cfg: IndexConfig) -> IndexManifest:
@@ -329,7 +346,8 @@ def open_index(index_cfg: IndexConfig, embedder_cfg: EmbedderConfig | None = Non
         part = MilvusPart if index_cfg.dense.kind == "milvus" else DensePart
         dense = part.load(folder / part.FILE, index_cfg.dense)
         if dense.ntotal != len(chunks) or dense.dimension != manifest.dimension:
-            raise IndexMismatch(f"{folder}: dense index has {dense.ntotal} x {dense.dimension}"
-                                f" vectors, manifest says {len(chunks)} x {manifest.dimension}")
+            raise IndexMismatch(
+                f"{folder}: dense index has {dense.ntotal} x {dense.dimension}"
+                f" vectors, manifest says {len(chunks)} x {manifest.dimension}"
+            )
     return Index(manifest, chunks, bm25, dense)
-

@@ -32,7 +32,7 @@ def char_bigrams(text: str) -> list[str]:
     s = _SPACE.sub("", text.lower())
     if len(s) == 1:
         return [s]
-    return [s[i:i + 2] for i in range(len(s) - 1)]
+    return [s[i : i + 2] for i in range(len(s) - 1)]
 
 
 def words(text: str) -> list[str]:
@@ -57,17 +57,13 @@ def mixed(text: str) -> list[str]:
         run = m.group(0)
         if _CJK_RUN.fullmatch(run):
             out.extend(run)  # unigrams: single-character query words (车, 路) still match
-            out.extend(run[i:i + 2] for i in range(len(run) - 1))
+            out.extend(run[i : i + 2] for i in range(len(run) - 1))
         elif run not in stop:
             out.append(run)
     return out
 
 
-TOKENIZERS: dict[str, Callable[[str], list[str]]] = {
-    "char_bigram": char_bigrams,
-    "word": words,
-    "auto": mixed,
-}
+TOKENIZERS: dict[str, Callable[[str], list[str]]] = {"char_bigram": char_bigrams, "word": words, "auto": mixed}
 
 
 def tokenize(texts: list[str], kind: str) -> list[list[str]]:

@@ -36,8 +36,7 @@ Span = tuple[int, int]  # [start, end) character offsets into Document.text
 
 def chunk_id(doc_id: str, params: dict, start: int, end: int, text: str) -> str:
     """Stable id: sha256 over a canonical JSON of (doc id, chunker params, offsets, text)."""
-    payload = json.dumps([doc_id, params, start, end, text], ensure_ascii=False, sort_keys=True,
-                         separators=(",", ":"))
+    payload = json.dumps([doc_id, params, start, end, text], ensure_ascii=False, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(payload.encode("utf-8")).hexdigest()[:20]
 
 
@@ -164,10 +163,19 @@ class Chunker:
             if not body:  # a heading with nothing under it is not worth retrieving
                 continue
             text = doc.text[start:end]
-            page = (bisect.bisect_right(doc.page_offsets, start) if doc.page_offsets else None)
-            out.append(Chunk(chunk_id=chunk_id(doc.doc_id, self.params, start, end, text),
-                             doc_id=doc.doc_id, source=doc.source, text=text, start=start,
-                             end=end, heading_path=heads.path_at(body[0][0]), page=page))
+            page = bisect.bisect_right(doc.page_offsets, start) if doc.page_offsets else None
+            out.append(
+                Chunk(
+                    chunk_id=chunk_id(doc.doc_id, self.params, start, end, text),
+                    doc_id=doc.doc_id,
+                    source=doc.source,
+                    text=text,
+                    start=start,
+                    end=end,
+                    heading_path=heads.path_at(body[0][0]),
+                    page=page,
+                )
+            )
         return out
 
     def chunk_all(self, docs: list[Document] | tuple[Document, ...]) -> list[Chunk]:
@@ -195,15 +203,11 @@ class HeadingChunker(Chunker):
             if e - s <= self.cfg.chunk_size:
                 out.append((s, e))
             else:
-                out.extend(pack(text, paragraphs(text, s, e), self.cfg.chunk_size,
-                                self.cfg.chunk_overlap))
+                out.extend(pack(text, paragraphs(text, s, e), self.cfg.chunk_size, self.cfg.chunk_overlap))
         return out
 
 
-CHUNKERS: dict[str, Callable[[ChunkerConfig], Chunker]] = {
-    "paragraph": ParagraphChunker,
-    "heading": HeadingChunker,
-}
+CHUNKERS: dict[str, Callable[[ChunkerConfig], Chunker]] = {"paragraph": ParagraphChunker, "heading": HeadingChunker}
 
 
 def make_chunker(cfg: ChunkerConfig) -> Chunker:

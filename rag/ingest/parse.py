@@ -85,8 +85,7 @@ def _read_bytes(path: Path) -> bytes:
 
 
 # Byte-order marks, longest first (the UTF-32 LE mark starts with the UTF-16 LE one).
-_BOMS = ((b"\xff\xfe\x00\x00", "utf-32"), (b"\x00\x00\xfe\xff", "utf-32"), (b"\xff\xfe", "utf-16"),
-         (b"\xfe\xff", "utf-16"))
+_BOMS = ((b"\xff\xfe\x00\x00", "utf-32"), (b"\x00\x00\xfe\xff", "utf-32"), (b"\xff\xfe", "utf-16"), (b"\xfe\xff", "utf-16"))
 _HEADING_LINE = re.compile(r"^\s*#{1,6}(\s.*)?$")
 
 
@@ -97,8 +96,9 @@ def _decode(raw: bytes, path: Path) -> str:
         try:
             return raw.decode(codec)  # the utf-16/utf-32 codecs read and drop the mark
         except UnicodeDecodeError as exc:
-            raise BadFile(f"invalid {codec.upper()} at byte {exc.start} (it starts with a {codec.upper()} "
-                          "byte-order mark)") from None
+            raise BadFile(
+                f"invalid {codec.upper()} at byte {exc.start} (it starts with a {codec.upper()} byte-order mark)"
+            ) from None
     if b"\x00" in raw[:8192]:
         raise BadFile(f"binary data, not text (named {path.suffix}; UTF-16 needs a byte-order mark)")
     try:
@@ -157,8 +157,7 @@ def _read_pdf_mineru(path: Path) -> tuple[str, tuple[int, ...]]:
     if exe is None:
         raise BadFile("pdf_parser=mineru but the `mineru` CLI is not on PATH")
     with tempfile.TemporaryDirectory(prefix="lorarag-mineru-") as out:
-        proc = subprocess.run([exe, "-p", str(path), "-o", out], capture_output=True, text=True,
-                              timeout=1800)
+        proc = subprocess.run([exe, "-p", str(path), "-o", out], capture_output=True, text=True, timeout=1800)
         if proc.returncode != 0:
             last = (proc.stderr.strip().splitlines() or ["no output"])[-1][:120]
             raise BadFile(f"corrupt PDF (mineru exit {proc.returncode}: {last})")
@@ -214,8 +213,9 @@ def _read_html(path: Path) -> tuple[str, tuple[int, ...]]:
         html: str | bytes = raw.decode("utf-8-sig")
     except UnicodeDecodeError:
         html = raw  # not UTF-8: trafilatura reads the page's declared charset
-    text = trafilatura.extract(html, output_format="markdown", include_comments=False,
-                               include_tables=True, favor_recall=True)
+    text = trafilatura.extract(
+        html, output_format="markdown", include_comments=False, include_tables=True, favor_recall=True
+    )
     if not text or not text.strip():
         raise BadFile("no main text found in HTML")
     return text.replace("\r\n", "\n"), ()
@@ -228,8 +228,12 @@ def _read_pdf(parser: str) -> Callable[[Path], tuple[str, tuple[int, ...]]]:
 
 
 READERS: dict[str, Callable[[Path], tuple[str, tuple[int, ...]]]] = {
-    ".md": _read_text, ".markdown": _read_text, ".txt": _read_text,
-    ".docx": _read_docx, ".html": _read_html, ".htm": _read_html,
+    ".md": _read_text,
+    ".markdown": _read_text,
+    ".txt": _read_text,
+    ".docx": _read_docx,
+    ".html": _read_html,
+    ".htm": _read_html,
 }
 
 
@@ -275,8 +279,7 @@ def _walk(cfg: CorpusConfig) -> list[tuple[str, list[Entry]]]:
 
 def corpus_fingerprint(cfg: CorpusConfig) -> tuple[tuple[str, str], ...]:
     """(id, sha256 of the bytes) of every file of the corpus a reader takes, sorted by id."""
-    return tuple(sorted((e.doc_id, _sha256(e.path)) for _, entries in _walk(cfg) for e in entries
-                        if _readable(e)))
+    return tuple(sorted((e.doc_id, _sha256(e.path)) for _, entries in _walk(cfg) for e in entries if _readable(e)))
 
 
 def ingest(cfg: CorpusConfig) -> IngestReport:
@@ -288,8 +291,9 @@ def ingest(cfg: CorpusConfig) -> IngestReport:
     for root, entries in _walk(cfg):
         for e in entries:
             if e.doc_id in seen:
-                raise IngestError(f"two corpus files share the id {e.doc_id!r} "
-                                  f"({seen[e.doc_id]} and {root}); use distinct file names")
+                raise IngestError(
+                    f"two corpus files share the id {e.doc_id!r} ({seen[e.doc_id]} and {root}); use distinct file names"
+                )
             seen[e.doc_id] = root
             if e.reason is not None:
                 log.warning("skipping %s: %s", e.doc_id, e.reason)
@@ -304,6 +308,5 @@ def ingest(cfg: CorpusConfig) -> IngestReport:
                 problems.append(Problem(e.doc_id, str(exc)))
     report = IngestReport(tuple(docs), tuple(problems), tuple(sorted(sources)))
     if cfg.strict and problems:
-        raise IngestError(f"strict ingest: {len(problems)} bad file(s), first: "
-                          f"{problems[0].source}: {problems[0].reason}")
+        raise IngestError(f"strict ingest: {len(problems)} bad file(s), first: {problems[0].source}: {problems[0].reason}")
     return report

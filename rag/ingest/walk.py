@@ -22,8 +22,12 @@ from pathlib import Path
 from lorarag.core import inputs
 from lorarag.rag.config import CorpusConfig
 
-_KINDS = ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
-          (stat.S_ISBLK, "a block device"))
+_KINDS = (
+    (stat.S_ISFIFO, "a FIFO"),
+    (stat.S_ISSOCK, "a socket"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+)
 
 
 @dataclass(frozen=True)
@@ -62,8 +66,7 @@ def _too_big(size: int) -> str | None:
     cap = inputs.MAX_DOCUMENT_BYTES
     if size <= cap:
         return None
-    return (f"{inputs.size_text(size)}, over the {inputs.size_text(cap)} limit for one corpus file: "
-            "never opened")
+    return f"{inputs.size_text(size)}, over the {inputs.size_text(cap)} limit for one corpus file: never opened"
 
 
 def _inside(target: Path, roots: list[Path]) -> bool:
@@ -91,13 +94,20 @@ def walk_root(root: Path, roots: list[Path], follow_outside: bool = False) -> li
                 return
             inside = _inside(target, roots)
             if not inside and not follow_outside:
-                out.append(Entry(p, rel(p), f"symlink to {target}, outside the corpus paths (set "
-                                            "corpus.follow_symlinks_outside: true to index it)"))
+                out.append(
+                    Entry(
+                        p,
+                        rel(p),
+                        f"symlink to {target}, outside the corpus paths (set "
+                        "corpus.follow_symlinks_outside: true to index it)",
+                    )
+                )
                 return
             if target.is_dir():
                 if inside or target in seen:
-                    out.append(Entry(p, rel(p) + "/", "symlinked folder not followed (inside the corpus, "
-                                                      "or already walked)"))
+                    out.append(
+                        Entry(p, rel(p) + "/", "symlinked folder not followed (inside the corpus, or already walked)")
+                    )
                     return
                 seen.add(target)
         try:
@@ -133,8 +143,11 @@ def walk_root(root: Path, roots: list[Path], follow_outside: bool = False) -> li
             st = root.stat()
         except OSError as exc:
             return [Entry(root, name, f"unreadable ({exc.strerror or type(exc).__name__})")]
-        reason = _bad_name(root.name) or (_too_big(st.st_size) if stat.S_ISREG(st.st_mode) else
-                                          f"not a regular file ({_special(st.st_mode)}): never opened")
+        reason = _bad_name(root.name) or (
+            _too_big(st.st_size)
+            if stat.S_ISREG(st.st_mode)
+            else f"not a regular file ({_special(st.st_mode)}): never opened"
+        )
         return [Entry(root, name, reason)]
     return sorted(out, key=lambda e: e.path)
 
