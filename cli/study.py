@@ -41,22 +41,32 @@ def register(app: typer.Typer) -> None:
         fresh: bool = typer.Option(False, "--fresh", help="retrain every seed's LoRA"),
         dry_run: bool = typer.Option(False, "--dry-run", help="print every run's steps, run nothing"),
         reread_test: bool = typer.Option(False, "--reread-test", help=REREAD_HELP),
+        split_seeds: str | None = typer.Option(
+            None,
+            "--split-seeds",
+            help="also draw the split by fact again: every training seed at each of these split seeds (data.splits.seed)",
+        ),
+        sets: list[str] | None = typer.Option(None, "--set", metavar="KEY=VALUE", help=OVERRIDES_HELP),
     ) -> None:
-        """The same run at several training seeds: every target per seed, mean ± sd, seeds meeting it."""
-        from lorarag.core.config import load_config
-        from lorarag.core.errors import UserError
+        """The same run at several training seeds (and split seeds): every target per seed, pooled CIs."""
+        from lorarag.core.config import deep_merge, load_config
+        from lorarag.core.overrides import parse_sets
         from lorarag.study.seeds import run_seeds
         from lorarag.trained.config import RunConfig
 
-        try:
-            values = [int(x) for x in seeds.split(",") if x.strip()]
-        except ValueError:
-            raise UserError(f"--seeds takes comma-separated integers, got {seeds!r}") from None
-        if not values or len(set(values)) != len(values):
-            raise UserError(f"--seeds needs distinct seeds, got {seeds!r}")
-        run_seeds(
-            load_config(config, RunConfig), values, fresh=fresh, dry_run=dry_run, echo=typer.echo, reread_test=reread_test
-        )
+        values = _seed_list(seeds, "--seeds")
+        cfg = load_config(config, RunConfig, parse_sets(sets))
+        splits = []
+        for s in _seed_list(split_seeds, "--split-seeds") if split_seeds is not None else []:
+            own = (
+                {}
+                if s == cfg.data.splits.seed
+                else {"name": f"{cfg.name}-split{s}", "train": {"run_name": f"{cfg.train.run_name}-split{s}"}}
+            )
+            splits.append(
+                load_config(config, RunConfig, deep_merge(parse_sets(sets), {**own, "data": {"splits": {"seed": s}}}))
+            )
+        run_seeds(cfg, values, splits=splits, fresh=fresh, dry_run=dry_run, echo=typer.echo, reread_test=reread_test)
 
     @app.command("calibrate")
     def calibrate_cmd(config: Path = typer.Argument(..., help="configs/run/*.yaml")) -> None:
@@ -95,3 +105,16 @@ def register(app: typer.Typer) -> None:
             temperature=temperature,
             echo=typer.echo,
         )
+
+
+def _seed_list(text: str, flag: str) -> list[int]:
+    """Distinct integers from `42,43,44`; UserError (one line) otherwise."""
+    from lorarag.core.errors import UserError
+
+    try:
+        values = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise UserError(f"{flag} takes comma-separated integers, got {text!r}") from None
+    if not values or len(set(values)) != len(values):
+        raise UserError(f"{flag} needs distinct seeds, got {text!r}")
+    return values

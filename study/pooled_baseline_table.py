@@ -142,7 +142,7 @@ def _n(x: float) -> str:
 
 
 def baselines_markdown(
-    seeds: Sequence[int], lora: str, cells: Sequence[BaselineCell], resamples: int, right: str = ""
+    seeds: Sequence[int | str], lora: str, cells: Sequence[BaselineCell], resamples: int, right: str = ""
 ) -> str:
     """Markdown: per cell, LoRA-RAG and each system as `accuracy (LoRA-RAG − it [95% CI])`; `right`
     says what counts as right (eval.scoring.right_text), which for sentence answers is a threshold

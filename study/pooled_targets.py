@@ -145,7 +145,7 @@ def ci_text(r: PooledRow, signed: bool = False) -> str:
 
 
 def pooled_markdown(
-    seeds: Sequence[int], targets: Sequence[PooledRow], diffs: Sequence[PooledDiff], resamples: int, right: str = ""
+    seeds: Sequence[int | str], targets: Sequence[PooledRow], diffs: Sequence[PooledDiff], resamples: int, right: str = ""
 ) -> str:
     """Markdown: the pooled targets, then the pooled differences with McNemar p per seed; `right` says
     what the differences count as right (eval.scoring.right_text)."""

@@ -11,6 +11,11 @@ and index do not depend on the training seed and are shared. Systems that do not
 every seed: their result folders are copied from the first seed's run, and `evaluate` keeps them
 only if their stamp (what results depend on, fallback/pipeline.system_stamp) still matches.
 
+With split seeds (`--split-seeds`), the split by fact is drawn again too: every training seed runs at
+every split seed, a split seed `s` other than the config's own as `<name>-split<s>` (its own SFT rows,
+index, adapters and test items), and each run is one draw to the pooled CIs, which then count the split
+as well as the training seed. Adapter-free results are shared only between runs of one split.
+
 The summary (`<runs_dir>/<name>-seeds/seeds.md` + `seeds.json`, beside the usual config.yaml and
 run.json) lists every target of the headline (study/headline.kb_targets) per seed, with mean,
 standard deviation (n-1), a 95 % t-interval of the mean over seeds, range and how many seeds meet
@@ -117,7 +122,7 @@ def seed_rows(per_seed: Sequence[Sequence[tuple[str, float, bool]]]) -> list[See
     return rows
 
 
-def seeds_markdown(seeds: Sequence[int], rows: Sequence[SeedRow], gates: Mapping[int, dict | None]) -> str:
+def seeds_markdown(seeds: Sequence[int | str], rows: Sequence[SeedRow], gates: Mapping[int | str, dict | None]) -> str:
     """Markdown: every target per seed, mean ± sd, range, seeds meeting it; the gate per seed."""
     head = " | ".join(f"seed {s}" for s in seeds)
     lines = [
@@ -195,16 +200,35 @@ def _context(cfg: RunConfig, system: str) -> str:
     return next(s.context for s in cfg.systems if s.name == system)
 
 
+def check_splits(splits: Sequence[RunConfig]) -> None:
+    """ConfigError when two split seeds' runs would share a run folder, SFT rows or an index (a
+    config whose paths do not follow `${name}`): one split's rows would replace the other's."""
+    for what, key in (
+        ("run name", lambda c: c.name),
+        ("train.dataset", lambda c: c.train.dataset),
+        ("rag.index.dir", lambda c: c.rag.index.dir),
+        ("train.run_name", lambda c: c.train.run_name),
+    ):
+        values = [key(c) for c in splits]
+        if len(set(values)) != len(values):
+            raise ConfigError(
+                f"--split-seeds: the split seeds' runs share {what} {values[0]!r}: write it with "
+                "${name} in the config, so each split has its own"
+            )
+
+
 def run_seeds(
     cfg: RunConfig,
     seeds: Sequence[int],
     *,
+    splits: Sequence[RunConfig] = (),
     fresh: bool = False,
     dry_run: bool = False,
     echo: Echo = print,
     reread_test: bool = False,
 ) -> str | None:
     """Run `cfg` once per seed (see module docstring) and write the summary; returns its Markdown.
+    `splits`: the config at each split seed to run (module docstring), `cfg` itself when empty.
     `reread_test`: as `lorarag run --reread-test` (the seeds are one recipe to the test ledger)."""
 
     if not seeds or len(set(seeds)) != len(seeds):
@@ -212,10 +236,13 @@ def run_seeds(
     kinds = {sc.kind for sc in cfg.systems}
     if not {"base_rag", "lora_rag"} <= kinds:  # checked before any training, not after the first
         raise ConfigError(f"lorarag seeds compares base_rag with lora_rag; {cfg.name} has neither or only one")
-    cfgs = [seed_config(cfg, s) for s in seeds]
+    bases = list(splits) or [cfg]
+    check_splits(bases)
+    cfgs = [seed_config(b, s) for b in bases for s in seeds]
+    labels: list = list(seeds) if not splits else [f"{s}/split {b.data.splits.seed}" for b in bases for s in seeds]
     target_fn = partial(kb_targets, cfg)
     if dry_run:
-        for s, c in zip(seeds, cfgs):
+        for s, c in zip(labels, cfgs):
             echo(f"seed {s}: lorarag run as '{c.name}', training run '{c.train.run_name}'")
             run(c, fresh=fresh, dry_run=True, echo=echo)
         return None
@@ -223,17 +250,19 @@ def run_seeds(
     out = Path(cfg.runs_dir) / f"{cfg.name}-seeds"
     w = cfg.data.world
     source_seed = {"splits": cfg.data.splits.seed, **({"world": w.seed} if w is not None else {})}
+    if splits:
+        source_seed["splits"] = [b.data.splits.seed for b in bases]
     start_run(
         out,
         cfg,
         seeds={"run": cfg.seed, **source_seed, "eval": cfg.eval.seed, **{f"train.{i}": s for i, s in enumerate(seeds)}},
     )
-    first = Paths(Path(cfg.runs_dir) / cfgs[0].name)
     per_seed, pairs, gates, every = [], [], {}, []
-    for i, (s, c) in enumerate(zip(seeds, cfgs), 1):
-        echo(f"=== seed {s} ({i}/{len(seeds)}): run '{c.name}' ===")
+    for i, (s, c) in enumerate(zip(labels, cfgs), 1):
+        echo(f"=== seed {s} ({i}/{len(cfgs)}): run '{c.name}' ===")
         paths = Paths(Path(c.runs_dir) / c.name)
-        if i > 1 and not fresh:
+        first = Paths(Path(c.runs_dir) / cfgs[(i - 1) // len(seeds) * len(seeds)].name)  # this split's first run
+        if paths.root != first.root and not fresh:
             shared = share_base_results(c, first.eval, paths.eval)
             if shared:
                 echo(f"          reusing the first seed's results of {', '.join(shared)} (no adapter)")
@@ -247,7 +276,7 @@ def run_seeds(
         gate = adapter / GATE_FILE if adapter is not None else None
         gates[s] = json.loads(gate.read_text(encoding="utf-8")) if gate is not None and gate.is_file() else None
     rows = seed_rows(per_seed)
-    echo(f"          pooling {len(seeds)} seeds: {cfg.eval.bootstrap} resamples of seeds and facts")
+    echo(f"          pooling {len(cfgs)} runs: {cfg.eval.bootstrap} resamples of runs and facts")
     pooled = pooled_rows(pairs, partial(target_values, cfg), resamples=cfg.eval.bootstrap, seed=cfg.eval.seed)
     diffs = pooled_differences(
         pairs, resamples=cfg.eval.bootstrap, seed=cfg.eval.seed, correct=correct_fn(cfg.data.answer_metric)
@@ -255,11 +284,11 @@ def run_seeds(
     cells = seeds_baselines(cfg, every, correct_fn(cfg.data.answer_metric))
     right = right_text(cfg.data.answer_metric)
     md = (
-        seeds_markdown(seeds, rows, gates)
+        seeds_markdown(labels, rows, gates)
         + "\n"
-        + pooled_markdown(seeds, pooled, diffs, cfg.eval.bootstrap, right)
+        + pooled_markdown(labels, pooled, diffs, cfg.eval.bootstrap, right)
         + "\n"
-        + baselines_markdown(seeds, pair_names(cfg, every[0])[1], cells, cfg.eval.bootstrap, right)
+        + baselines_markdown(labels, pair_names(cfg, every[0])[1], cells, cfg.eval.bootstrap, right)
         + "\n"
         + "\n".join(seeds_declined(cfg, every))
     )
@@ -268,7 +297,7 @@ def run_seeds(
         json.dumps(
             nan_to_none(
                 {
-                    "seeds": list(seeds),
+                    "seeds": labels,
                     "runs": [c.name for c in cfgs],
                     "gates": {str(k): v for k, v in gates.items()},
                     "targets": [asdict(r) | {"n_met": r.n_met} for r in rows],

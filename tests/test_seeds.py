@@ -350,3 +350,46 @@ def test_seeds_declined_sums_each_deployable_systems_declines_over_seeds():
     assert lines[0] == "### Declined answerable items (retrieved context, summed over 2 seeds)"
     assert "| scenario | knowledge | n | lora_rag | closed_book_lora | base_rag | rag_sft |" in lines
     assert "| consistent | unknown | 6 | 0 | 1 | 0 | 3 |" in lines
+
+
+def test_split_seeds_run_every_training_seed_at_every_split_each_with_its_own_rows_and_index(tmp_path):
+    """`--split-seeds 0,5`: the config's own split keeps its names, another split runs under its own
+    name, so its SFT rows, index, adapters and test items are its own; the dry run lists 2 x 2 runs."""
+    from typer.testing import CliRunner
+
+    from lorarag.cli import app
+
+    out = CliRunner().invoke(
+        app,
+        [
+            "seeds",
+            str(REPO / "configs/run/demo.yaml"),
+            "--seeds",
+            "42,43",
+            "--split-seeds",
+            "0,5",
+            "--dry-run",
+            "--set",
+            f"runs_dir={tmp_path}",
+        ],
+    )
+    assert out.exit_code == 0, out.output
+    runs = [line.split(": ", 1)[0] for line in out.output.splitlines() if line.startswith("seed ")]
+    assert runs == ["seed 42/split 0", "seed 43/split 0", "seed 42/split 5", "seed 43/split 5"]
+    assert "runs/demo-split5/sft/train.jsonl" not in out.output  # runs_dir moved: paths follow ${runs_dir}
+    assert f"{tmp_path}/demo-split5/sft/train.jsonl" in out.output and f"{tmp_path}/demo/sft/train.jsonl" in out.output
+    assert "training run 'demo-lora-split5-seed43'" in out.output
+
+
+def test_split_seeds_refuse_a_config_whose_rows_do_not_follow_its_name(demo):
+    from lorarag.core.errors import ConfigError
+    from lorarag.study.seeds import check_splits
+
+    other = demo.model_copy(
+        update={
+            "name": "cpu-demo-split5",
+            "data": demo.data.model_copy(update={"splits": demo.data.splits.model_copy(update={"seed": 5})}),
+        }
+    )
+    with pytest.raises(ConfigError, match="share train.dataset"):
+        check_splits([demo, other])  # same train.dataset: the second split would replace the first's rows
