@@ -89,7 +89,7 @@ def test_a_killed_rebuild_leaves_nothing_behind_after_the_next(tmp_path):
     corpus = kb(tmp_path)
     child = (
         f"import os, signal, sys\nsys.path.insert(0, {str(REPO)!r})\n"
-        "from lorarag.rag.index.store import store as index\n"
+        "from lorarag.rag.index import store as index\n"
         "index.BM25Part.save = lambda self, folder: os.kill(os.getpid(), signal.SIGKILL)\n"
         "from lorarag.rag.config import *\n"
         f"index.build_index(CorpusConfig(paths=[{str(corpus)!r}]), ChunkerConfig(), "
