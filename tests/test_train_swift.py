@@ -475,3 +475,20 @@ def test_resume_state_is_loaded_without_running_code(tmp_path):
     torch.save({"optimizer": [], "step": "3"}, tmp_path / "trainer_state.pt")
     with pytest.raises(ConfigError, match="expected"):
         load_trainer_state(tmp_path)
+
+
+def test_the_training_child_iterates_sets_the_same_way_whatever_the_parents_hash_seed():
+    """peft writes target_modules from a set: under launch_env the child's order is fixed, so the same
+    training writes the same adapter_config.json (and the adapter keeps its content id)."""
+    import sys
+
+    code = "print(list({'q_proj', 'k_proj', 'v_proj', 'o_proj', 'gate_proj', 'up_proj', 'down_proj'}))"
+    base = {k: v for k, v in os.environ.items() if k != "PYTHONHASHSEED"}
+
+    def order(env):
+        return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True).stdout
+
+    seeded = [{**base, "PYTHONHASHSEED": s} for s in ("1", "2", "3", "4")]
+    assert len({order(e) for e in seeded}) > 1  # the hazard: another hash seed, another order
+    assert len({order(launch_env(base)) for _ in range(3)}) == 1 and launch_env(base)["PYTHONHASHSEED"] == "0"
+    assert launch_env({"PYTHONHASHSEED": "7"})["PYTHONHASHSEED"] == "7"  # a user's own choice is kept

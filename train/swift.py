@@ -108,9 +108,12 @@ def train_env(cfg: TrainConfig) -> dict[str, str]:
 
 def launch_env(env: dict[str, str]) -> dict[str, str]:
     """`env` with this interpreter's bin folder first on PATH, so `swift` (and the torchrun it
-    starts) resolve to the same virtual environment even when it was not activated (make test)."""
+    starts) resolve to the same virtual environment even when it was not activated (make test), and
+    PYTHONHASHSEED 0 unless `env` sets one: peft writes adapter_config.json's target_modules from a set,
+    so under a random hash seed the same training writes another file, and the adapter's content id
+    (the gate's and the result stamps' `adapter_sha256`) would differ between identical trainings."""
     bindir = str(Path(sys.executable).parent)
-    return {**env, "PATH": os.pathsep.join([bindir, env.get("PATH", "")])}
+    return {"PYTHONHASHSEED": "0", **env, "PATH": os.pathsep.join([bindir, env.get("PATH", "")])}
 
 
 def command_for(cfg: TrainConfig) -> list[str]:
