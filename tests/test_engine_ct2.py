@@ -65,7 +65,7 @@ def _no_conversion(*_a, **_k):
 def test_a_converted_copy_is_named_by_the_weights_that_made_it(tiny_models, lora, tmp_path, monkeypatch):
     from safetensors.torch import load_file, save_file
 
-    from lorarag.rag.generators.registry import ct2 as generate_ct2
+    from lorarag.rag.generators import ct2 as generate_ct2
 
     cfg = _cfg("ctranslate2", tiny_models["lm"], lora, tmp_path / "engines")
     base_dir, tuned_dir = generate_ct2.convert(cfg, None), generate_ct2.convert(cfg, str(lora))
