@@ -21,7 +21,8 @@ from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from lorarag.rag.records import to_dict
+from lorarag.rag.records import Chunk, to_dict
+from lorarag.scenarios.records import Scenario
 
 PARTS = ("item", "index", "prompt", "model")
 Stamp = tuple[tuple[str, str], ...]
@@ -33,13 +34,13 @@ def part_sha256(value: Any) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
 
 
-def item_sha256(scenario: Any) -> str:
+def item_sha256(scenario: Scenario) -> str:
     """The item part: the whole scenario record (a reworded question, another gold answer or passage
     text, another world all give another hash)."""
     return part_sha256(to_dict(scenario))
 
 
-def chunks_sha256(chunks: Iterable[Any], settings: Any = None) -> str:
+def chunks_sha256(chunks: Iterable[Chunk], settings: Any = None) -> str:
     """The index part: every chunk's id, document and text in index order, and `settings` (the
     embedder and reranker that rank them)."""
     h = hashlib.sha256()
@@ -48,7 +49,7 @@ def chunks_sha256(chunks: Iterable[Any], settings: Any = None) -> str:
     return part_sha256({"chunks": h.hexdigest(), "settings": settings})
 
 
-def row_stamp(scenario: Any, shared: Mapping[str, str]) -> Stamp:
+def row_stamp(scenario: Scenario, shared: Mapping[str, str]) -> Stamp:
     """The `made_by` of `scenario`'s row: its item hash and the run's `shared` parts."""
     unknown = set(shared) - set(PARTS) - {"item"}
     if unknown or "item" in shared:

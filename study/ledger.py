@@ -39,6 +39,8 @@ from pydantic import BaseModel
 
 from lorarag.core.errors import UserError
 from lorarag.core.hashing import sha256_file
+from lorarag.eval.config import EvalConfig
+from lorarag.trained.config import RunConfig
 
 LEDGER = ".test-ledger.jsonl"
 # Config keys that say where things go or what they are called, not what is done: not the recipe.
@@ -179,7 +181,7 @@ class SplitLedger:
         return out
 
 
-def run_ledger(cfg: Any, groups: Mapping[str, Sequence[Any]], extra: Iterable[tuple[str, Path]] = ()) -> SplitLedger:
+def run_ledger(cfg: RunConfig, groups: Mapping[str, Sequence[Any]], extra: Iterable[tuple[str, Path]] = ()) -> SplitLedger:
     """The ledger of a `lorarag run`: its KB's test facts and the extra sets it reads with split test
     (`extra`: (kind, file) pairs)."""
     splits = [Split(split_hash(groups), "the KB's test facts")]
@@ -187,7 +189,7 @@ def run_ledger(cfg: Any, groups: Mapping[str, Sequence[Any]], extra: Iterable[tu
     return SplitLedger(Path(cfg.runs_dir) / LEDGER, recipe_hash(cfg), splits, "run")
 
 
-def eval_ledger(cfg: Any) -> SplitLedger | None:
+def eval_ledger(cfg: EvalConfig) -> SplitLedger | None:
     """The ledger of a `lorarag eval`, None when its scenario file is not named as a test split."""
     if not is_test_file(cfg.scenarios):
         return None
