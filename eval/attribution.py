@@ -34,7 +34,6 @@ from __future__ import annotations
 import json
 from collections import Counter
 from collections.abc import Callable, Sequence
-from pathlib import Path
 
 from lorarag.eval.answer_metrics import is_correct, names_wrong_value
 from lorarag.eval.records import ItemResult
@@ -113,31 +112,11 @@ def table_markdown(rows: Sequence[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_attribution(items: Sequence[ItemResult], out_dir: str | Path) -> tuple[Path, Path]:
-    """Write `attribution.jsonl` (one labelled item per line) and `attribution.md`."""
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    jpath, mpath = out / "attribution.jsonl", out / "attribution.md"
-    with jpath.open("w", encoding="utf-8") as fh:
-        for r in items:
-            fh.write(
-                json.dumps(
-                    {
-                        "system": r.system,
-                        "qid": r.qid,
-                        "scenario": r.scenario,
-                        "knowledge": r.knowledge,
-                        "label": attribute(r),
-                        "question": r.question,
-                        "answer": r.answer,
-                        "gold_answers": list(r.gold_answers),
-                        "context_answer": r.context_answer,
-                        "route": r.route,
-                        "verdict": r.verdict,
-                    },
-                    ensure_ascii=False,
-                )
-                + "\n"
-            )
-    mpath.write_text(table_markdown(attribution_table(items)), encoding="utf-8")
-    return jpath, mpath
+def attribution_lines(items: Sequence[ItemResult], correct: Correct = is_correct) -> list[str]:
+    """The lines of a report's attribution.jsonl: each item's system, qid, scenario, knowledge and its
+    class (`label`), counted right by `correct`."""
+    keys = ("system", "qid", "scenario", "knowledge")
+    return [
+        json.dumps({**{k: getattr(r, k) for k in keys}, "label": attribute(r, correct)}, ensure_ascii=False) + "\n"
+        for r in items
+    ]

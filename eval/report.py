@@ -30,7 +30,7 @@ from lorarag.core import outputs
 from lorarag.eval import conflict_metrics as cm
 from lorarag.eval import retrieval_metrics as rm
 from lorarag.eval.answer_metrics import answer_summary, is_correct
-from lorarag.eval.attribution import attribute, attribution_table
+from lorarag.eval.attribution import attribution_lines, attribution_table
 from lorarag.eval.compare import compare_items, comparison_markdown
 from lorarag.eval.compare_headline import headline_rows, headline_rows_markdown
 from lorarag.eval.explorer import EXPLORER_FILE, plots_html, write_explorer
@@ -254,20 +254,7 @@ def write_report(
     )
     with (out / "attribution.jsonl").open("w", encoding="utf-8") as fh:
         for items in systems.values():
-            for r in items:
-                fh.write(
-                    json.dumps(
-                        {
-                            "system": r.system,
-                            "qid": r.qid,
-                            "scenario": r.scenario,
-                            "knowledge": r.knowledge,
-                            "label": attribute(r, correct),
-                        },
-                        ensure_ascii=False,
-                    )
-                    + "\n"
-                )
+            fh.writelines(attribution_lines(items, correct))
     write_items(systems, out / ITEMS_FILE, correct)
     for n, items in systems.items():
         export_ragas(items, out / f"ragas-{_safe(n)}.jsonl")

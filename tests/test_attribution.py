@@ -6,7 +6,14 @@ import json
 
 import pytest
 
-from lorarag.eval.attribution import CLASSES, attribute, attribution_counts, write_attribution
+from lorarag.eval.attribution import (
+    CLASSES,
+    attribute,
+    attribution_counts,
+    attribution_lines,
+    attribution_table,
+    table_markdown,
+)
 from lorarag.eval.records import item_result
 from lorarag.rag.records import Answer, Chunk, Retrieved, Trace
 from lorarag.scenarios.records import PresentedChunk, Scenario
@@ -155,12 +162,12 @@ def test_targets_from_scenario_include_the_perturbed_standin():
     assert attribute(r) == "conflict_missed"
 
 
-def test_counts_and_files(tmp_path):
+def test_counts_and_lines():
     items = [CASES[c] for c in CLASSES]
     counts = attribution_counts(items)
     assert list(counts) == list(CLASSES) and set(counts.values()) == {1}
-    jpath, mpath = write_attribution(items, tmp_path)
-    rows = [json.loads(x) for x in jpath.read_text().splitlines()]
+    rows = [json.loads(x) for x in attribution_lines(items)]
     assert [r["label"] for r in rows] == list(CLASSES)
-    table = mpath.read_text()
+    assert set(rows[0]) == {"system", "qid", "scenario", "knowledge", "label"}  # docs/outputs.md's columns
+    table = table_markdown(attribution_table(items))
     assert "| all | all | 10 | 1 |" in table and "retrieval_miss" in table.splitlines()[0]
