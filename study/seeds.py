@@ -200,6 +200,29 @@ def _context(cfg: RunConfig, system: str) -> str:
     return next(s.context for s in cfg.systems if s.name == system)
 
 
+def run_cpu(root: Path) -> str:
+    """The CPU kind a run was evaluated on, from its run.json (`numerics.cpu_flags`: avx2,
+    avx512_bf16, amx...): a factor of the results, since kernels differ by kind; "unknown" without it."""
+    try:
+        flags = json.loads((root / "run.json").read_text(encoding="utf-8"))["numerics"]["cpu_flags"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return "unknown"
+    return "+".join(flags) if flags else "no vector flags"
+
+
+def cpu_line(cpus: Mapping[int | str, str]) -> str:
+    """One line under the per-seed table: the CPU kind of every run, or the kinds where they differ
+    (the pooled CIs then mix them)."""
+    kinds = sorted(set(cpus.values()))
+    if len(kinds) == 1:
+        return f"\nEvery run on one CPU kind: {kinds[0]}.\n"
+    return (
+        "\nCPU kinds differ between runs (their kernels round differently): "
+        + ", ".join(f"{k} {v}" for k, v in cpus.items())
+        + ".\n"
+    )
+
+
 def check_splits(splits: Sequence[RunConfig]) -> None:
     """ConfigError when two split seeds' runs would share a run folder, SFT rows or an index (a
     config whose paths do not follow `${name}`): one split's rows would replace the other's."""
@@ -257,7 +280,7 @@ def run_seeds(
         cfg,
         seeds={"run": cfg.seed, **source_seed, "eval": cfg.eval.seed, **{f"train.{i}": s for i, s in enumerate(seeds)}},
     )
-    per_seed, pairs, gates, every = [], [], {}, []
+    per_seed, pairs, gates, every, cpus = [], [], {}, [], {}
     for i, (s, c) in enumerate(zip(labels, cfgs), 1):
         echo(f"=== seed {s} ({i}/{len(cfgs)}): run '{c.name}' ===")
         paths = Paths(Path(c.runs_dir) / c.name)
@@ -275,6 +298,7 @@ def run_seeds(
         adapter = trained_adapter(c)
         gate = adapter / GATE_FILE if adapter is not None else None
         gates[s] = json.loads(gate.read_text(encoding="utf-8")) if gate is not None and gate.is_file() else None
+        cpus[s] = run_cpu(paths.root)
     rows = seed_rows(per_seed)
     echo(f"          pooling {len(cfgs)} runs: {cfg.eval.bootstrap} resamples of runs and facts")
     pooled = pooled_rows(pairs, partial(target_values, cfg), resamples=cfg.eval.bootstrap, seed=cfg.eval.seed)
@@ -285,6 +309,7 @@ def run_seeds(
     right = right_text(cfg.data.answer_metric)
     md = (
         seeds_markdown(labels, rows, gates)
+        + cpu_line(cpus)
         + "\n"
         + pooled_markdown(labels, pooled, diffs, cfg.eval.bootstrap, right)
         + "\n"
@@ -300,6 +325,7 @@ def run_seeds(
                     "seeds": labels,
                     "runs": [c.name for c in cfgs],
                     "gates": {str(k): v for k, v in gates.items()},
+                    "cpu": {str(k): v for k, v in cpus.items()},
                     "targets": [asdict(r) | {"n_met": r.n_met} for r in rows],
                     "pooled": {
                         "resamples": cfg.eval.bootstrap,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 
@@ -393,3 +394,15 @@ def test_split_seeds_refuse_a_config_whose_rows_do_not_follow_its_name(demo):
     )
     with pytest.raises(ConfigError, match="share train.dataset"):
         check_splits([demo, other])  # same train.dataset: the second split would replace the first's rows
+
+
+def test_the_cpu_kind_of_every_run_is_read_from_its_run_json_and_named_where_runs_differ(tmp_path):
+    from lorarag.study.seeds import cpu_line, run_cpu
+
+    for name, flags in (("a", ["avx2"]), ("b", ["avx2", "avx512_bf16", "amx"])):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "run.json").write_text(json.dumps({"numerics": {"cpu_flags": flags}}))
+    a, b = run_cpu(tmp_path / "a"), run_cpu(tmp_path / "b")
+    assert (a, b, run_cpu(tmp_path / "none")) == ("avx2", "avx2+avx512_bf16+amx", "unknown")
+    assert cpu_line({42: a, 43: a}).strip() == "Every run on one CPU kind: avx2."
+    assert "differ" in cpu_line({42: a, 43: b}) and "43 avx2+avx512_bf16+amx" in cpu_line({42: a, 43: b})
