@@ -20,6 +20,7 @@ than a pass over the items: 1,000 resamples of 5 seeds x 8 systems x 960 items t
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -52,6 +53,12 @@ def _cells(items: Sequence[ItemResult]) -> list[tuple[str, str]]:
     return [(s, k) for s in SCENARIO_TYPES for k in ("known", "unknown") if (s, k) in have]
 
 
+def _kept(results: Mapping[str, Sequence[ItemResult]], names: Sequence[str], s: str, k: str) -> list[str]:
+    """The qids of cell (s, k) that every system in `names` answered, sorted."""
+    have = [{r.qid for r in results[n] if r.scenario == s and r.knowledge == k} for n in names]
+    return sorted(set.intersection(*have))
+
+
 def pooled_baselines(
     per_seed: Sequence[Mapping[str, Sequence[ItemResult]]],
     lora: str,
@@ -62,49 +69,56 @@ def pooled_baselines(
     router: tuple[str, str] | None = None,
     resamples: int = 1000,
     seed: int = 0,
+    own_items: bool = False,
 ) -> list[BaselineCell]:
     """Per cell of `lora`'s items: every system's accuracy over seeds and LoRA-RAG minus each, with
     seeds x clusters CIs. `router` = (closed-book LoRA, base RAG) adds the oracle router. A cell
-    keeps the items every system answered at the first seed; every seed must hold the same ones."""
+    keeps the items every system answered at the first seed; every seed must hold the same ones, unless
+    `own_items` (split seeds: each run its own items of the world's clusters; a run without items in a
+    resampled cell is left out of its mean)."""
     if not per_seed:
         raise ValueError("no seeds to pool")
     names = [n for n in others if n != lora]
     if router is not None and not set(router) <= set(names):
         raise ValueError(f"the oracle router reads {router}, which are not among {names}")
     first = per_seed[0]
-    cells, qids = [], []
-    for s, k in _cells(first[lora]):
-        have = [{r.qid for r in first[n] if r.scenario == s and r.knowledge == k} for n in [lora, *names]]
-        keep = sorted(set.intersection(*have))
-        if keep:
-            cells.append((s, k))
-            qids.append(keep)
-    units = sorted({r.unit for r in first[lora]})
+    cells = _cells(first[lora])
+    if own_items:  # split seeds: each run keeps its own items of every cell
+        keeps = [[_kept(results, [lora, *names], s, k) for s, k in cells] for results in per_seed]
+    else:
+        kept = [_kept(first, [lora, *names], s, k) for s, k in cells]
+        cells, kept = [c for c, q in zip(cells, kept) if q], [q for q in kept if q]
+        for i, results in enumerate(per_seed):
+            by = [{r.qid for r in results[n]} for n in [lora, *names]]
+            for c, keep in enumerate(kept):
+                if any(q not in have for have in by for q in keep):
+                    raise ValueError(f"seed {i + 1} lacks items of {cells[c]}: pooling reads every seed on the same ones")
+        keeps = [kept] * len(per_seed)
+    qids = keeps[0]
+    units = sorted({r.unit for results in per_seed for r in results[lora]})
     col = {u: i for i, u in enumerate(units)}
     systems = [lora, *names] + ([ROUTER] if router else [])
     hits = np.zeros((len(per_seed), len(systems), len(cells), len(units)))
-    count = np.zeros((len(cells), len(units)))
-    unit_of = {r.qid: col[r.unit] for r in first[lora]}
-    for c, keep in enumerate(qids):
-        for q in keep:
-            count[c, unit_of[q]] += 1
+    count = np.zeros((len(per_seed), len(cells), len(units)))
     for i, results in enumerate(per_seed):
+        unit_of = {r.qid: col[r.unit] for r in results[lora]}
         by = {n: {r.qid: r for r in results[n]} for n in [lora, *names]}
-        for c, keep in enumerate(qids):
-            if any(q not in by[n] for n in by for q in keep):
-                raise ValueError(f"seed {i + 1} lacks items of {cells[c]}: pooling reads every seed on the same ones")
+        for c, keep in enumerate(keeps[i]):
             for q in keep:
                 u = unit_of[q]
+                count[i, c, u] += 1
                 right = [correct(by[n][q]) for n in [lora, *names]]
                 if router:
                     right.append(correct(by[router[0]][q]) or correct(by[router[1]][q]))
                 hits[i, :, c, u] += right
+    mean = np.nanmean if own_items else np.mean  # runs of their own items: one without items in a cell is left out
 
     def stat(seed_idx: np.ndarray, unit_idx: np.ndarray) -> np.ndarray:
-        n = count[:, unit_idx].sum(axis=1)
-        with np.errstate(invalid="ignore", divide="ignore"):
+        n = count[seed_idx][:, :, unit_idx].sum(axis=2)[:, None, :]  # seeds x 1 x cells
+        with np.errstate(invalid="ignore", divide="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
             acc = np.where(n > 0, hits[seed_idx][:, :, :, unit_idx].sum(axis=3) / n, np.nan)  # seeds x systems x cells
-        return np.concatenate([acc.mean(axis=0).ravel(), (acc[:, :1] - acc[:, 1:]).mean(axis=0).ravel()])
+            return np.concatenate([mean(acc, axis=0).ravel(), mean(acc[:, :1] - acc[:, 1:], axis=0).ravel()])
 
     point = stat(np.arange(len(per_seed)), np.arange(len(units)))
     cis = crossed_bootstrap(stat, len(per_seed), len(units), resamples=resamples, seed=seed)
@@ -127,7 +141,7 @@ def pooled_baselines(
             BaselineCell(
                 f"{s} ({k})",
                 len(qids[c]),
-                int((count[c] > 0).sum()),
+                int((count[0, c] > 0).sum()),
                 acc[lora],
                 tuple((n, acc[n], diffs[n]) for n in systems[1:]),
                 tied[0] if len(tied) == 1 else "tie: " + ", ".join(tied),

@@ -3,7 +3,7 @@ every training seed, with a 95 % CI that resamples seeds and facts together.
 
 The per-seed table (study/seeds.py) says how often a seed meets a target. This one says what the
 recipe does with both sources of variation counted: which seed was drawn and which clusters were
-asked (eval.stats.crossed_bootstrap; every seed is read on the same items). The unit is the item's
+asked (eval.stats.crossed_bootstrap; training seeds read the same items, split seeds each their own). The unit is the item's
 cluster, the organisation (world) or the document (KB): a fact asked in two wordings, and the
 facts of one organisation, whose name and language they share, are not counted as independent
 items. Differences are paired: both systems are read on the same resampled clusters. Beside them,
@@ -13,6 +13,7 @@ per seed, McNemar's exact p over every item and over one item per cluster (the s
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -69,26 +70,37 @@ def _by_unit(items: Sequence[ItemResult], units: Sequence[str]) -> list[list[Ite
     return groups
 
 
-def pooled_rows(per_seed: Sequence[Pair], stats: Stats, *, resamples: int = 1000, seed: int = 0) -> list[PooledRow]:
+def pooled_rows(
+    per_seed: Sequence[Pair], stats: Stats, *, resamples: int = 1000, seed: int = 0, own_items: bool = False
+) -> list[PooledRow]:
     """`stats(base, lora)` at every seed, averaged over seeds, with a CI from resampling seeds
-    and clusters (crossed). Every seed must hold the same items, as `lorarag seeds` evaluates them."""
+    and clusters (crossed). Base and LoRA hold the same items at each seed; across seeds the items
+    are the same (training seeds), or with `own_items` each run's own (split seeds, `lorarag seeds
+    --split-seeds`: the clusters are the world's organisations, shared by every split; a run without
+    items in a resampled cell is left out of that cell's mean)."""
     if not per_seed:
         raise ValueError("no seeds to pool")
     qids = sorted(r.qid for r in per_seed[0][1])
     for base, lora in per_seed:
-        if sorted(r.qid for r in lora) != qids or sorted(r.qid for r in base) != qids:
+        own = sorted(r.qid for r in lora)
+        if own != sorted(r.qid for r in base) or (own != qids and not own_items):
             raise ValueError("the seeds' results hold different items: pooling reads every seed on the same ones")
-    units = sorted({r.unit for r in per_seed[0][1]})
+    mean = np.nanmean if own_items else np.mean
+    units = sorted({r.unit for _, lora in per_seed for r in lora})
     grouped = [(_by_unit(b, units), _by_unit(lo, units)) for b, lo in per_seed]
     names = [n for n, _ in stats(*per_seed[0])]
-    point = np.mean([[v for _, v in stats(b, lo)] for b, lo in per_seed], axis=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # a cell no run has: NaN
+        point = mean([[v for _, v in stats(b, lo)] for b, lo in per_seed], axis=0)
 
     def stat(seed_idx: np.ndarray, unit_idx: np.ndarray) -> np.ndarray:
         rows = []
         for s in seed_idx:
             gb, gl = grouped[s]
             rows.append([v for _, v in stats([r for u in unit_idx for r in gb[u]], [r for u in unit_idx for r in gl[u]])])
-        return np.mean(rows, axis=0)
+        with np.errstate(invalid="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # a cell no resampled run has: NaN, as it should
+            return mean(rows, axis=0)
 
     cis = crossed_bootstrap(stat, len(per_seed), len(units), resamples=resamples, seed=seed)
     return [PooledRow(n, float(v), lo, hi) for n, v, (lo, hi) in zip(names, point, cis)]
@@ -110,10 +122,17 @@ def cell_accuracies(
 
 
 def pooled_differences(
-    per_seed: Sequence[Pair], *, resamples: int = 1000, seed: int = 0, correct: Callable[[ItemResult], bool] = is_correct
+    per_seed: Sequence[Pair],
+    *,
+    resamples: int = 1000,
+    seed: int = 0,
+    correct: Callable[[ItemResult], bool] = is_correct,
+    own_items: bool = False,
 ) -> list[PooledDiff]:
     """LoRA − base accuracy per DIFF_CELLS cell over every seed (see module docstring)."""
-    rows = pooled_rows(per_seed, lambda b, lo: cell_accuracies(b, lo, correct), resamples=resamples, seed=seed)
+    rows = pooled_rows(
+        per_seed, lambda b, lo: cell_accuracies(b, lo, correct), resamples=resamples, seed=seed, own_items=own_items
+    )
     out = []
     for i, (s, k) in enumerate(DIFF_CELLS):
         base_r, lora_r, diff_r = rows[3 * i : 3 * i + 3]

@@ -169,7 +169,10 @@ def seeds_markdown(seeds: Sequence[int | str], rows: Sequence[SeedRow], gates: M
 
 
 def seeds_baselines(
-    cfg: RunConfig, every: Sequence[Mapping[str, Sequence[ItemResult]]], correct: Callable[[ItemResult], bool]
+    cfg: RunConfig,
+    every: Sequence[Mapping[str, Sequence[ItemResult]]],
+    correct: Callable[[ItemResult], bool],
+    own_items: bool = False,
 ) -> list[BaselineCell]:
     """LoRA-RAG against every system read on its context mode (study/baseline_tables.comparable), pooled
     over the seeds' results; the oracle router where closed-book LoRA and base RAG both ran."""
@@ -186,6 +189,7 @@ def seeds_baselines(
         router=(cb, base) if cb and base in every[0] else None,
         resamples=cfg.eval.bootstrap,
         seed=cfg.eval.seed,
+        own_items=own_items,
     )
 
 
@@ -301,11 +305,12 @@ def run_seeds(
         cpus[s] = run_cpu(paths.root)
     rows = seed_rows(per_seed)
     echo(f"          pooling {len(cfgs)} runs: {cfg.eval.bootstrap} resamples of runs and facts")
-    pooled = pooled_rows(pairs, partial(target_values, cfg), resamples=cfg.eval.bootstrap, seed=cfg.eval.seed)
+    own = bool(splits)  # split seeds: each run its own items
+    pooled = pooled_rows(pairs, partial(target_values, cfg), resamples=cfg.eval.bootstrap, seed=cfg.eval.seed, own_items=own)
     diffs = pooled_differences(
-        pairs, resamples=cfg.eval.bootstrap, seed=cfg.eval.seed, correct=correct_fn(cfg.data.answer_metric)
+        pairs, resamples=cfg.eval.bootstrap, seed=cfg.eval.seed, correct=correct_fn(cfg.data.answer_metric), own_items=own
     )
-    cells = seeds_baselines(cfg, every, correct_fn(cfg.data.answer_metric))
+    cells = seeds_baselines(cfg, every, correct_fn(cfg.data.answer_metric), own_items=own)
     right = right_text(cfg.data.answer_metric)
     md = (
         seeds_markdown(labels, rows, gates)

@@ -114,3 +114,17 @@ def test_a_sentence_answer_kb_pools_by_its_own_rule_and_its_documents():
 
     md = pooled_markdown([1], [], [d], 200, right_text("token_f1"))
     assert "Share of items right (token F1 >= 0.5" in md
+
+
+def test_split_seed_runs_pool_their_own_items_by_hand():
+    """Split seeds: each run asks its own facts. Run 1: f1, f2, LoRA right and base wrong (diff 1.0);
+    run 2: f3, both right (diff 0.0). The pooled difference is the mean over runs, 0.5, and base alone
+    0.5; without `own_items` the runs are refused as before."""
+    one = (_items("base", {"f1": False, "f2": False}), _items("lora", {"f1": True, "f2": True}))
+    two = (_items("base", {"f3": True}), _items("lora", {"f3": True}))
+    (d,) = pooled_differences([one, two], resamples=200, own_items=True)[:1]
+    assert d.cell == "factual_error (known)"
+    assert (d.base.value, d.lora.value, d.diff.value) == pytest.approx((0.5, 1.0, 0.5))
+    assert 0.0 <= d.diff.lo <= 0.5 <= d.diff.hi <= 1.0
+    with pytest.raises(ValueError, match="different items"):
+        pooled_differences([one, two], resamples=200)
