@@ -406,3 +406,20 @@ def test_the_cpu_kind_of_every_run_is_read_from_its_run_json_and_named_where_run
     assert (a, b, run_cpu(tmp_path / "none")) == ("avx2", "avx2+avx512_bf16+amx", "unknown")
     assert cpu_line({42: a, 43: a}).strip() == "Every run on one CPU kind: avx2."
     assert "differ" in cpu_line({42: a, 43: b}) and "43 avx2+avx512_bf16+amx" in cpu_line({42: a, 43: b})
+
+
+def test_a_bad_split_seed_list_is_a_one_line_error():
+    import subprocess
+    import sys
+
+    script = Path(sys.executable).parent / "lorarag"  # the console script, as a user runs it
+    for bad in ("1,x", "1,1"):
+        p = subprocess.run(
+            [str(script), "seeds", str(REPO / "configs/run/demo.yaml"), "--seeds", "42", "--split-seeds", bad],
+            capture_output=True,
+            text=True,
+            cwd=REPO,
+            timeout=120,
+        )
+        assert p.returncode == 2, p.stderr
+        assert len(p.stderr.strip().splitlines()) == 1 and p.stderr.startswith("error: --split-seeds")
