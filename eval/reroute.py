@@ -1,24 +1,25 @@
 """A LoRA-RAG system's results under another routing policy, replayed from its own records.
 
-The route is a pure function of the verdict, the detector's doubt (1 − P(supported)) and whether
-the memory counts as known after the gate (fallback/policy.decide_route), and the answer is the
-route's field of the reply (`route_answer`). An ItemResult of a `lora_rag` system holds all of
-them: `verdict`, `flag_score` (from the saved verdict probabilities), `memory_answer` (set exactly
-when the memory was known), `context_answer_model` (the reply's source value) and `raw_output` (the
+The route is a pure function of the verdict, the detector's doubt (1 − P(supported)) and whether the
+memory counts as known after the gate (fallback/policy.decide_route), and the answer is the route's
+field of the reply (`route_answer`). An ItemResult of a `lora_rag` system holds all of them:
+`verdict`, `flag_score` (from the saved verdict probabilities), `memory_answer` (set exactly when
+the memory was known), `context_answer_model` (the reply's source value) and `raw_output` (the
 reply, whose `answer:` field `policy.answer: reply` gives). So a policy ablation, abstaining instead
 of answering from the sources when the memory is gated out (`unknown_conflict`), another
 `flag_threshold` or `on_invalid`, or the reply's own answer field, is read without a model call, on
-the same verdicts, item for item. tests/test_run_e2e.py holds a replay against the same policy
-evaluated through the model.
+the same verdicts, item for item. A memory the record's gate found confident (its CONFIDENT_NOTE)
+overrides sources that disagree with it under the variant too (policy rule 5). tests/test_run_e2e.py
+holds a replay against the same policy evaluated through the model.
 
 Where a valid reply has no memory, `no_memory: read` answers by the base model's reading of the
-sources, and `verdict_read` does where the verdict would abstain: a generation the reply's fields
-do not hold. A replay keeps the reading of a record that was read (its note) and routes the
-others; where the variant reads an item its record did not, the reading comes from `readings`, the
-base_rag system's records on the same context and budget (the same prompt, sources and model: the
-reading is base RAG's answer, tests/test_run_e2e.py), or the replay refuses. A reading the
-variant's `read_support` finds unsupported by the item's sources (`policy.supported`) becomes an
-abstention, as through the model.
+sources, and `verdict_read` does where the verdict would abstain: a generation the reply's fields do
+not hold. A replay keeps the reading of a record that was read (its note) and routes the others;
+where the variant reads an item its record did not, the reading comes from `readings`, the base_rag
+system's records on the same context and budget (the same prompt, sources and model: the reading is
+base RAG's answer, tests/test_run_e2e.py), or the replay refuses. A reading the variant's
+`read_support` finds unsupported by the item's sources (`policy.supported`) becomes an abstention,
+as through the model.
 """
 
 from __future__ import annotations
@@ -31,10 +32,13 @@ from lorarag.eval.records import ItemResult
 from lorarag.fallback.config import PolicyConfig
 from lorarag.fallback.format import parse_reply
 from lorarag.fallback.policy import (
+    CONFIDENT_NOTE,
+    OVERRIDE_NOTE,
     READ_NOTES,
     UNSUPPORTED_NOTE,
     decide_route,
     final_answer,
+    overrides,
     read_note,
     reads_sources,
     supported,
@@ -53,9 +57,14 @@ def reroute(
             raise RecordError(f"{r.system} {r.qid}: no verdict or route to replay (not a lora_rag result)")
         # a reading the record's own policy withheld (unsupported) holds no answer to replay: read it again
         was_read = any(n in READ_NOTES for n in r.notes) and UNSUPPORTED_NOTE not in r.notes
-        notes = tuple(n for n in r.notes if n not in READ_NOTES and n != UNSUPPORTED_NOTE)
+        notes = tuple(n for n in r.notes if n not in (*READ_NOTES, UNSUPPORTED_NOTE, OVERRIDE_NOTE))
         doubt = r.flag_score if r.flag_score is not None else float("nan")
         route = decide_route(r.verdict, doubt, r.memory_answer is not None, policy)
+        # rule 5 as the record's gate decided it: a confident memory overrides sources that disagree
+        over = policy.override and overrides(
+            route, CONFIDENT_NOTE in r.notes, r.memory_answer or "", r.context_answer_model or ""
+        )
+        route = "fallback" if over else route
         if reads_sources(r.verdict != "invalid", r.memory_answer is not None, route, policy):
             tag = (read_note(policy), f"route replayed from {r.system}: read")
             if was_read:
@@ -95,7 +104,7 @@ def reroute(
                 abstained=route == "abstain",
                 cited=() if was_read else r.cited,
                 bad_citations=() if was_read else r.bad_citations,
-                notes=(*notes, f"route replayed from {r.system}: {r.route} -> {route}"),
+                notes=(*notes, *((OVERRIDE_NOTE,) if over else ()), f"route replayed from {r.system}: {r.route} -> {route}"),
             )
         )
     return out

@@ -329,7 +329,8 @@ def build_system(cfg: SystemConfig, parts: Parts) -> ScenarioSystem:
 
 def _lora_rag(cfg: SystemConfig, parts: Parts) -> LoRARAG:
     fb = parts.fallback if cfg.policy is None else parts.fallback.model_copy(update={"policy": cfg.policy})
-    det = Detector(parts.generator, parts.first_tokens, fb, parts.gate_threshold)
+    over = parts.override_threshold
+    det = Detector(parts.generator, parts.first_tokens, fb, parts.gate_threshold, override_threshold=over)
     # the base model's reading where the gate rejects the memory: base RAG's prompt and budget
     return LoRARAG(
         cfg.name, AdvancedRAGSystem(parts.rag, det, fb, read_max_new_tokens=cfg.max_new_tokens), parts.contexts, cfg.context

@@ -45,6 +45,13 @@ class PolicyConfig(Strict):
             "system abstains, as where nothing answers. null keeps every reading (fallback/policy.supported)"
         ),
     )
+    override: bool = Field(
+        True,
+        description=(
+            "a memory the gate is confident of (at or below its override threshold, `gate.override`) wins over "
+            "sources whose answer differs from it; false: the verdict alone routes (fallback/policy.py, rule 5)"
+        ),
+    )
     unknown_conflict: Literal["context", "abstain"] = Field(
         "context",
         description=(
@@ -91,6 +98,18 @@ class GateConfig(Strict):
         ),
     )
     target: float = Field(0.95, description="unknown_recall rule: share of never-learned dev items to reject")
+    override: float | None = Field(
+        0.3,
+        gt=0.0,
+        lt=1.0,
+        description=(
+            "a memory the gate keeps overrides sources whose answer differs from it (the verdict notwithstanding) "
+            "where the dev fit gives it at most this probability of being never learned (fallback/gate.py: a "
+            "logistic fit of never-learned on log(doubt), as the `logistic` rule; the override threshold is never "
+            "above the gate's). The verdict rarely doubts an edited copy of a chunk the LoRA never saw edited; a "
+            "confident memory does. null: the verdict alone decides"
+        ),
+    )
     min_auroc: float = Field(
         0.6,
         description=(

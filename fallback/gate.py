@@ -56,6 +56,9 @@ class GateCalibration:
     adapter: str = ""  # `adapter_sha256` of the adapter whose scores were read ("": not recorded)
     dev: str = ""  # `dev_sha256` of the dev questions read ("": not recorded)
     fit: str = ""  # how the rule weighs the two kinds of dev reading (FIT); "": a file from before it was recorded
+    override: float | None = None  # `gate.override`: the P(never learned) the override threshold was fitted at
+    # a kept memory at or below this doubt overrides sources that disagree with it; None: no override
+    override_threshold: float | None = None
 
     def save(self, folder: str | Path) -> Path:
         """Write `gate.json` into `folder` (normally the adapter's folder)."""
@@ -136,9 +139,9 @@ LOG_FLOOR = 1e-6  # doubt scores are NLLs >= 0; log(0) would be -inf
 FIT = "balanced"
 
 
-def logistic_threshold(known: Sequence[float], unseen: Sequence[float]) -> float:
+def logistic_threshold(known: Sequence[float], unseen: Sequence[float], p: float = 0.5) -> float:
     """The doubt at which an L2 logistic regression (C=1) of never-learned on log(doubt), each kind
-    weighed by the inverse of its count (FIT), gives 1/2."""
+    weighed by the inverse of its count (FIT), gives `p`."""
     import numpy as np
     from sklearn.linear_model import LogisticRegression
 
@@ -148,11 +151,17 @@ def logistic_threshold(known: Sequence[float], unseen: Sequence[float]) -> float
     slope, icpt = float(m.coef_[0, 0]), float(m.intercept_[0])
     if slope <= 0:  # more doubt does not mean never learned: no usable threshold, keep every memory
         return float(max(list(known) + list(unseen)))
-    return math.exp(-icpt / slope)
+    return math.exp((math.log(p / (1 - p)) - icpt) / slope)
 
 
 def calibrate(
-    p_known: Sequence[float], p_unseen: Sequence[float], *, rule: str = "youden", target: float = 0.95, signal: str = SIGNAL
+    p_known: Sequence[float],
+    p_unseen: Sequence[float],
+    *,
+    rule: str = "youden",
+    target: float = 0.95,
+    signal: str = SIGNAL,
+    override: float | None = None,
 ) -> GateCalibration:
     """Choose the threshold from dev doubt scores of known-fact items and never-learned items.
 
@@ -164,6 +173,8 @@ def calibrate(
       distributions, not by the one or two readings at the edge that decide Youden's threshold, so
       it moves less between training seeds, and not by how many readings of each kind dev holds.
     Candidate thresholds lie midway between consecutive distinct scores (plus both ends).
+    `override` (`gate.override`): the override threshold is where the logistic fit gives that
+    probability of never learned, capped at the threshold (whatever the rule); None: no override.
     """
     if not p_known or not p_unseen:
         raise ValueError("gate calibration needs dev items of both known and never-learned facts")
@@ -188,8 +199,20 @@ def calibrate(
         raise ValueError(f"unknown gate rule {rule!r} (youden | unknown_recall | logistic)")
     kept, rejected = rates(best)
     auc = _auroc(known, unseen)
+    # no override where more doubt does not mean never learned (the fit's slope would be meaningless)
+    strict = None if override is None or not auc > 0.5 else min(logistic_threshold(known, unseen, override), best)
     return GateCalibration(
-        best, rule, len(known), len(unseen), kept, rejected, auc if not math.isnan(auc) else float("nan"), signal, fit=FIT
+        best,
+        rule,
+        len(known),
+        len(unseen),
+        kept,
+        rejected,
+        auc if not math.isnan(auc) else float("nan"),
+        signal,
+        fit=FIT,
+        override=override,
+        override_threshold=strict,
     )
 
 
@@ -200,6 +223,7 @@ def calibrate_claimed(
     rule: str = "youden",
     target: float = 0.95,
     signal: str = SIGNAL,
+    override: float | None = None,
 ) -> GateCalibration:
     """`calibrate` over the readings of claimed memories only; None marks an item whose closed-book
     answer declined ("unknown"), which the gate never has to judge. Rates and counts stay over
@@ -221,8 +245,9 @@ def calibrate_claimed(
             known_declined=len(known) - len(k),
             unseen_declined=len(unseen) - len(u),
             fit=FIT,
+            override=override,
         )
-    cal = calibrate(k, u, rule=rule, target=target, signal=signal)
+    cal = calibrate(k, u, rule=rule, target=target, signal=signal, override=override)
     return replace(
         cal,
         n_known=len(known),
@@ -258,6 +283,14 @@ def threshold_in_use(cal: GateCalibration, g: GateConfig) -> float | None:
     return cal.threshold
 
 
+def override_in_use(cal: GateCalibration, g: GateConfig) -> float | None:
+    """The override threshold the system uses from a dev calibration: None where the gate is not in
+    use (threshold_in_use) or `gate.override` is off."""
+    if g.override is None or threshold_in_use(cal, g) is None:
+        return None
+    return cal.override_threshold
+
+
 def gate_mismatch(cal: GateCalibration, g: GateConfig, gen_cfg: GeneratorConfig, adapter: str | None = None) -> list[str]:
     """What a saved calibration was made with that the config no longer asks for: rule, signal,
     generator (a bf16 model reads other NLLs than an fp32 one) and, given its `adapter_sha256`,
@@ -267,6 +300,7 @@ def gate_mismatch(cal: GateCalibration, g: GateConfig, gen_cfg: GeneratorConfig,
         "signal": (cal.signal, SIGNAL),
         "generator": (cal.generator, generator_id(gen_cfg)),
         "fit": (cal.fit, FIT),
+        "override": (cal.override, g.override),
     }
     out = [f"{k} {saved!r} (config: {want!r})" for k, (saved, want) in pairs.items() if saved != want]
     if adapter is not None and cal.adapter != adapter:

@@ -22,6 +22,10 @@ Rules (thresholds come from `PolicyConfig`):
    (default context).
 4. irrelevant / insufficient: nothing usable in the sources → fallback if the memory is known,
    else abstain.
+5. override (`overrides`): a memory the gate is confident of (its doubt at or below the calibrated
+   override threshold, `gate.override`) wins over sources routed to `context` whose answer differs
+   from it. The verdict rarely doubts an edited copy of a chunk when training never showed that
+   chunk edited; a memory learned with confidence does.
 """
 
 from __future__ import annotations
@@ -70,7 +74,27 @@ _FUNCTION = frozenset(
 it its this that these those there their they he she his her which who whom whose what when where how why
 has have had do does did not no yes so than then also about into over after before during since until""".split()
 )
+_ARTICLES = frozenset(("a", "an", "the"))
 UNSUPPORTED_NOTE = "reading not supported by the sources (policy.read_support): abstained"
+# Trace notes of rule 5: the memory was confident enough to override (eval/reroute.py keys on them)
+CONFIDENT_NOTE = "gate: memory confident (doubt <= override threshold)"
+OVERRIDE_NOTE = "override: the confident memory differs from the sources' answer: fallback"
+
+
+def disagrees(memory: str, source: str) -> bool:
+    """True where two answers differ: neither one's words (case-folded words and CJK characters, no
+    punctuation or articles) run inside the other's. An empty or `unknown` side never disagrees."""
+    if is_unknown(memory) or is_unknown(source):
+        return False
+    a, b = (" " + " ".join(w for w in _WORD.findall(x.casefold()) if w not in _ARTICLES) + " " for x in (memory, source))
+    if not a.strip() or not b.strip():
+        return False
+    return a not in b and b not in a
+
+
+def overrides(route: str, confident: bool, memory: str, source: str) -> bool:
+    """Rule 5: True where a confident memory takes the place of the sources' answer."""
+    return route == "context" and confident and disagrees(memory, source)
 
 
 def supported(question: str, answer: str, passages: Sequence[str], share: float | None) -> bool:

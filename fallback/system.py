@@ -1,14 +1,15 @@
 """AdvancedRAGSystem: retrieve → rerank → LoRA scored pass → gate → policy → final answer.
 
-The LoRA reads the question and the numbered sources and replies
-`memory: … | source: … | verdict: … | answer: …` (fallback/format.py). One scored pass (forced
-prefix `memory:`, or `memory: <closed-book answer> |`; top logprobs at every position) gives the
-verdict distribution. If the calibrated gate (fallback/gate.py: the closed-book answer's NLL)
-says the memory is not real knowledge, the reply
-starts from `memory: unknown |` instead. The routing policy (a pure function) then picks the source
-value, the memory value or abstention; with no memory, where the policy would abstain
-(`no_memory: verdict_read`, the default) or always (`read`), the wrapped RAGSystem's base model
-reads the same sources instead, as base RAG would. Every decision lands in the Trace.
+The LoRA reads the question and the numbered sources and replies `memory: … | source: … | verdict: …
+| answer: …` (fallback/format.py). One scored pass (forced prefix `memory:`, or `memory: <closed-
+book answer> |`; top logprobs at every position) gives the verdict distribution. If the calibrated
+gate (fallback/gate.py: the closed-book answer's NLL) says the memory is not real knowledge, the
+reply starts from `memory: unknown |` instead; where it finds the memory confident (at or below the
+override threshold), that memory overrides sources whose answer differs from it. The routing policy
+(a pure function) then picks the source value, the memory value or abstention; with no memory, where
+the policy would abstain (`no_memory: verdict_read`, the default) or always (`read`), the wrapped
+RAGSystem's base model reads the same sources instead, as base RAG would. Every decision lands in
+the Trace.
 """
 
 from __future__ import annotations
@@ -29,7 +30,17 @@ from lorarag.fallback.format import (
     rag_user_turn,
 )
 from lorarag.fallback.gate import SIGNAL, answer_nll, gate_fires
-from lorarag.fallback.policy import UNSUPPORTED_NOTE, decide_route, final_answer, read_note, reads_sources, supported
+from lorarag.fallback.policy import (
+    CONFIDENT_NOTE,
+    OVERRIDE_NOTE,
+    UNSUPPORTED_NOTE,
+    decide_route,
+    final_answer,
+    overrides,
+    read_note,
+    reads_sources,
+    supported,
+)
 from lorarag.fallback.verdict import (
     Verdict,
     field_value,
@@ -55,6 +66,7 @@ class Judgement:
     first_memory: str  # the memory before the gate (the closed-book answer, or the reply's own)
     prompt: str
     doubt: float | None = None  # the gate's reading (closed-book NLL); None: not read
+    confident: bool = False  # the kept memory's doubt is at or below the override threshold (policy rule 5)
 
 
 @dataclass(frozen=True)
@@ -93,8 +105,11 @@ class Detector:
         *,
         system_prompt: str = SYSTEM_RAG,
         memory: Literal["closed_book", "reply", "fields"] = "closed_book",
+        override_threshold: float | None = None,
     ) -> None:
         self.gate_threshold = gate_threshold if cfg.gate.enabled else None
+        # a memory at or below it overrides sources that disagree (policy rule 5); only beside a gate in use
+        self.override_threshold = override_threshold if self.gate_threshold is not None else None
         if memory != "closed_book" and self.gate_threshold is not None:
             raise ValueError("a memory written in the reply has no closed-book reading to gate")
         self.generator = generator
@@ -136,7 +151,8 @@ class Detector:
         out = []
         for (v, prompt), g, c, x in zip(self._pass(convs, prefixes), gated, cb, doubts):
             self.invalid += not v.valid
-            out.append(Judgement(v, g and not is_unknown(c.answer), c.answer, prompt, x))
+            sure = not g and self.override_threshold is not None and x <= self.override_threshold
+            out.append(Judgement(v, g and not is_unknown(c.answer), c.answer, prompt, x, sure))
         return out
 
     def _judge_by_fields(self, convs: list[list[Message]], cb: list[ClosedBookAnswer]) -> list[Judgement]:
@@ -176,12 +192,19 @@ def _answer(question: str, ctx: Context, j: Judgement, cfg: FallbackConfig, seco
     memory_known = v.valid and not is_unknown(v.memory)
     route = decide_route(v.label, v.flag_score, memory_known, cfg.policy)
     source_value = v.source if not is_unknown(v.source) else v.answer
+    confident = memory_known and j.confident
+    overridden = cfg.policy.override and overrides(route, confident, v.memory, source_value)
+    route = "fallback" if overridden else route
     text = final_answer(route, v.memory, source_value, v.answer, cfg.policy)
     notes = [f"p_unknown={v.p_unknown:.4f}" if v.p_unknown is not None else "p_unknown=none"]
     if j.doubt is not None:
         notes.append(f"gate doubt ({SIGNAL})={j.doubt:.4f}")
     if j.gated:
         notes.append(f"gate: memory {j.first_memory!r} -> unknown")
+    if confident:
+        notes.append(CONFIDENT_NOTE)
+    if overridden:
+        notes.append(OVERRIDE_NOTE)
     if not v.valid:
         # the reply's opening, so a run's results say what the model wrote instead of the format
         notes.append(f"invalid reply: {' '.join(v.raw.split())[:160]!r}")

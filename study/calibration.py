@@ -23,6 +23,7 @@ from lorarag.fallback.gate import (
     fixed_threshold,
     generator_id,
     load_gate,
+    override_in_use,
     reusable_gate,
     threshold_in_use,
 )
@@ -41,6 +42,7 @@ class GateReading:
 
     threshold: float | None  # None: the gate is off
     calibration: GateCalibration | None  # None: the threshold is fixed by the config
+    override: float | None = None  # the override threshold in use (policy rule 5); None: no override
 
 
 def languages_without_dev_known(test: Sequence[Scenario], dev_known: Sequence[Scenario]) -> dict[str, int]:
@@ -79,7 +81,7 @@ def calibrate_gate(
         else:
             if reusable_gate(cal, g, cfg.rag.generator, len(dev_known), len(dev_unseen), adapter=adapter_id, dev=dev_id):
                 echo(f"          reusing gate calibration from {adapter / GATE_FILE}")
-                return GateReading(threshold_in_use(cal, g), cal)
+                return GateReading(threshold_in_use(cal, g), cal, override_in_use(cal, g))
     det = Detector(parts.generator, parts.first_tokens, cfg.fallback, None)
     readings: list[list[float | None]] = []  # None: the closed-book answer declined
     for label, items in (("known", dev_known), ("never-learned", dev_unseen)):
@@ -89,7 +91,7 @@ def calibrate_gate(
             echo(f"          dev {label}: {min(s + 32, len(items))}/{len(items)}")
         readings.append(vals)
     cal = replace(
-        calibrate_claimed(readings[0], readings[1], rule=g.rule, target=g.target),
+        calibrate_claimed(readings[0], readings[1], rule=g.rule, target=g.target, override=g.override),
         generator=generator_id(cfg.rag.generator),
         adapter=adapter_id,
         dev=dev_id,
@@ -100,4 +102,4 @@ def calibrate_gate(
             f"{cal.known_declined}/{cal.n_known}, never-learned {cal.unseen_declined}/{cal.n_unseen}"
         )
     cal.save(adapter)
-    return GateReading(threshold_in_use(cal, g), cal)
+    return GateReading(threshold_in_use(cal, g), cal, override_in_use(cal, g))

@@ -34,7 +34,7 @@ from lorarag.study.provenance import reads_index, row_parts
 from lorarag.trained.adapters import check_base, find_rag_sft, rag_sft_config, trained_adapter
 from lorarag.trained.components import build_parts
 from lorarag.trained.config import RunConfig, SystemConfig
-from lorarag.trained.load import gate_threshold, open_retriever
+from lorarag.trained.load import gate_thresholds, open_retriever
 
 
 def _components(cfg: EvalConfig) -> tuple[RunConfig, SystemConfig, Path | None, Path | None]:
@@ -86,9 +86,9 @@ def build_eval_system(cfg: EvalConfig, scenarios: Sequence[Scenario] | None = No
     retriever = open_retriever(run_cfg, f"lorarag run {cfg.components}")
     if scenarios is not None:
         validate_against_kb(scenarios, {c.chunk_id for c in retriever.chunks})
-    threshold = gate_threshold(run_cfg, adapter, f"lorarag calibrate {cfg.components}", saved_required=False)
+    threshold, override = gate_thresholds(run_cfg, adapter, f"lorarag calibrate {cfg.components}", saved_required=False)
     parts = build_parts(run_cfg, retriever, adapter, kb, rag_sft)
-    return build_system(sc, replace(parts, gate_threshold=threshold))
+    return build_system(sc, replace(parts, gate_threshold=threshold, override_threshold=override))
 
 
 def eval_stamp(cfg: EvalConfig, scenarios: Sequence[Scenario]) -> dict:
@@ -96,8 +96,10 @@ def eval_stamp(cfg: EvalConfig, scenarios: Sequence[Scenario]) -> dict:
     and retrieval settings, adapter, gate, fallback, the full item list; `--limit` only takes a
     prefix), the scenario file's content and the closed-book run."""
     run_cfg, sc, adapter, rag_sft = _components(cfg)
-    threshold = gate_threshold(run_cfg, adapter, f"lorarag calibrate {cfg.components}", saved_required=False)
-    stamp = system_stamp(run_cfg, sc, list(scenarios), rag_sft if sc.kind == "rag_sft" else adapter, threshold, rag_sft)
+    threshold, override = gate_thresholds(run_cfg, adapter, f"lorarag calibrate {cfg.components}", saved_required=False)
+    stamp = system_stamp(
+        run_cfg, sc, list(scenarios), rag_sft if sc.kind == "rag_sft" else adapter, threshold, rag_sft, override=override
+    )
     stamp["scenarios_sha256"] = hash_paths([cfg.scenarios]).get(str(Path(cfg.scenarios)))
     stamp["closed_book_run"] = cfg.closed_book_run
     return stamp

@@ -37,6 +37,8 @@ def system_stamp(
     adapter: Path | None,
     gate: float | None,
     rag_sft: Path | None = None,
+    *,
+    override: float | None = None,
 ) -> dict:
     """What a system's results depend on: a results folder with another stamp is redone. The
     adapter (the system's own: the RAG-SFT adapter for `rag_sft`) is named by its content
@@ -57,6 +59,8 @@ def system_stamp(
         stamp["rag_sft"] = adapter_sha256(rag_sft) if rag_sft is not None else None
     if sc.kind in ("lora_rag", "memory_or_context", "date_rule"):  # they route on the gate's threshold
         stamp["gate"] = gate
+        if override is not None and sc.kind == "lora_rag":  # rule 5 routes on it (absent: stamps as before it)
+            stamp["override"] = override
     if sc.kind == "date_rule":  # sources are read or dropped by their year against it
         stamp["snapshot"] = cfg.data.snapshot
     if sc.kind in ("lora_rag", "prompted_detection"):  # prompted detection runs without a gate
@@ -116,7 +120,13 @@ def evaluate(
     for sc in ordered:
         folder = child(paths.eval, sc.name, "system name")  # never outside the run's eval/
         stamp = system_stamp(
-            cfg, sc, test, parts.rag_sft if sc.kind == "rag_sft" else adapter, parts.gate_threshold, parts.rag_sft
+            cfg,
+            sc,
+            test,
+            parts.rag_sft if sc.kind == "rag_sft" else adapter,
+            parts.gate_threshold,
+            parts.rag_sft,
+            override=parts.override_threshold,
         )
         model = sc.adapter if sc.kind == "closed_book" else (lora if sc.kind == "lora_rag" else None)
         source = replay_source(sc, out, ordered)

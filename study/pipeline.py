@@ -185,7 +185,9 @@ def run(
             f"{cal.unseen_rejected:.0%} of never-learned (AUROC {cal.auroc:.3f})"
             + ("" if gate.threshold is not None else "; the gate stays OFF")
         )
-    parts = replace(parts, gate_threshold=gate.threshold)
+    if gate.override is not None:
+        echo(f"          override threshold {gate.override:.4f}: a memory this sure wins over sources that differ")
+    parts = replace(parts, gate_threshold=gate.threshold, override_threshold=gate.override)
     p.step("evaluate", f"{len(cfg.systems)} systems x {len(test)} items")
     note_reads(paths.root, ledger.record(paths.root))  # this read, counted in the headline
     runs = evaluate(cfg, parts, test, paths, adapter)

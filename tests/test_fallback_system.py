@@ -13,7 +13,7 @@ import pytest
 
 from lorarag.fallback.config import FallbackConfig, GateConfig, PolicyConfig
 from lorarag.fallback.format import VERDICTS
-from lorarag.fallback.policy import READ_NOTE, READ_NOTE_ROUTED
+from lorarag.fallback.policy import CONFIDENT_NOTE, OVERRIDE_NOTE, READ_NOTE, READ_NOTE_ROUTED
 from lorarag.fallback.system import AdvancedRAGSystem, Detector, conversation
 from lorarag.fallback.verdict import label_first_tokens, label_probs
 from lorarag.rag.config import GeneratorConfig
@@ -549,3 +549,32 @@ def test_read_support_abstains_where_the_reading_is_not_in_the_sources():
         ["q-declined"], [((_src("cand", "c0"),), (_src("read passage q-declined S1"),))]
     )
     assert (k.text, k.abstained, k.trace.route) == ("read read passage q-declined S1 [S1]", False, "context")
+
+
+def test_a_confident_memory_overrides_sources_that_say_otherwise():
+    """Policy rule 5: a `supported` verdict routes to the sources, unless the memory's doubt is at or
+    below the override threshold and its answer differs from the sources'; a memory the gate keeps
+    but is not confident of, or one the sources agree with, leaves the route to the verdict."""
+    supported = ["source", ":", " 9", " |", " verdict", ":", " supported", " |", " answer", ":", " 9"]
+    closed = {
+        "q-sure": ("7", (-0.01, -0.01)),  # doubt 0.01 <= 0.05: confident
+        "q-kept": ("7", (-0.2, -0.2)),  # doubt 0.2: kept by the gate (<= 0.5), not confident
+        "q-same": ("9", (-0.01,)),  # confident, and the sources say the same
+    }
+    replies = {(q, f"memory: {closed[q][0]} |"): _reply([" "] + supported, 0.5, "supported", 0.9) for q in closed}
+    cfg = FallbackConfig(gate=GateConfig(), policy=PolicyConfig(no_memory="verdict"))
+    det = Detector(CBGate(closed, replies), FIRST, cfg, gate_threshold=0.5, override_threshold=0.05)
+    sure, kept, same = AdvancedRAGSystem(None, det, cfg).answer_with_context(list(closed), [((), (_src("9"),))] * 3)
+    assert (sure.trace.route, sure.text) == ("fallback", "7")
+    assert OVERRIDE_NOTE in sure.trace.notes and CONFIDENT_NOTE in sure.trace.notes
+    assert (kept.trace.route, kept.text) == ("context", "9") and CONFIDENT_NOTE not in kept.trace.notes
+    assert (same.trace.route, same.text) == ("context", "9") and OVERRIDE_NOTE not in same.trace.notes
+    # policy.override false: the confidence is recorded (a replay may use it), the verdict routes
+    off = FallbackConfig(gate=GateConfig(), policy=PolicyConfig(no_memory="verdict", override=False))
+    det = Detector(CBGate(closed, replies), FIRST, off, gate_threshold=0.5, override_threshold=0.05)
+    (a,) = AdvancedRAGSystem(None, det, off).answer_with_context(["q-sure"], [((), (_src("9"),))])
+    assert (a.trace.route, a.text) == ("context", "9") and CONFIDENT_NOTE in a.trace.notes
+    # no gate in use: no override either
+    det = Detector(CBGate(closed, replies), FIRST, cfg, gate_threshold=None, override_threshold=0.05)
+    (a,) = AdvancedRAGSystem(None, det, cfg).answer_with_context(["q-sure"], [((), (_src("9"),))])
+    assert a.trace.route == "context"

@@ -123,7 +123,7 @@ def test_saved_gate_is_reused_only_for_the_generator_that_read_it():
 
     bf16 = GeneratorConfig(kind="transformers", model="m", dtype="bfloat16")
     g = GateConfig(rule="youden")
-    cal = replace(calibrate([0.02, 0.05], [0.9, 1.4]), generator=generator_id(bf16))
+    cal = replace(calibrate([0.02, 0.05], [0.9, 1.4], override=g.override), generator=generator_id(bf16))
     assert reusable_gate(cal, g, bf16, 2, 2)
     assert not reusable_gate(cal, g, bf16.model_copy(update={"dtype": "float32"}), 2, 2)
     assert not reusable_gate(cal, g, bf16.model_copy(update={"fp32_lm_head": False}), 2, 2)
@@ -143,7 +143,7 @@ def test_gate_mismatch_names_what_the_saved_calibration_was_made_with():
     from lorarag.rag.config import GeneratorConfig
 
     gen = GeneratorConfig(kind="transformers", model="m", dtype="bfloat16")
-    cal = replace(calibrate([0.02, 0.05], [0.9, 1.4], rule="youden"), generator=generator_id(gen))
+    cal = replace(calibrate([0.02, 0.05], [0.9, 1.4], rule="youden", override=0.3), generator=generator_id(gen))
     g = GateConfig(rule="youden")
     assert gate_mismatch(cal, g, gen) == []
     logistic = g.model_copy(update={"rule": "logistic"})
@@ -183,7 +183,7 @@ def test_logistic_rule_does_not_move_with_the_dev_split_proportions():
     known, unseen = [0.01, 0.02, 0.04], [0.25, 0.5, 1.0]
     assert logistic_threshold(known, unseen * 4) == pytest.approx(0.1, rel=1e-3)
     assert logistic_threshold(known * 5, unseen) == pytest.approx(0.1, rel=1e-3)
-    cal = calibrate(known, unseen * 4, rule="logistic")
+    cal = calibrate(known, unseen * 4, rule="logistic", override=0.3)
     assert cal.fit == FIT == "balanced"
     # a gate.json written before the weighting was recorded is calibrated afresh, not reused
     gen = GeneratorConfig(kind="transformers", model="m")
@@ -204,3 +204,50 @@ def test_the_base_model_reads_where_a_valid_reply_has_no_memory_and_the_rule_say
     assert [reads_sources(v, k, route, routed) for v, k, route in cases] == [True, False, False, False]
     assert [reads_sources(v, k, route, read) for v, k, route in cases] == [True, True, False, False]
     assert not any(reads_sources(v, k, route, verdict) for v, k, route in cases)
+
+
+def test_answers_disagree_only_where_neither_holds_the_other():
+    from lorarag.fallback.policy import disagrees, overrides
+
+    assert not disagrees("Durban", "durban.")  # case and punctuation
+    assert not disagrees("1983", "In 1983") and not disagrees("The Acme Co", "acme co")  # one inside the other
+    assert disagrees("Genoa", "Durban") and disagrees("上海", "北京")
+    assert not disagrees("北京", "北京市")  # CJK characters as words
+    assert not disagrees("unknown", "Durban") and not disagrees("", "Durban")  # nothing to disagree with
+    assert disagrees("19", "1983")  # whole words: "19" is not a word of "1983"
+    assert overrides("context", True, "Genoa", "Durban")
+    assert not overrides("abstain", True, "Genoa", "Durban") and not overrides("context", False, "Genoa", "Durban")
+
+
+def test_override_threshold_is_the_logistic_fit_at_its_probability_and_never_above_the_gate():
+    import math
+
+    import numpy as np
+    from sklearn.linear_model import LogisticRegression
+
+    known, unseen = [0.01, 0.02, 0.05, 0.3], [0.1, 0.4, 0.9, 1.4]
+    cal = calibrate(known, unseen, rule="logistic", override=0.3)
+    # by hand: the balanced L2 logistic fit of never-learned on log(doubt), solved for P = 0.3
+    x = np.log(np.asarray(known + unseen))[:, None]
+    m = LogisticRegression(C=1.0, class_weight="balanced").fit(x, np.r_[np.zeros(4), np.ones(4)])
+    want = math.exp((math.log(0.3 / 0.7) - m.intercept_[0]) / m.coef_[0, 0])
+    assert cal.override == 0.3 and cal.override_threshold == pytest.approx(want) and want < cal.threshold
+    assert calibrate(known, unseen, rule="logistic", override=0.5).override_threshold == pytest.approx(cal.threshold)
+    # youden keeps the strictest of the two: the override is never above the gate's own threshold
+    y = calibrate(known, unseen, rule="youden", override=0.9)
+    assert y.override_threshold <= y.threshold
+    assert calibrate(known, unseen).override_threshold is None  # no override asked for
+
+
+def test_a_gate_fitted_without_the_override_is_refitted():
+    from lorarag.fallback.config import GateConfig
+    from lorarag.fallback.gate import gate_mismatch, override_in_use
+    from lorarag.rag.config import GeneratorConfig
+
+    gen = GeneratorConfig(kind="transformers", model="m")
+    old = calibrate([0.02, 0.05], [0.9, 1.4], rule="logistic")  # a gate.json from before the override
+    assert any(m.startswith("override") for m in gate_mismatch(old, GateConfig(), gen))
+    new = calibrate([0.02, 0.05], [0.9, 1.4], rule="logistic", override=0.3)
+    assert override_in_use(new, GateConfig()) == new.override_threshold
+    assert override_in_use(new, GateConfig(override=None)) is None
+    assert override_in_use(new, GateConfig(enabled=False)) is None

@@ -295,3 +295,20 @@ def test_read_support_turns_an_unsupported_reading_into_an_abstention_in_a_repla
     assert [x.answer for x in reroute(items, PolicyConfig(), "v", invented)] == [
         "In 1887." if x.qid == "empty-no-memory" else x.answer for x in items
     ]
+
+
+def test_a_replay_keeps_the_override_of_a_confident_memory_unless_the_variant_turns_it_off():
+    """Rule 5 in a replay: the record's CONFIDENT_NOTE says the gate was sure of the memory; a variant
+    whose route is `context` takes the memory where it differs from the sources, `override: false`
+    leaves the sources' answer."""
+    from lorarag.fallback.policy import CONFIDENT_NOTE, OVERRIDE_NOTE
+
+    sure = _lora("sure", "supported", 0.1, "50 km/h", "90 km/h", "fallback", notes=(CONFIDENT_NOTE, OVERRIDE_NOTE))
+    agree = _lora("agree", "supported", 0.1, "50 km/h", "50 km/h", "context", notes=(CONFIDENT_NOTE,))
+    unsure = _lora("unsure", "supported", 0.1, "50 km/h", "90 km/h", "context")
+    on = reroute([sure, agree, unsure], VERDICT, "v")
+    assert [(r.route, r.answer) for r in on] == [("fallback", "50 km/h"), ("context", "50 km/h"), ("context", "90 km/h")]
+    assert OVERRIDE_NOTE in on[0].notes and OVERRIDE_NOTE not in on[1].notes
+    off = reroute([sure, agree, unsure], VERDICT.model_copy(update={"override": False}), "v")
+    assert [(r.route, r.answer) for r in off] == [("context", "90 km/h"), ("context", "50 km/h"), ("context", "90 km/h")]
+    assert all(OVERRIDE_NOTE not in r.notes for r in off)

@@ -34,6 +34,7 @@ class Parts:
     rag: RAGSystem
     contexts: ScenarioContexts
     gate_threshold: float | None = None  # None: the gate is off (or not yet calibrated)
+    override_threshold: float | None = None  # a kept memory at or below it overrides sources that disagree
     rag_sft: Path | None = None  # the RAG-SFT adapter's folder, declared to the generator as RAG_SFT
     snapshot: int | None = None  # data.snapshot: the year the LoRA's knowledge is current to (date_rule)
 

@@ -27,7 +27,15 @@ from pathlib import Path
 from lorarag.core import numerics
 from lorarag.core.config import load_config
 from lorarag.core.errors import ConfigError
-from lorarag.fallback.gate import GATE_FILE, adapter_sha256, fixed_threshold, gate_mismatch, load_gate, threshold_in_use
+from lorarag.fallback.gate import (
+    GATE_FILE,
+    adapter_sha256,
+    fixed_threshold,
+    gate_mismatch,
+    load_gate,
+    override_in_use,
+    threshold_in_use,
+)
 from lorarag.fallback.system import AdvancedRAGSystem, Detector
 from lorarag.rag.index.store import IndexMismatch
 from lorarag.rag.retrieve import Retriever, load_retriever
@@ -50,27 +58,31 @@ class TrainedRun:
     config: RunConfig
     adapter: Path
     gate_threshold: float | None  # None: the gate is off (disabled, or no information on dev)
+    override_threshold: float | None = None  # a kept memory at or below it overrides sources that disagree
 
 
-def gate_threshold(cfg: RunConfig, adapter: Path | None, rerun: str, *, saved_required: bool = True) -> float | None:
-    """The gate threshold the run's systems use: the fixed `gate.threshold`; None when the gate is
-    off; else the dev calibration saved beside the adapter (gate.json), refused when it was fitted
-    by another rule or generator or for another adapter's content. Without gate.json: a ConfigError
-    when `saved_required`, else None (the gate stays off). `rerun`: the command that refits it."""
+def gate_thresholds(
+    cfg: RunConfig, adapter: Path | None, rerun: str, *, saved_required: bool = True
+) -> tuple[float | None, float | None]:
+    """(gate threshold, override threshold) the run's systems use: the fixed `gate.threshold` (no
+    override: nothing was fitted); (None, None) when the gate is off; else the dev calibration saved
+    beside the adapter (gate.json), refused when it was fitted by another rule, override or
+    generator or for another adapter's content. Without gate.json: a ConfigError when
+    `saved_required`, else (None, None) (the gate stays off). `rerun`: the command that refits it."""
     gate = cfg.fallback.gate
     if gate.threshold is not None:
-        return fixed_threshold(gate)
+        return fixed_threshold(gate), None
     if not gate.enabled:
-        return None
+        return None, None
     if adapter is None or not (adapter / GATE_FILE).is_file():
         if saved_required:
             raise ConfigError(f"{(adapter or Path('.')) / GATE_FILE}: no gate calibration: run `{rerun}` first")
-        return None
+        return None, None
     cal = load_gate(adapter)
     stale = gate_mismatch(cal, gate, cfg.rag.generator, adapter_sha256(adapter))
     if stale:
         raise ConfigError(f"{adapter / GATE_FILE}: calibrated with {'; '.join(stale)}: run `{rerun}` first")
-    return threshold_in_use(cal, gate)
+    return threshold_in_use(cal, gate), override_in_use(cal, gate)
 
 
 def open_retriever(cfg: RunConfig, rerun: str) -> Retriever:
@@ -96,7 +108,7 @@ def read_run(run_dir: str | Path) -> TrainedRun:
         )
     check_adapter(adapter)  # before any model loads: a truncated file would fail deep inside peft
     check_base(cfg.train, adapter, cfg.rag.generator.model)  # a base swapped at the same path: refused
-    return TrainedRun(run_dir, cfg, adapter, gate_threshold(cfg, adapter, "lorarag calibrate"))
+    return TrainedRun(run_dir, cfg, adapter, *gate_thresholds(cfg, adapter, "lorarag calibrate"))
 
 
 def load_run(run_dir: str | Path) -> AdvancedRAGSystem:
@@ -118,5 +130,7 @@ def load_run(run_dir: str | Path) -> AdvancedRAGSystem:
         numerics.apply(cfg.numerics)
     retriever = open_retriever(cfg, "lorarag run")
     parts = build_parts(cfg, retriever, run.adapter, list(retriever.index.chunks))
-    detector = Detector(parts.generator, parts.first_tokens, cfg.fallback, run.gate_threshold)
+    detector = Detector(
+        parts.generator, parts.first_tokens, cfg.fallback, run.gate_threshold, override_threshold=run.override_threshold
+    )
     return AdvancedRAGSystem(parts.rag, detector, cfg.fallback)
