@@ -7,9 +7,11 @@
   fact learns or holds out an organisation's facts together and the CIs resample organisations);
   each organisation's question about an attribute stated nowhere, `unanswerable`;
 - `older.jsonl`: every older value of each fact with a history (two: three and one year before the
-  profile's), the archive year as its date and the archive's sentence as its text (outdated
-  contexts: the test shows one, training the other; and the older answer a stale fact is taught
-  with `data.update_fraction`).
+  profile's), the archive year as its date and the profile's own sentence stating the older value
+  as its text (outdated contexts: the test shows one, training the other; and the older answer a
+  stale fact is taught with `data.update_fraction`). The same template as the current passage, so
+  the form of a passage does not tell an outdated one; a dated run shows the year as the source's
+  date.
 
 The study then reads the world through the same loaders, splits, scenario and row builders as any
 corpus (study/kb.py): the world is one more knowledge base, not a second study path.
@@ -78,9 +80,10 @@ def question_rows(world: World, wordings: int) -> list[dict]:
 
 
 def older_rows(world: World) -> list[dict]:
-    """Every older value of every fact, dated by its archive year, in the archive's own sentence."""
+    """Every older value of every fact, dated by its archive year, in the profile's sentence (the
+    current passage's template: only the value and the date differ)."""
     return [
-        {"id": f.fact_id, "answer": value, "date": year, "text": f.archive_statement(value, year)}
+        {"id": f.fact_id, "answer": value, "date": year, "text": f.statement(value)}
         for f in world.facts
         for value, year in f.history
     ]
