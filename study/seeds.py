@@ -149,19 +149,26 @@ def seeds_markdown(seeds: Sequence[int | str], rows: Sequence[SeedRow], gates: M
         )
     lines += [
         "",
-        "| seed | gate threshold | dev known kept | dev never-learned rejected | dev AUROC |",
-        "|---|---|---|---|---|",
+        "| seed | gate threshold | override threshold | dev known kept | dev never-learned rejected | dev AUROC |",
+        "|---|---|---|---|---|---|",
     ]
     for s in seeds:
         g = gates.get(s)
+        over = g.get("override_threshold") if g else None
         lines.append(
             f"| {s} | "
             + (
                 " | ".join(
-                    [f"{g['threshold']:.4f}", f"{g['known_kept']:.2f}", f"{g['unseen_rejected']:.2f}", f"{g['auroc']:.3f}"]
+                    [
+                        f"{g['threshold']:.4f}",
+                        "–" if over is None else f"{over:.4f}",
+                        f"{g['known_kept']:.2f}",
+                        f"{g['unseen_rejected']:.2f}",
+                        f"{g['auroc']:.3f}",
+                    ]
                 )
                 if g
-                else "– | – | – | –"
+                else "– | – | – | – | –"
             )
             + " |"
         )

@@ -130,6 +130,7 @@ def test_a_squad_shaped_kb_asks_its_unanswerable_questions_and_read_support_abst
 
     cfg = kb_recipe(tmp_path, write_squad(tmp_path / "data", lang="en", tokens=40), tiny_models["lm"])
     assert "unanswerable" in cfg.eval.scenarios  # the shipped recipe asks them
+    assert cfg.fallback.policy.read_support == 1.0  # and its LoRA-RAG keeps only readings the sources hold
     prepare_rows(cfg, echo=lambda _: None)
     test = load_scenarios(Path(cfg.runs_dir) / cfg.name / "scenarios/test.jsonl")
     un = [s for s in test if s.scenario == "unanswerable"]
