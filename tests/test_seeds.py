@@ -99,7 +99,7 @@ def test_markdown_marks_misses_and_counts_seeds_meeting_every_target():
     assert "| acc | 1.00 | 0.56 ✗ | 0.78 ± 0.31 | [0.00, 1.00] | 0.56–1.00 | 1/2 |" in md
     assert "| ofb | 0.04 | 0.04 | 0.04 ± 0.00 | [0.04, 0.04] | 0.04–0.04 | 2/2 |" in md
     assert "All targets met at once: 1 of 2 seeds (42)." in md
-    assert "| 42 | 0.0596 | 0.88 | 0.97 | 0.933 |" in md and "| 43 | – | – | – | – |" in md
+    assert "| 42 | 0.0596 | – | 0.88 | 0.97 | 0.933 |" in md and "| 43 | – | – | – | – | – |" in md  # no override fitted
 
 
 def test_bad_seed_lists_are_one_line_errors():
