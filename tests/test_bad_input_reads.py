@@ -177,8 +177,11 @@ def test_ctrl_c_while_the_trainer_child_starts_leaves_no_traceback(tmp_path):
     """The terminal sends Ctrl-C to the whole process group: the training child (here one still
     starting, as when it imports torch) must leave it to `lorarag`, which stops it and says so."""
     child = "import time; print('child ready', flush=True); time.sleep(60)"
+    # the parent takes Ctrl-C as a terminal's `lorarag` does, also when this suite runs as a background job
+    # (which starts its children with SIGINT ignored)
     parent = (
-        "import os, sys\nfrom lorarag.train.swift import run_child\ntry:\n"
+        "import os, signal, sys\nsignal.signal(signal.SIGINT, signal.default_int_handler)\n"
+        "from lorarag.train.swift import run_child\ntry:\n"
         f"    run_child([sys.executable, '-c', {child!r}], dict(os.environ))\n"
         "except KeyboardInterrupt:\n    print('parent interrupted', flush=True)\n    sys.exit(130)\n"
     )

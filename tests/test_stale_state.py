@@ -141,7 +141,18 @@ def test_gate_calibration_is_kept_only_for_its_adapter_and_dev_questions(tmp_pat
     g, gen = cfg.fallback.gate, cfg.rag.generator
     dev = dev_sha256(["k1", "k2"], ["u1", "u2"])
     cal = GateCalibration(
-        1.5, g.rule, 2, 2, 1.0, 1.0, 0.9, generator=generator_id(gen), adapter=adapter_sha256(ad), dev=dev, fit=FIT
+        1.5,
+        g.rule,
+        2,
+        2,
+        1.0,
+        1.0,
+        0.9,
+        generator=generator_id(gen),
+        adapter=adapter_sha256(ad),
+        dev=dev,
+        fit=FIT,
+        override=g.override,
     )
     assert reusable_gate(cal, g, gen, 2, 2, adapter=adapter_sha256(ad), dev=dev)
     # same sizes, another dev question: read again
@@ -170,6 +181,7 @@ def test_calibrate_gate_reuses_a_matching_gate_json_without_reading_dev(tmp_path
         adapter=adapter_sha256(ad),
         dev=dev_sha256([], []),
         fit=FIT,
+        override=cfg.fallback.gate.override,
     )
     cal.save(ad)
     said: list[str] = []
