@@ -36,11 +36,10 @@ from lorarag.fallback.policy import (
     OVERRIDE_NOTE,
     READ_NOTES,
     UNSUPPORTED_NOTE,
-    decide_route,
     final_answer,
-    overrides,
     read_note,
     reads_sources,
+    route_with_override,
     supported,
 )
 
@@ -59,12 +58,16 @@ def reroute(
         was_read = any(n in READ_NOTES for n in r.notes) and UNSUPPORTED_NOTE not in r.notes
         notes = tuple(n for n in r.notes if n not in (*READ_NOTES, UNSUPPORTED_NOTE, OVERRIDE_NOTE))
         doubt = r.flag_score if r.flag_score is not None else float("nan")
-        route = decide_route(r.verdict, doubt, r.memory_answer is not None, policy)
         # rule 5 as the record's gate decided it: a confident memory overrides sources that disagree
-        over = policy.override and overrides(
-            route, CONFIDENT_NOTE in r.notes, r.memory_answer or "", r.context_answer_model or ""
+        route, over = route_with_override(
+            r.verdict,
+            doubt,
+            r.memory_answer is not None,
+            CONFIDENT_NOTE in r.notes,
+            r.memory_answer or "",
+            r.context_answer_model or "",
+            policy,
         )
-        route = "fallback" if over else route
         if reads_sources(r.verdict != "invalid", r.memory_answer is not None, route, policy):
             tag = (read_note(policy), f"route replayed from {r.system}: read")
             if was_read:

@@ -272,7 +272,7 @@ def threshold_in_use(cal: GateCalibration, g: GateConfig) -> float | None:
     no information on dev (AUROC under `gate.min_auroc`: it would only discard real memories)."""
     if not g.enabled:
         return None
-    if not cal.auroc >= g.min_auroc:
+    if not _informative(cal, g):
         log.warning(
             "gate OFF: %s separates known from never-learned dev items with AUROC %.3f < %s",
             cal.signal,
@@ -283,10 +283,15 @@ def threshold_in_use(cal: GateCalibration, g: GateConfig) -> float | None:
     return cal.threshold
 
 
+def _informative(cal: GateCalibration, g: GateConfig) -> bool:
+    """The dev calibration separates known from never-learned readings well enough to use."""
+    return cal.auroc >= g.min_auroc
+
+
 def override_in_use(cal: GateCalibration, g: GateConfig) -> float | None:
     """The override threshold the system uses from a dev calibration: None where the gate is not in
-    use (threshold_in_use) or `gate.override` is off."""
-    if g.override is None or threshold_in_use(cal, g) is None:
+    use (off, or no information on dev: threshold_in_use warns of that) or `gate.override` is off."""
+    if g.override is None or not g.enabled or not _informative(cal, g):
         return None
     return cal.override_threshold
 

@@ -97,6 +97,15 @@ def overrides(route: str, confident: bool, memory: str, source: str) -> bool:
     return route == "context" and confident and disagrees(memory, source)
 
 
+def route_with_override(
+    verdict: str, flag_score: float, memory_known: bool, confident: bool, memory: str, source: str, cfg: PolicyConfig
+) -> tuple[str, bool]:
+    """(route, overridden): rules 1-4 (`decide_route`), then rule 5 where `cfg.override` is on."""
+    route = decide_route(verdict, flag_score, memory_known, cfg)
+    over = cfg.override and overrides(route, confident, memory, source)
+    return ("fallback" if over else route), over
+
+
 def supported(question: str, answer: str, passages: Sequence[str], share: float | None) -> bool:
     """True where `answer` (the base model's reading) may stand: `share` is None, or at least that
     share of the answer's own words (case-folded words and CJK characters, less the question's and

@@ -34,11 +34,10 @@ from lorarag.fallback.policy import (
     CONFIDENT_NOTE,
     OVERRIDE_NOTE,
     UNSUPPORTED_NOTE,
-    decide_route,
     final_answer,
-    overrides,
     read_note,
     reads_sources,
+    route_with_override,
     supported,
 )
 from lorarag.fallback.verdict import (
@@ -190,11 +189,11 @@ def _answer(question: str, ctx: Context, j: Judgement, cfg: FallbackConfig, seco
     """Apply the policy to one judgement and record every decision in the Trace."""
     v = j.verdict
     memory_known = v.valid and not is_unknown(v.memory)
-    route = decide_route(v.label, v.flag_score, memory_known, cfg.policy)
     source_value = v.source if not is_unknown(v.source) else v.answer
     confident = memory_known and j.confident
-    overridden = cfg.policy.override and overrides(route, confident, v.memory, source_value)
-    route = "fallback" if overridden else route
+    route, overridden = route_with_override(
+        v.label, v.flag_score, memory_known, confident, v.memory, source_value, cfg.policy
+    )
     text = final_answer(route, v.memory, source_value, v.answer, cfg.policy)
     notes = [f"p_unknown={v.p_unknown:.4f}" if v.p_unknown is not None else "p_unknown=none"]
     if j.doubt is not None:
