@@ -113,8 +113,9 @@ class GateConfig(Strict):
     min_auroc: float = Field(
         0.6,
         description=(
-            "A gate whose dev AUROC is below this carries no self-knowledge: it would only throw away real memories, "
-            "so it stays off."
+            "A gate whose dev AUROC is below this, even at the upper 95 % bound its dev readings allow (fallback/gate.py "
+            "`auroc_upper`), carries no self-knowledge: it would only throw away real memories, so it stays off. A "
+            "small dev split whose estimate falls short by chance keeps the gate."
         ),
     )
 

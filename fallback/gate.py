@@ -268,24 +268,40 @@ def fixed_threshold(g: GateConfig) -> float | None:
 
 
 def threshold_in_use(cal: GateCalibration, g: GateConfig) -> float | None:
-    """The threshold the system uses from a dev calibration: None when the gate is off or carries
-    no information on dev (AUROC under `gate.min_auroc`: it would only discard real memories)."""
+    """The threshold the system uses from a dev calibration: None when the gate is off or dev shows
+    it carries no information (even the upper 95 % bound of its AUROC is under `gate.min_auroc`: it
+    would only discard real memories)."""
     if not g.enabled:
         return None
     if not _informative(cal, g):
         log.warning(
-            "gate OFF: %s separates known from never-learned dev items with AUROC %.3f < %s",
+            "gate OFF: %s separates known from never-learned dev items with AUROC %.3f (95%% upper bound %.3f < %s)",
             cal.signal,
             cal.auroc,
+            auroc_upper(cal),
             g.min_auroc,
         )
         return None
     return cal.threshold
 
 
+def auroc_upper(cal: GateCalibration) -> float:
+    """The upper 95 % bound of the dev AUROC: Hanley & McNeil's (1982) standard error over the readings
+    the AUROC was computed on (never-learned the positives; declined readings left out); NaN without both kinds.
+    A few dozen dev readings put a point estimate of 0.5 within reach of a useful gate, so the gate is
+    switched off only where the bound, not the estimate, falls short."""
+    a = cal.auroc
+    n_pos, n_neg = cal.n_unseen - cal.unseen_declined, cal.n_known - cal.known_declined
+    if math.isnan(a) or n_pos < 1 or n_neg < 1:
+        return float("nan")
+    q1, q2 = a / (2 - a), 2 * a * a / (1 + a)
+    var = (a * (1 - a) + (n_pos - 1) * (q1 - a * a) + (n_neg - 1) * (q2 - a * a)) / (n_pos * n_neg)
+    return min(1.0, a + 1.959964 * math.sqrt(max(var, 0.0)))
+
+
 def _informative(cal: GateCalibration, g: GateConfig) -> bool:
-    """The dev calibration separates known from never-learned readings well enough to use."""
-    return cal.auroc >= g.min_auroc
+    """Dev does not show the calibration unable to separate known from never-learned readings."""
+    return auroc_upper(cal) >= g.min_auroc
 
 
 def override_in_use(cal: GateCalibration, g: GateConfig) -> float | None:

@@ -75,7 +75,7 @@ def pin_numerics(cfg: EvalConfig, environ: dict[str, str] | None = None) -> dict
 def build_eval_system(cfg: EvalConfig, scenarios: Sequence[Scenario] | None = None) -> ScenarioSystem:
     """The system for `lorarag eval`: models, index and adapter of the run config in `components`.
 
-    The gate is used only if its saved dev calibration passed `gate.min_auroc`, as in the run itself.
+    The gate is used unless its saved dev calibration shows it uninformative (`gate.min_auroc`), as in the run.
     `scenarios`: checked against the index's chunk ids (RecordError listing the unknown ones).
     """
     run_cfg, sc, adapter, rag_sft = _components(cfg)

@@ -28,7 +28,7 @@ from lorarag.core.errors import UserError
 from lorarag.core.lock import hold, release
 from lorarag.core.paths import child
 from lorarag.core.runinfo import check_run_files, start_run
-from lorarag.fallback.gate import SIGNAL, GateCalibration
+from lorarag.fallback.gate import SIGNAL, GateCalibration, auroc_upper
 from lorarag.rag.retrieve import Retriever
 from lorarag.scenarios.records import Scenario
 from lorarag.study.calibration import calibrate_gate, languages_without_dev_known
@@ -182,7 +182,7 @@ def run(
         cal = gate.calibration
         echo(
             f"          threshold {cal.threshold:.4f}: keeps {cal.known_kept:.0%} of known, rejects "
-            f"{cal.unseen_rejected:.0%} of never-learned (AUROC {cal.auroc:.3f})"
+            f"{cal.unseen_rejected:.0%} of never-learned (AUROC {cal.auroc:.3f}, 95 % upper bound {auroc_upper(cal):.3f})"
             + ("" if gate.threshold is not None else "; the gate stays OFF")
         )
     if gate.override is not None:

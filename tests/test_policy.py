@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 from sklearn.metrics import roc_auc_score
@@ -251,3 +252,27 @@ def test_a_gate_fitted_without_the_override_is_refitted():
     assert override_in_use(new, GateConfig()) == new.override_threshold
     assert override_in_use(new, GateConfig(override=None)) is None
     assert override_in_use(new, GateConfig(enabled=False)) is None
+
+
+def test_the_gate_goes_off_only_where_dev_shows_it_carries_no_information():
+    """A small dev split whose AUROC falls under `gate.min_auroc` by chance keeps the gate; a large one
+    that pins the AUROC near chance switches it off. The bound is Hanley & McNeil's (1982), hand-computed."""
+    from dataclasses import replace
+
+    from lorarag.fallback.config import GateConfig
+    from lorarag.fallback.gate import GateCalibration, auroc_upper, override_in_use, threshold_in_use
+
+    small = GateCalibration(0.045, "logistic", 10, 20, 0.5, 0.65, 0.505, override=0.3, override_threshold=0.01)
+    # A = 0.505, 20 never-learned (positives), 10 known: Q1 = A/(2-A) = 0.337793, Q2 = 2A^2/(1+A) = 0.338904,
+    # SE^2 = (0.249975 + 19 (Q1 - A^2) + 9 (Q2 - A^2)) / 200 = 0.0128874, upper = 0.505 + 1.96 * 0.113522
+    assert auroc_upper(small) == pytest.approx(0.727500, abs=2e-4)
+    assert threshold_in_use(small, GateConfig()) == 0.045
+    assert override_in_use(small, GateConfig()) == 0.01
+    large = replace(small, n_known=400, n_unseen=400)  # the same estimate on 800 readings: chance, shown
+    assert auroc_upper(large) < 0.6
+    assert threshold_in_use(large, GateConfig()) is None
+    assert override_in_use(large, GateConfig()) is None
+    # declined readings are not in the AUROC: 18 of 20 never-learned declined leave 2 readings, a wide bound
+    assert auroc_upper(replace(large, n_unseen=20, unseen_declined=18)) > auroc_upper(replace(large, n_unseen=20))
+    assert math.isnan(auroc_upper(replace(small, auroc=float("nan"))))
+    assert threshold_in_use(replace(small, auroc=float("nan")), GateConfig()) is None
