@@ -115,7 +115,8 @@ class GateConfig(Strict):
         description=(
             "A gate whose dev AUROC is below this, even at the upper 95 % bound its dev readings allow (fallback/gate.py "
             "`auroc_upper`), carries no self-knowledge: it would only throw away real memories, so it stays off. A "
-            "small dev split whose estimate falls short by chance keeps the gate."
+            "small dev split whose estimate falls short by chance keeps the gate, without the override (`override` asks the "
+            "estimate itself to reach this)."
         ),
     )
 

@@ -305,9 +305,10 @@ def _informative(cal: GateCalibration, g: GateConfig) -> bool:
 
 
 def override_in_use(cal: GateCalibration, g: GateConfig) -> float | None:
-    """The override threshold the system uses from a dev calibration: None where the gate is not in
-    use (off, or no information on dev: threshold_in_use warns of that) or `gate.override` is off."""
-    if g.override is None or not g.enabled or not _informative(cal, g):
+    """The override threshold the system uses from a dev calibration: None where `gate.override` or the
+    gate is off, or the dev AUROC itself is under `gate.min_auroc`. A memory that beats its sources asks
+    more than a gate that only withholds memories: a near-flat dev fit would call most memories sure."""
+    if g.override is None or not g.enabled or not cal.auroc >= g.min_auroc:
         return None
     return cal.override_threshold
 
