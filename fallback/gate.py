@@ -299,6 +299,15 @@ def auroc_upper(cal: GateCalibration) -> float:
     return min(1.0, a + 1.959964 * math.sqrt(max(var, 0.0)))
 
 
+def gate_state(cal: GateCalibration, g: GateConfig) -> str:
+    """How a system uses this calibration, in words (the seeds report prints it beside each run's gate)."""
+    if not g.enabled:
+        return "off"
+    if not _informative(cal, g):
+        return "off: no information on dev"
+    return "on" if override_in_use(cal, g) is not None else "on, no override"
+
+
 def _informative(cal: GateCalibration, g: GateConfig) -> bool:
     """Dev does not show the calibration unable to separate known from never-learned readings."""
     return auroc_upper(cal) >= g.min_auroc

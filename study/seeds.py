@@ -42,7 +42,7 @@ from lorarag.core.runinfo import start_run
 from lorarag.eval.records import ItemResult, load_results
 from lorarag.eval.scoring import correct_fn, right_text
 from lorarag.eval.stats import nan_to_none
-from lorarag.fallback.gate import GATE_FILE
+from lorarag.fallback.gate import GATE_FILE, GateCalibration, auroc_upper, gate_state
 from lorarag.study.baseline_tables import abstention_table, comparable
 from lorarag.study.calibration import Echo
 from lorarag.study.headline import kb_targets, target_values
@@ -149,8 +149,8 @@ def seeds_markdown(seeds: Sequence[int | str], rows: Sequence[SeedRow], gates: M
         )
     lines += [
         "",
-        "| seed | gate threshold | override threshold | dev known kept | dev never-learned rejected | dev AUROC |",
-        "|---|---|---|---|---|---|",
+        "| seed | gate | gate threshold | override threshold | dev known kept | dev never-learned rejected | dev AUROC |",
+        "|---|---|---|---|---|---|---|",
     ]
     for s in seeds:
         g = gates.get(s)
@@ -160,15 +160,16 @@ def seeds_markdown(seeds: Sequence[int | str], rows: Sequence[SeedRow], gates: M
             + (
                 " | ".join(
                     [
+                        g.get("in_use", "–"),
                         f"{g['threshold']:.4f}",
                         "–" if over is None else f"{over:.4f}",
                         f"{g['known_kept']:.2f}",
                         f"{g['unseen_rejected']:.2f}",
-                        f"{g['auroc']:.3f}",
+                        f"{g['auroc']:.3f}" + (f" (upper {g['auroc_upper']:.3f})" if "auroc_upper" in g else ""),
                     ]
                 )
                 if g
-                else "– | – | – | – | –"
+                else "– | – | – | – | – | –"
             )
             + " |"
         )
@@ -309,6 +310,9 @@ def run_seeds(
         adapter = trained_adapter(c)
         gate = adapter / GATE_FILE if adapter is not None else None
         gates[s] = json.loads(gate.read_text(encoding="utf-8")) if gate is not None and gate.is_file() else None
+        if gates[s] is not None:  # as the run used it: a gate.json holds the dev reading, not the decision
+            cal = GateCalibration(**gates[s])
+            gates[s] |= {"in_use": gate_state(cal, c.fallback.gate), "auroc_upper": auroc_upper(cal)}
         cpus[s] = run_cpu(paths.root)
     rows = seed_rows(per_seed)
     echo(f"          pooling {len(cfgs)} runs: {cfg.eval.bootstrap} resamples of runs and facts")

@@ -99,7 +99,12 @@ def test_markdown_marks_misses_and_counts_seeds_meeting_every_target():
     assert "| acc | 1.00 | 0.56 ✗ | 0.78 ± 0.31 | [0.00, 1.00] | 0.56–1.00 | 1/2 |" in md
     assert "| ofb | 0.04 | 0.04 | 0.04 ± 0.00 | [0.04, 0.04] | 0.04–0.04 | 2/2 |" in md
     assert "All targets met at once: 1 of 2 seeds (42)." in md
-    assert "| 42 | 0.0596 | – | 0.88 | 0.97 | 0.933 |" in md and "| 43 | – | – | – | – | – |" in md  # no override fitted
+    assert "| 42 | – | 0.0596 | – | 0.88 | 0.97 | 0.933 |" in md and "| 43 | – | – | – | – | – | – |" in md  # no override
+    # as a seeds run records it: whether the run used the gate, and the AUROC's upper bound beside the estimate
+    used = {**gate, "in_use": "on, no override", "auroc_upper": 0.7275}
+    assert "| 42 | on, no override | 0.0596 | – | 0.88 | 0.97 | 0.933 (upper 0.728) |" in seeds_markdown(
+        [42], rows[:1], {42: used}
+    )
 
 
 def test_bad_seed_lists_are_one_line_errors():
