@@ -260,7 +260,7 @@ def test_the_gate_goes_off_only_where_dev_shows_it_carries_no_information():
     from dataclasses import replace
 
     from lorarag.fallback.config import GateConfig
-    from lorarag.fallback.gate import GateCalibration, auroc_upper, override_in_use, threshold_in_use
+    from lorarag.fallback.gate import GateCalibration, auroc_upper, gate_state, override_in_use, threshold_in_use
 
     small = GateCalibration(0.045, "logistic", 10, 20, 0.5, 0.65, 0.505, override=0.3, override_threshold=0.01)
     # A = 0.505, 20 never-learned (positives), 10 known: Q1 = A/(2-A) = 0.337793, Q2 = 2A^2/(1+A) = 0.338904,
@@ -278,3 +278,8 @@ def test_the_gate_goes_off_only_where_dev_shows_it_carries_no_information():
     assert auroc_upper(replace(large, n_unseen=20, unseen_declined=18)) > auroc_upper(replace(large, n_unseen=20))
     assert math.isnan(auroc_upper(replace(small, auroc=float("nan"))))
     assert threshold_in_use(replace(small, auroc=float("nan")), GateConfig()) is None
+    # the seeds report's words for each case
+    assert gate_state(small, GateConfig()) == "on, no override"
+    assert gate_state(replace(small, auroc=0.6), GateConfig()) == "on"
+    assert gate_state(large, GateConfig()) == "off: no information on dev"
+    assert gate_state(small, GateConfig(enabled=False)) == "off"
