@@ -72,13 +72,16 @@ def register(app: typer.Typer) -> None:
     def calibrate_cmd(config: Path = typer.Argument(..., help="configs/run/*.yaml")) -> None:
         """Tune the self-knowledge gate on the dev split and save gate.json next to the adapter."""
         from lorarag.core.config import load_config
+        from lorarag.fallback.gate import auroc_upper, gate_state
         from lorarag.study.pipeline import calibrate_only
         from lorarag.trained.config import RunConfig
 
-        cal = calibrate_only(load_config(config, RunConfig), echo=typer.echo)
+        cfg = load_config(config, RunConfig)
+        cal = calibrate_only(cfg, echo=typer.echo)
         typer.echo(
             f"threshold {cal.threshold:.4f} ({cal.rule}): keeps {cal.known_kept:.1%} of known facts, "
-            f"rejects {cal.unseen_rejected:.1%} of never-learned ones; AUROC {cal.auroc:.3f}"
+            f"rejects {cal.unseen_rejected:.1%} of never-learned ones; AUROC {cal.auroc:.3f} "
+            f"(95 % upper bound {auroc_upper(cal):.3f}); gate {gate_state(cal, cfg.fallback.gate)}"
         )
 
     @app.command("self-knowledge")
