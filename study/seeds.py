@@ -42,7 +42,7 @@ from lorarag.core.runinfo import start_run
 from lorarag.eval.records import ItemResult, load_results
 from lorarag.eval.scoring import correct_fn, right_text
 from lorarag.eval.stats import nan_to_none
-from lorarag.fallback.gate import GATE_FILE, GateCalibration, auroc_upper, gate_state
+from lorarag.fallback.gate import GATE_FILE, auroc_upper, gate_state, load_gate
 from lorarag.study.baseline_tables import abstention_table, comparable
 from lorarag.study.calibration import Echo
 from lorarag.study.headline import kb_targets, target_values
@@ -309,10 +309,10 @@ def run_seeds(
         per_seed.append(target_fn(pairs[-1][0], pairs[-1][1]))
         adapter = trained_adapter(c)
         gate = adapter / GATE_FILE if adapter is not None else None
-        gates[s] = json.loads(gate.read_text(encoding="utf-8")) if gate is not None and gate.is_file() else None
-        if gates[s] is not None:  # as the run used it: a gate.json holds the dev reading, not the decision
-            cal = GateCalibration(**gates[s])
-            gates[s] |= {"in_use": gate_state(cal, c.fallback.gate), "auroc_upper": auroc_upper(cal)}
+        gates[s] = None
+        if gate is not None and gate.is_file():  # and as the run used it: gate.json holds the reading, not the decision
+            cal = load_gate(adapter)
+            gates[s] = asdict(cal) | {"in_use": gate_state(cal, c.fallback.gate), "auroc_upper": auroc_upper(cal)}
         cpus[s] = run_cpu(paths.root)
     rows = seed_rows(per_seed)
     echo(f"          pooling {len(cfgs)} runs: {cfg.eval.bootstrap} resamples of runs and facts")
