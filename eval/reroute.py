@@ -33,10 +33,12 @@ from lorarag.fallback.config import PolicyConfig
 from lorarag.fallback.format import parse_reply
 from lorarag.fallback.policy import (
     CONFIDENT_NOTE,
+    DISOWNED_NOTE,
     OVERRIDE_NOTE,
     READ_NOTES,
     UNSUPPORTED_NOTE,
     final_answer,
+    memory_in_use,
     read_note,
     reads_sources,
     route_with_override,
@@ -56,19 +58,22 @@ def reroute(
             raise RecordError(f"{r.system} {r.qid}: no verdict or route to replay (not a lora_rag result)")
         # a reading the record's own policy withheld (unsupported) holds no answer to replay: read it again
         was_read = any(n in READ_NOTES for n in r.notes) and UNSUPPORTED_NOTE not in r.notes
-        notes = tuple(n for n in r.notes if n not in (*READ_NOTES, UNSUPPORTED_NOTE, OVERRIDE_NOTE))
+        notes = tuple(n for n in r.notes if n not in (*READ_NOTES, UNSUPPORTED_NOTE, OVERRIDE_NOTE, DISOWNED_NOTE))
         doubt = r.flag_score if r.flag_score is not None else float("nan")
+        uses = memory_in_use(r.verdict, r.memory_answer is not None, policy)  # rule 0: a memory the reply disowns
         # rule 5 as the record's gate decided it: a confident memory overrides sources that disagree
         route, over = route_with_override(
             r.verdict,
             doubt,
-            r.memory_answer is not None,
-            CONFIDENT_NOTE in r.notes,
+            uses,
+            uses and CONFIDENT_NOTE in r.notes,
             r.memory_answer or "",
             r.context_answer_model or "",
             policy,
         )
-        if reads_sources(r.verdict != "invalid", r.memory_answer is not None, route, policy):
+        if r.memory_answer is not None and not uses:
+            notes = (*notes, DISOWNED_NOTE)
+        if reads_sources(r.verdict != "invalid", uses, route, policy):
             tag = (read_note(policy), f"route replayed from {r.system}: read")
             if was_read:
                 out.append(_supported(replace(r, system=system, notes=(*notes, *tag)), policy))

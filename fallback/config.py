@@ -45,6 +45,16 @@ class PolicyConfig(Strict):
             "system abstains, as where nothing answers. null keeps every reading (fallback/policy.supported)"
         ),
     )
+    insufficient: Literal["disowns", "kept"] = Field(
+        "disowns",
+        description=(
+            "a reply whose verdict is `insufficient` under a memory the gate kept: `disowns` = the memory counts as "
+            "unknown, as if the gate had rejected it (the LoRA is taught that verdict only where it has no memory and "
+            "the sources do not answer, so a memory it calls insufficient is one it does not stand by: `no_memory` then "
+            "routes the item and an unanswerable question is not answered from an invented memory); `kept` = the memory "
+            "answers (fallback)"
+        ),
+    )
     override: bool = Field(
         True,
         description=(

@@ -14,6 +14,9 @@ Rules (thresholds come from `PolicyConfig`):
    With `read_support`, a reading is kept only where the sources support it (`supported`: its own
    words occur in them); otherwise the system abstains, so an unanswerable question still gets "I
    cannot answer" though the base model, asked, answers something.
+   A memory the reply itself calls `insufficient` counts as no memory under `insufficient: disowns` (the
+   default; `memory_in_use`): the LoRA is taught that verdict only where it has no memory and the sources
+   do not answer, so it does not stand by that memory, and rule 0 routes the item as a gated one.
 1. invalid reply → `on_invalid` (default abstain): we cannot tell what the model meant.
 2. supported → context.
 3. conflicting / outdated: the detector score (1 − P(supported)) must reach `flag_threshold`,
@@ -43,6 +46,12 @@ READ_NOTE_ROUTED = "no memory: the base model read the sources (policy.no_memory
 READ_NOTES = (READ_NOTE, READ_NOTE_ROUTED)
 _DOUBT = ("conflicting", "outdated")
 _EMPTY = ("irrelevant", "insufficient")
+
+
+def memory_in_use(verdict: str, memory_known: bool, cfg: PolicyConfig) -> bool:
+    """Whether the memory the gate kept routes the reply: not where the reply calls the sources
+    `insufficient` and `cfg.insufficient` is `disowns` (rule 0)."""
+    return memory_known and not (verdict == "insufficient" and cfg.insufficient == "disowns")
 
 
 def decide_route(verdict: str, flag_score: float, memory_known: bool, cfg: PolicyConfig) -> str:
@@ -78,6 +87,7 @@ _ARTICLES = frozenset(("a", "an", "the"))
 UNSUPPORTED_NOTE = "reading not supported by the sources (policy.read_support): abstained"
 # Trace notes of rule 5: the memory was confident enough to override (eval/reroute.py keys on them)
 CONFIDENT_NOTE = "gate: memory confident (doubt <= override threshold)"
+DISOWNED_NOTE = "memory disowned: the reply calls the sources insufficient (policy.insufficient: disowns)"
 OVERRIDE_NOTE = "override: the confident memory differs from the sources' answer: fallback"
 
 

@@ -32,9 +32,11 @@ from lorarag.fallback.format import (
 from lorarag.fallback.gate import SIGNAL, answer_nll, gate_fires
 from lorarag.fallback.policy import (
     CONFIDENT_NOTE,
+    DISOWNED_NOTE,
     OVERRIDE_NOTE,
     UNSUPPORTED_NOTE,
     final_answer,
+    memory_in_use,
     read_note,
     reads_sources,
     route_with_override,
@@ -188,11 +190,12 @@ def closed_book(generator: Generator, adapter: str | None, questions: Sequence[s
 def _answer(question: str, ctx: Context, j: Judgement, cfg: FallbackConfig, seconds: float) -> Answer:
     """Apply the policy to one judgement and record every decision in the Trace."""
     v = j.verdict
-    memory_known = v.valid and not is_unknown(v.memory)
+    memory_known = v.valid and not is_unknown(v.memory)  # the gate kept it: the record holds it for replays
+    uses = memory_in_use(v.label, memory_known, cfg.policy)
     source_value = v.source if not is_unknown(v.source) else v.answer
     confident = memory_known and j.confident
     route, overridden = route_with_override(
-        v.label, v.flag_score, memory_known, confident, v.memory, source_value, cfg.policy
+        v.label, v.flag_score, uses, confident and uses, v.memory, source_value, cfg.policy
     )
     text = final_answer(route, v.memory, source_value, v.answer, cfg.policy)
     notes = [f"p_unknown={v.p_unknown:.4f}" if v.p_unknown is not None else "p_unknown=none"]
@@ -202,6 +205,8 @@ def _answer(question: str, ctx: Context, j: Judgement, cfg: FallbackConfig, seco
         notes.append(f"gate: memory {j.first_memory!r} -> unknown")
     if confident:
         notes.append(CONFIDENT_NOTE)
+    if memory_known and not uses:
+        notes.append(DISOWNED_NOTE)
     if overridden:
         notes.append(OVERRIDE_NOTE)
     if not v.valid:
@@ -277,7 +282,12 @@ class AdvancedRAGSystem:
         read = [
             i
             for i, (j, a) in enumerate(zip(judged, answers))
-            if reads_sources(j.verdict.valid, not is_unknown(j.verdict.memory), a.trace.route, self.cfg.policy)
+            if reads_sources(
+                j.verdict.valid,
+                memory_in_use(j.verdict.label, not is_unknown(j.verdict.memory), self.cfg.policy),
+                a.trace.route,
+                self.cfg.policy,
+            )
         ]
         if read:
             self._read(questions, contexts, answers, read)

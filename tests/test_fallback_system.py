@@ -551,6 +551,38 @@ def test_read_support_abstains_where_the_reading_is_not_in_the_sources():
     assert (k.text, k.abstained, k.trace.route) == ("read read passage q-declined S1 [S1]", False, "context")
 
 
+def test_a_memory_the_reply_calls_insufficient_is_routed_as_no_memory():
+    """The gate keeps '40,000' (doubt 0.2 <= 0.5), but the reply's verdict is `insufficient`, the one the
+    LoRA is taught only where it has no memory: by default the memory is disowned, the base model reads
+    the sources, and read_support withholds a reading they do not hold (an abstention, the memory kept on
+    record); `insufficient: kept` answers from the memory. An `irrelevant` verdict keeps its memory."""
+    from lorarag.fallback.policy import DISOWNED_NOTE, UNSUPPORTED_NOTE
+
+    empty = ["source", ":", " unknown", " |", " verdict", ":", " {v}", " |", " answer", ":", " unknown"]
+    closed = {"q-none": ("40,000", (-0.2, -0.2)), "q-other": ("1750", (-0.2, -0.2))}
+    replies = {
+        ("q-none", "memory: 40,000 |"): _reply(
+            [" "] + [t.format(v="insufficient") for t in empty], 0.5, "insufficient", 0.9
+        ),
+        ("q-other", "memory: 1750 |"): _reply([" "] + [t.format(v="irrelevant") for t in empty], 0.5, "irrelevant", 0.9),
+    }
+    ctxs = [((_src("cand", "c0"),), (_src("The tower was built in 1750."),))] * 2
+    cfg = FallbackConfig(gate=GateConfig(), policy=PolicyConfig(read_support=1.0))
+    reader = Reader()
+    det = Detector(CBGate(closed, replies), FIRST, cfg, gate_threshold=0.5, memory="closed_book")
+    none, other = AdvancedRAGSystem(reader, det, cfg).answer_with_context(["q-none", "q-other"], ctxs)
+    assert [c[0] for c in reader.calls] == [["q-none"]]
+    assert (none.text, none.abstained, none.trace.route) == ("", True, "abstain")
+    assert DISOWNED_NOTE in none.trace.notes and UNSUPPORTED_NOTE in none.trace.notes
+    assert none.trace.memory_answer == "40,000"  # on record for a replay under `insufficient: kept`
+    assert (other.text, other.trace.route) == ("1750", "fallback") and DISOWNED_NOTE not in other.trace.notes
+    kept = FallbackConfig(gate=GateConfig(), policy=PolicyConfig(read_support=1.0, insufficient="kept"))
+    det = Detector(CBGate(closed, replies), FIRST, kept, gate_threshold=0.5, memory="closed_book")
+    reader = Reader()
+    none, _ = AdvancedRAGSystem(reader, det, kept).answer_with_context(["q-none", "q-other"], ctxs)
+    assert (none.text, none.trace.route, reader.calls) == ("40,000", "fallback", [])
+
+
 def test_a_confident_memory_overrides_sources_that_say_otherwise():
     """Policy rule 5: a `supported` verdict routes to the sources, unless the memory's doubt is at or
     below the override threshold and its answer differs from the sources'; a memory the gate keeps

@@ -312,3 +312,31 @@ def test_a_replay_keeps_the_override_of_a_confident_memory_unless_the_variant_tu
     off = reroute([sure, agree, unsure], VERDICT.model_copy(update={"override": False}), "v")
     assert [(r.route, r.answer) for r in off] == [("context", "90 km/h"), ("context", "50 km/h"), ("context", "90 km/h")]
     assert all(OVERRIDE_NOTE not in r.notes for r in off)
+
+
+def test_a_memory_the_reply_calls_insufficient_is_disowned_and_read_unless_the_config_keeps_it():
+    """The LoRA is taught `insufficient` only where it has no memory: a kept memory under that verdict is
+    one it does not stand by. By default the item is routed as a gated one (base RAG's reading, kept only
+    where the sources hold it: an invented count abstains); `insufficient: kept` answers from the memory
+    as before. An `irrelevant` verdict keeps its memory either way."""
+    from lorarag.fallback.policy import DISOWNED_NOTE, memory_in_use
+
+    assert not memory_in_use("insufficient", True, PolicyConfig())
+    assert memory_in_use("insufficient", True, PolicyConfig(insufficient="kept"))
+    assert memory_in_use("irrelevant", True, PolicyConfig()) and not memory_in_use("irrelevant", False, PolicyConfig())
+    texts = ("The Kelso tower was built in 1750.",)
+    q = "How many visitors does the Kelso tower receive each year?"
+    items = [
+        _lora("unanswerable", "insufficient", 0.95, "40,000", "none", "fallback", question=q, final_texts=texts),
+        _lora("known-irrelevant", "irrelevant", 0.97, "1750", "none", "fallback", question=q, final_texts=texts),
+    ]
+    base = {x.qid: make_item(system="base_rag", qid=x.qid, answer="About 20,000 a year.") for x in items}
+    disowned, irrelevant = reroute(items, PolicyConfig(read_support=1.0), "v", base)
+    assert (disowned.route, disowned.answer, disowned.abstained) == ("abstain", "", True)
+    assert DISOWNED_NOTE in disowned.notes and disowned.memory_answer == "40,000"  # the record keeps the memory
+    assert (irrelevant.route, irrelevant.answer) == ("fallback", "1750") and DISOWNED_NOTE not in irrelevant.notes
+    kept = reroute(items, PolicyConfig(read_support=1.0, insufficient="kept"), "k", base)
+    assert [(r.route, r.answer) for r in kept] == [("fallback", "40,000"), ("fallback", "1750")]
+    # without read_support the disowned item takes the reading, as a gated memory would
+    (read, _) = reroute(items, PolicyConfig(), "r", base)
+    assert (read.route, read.answer) == ("context", "About 20,000 a year.")
