@@ -5,6 +5,7 @@ Every command that produces results calls `start_run` so the run can be reproduc
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import platform
@@ -42,8 +43,11 @@ TRACKED_PACKAGES = (
 )
 
 
+@functools.cache
 def git_sha(repo: Path | None = None) -> str:
-    """The current commit (with '+dirty' when the tree has changes), or 'unknown'."""
+    """The commit of the code this process runs (with '+dirty' when the tree had changes), or 'unknown':
+    read once, at the first call, since a commit made while a long job runs (`lorarag seeds`' later runs,
+    a test split's ledger line) is not the code it imported."""
     root = repo or Path(__file__).resolve().parent.parent
     try:
         sha = subprocess.run(

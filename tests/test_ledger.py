@@ -85,6 +85,28 @@ def test_reads_are_counted_and_another_recipe_needs_reread_test(tmp_path):
         other.counts()
 
 
+def test_the_commit_stamped_is_the_one_the_process_started_from(tmp_path):
+    """A commit made while a long job runs is not the code it imported: the stamp (run.json, every
+    ledger line) stays the first one read, and a clean tree stays clean."""
+    import subprocess
+
+    from lorarag.core.runinfo import git_sha
+
+    def git(*args: str) -> str:
+        cmd = ["git", "-c", "user.name=t", "-c", "user.email=t@t", *args]
+        return subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, check=True).stdout.strip()
+
+    git("init", "-q")
+    (tmp_path / "a.txt").write_text("1")
+    git("add", "a.txt")
+    git("commit", "-qm", "one")
+    first = git("rev-parse", "HEAD")
+    assert git_sha(tmp_path) == first
+    (tmp_path / "a.txt").write_text("2")
+    git("commit", "-qam", "two")
+    assert git("rev-parse", "HEAD") != first and git_sha(tmp_path) == first
+
+
 def test_the_headline_note_comes_from_the_run_summary(tmp_path):
     root = tmp_path / "run"
     (root / "data").mkdir(parents=True)
