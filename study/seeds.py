@@ -23,7 +23,8 @@ it, and each seed's gate threshold; then the pooled table (study/pooled_targets.
 LoRA − base cell differences over all seeds, with a CI that resamples seeds and clusters; and
 LoRA-RAG against every system read on its context (closed-book LoRA, memory_or_context, RAG-SFT, the
 baselines with the adapter, base RAG, the oracle router) per cell, pooled the same way, with the best
-deployable system named (study/pooled_baseline_table.py).
+deployable system named (study/pooled_baseline_table.py). Beside the per-seed table, each run's test-split
+reads and context-only probes (study/seeds_heldout.py).
 """
 
 from __future__ import annotations
@@ -49,6 +50,7 @@ from lorarag.study.headline import kb_targets, target_values
 from lorarag.study.pipeline import Paths, run
 from lorarag.study.pooled_baseline_table import BaselineCell, baselines_markdown, pooled_baselines
 from lorarag.study.pooled_targets import pooled_differences, pooled_markdown, pooled_rows
+from lorarag.study.seeds_heldout import heldout_markdown
 from lorarag.study.targets import BASE_TARGET, pair_names
 from lorarag.trained.adapters import trained_adapter
 from lorarag.trained.config import RunConfig
@@ -326,6 +328,8 @@ def run_seeds(
     md = (
         seeds_markdown(labels, rows, gates)
         + cpu_line(cpus)
+        + "\n"
+        + heldout_markdown(labels, [Path(c.runs_dir) / c.name for c in cfgs])
         + "\n"
         + pooled_markdown(labels, pooled, diffs, cfg.eval.bootstrap, right)
         + "\n"

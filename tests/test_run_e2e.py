@@ -452,6 +452,11 @@ def test_seeds_trains_one_adapter_per_seed_and_shares_adapter_free_results(tmp_p
         # seeds.json is strict JSON: an undefined value (a one-class AUROC) is null
         assert all((math.isnan(v) and w is None) or math.isclose(v, w) for (_, v, _), (_, w, _) in zip(own, got))
     assert "of 2 seeds" in md and (runs / "ci-tiny-seeds/seeds.md").read_text().endswith(md)
+    # how held out: each run's ledger count at its read and its context-only probes (study/seeds_heldout.py)
+    held = md.split("## Held out: test reads and context-only probes", 1)[1].split("\n## ", 1)[0].splitlines()
+    rows = {ln.split(" | ")[0]: ln for ln in held if ln.startswith(("| 42 |", "| 7 |"))}
+    assert set(rows) == {"| 42", "| 7"} and all("test split read" in ln for ln in rows.values())
+    assert "| factual error |" in next(ln for ln in held if ln.startswith("| run |"))
     # the pooled table: every target once more, over both seeds, and the demo's cell differences
     assert "## Pooled over 2 seeds and the facts asked" in md
     assert [t["name"] for t in summary["pooled"]["targets"]] == [t["target"] for t in summary["targets"]]
