@@ -201,10 +201,15 @@ def eval_ledger(cfg: EvalConfig) -> SplitLedger | None:
     )
 
 
+def reads_text(summary: Mapping[str, Any]) -> str:
+    """How often the run's test splits were read, as the summary's `test_reads` holds it ("" without)."""
+    return "; ".join(Reads(**r).text() for r in summary.get("test_reads") or ())
+
+
 def reads_note(summary: Mapping[str, Any]) -> list[str]:
     """The headline's note on how often the run's test splits were read (the summary's `test_reads`)."""
-    reads = summary.get("test_reads")
-    return ["; ".join(Reads(**r).text() for r in reads) + " (the test ledger, study/ledger.py)."] if reads else []
+    text = reads_text(summary)
+    return [text + " (the test ledger, study/ledger.py)."] if text else []
 
 
 def note_reads(root: Path, reads: Sequence[Reads]) -> None:

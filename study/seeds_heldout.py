@@ -15,14 +15,7 @@ from pathlib import Path
 
 from lorarag.eval.shortcut import FLAWED_CELLS, SHORTCUT_AUROC
 from lorarag.study.kb import read_summary
-from lorarag.study.ledger import Reads
-
-
-def _reads(summary: dict) -> str:
-    reads = summary.get("test_reads")
-    if not reads:
-        return "not recorded"
-    return "; ".join(Reads(**r).text() for r in reads)
+from lorarag.study.ledger import reads_text
 
 
 def _probe(p: dict | None) -> str:
@@ -49,7 +42,8 @@ def heldout_markdown(labels: Sequence[int | str], roots: Sequence[Path]) -> str:
         "|---|---|" + "---|" * len(cells),
     ]
     for label, summary, p in zip(labels, summaries, probes):
-        lines.append(f"| {label} | {_reads(summary)} | " + " | ".join(_probe(p.get(c)) for c in cells) + " |")
+        reads = reads_text(summary) or "not recorded"
+        lines.append(f"| {label} | {reads} | " + " | ".join(_probe(p.get(c)) for c in cells) + " |")
     if cells:
         means = []
         for c in cells:
