@@ -428,3 +428,17 @@ def test_a_bad_split_seed_list_is_a_one_line_error():
         )
         assert p.returncode == 2, p.stderr
         assert len(p.stderr.strip().splitlines()) == 1 and p.stderr.startswith("error: --split-seeds")
+
+
+def test_the_rag_sft_headline_config_is_the_demo_plus_the_two_rag_sft_baselines():
+    """configs/experiments/demo-rag-sft.yaml restates the demo's systems (a list replaces its base's): it must
+    stay the demo recipe, every other setting and system unchanged, with RAG-SFT and the rule read by it added."""
+    cfg = load_config(REPO / "configs/experiments/demo-rag-sft.yaml", RunConfig)
+    demo = load_config(REPO / "configs/run/demo.yaml", RunConfig, {"name": cfg.name})  # its paths follow the name
+    assert cfg.systems[: len(demo.systems)] == demo.systems
+    added = cfg.systems[len(demo.systems) :]
+    assert [(s.name, s.kind, s.adapter) for s in added] == [
+        ("rag_sft", "rag_sft", None),
+        ("memory_or_context_rag_sft", "memory_or_context", "rag_sft"),
+    ]
+    assert cfg.model_dump(exclude={"systems"}) == demo.model_dump(exclude={"systems"})
