@@ -42,7 +42,9 @@ class PolicyConfig(Strict):
         description=(
             "where the base model reads the sources (no trusted memory), the share of its answer's own words (not the "
             "question's, not function words) that must occur in the sources for the answer to be kept; below it the "
-            "system abstains, as where nothing answers. null keeps every reading (fallback/policy.supported)"
+            "system abstains, as where nothing answers. null keeps every reading (fallback/policy.supported). A span "
+            "answer (a name, a year) is copied from the sources; a sentence is paraphrased, so on sentence answers "
+            "most right readings are withheld (a run warns where the dev split's answers are sentences)"
         ),
     )
     insufficient: Literal["disowns", "kept"] = Field(

@@ -116,15 +116,20 @@ def route_with_override(
     return ("fallback" if over else route), over
 
 
+def own_words(question: str, answer: str) -> list[str]:
+    """The answer's own words: case-folded words and CJK characters, less the question's and
+    function words."""
+    asked = set(_WORD.findall(question.casefold()))
+    return [w for w in _WORD.findall(answer.casefold()) if w not in asked and w not in _FUNCTION]
+
+
 def supported(question: str, answer: str, passages: Sequence[str], share: float | None) -> bool:
     """True where `answer` (the base model's reading) may stand: `share` is None, or at least that
-    share of the answer's own words (case-folded words and CJK characters, less the question's and
-    function words) occur in `passages`. An answer with no words of its own (it restates the
-    question, or is empty) is not supported."""
+    share of the answer's own words (`own_words`) occur in `passages`. An answer with no words of
+    its own (it restates the question, or is empty) is not supported."""
     if share is None:
         return True
-    asked = set(_WORD.findall(question.casefold()))
-    own = [w for w in _WORD.findall(answer.casefold()) if w not in asked and w not in _FUNCTION]
+    own = own_words(question, answer)
     if not own:
         return False
     there = set(_WORD.findall(" ".join(passages).casefold()))

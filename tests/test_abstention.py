@@ -174,3 +174,45 @@ def test_a_squad_shaped_kb_asks_its_unanswerable_questions_and_read_support_abst
     # the table counts it: the checked routing abstains on the unanswerable item, the default does not
     assert abstention("v", list(checked.values())).recall.k == 1
     assert abstention("d", list(unchecked.values())).recall.k == 0
+
+
+def test_a_run_warns_where_read_support_meets_sentence_answers_and_not_on_spans():
+    """Hand-built dev splits. Span answers ("Ana Ruiz", "2019": 2 and 1 words of their own) draw no
+    warning; sentence answers ("It was released on August 8, 2014 via Desura": 6 own words once the
+    function words and the question's go, and a 4-word one) do, with the median (5) and the share in
+    use. With read_support null, or with no LoRA-RAG to route, there is nothing to warn of."""
+    from lorarag.scenarios.records import Scenario
+    from lorarag.study.calibration import read_support_cost
+
+    def item(i: int, question: str, answer: str) -> Scenario:
+        return Scenario(
+            qid=f"q{i}",
+            fact_id=f"f{i}",
+            question=question,
+            gold_answers=(answer,),
+            relevant_ids=(),
+            scenario="consistent",
+            presented=(),
+            context_answer=answer,
+        )
+
+    spans = [item(0, "Who leads Vesova?", "Ana Ruiz"), item(1, "When was Vesova founded?", "2019")]
+    sentences = [
+        item(2, "when was the game made", "It was released on August 8, 2014 via Desura"),
+        item(3, "who wrote the song", "Written by Paul Simon in 1964"),
+    ]
+    cfg = load_config(REPO / "configs/run/conflictnq-kb.yaml", RunConfig)
+    assert cfg.fallback.policy.read_support == 1.0
+    assert read_support_cost(cfg, spans) is None
+    warning = read_support_cost(cfg, sentences)
+    assert warning is not None and "(5 words of their own, median)" in warning and "read_support (1)" in warning
+    off = cfg.model_copy(
+        update={
+            "fallback": cfg.fallback.model_copy(
+                update={"policy": cfg.fallback.policy.model_copy(update={"read_support": None})}
+            )
+        }
+    )
+    assert read_support_cost(off, sentences) is None
+    no_lora = cfg.model_copy(update={"systems": [s for s in cfg.systems if s.kind != "lora_rag"]})
+    assert read_support_cost(no_lora, sentences) is None
