@@ -8,7 +8,6 @@ gate.json next to the adapter, so test items never tune it.
 from __future__ import annotations
 
 import logging
-import statistics
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -28,7 +27,6 @@ from lorarag.fallback.gate import (
     reusable_gate,
     threshold_in_use,
 )
-from lorarag.fallback.policy import own_words
 from lorarag.fallback.system import Detector
 from lorarag.scenarios.records import Scenario
 from lorarag.study.run_folder import Echo
@@ -54,28 +52,6 @@ def languages_without_dev_known(test: Sequence[Scenario], dev_known: Sequence[Sc
     known fact let the gate reject most right Chinese memories (docs/research-log.md)."""
     seen = {s.language for s in dev_known}
     return dict(sorted(Counter(s.language for s in test if s.knowledge == "known" and s.language not in seen).items()))
-
-
-SENTENCE_WORDS = 3  # more own words than this in the median dev answer: answers are sentences, not spans
-
-
-def read_support_cost(cfg: RunConfig, dev: Sequence[Scenario]) -> str | None:
-    """A warning where `read_support` is on and the dev split's answers are sentences (median own words,
-    `fallback.policy.own_words`, above SENTENCE_WORDS), else None. `read_support` keeps a base-model
-    reading only where its own words occur in the sources: a span answer (a name, a year) is copied from
-    them, a sentence is paraphrased, so most right readings are withheld (measured on ConflictNQ's
-    sentence answers: docs/results.md)."""
-    share = cfg.fallback.policy.read_support
-    lengths = [len(own_words(s.question, s.gold_answers[0])) for s in dev if s.gold_answers]
-    lora_rag = any(s.kind == "lora_rag" and not s.is_variant for s in cfg.systems)
-    if share is None or not lora_rag or not lengths or statistics.median(lengths) <= SENTENCE_WORDS:
-        return None
-    return (
-        f"the dev split's answers are sentences ({statistics.median(lengths):g} words of their own, median): "
-        f"fallback.policy.read_support ({share:g}) abstains where a reading's "
-        "words are not in the sources, and withholds many right sentence readings; null keeps them, and "
-        "answers unanswerable questions too"
-    )
 
 
 def calibrate_gate(

@@ -4,15 +4,18 @@ world written as one).
 It gives the pipeline the KB's chunks (stage 2 indexes them), the test and dev scenarios (stage 3)
 and the SFT rows the LoRA is trained on (stage 4), plus the files that run.json hashes. The rows
 are written and leak-checked at stage 3 every time (cheap, deterministic), so a reused adapter's
-report still says what it was trained on, and its reuse is proven on their hashes.
+report still says what it was trained on, and its reuse is proven on their hashes. Where the
+dev split's answers run to sentences, stage 3 warns that `read_support` withholds many right readings.
 """
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Sequence
 from dataclasses import replace
 from functools import partial
 
+from lorarag.fallback.policy import own_words
 from lorarag.rag.generators.registry import build_generator
 from lorarag.rag.records import Chunk
 from lorarag.rag.retrieve import Retriever
@@ -29,6 +32,28 @@ Split = tuple[list[Scenario], list[Scenario], list[Scenario]]  # test, dev known
 def pool_searcher(retriever: Retriever, pool: Sequence[Chunk]) -> Searcher:
     """`retriever` limited to the chunks of `pool` (the SFT rows' distractors)."""
     return retriever_searcher(retriever, {c.chunk_id for c in pool})
+
+
+SENTENCE_WORDS = 3  # more own words than this in the median dev answer: answers are sentences, not spans
+
+
+def read_support_cost(cfg: RunConfig, dev: Sequence[Scenario]) -> str | None:
+    """A warning where `read_support` is on and the dev split's answers are sentences (median own words,
+    `fallback.policy.own_words`, above SENTENCE_WORDS), else None. `read_support` keeps a base-model
+    reading only where its own words occur in the sources: a span answer (a name, a year) is copied from
+    them, a sentence is paraphrased, so most right readings are withheld (measured on ConflictNQ's
+    sentence answers: docs/results.md)."""
+    share = cfg.fallback.policy.read_support
+    lengths = [len(own_words(s.question, s.gold_answers[0])) for s in dev if s.gold_answers]
+    lora_rag = any(s.kind == "lora_rag" and not s.is_variant for s in cfg.systems)
+    if share is None or not lora_rag or not lengths or statistics.median(lengths) <= SENTENCE_WORDS:
+        return None
+    return (
+        f"the dev split's answers are sentences ({statistics.median(lengths):g} words of their own, median): "
+        f"fallback.policy.read_support ({share:g}) abstains where a reading's "
+        "words are not in the sources, and withholds many right sentence readings; null keeps them, and "
+        "answers unanswerable questions too"
+    )
 
 
 class KBSource:
@@ -55,6 +80,9 @@ class KBSource:
             search, searcher = None, bm25_searcher
         self.kb = kb = self._paraphrased(echo)  # owners() then knows the generated wordings too
         split = kb_scenarios(self.cfg, kb, self.paths, search)
+        cost = read_support_cost(self.cfg, [*split[1], *split[2]])
+        if cost is not None:
+            echo(f"          warning: {cost}")
         build_kb_sft(self.cfg, kb, split[0], echo, searcher)
         return split
 

@@ -31,7 +31,7 @@ from lorarag.core.runinfo import check_run_files, start_run
 from lorarag.fallback.gate import SIGNAL, GateCalibration, auroc_upper
 from lorarag.rag.retrieve import Retriever
 from lorarag.scenarios.records import Scenario
-from lorarag.study.calibration import calibrate_gate, languages_without_dev_known, read_support_cost
+from lorarag.study.calibration import calibrate_gate, languages_without_dev_known
 from lorarag.study.evaluate import evaluate, report
 from lorarag.study.extra_sets import check_extra_sets, evaluate_extra_sets, present_sets
 from lorarag.study.kb_source import KBSource
@@ -168,9 +168,6 @@ def run(
                 f"          warning: the gate's dev split holds no known fact in '{lang}' ({n} known test items "
                 "are): its threshold is fitted without that language's doubt (data.splits.stratify_languages)"
             )
-    cost = read_support_cost(cfg, [*dev_known, *dev_unseen])
-    if cost is not None:
-        echo(f"          warning: {cost}")
     write_preference_pairs(cfg, src, test, echo)  # train.preference: pairs from the SFT rows
     # the rows on disk against the test's contexts: a leak stops the run before any training
     check_test_contexts(cfg, paths, test, src.owners(), {c.chunk_id: c.text for c in src.chunks}, echo)

@@ -7,6 +7,7 @@ them is not in the sources. Expected intervals are the Wilson score interval's, 
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -182,7 +183,7 @@ def test_a_run_warns_where_read_support_meets_sentence_answers_and_not_on_spans(
     function words and the question's go, and a 4-word one) do, with the median (5) and the share in
     use. With read_support null, or with no LoRA-RAG to route, there is nothing to warn of."""
     from lorarag.scenarios.records import Scenario
-    from lorarag.study.calibration import read_support_cost
+    from lorarag.study.kb_source import read_support_cost
 
     def item(i: int, question: str, answer: str) -> Scenario:
         return Scenario(
@@ -216,3 +217,47 @@ def test_a_run_warns_where_read_support_meets_sentence_answers_and_not_on_spans(
     assert read_support_cost(off, sentences) is None
     no_lora = cfg.model_copy(update={"systems": [s for s in cfg.systems if s.kind != "lora_rag"]})
     assert read_support_cost(no_lora, sentences) is None
+
+
+def _widened(squad: Path, sentences: int) -> Path:
+    """The SQuAD file with every answer widened to the sentence that holds it and, with `sentences` 2,
+    the sentence after it (a longer answer, as Natural Questions' are); still an exact span."""
+    data = json.loads(squad.read_text())
+    for article in data["data"]:
+        for para in article["paragraphs"]:
+            text = para["context"]
+            for qa in para["qas"]:
+                for a in qa["answers"]:
+                    start = text.rfind(". ", 0, a["answer_start"])
+                    start = 0 if start < 0 else start + 2
+                    end = a["answer_start"] + len(a["text"]) - 1
+                    for _ in range(sentences):
+                        end = text.find(".", end + 1) if end + 1 < len(text) else -1
+                        if end < 0:
+                            end = len(text) - 1
+                            break
+                    a["text"], a["answer_start"] = text[start : end + 1], start
+    out = squad.with_name(f"sentences{sentences}.json")
+    out.write_text(json.dumps(data))
+    return out
+
+
+def test_a_run_says_so_before_training_where_the_kb_answers_at_length(tmp_path, tiny_models):
+    """The SQuAD-shaped KB through the shipped KB recipe three ways: as spans; each answer widened to
+    its sentence ("The Clock Tower of Arden was completed in 1812.", whose words but the year are the
+    question's, so `read_support` checks the year alone); and widened to two sentences, the second one
+    the answer's own words. Stage 3 warns on the two-sentence answers only, before any training."""
+    from lorarag.study.pipeline import prepare_rows
+    from tests.squad_shaped import write_squad
+    from tests.test_held_out_twins import kb_recipe
+
+    squad = write_squad(tmp_path / "data", lang="en", tokens=40)
+    sets = {"spans": squad, "sentences": _widened(squad, 1), "two sentences": _widened(squad, 2)}
+    said: dict[str, list[str]] = {}
+    for kind, path in sets.items():
+        cfg = kb_recipe(tmp_path / kind, path, tiny_models["lm"])
+        lines: list[str] = []
+        prepare_rows(cfg, echo=lines.append)
+        said[kind] = [ln.strip() for ln in lines if "read_support" in ln]
+    assert said["spans"] == [] and said["sentences"] == []
+    assert len(said["two sentences"]) == 1 and said["two sentences"][0].startswith("warning: the dev split's answers")
