@@ -46,10 +46,11 @@ def read_support_cost(cfg: RunConfig, dev: Sequence[Scenario]) -> str | None:
     share = cfg.fallback.policy.read_support
     lengths = [len(own_words(s.question, s.gold_answers[0])) for s in dev if s.gold_answers]
     lora_rag = any(s.kind == "lora_rag" and not s.is_variant for s in cfg.systems)
-    if share is None or not lora_rag or not lengths or statistics.median(lengths) <= SENTENCE_WORDS:
+    median = statistics.median(lengths) if lengths else 0
+    if share is None or not lora_rag or median <= SENTENCE_WORDS:
         return None
     return (
-        f"the dev split's answers are sentences ({statistics.median(lengths):g} words of their own, median): "
+        f"the dev split's answers are sentences ({median:g} words of their own, median): "
         f"fallback.policy.read_support ({share:g}) abstains where a reading's "
         "words are not in the sources, and withholds many right sentence readings; null keeps them, and "
         "answers unanswerable questions too"
